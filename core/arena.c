@@ -1,0 +1,70 @@
+#include "core/arena.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+
+void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *)) {
+    *a = (amp_arena){.alloc = alloc, .free = free_fn};
+}
+
+static size_t amp_align_up(size_t n) { return (n + AMP_ARENA_ALIGN - 1) & ~(size_t)(AMP_ARENA_ALIGN - 1); }
+
+static amp_status amp_arena_add_chunk(amp_arena *a, size_t size) {
+    if (a->n_chunks == a->cap_chunks) {
+        int cap = a->cap_chunks ? 2 * a->cap_chunks : 4;
+        amp_arena_chunk *c = realloc(a->chunks, (size_t)cap * sizeof *c);
+        if (!c) return amp_fail(AMP_ERR_OOM, "step arena: cannot grow the chunk list");
+        a->chunks = c;
+        a->cap_chunks = cap;
+    }
+    void *base = NULL;
+    amp_status s = a->alloc(size, &base);
+    if (s != AMP_OK) return amp_fail_context(s, "step arena: chunk of %zu bytes", size);
+    a->chunks[a->n_chunks++] = (amp_arena_chunk){.base = base, .size = size};
+    return AMP_OK;
+}
+
+amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out) {
+    size_t need = amp_align_up(nbytes ? nbytes : 1);
+    while (a->current < a->n_chunks) {
+        amp_arena_chunk *c = &a->chunks[a->current];
+        if (c->size - c->used >= need) {
+            *out = (char *)c->base + c->used;
+            c->used += need;
+            a->in_use += need;
+            if (a->in_use > a->peak) a->peak = a->in_use;
+            return AMP_OK;
+        }
+        a->current++;
+    }
+    size_t last = a->n_chunks ? a->chunks[a->n_chunks - 1].size : 0;
+    size_t size = need > 2 * last ? need : 2 * last;
+    if (size < AMP_ARENA_MIN_CHUNK) size = AMP_ARENA_MIN_CHUNK;
+    AMP_TRY(amp_arena_add_chunk(a, size));
+    a->current = a->n_chunks - 1;
+    return amp_arena_alloc(a, nbytes, out);
+}
+
+void amp_arena_reset(amp_arena *a) {
+    if (a->n_chunks > 1) {
+        /* Coalesce: next step fits in one chunk. On failure keep the old chunks. */
+        size_t total = 0;
+        for (int i = 0; i < a->n_chunks; i++) total += a->chunks[i].size;
+        void *base = NULL;
+        if (a->alloc(total, &base) == AMP_OK) {
+            for (int i = 0; i < a->n_chunks; i++) a->free(a->chunks[i].base);
+            a->chunks[0] = (amp_arena_chunk){.base = base, .size = total};
+            a->n_chunks = 1;
+        }
+    }
+    for (int i = 0; i < a->n_chunks; i++) a->chunks[i].used = 0;
+    a->current = 0;
+    a->in_use = 0;
+}
+
+void amp_arena_destroy(amp_arena *a) {
+    for (int i = 0; i < a->n_chunks; i++) a->free(a->chunks[i].base);
+    free(a->chunks);
+    *a = (amp_arena){0};
+}

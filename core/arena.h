@@ -1,0 +1,34 @@
+/* Step arena: a bump allocator for the tensors of one training step, released all at once.
+ * Memory comes in chunks from an allocation function (host malloc, or a backend's alloc). After a
+ * step that needed several chunks, reset() replaces them with one chunk of the total size, so the
+ * steady-state step allocates nothing. */
+#ifndef AMP_CORE_ARENA_H
+#define AMP_CORE_ARENA_H
+
+#include <stddef.h>
+
+#include "amp/status.h"
+
+#define AMP_ARENA_ALIGN 64        /* cache line and AVX-512 vector */
+#define AMP_ARENA_MIN_CHUNK (1u << 20)
+
+typedef struct amp_arena_chunk {
+    void *base;
+    size_t size, used;
+} amp_arena_chunk;
+
+typedef struct amp_arena {
+    amp_status (*alloc)(size_t nbytes, void **out);
+    void (*free)(void *p);
+    amp_arena_chunk *chunks;
+    int n_chunks, cap_chunks, current;
+    size_t in_use, peak;
+} amp_arena;
+
+void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *));
+/* Aligned memory for nbytes (>= 1), valid until reset. */
+amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out);
+void amp_arena_reset(amp_arena *a);
+void amp_arena_destroy(amp_arena *a);
+
+#endif

@@ -1,0 +1,190 @@
+/* The backend interface: one table of function pointers per device (CPU, CUDA).
+ *
+ * An op never asks which device it runs on; it calls its tensor's backend through the amp_be_*
+ * wrappers below, which return AMP_ERR_UNSUPPORTED (with a message naming op and backend) for an
+ * entry the backend leaves NULL or for a dtype its supports() refuses.
+ *
+ * Conventions for every entry:
+ *  - pointers are backend memory; tensors are contiguous, row-major (NCHW for images, OIHW for
+ *    convolution weights);
+ *  - outputs are OVERWRITTEN (`=`), never accumulated: the autograd engine does accumulation;
+ *  - arithmetic is in fp32 whatever the storage dtype (f16/bf16 are loaded, widened, computed,
+ *    rounded to nearest even on store);
+ *  - results are deterministic: the same inputs give the same bits, whatever the thread count
+ *    (reductions sum fixed-size chunks in a fixed order);
+ *  - "scalar" pointers (loss, dloss) are one f32 in backend memory, so no step needs a host sync.
+ * An entry returns AMP_OK or an error after setting amp_last_error. */
+#ifndef AMP_CORE_BACKEND_H
+#define AMP_CORE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amp/tensor.h"
+
+typedef enum amp_be_op {
+    AMP_BE_CAST, AMP_BE_GEMM, AMP_BE_CONV2D, AMP_BE_BATCHNORM, AMP_BE_MAXPOOL, AMP_BE_UNARY,
+    AMP_BE_BINARY, AMP_BE_REDUCE, AMP_BE_XENT, AMP_BE_MSE, AMP_BE_DROPOUT, AMP_BE_SGD, AMP_BE_ADAM,
+    AMP_BE_N_OPS
+} amp_be_op;
+
+/* C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (+ bias[n] broadcast over rows, if set).
+ * Leading dimensions are in elements; op(X) = X^T when trans_x. bias is f32. */
+typedef struct amp_gemm_desc {
+    bool trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha, beta;
+    const void *a; amp_dtype a_dtype; int64_t lda;
+    const void *b; amp_dtype b_dtype; int64_t ldb;
+    void *c; amp_dtype c_dtype; int64_t ldc;
+    const float *bias;
+} amp_gemm_desc;
+
+/* 2-D convolution, NCHW x OIHW, groups 1, dilation 1, symmetric zero padding. x, w, y share
+ * `dtype`; bias and dbias are f32 of c_out (NULL when absent). */
+typedef struct amp_conv2d_desc {
+    int64_t n, c_in, h_in, w_in;
+    int64_t c_out, kh, kw;
+    int64_t stride_h, stride_w, pad_h, pad_w;
+    int64_t h_out, w_out;
+    amp_dtype dtype;
+} amp_conv2d_desc;
+
+/* Batch norm over N and HW of an [n, c, hw] tensor (x, y, dy, dx in `dtype`; every per-channel
+ * vector f32). Training: save_mean/save_invstd = batch mean and 1/sqrt(biased var + eps);
+ * running_* <- (1 - momentum) * running_* + momentum * batch stat, with the UNBIASED variance
+ * (PyTorch). Eval: normalise with running_mean/running_var. */
+typedef struct amp_bn_desc {
+    int64_t n, c, hw;
+    float eps, momentum;
+    amp_dtype dtype;
+} amp_bn_desc;
+
+/* Max pooling, NCHW, square window k, stride, padding that never wins (PyTorch: -inf). */
+typedef struct amp_pool_desc {
+    int64_t n, c, h_in, w_in, h_out, w_out;
+    int64_t k, stride, pad;
+    amp_dtype dtype;
+} amp_pool_desc;
+
+typedef enum amp_unary_op {
+    AMP_UNARY_RELU,  /* y = max(x, 0) */
+    AMP_UNARY_SCALE, /* y = alpha * x */
+    AMP_UNARY_COPY,  /* y = x */
+} amp_unary_op;
+
+typedef enum amp_binary_op {
+    AMP_BINARY_ADD,      /* y = a + b */
+    AMP_BINARY_SUB,      /* y = a - b */
+    AMP_BINARY_MUL,      /* y = a * b */
+    AMP_BINARY_RELU_BWD, /* y = a > 0 ? b : 0   (a = relu output, b = dy) */
+} amp_binary_op;
+
+/* SGD exactly as torch.optim.SGD (maximize=False):
+ *   g = grad + weight_decay * p
+ *   if momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g
+ *                g = nesterov ? g + momentum * buf : buf
+ *   p -= lr * g */
+typedef struct amp_sgd_desc {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov, first_step;
+} amp_sgd_desc;
+
+/* Adam/AdamW exactly as torch.optim.Adam/AdamW (amsgrad=False), step t >= 1:
+ *   Adam:  g = grad + weight_decay * p          AdamW: p *= 1 - lr * weight_decay
+ *   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+ *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps) */
+typedef struct amp_adam_desc {
+    float lr, beta1, beta2, eps, weight_decay;
+    bool decoupled; /* AdamW */
+    int64_t step;
+} amp_adam_desc;
+
+typedef struct amp_backend {
+    const char *name;
+    amp_device device;
+    bool (*supports)(amp_be_op op, amp_dtype dt);
+
+    /* Memory. alloc returns 64-byte aligned memory (NULL + AMP_ERR_OOM on failure). */
+    amp_status (*alloc)(size_t nbytes, void **out);
+    void (*free)(void *p);
+    amp_status (*memset_zero)(void *p, size_t nbytes);
+    amp_status (*copy)(void *dst, const void *src, size_t nbytes);          /* within device */
+    amp_status (*copy_to_host)(void *host, const void *src, size_t nbytes);
+    amp_status (*copy_from_host)(void *dst, const void *host, size_t nbytes);
+    amp_status (*sync)(void);
+
+    /* dst[i] = (dst_dt) src[i], round to nearest even, NaN stays NaN, overflow to inf. */
+    amp_status (*cast)(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt, int64_t n);
+    amp_status (*fill)(void *dst, amp_dtype dt, int64_t n, float value);
+    /* dst[i] = scale * (*scalar) : broadcast a backend f32 scalar (e.g. the grad of a mean). */
+    amp_status (*fill_scalar)(void *dst, amp_dtype dt, int64_t n, const float *scalar, float scale);
+
+    amp_status (*gemm)(const amp_gemm_desc *d);
+
+    amp_status (*conv2d_fwd)(const amp_conv2d_desc *d, const void *x, const void *w,
+                             const float *bias, void *y);
+    amp_status (*conv2d_bwd_data)(const amp_conv2d_desc *d, const void *dy, const void *w,
+                                  void *dx);
+    amp_status (*conv2d_bwd_weight)(const amp_conv2d_desc *d, const void *x, const void *dy,
+                                    void *dw, float *dbias);
+
+    amp_status (*bn_fwd_train)(const amp_bn_desc *d, const void *x, const float *gamma,
+                               const float *beta, void *y, float *save_mean, float *save_invstd,
+                               float *running_mean, float *running_var);
+    amp_status (*bn_fwd_eval)(const amp_bn_desc *d, const void *x, const float *gamma,
+                              const float *beta, const float *running_mean,
+                              const float *running_var, void *y);
+    amp_status (*bn_bwd)(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
+                         const float *save_mean, const float *save_invstd, void *dx,
+                         float *dgamma, float *dbeta);
+
+    /* argmax: i32 flat index into the input plane (h*w_in+w) of each output element. */
+    amp_status (*maxpool_fwd)(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
+    amp_status (*maxpool_bwd)(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
+                              void *dx);
+
+    amp_status (*unary)(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
+                        void *y);
+    amp_status (*binary)(amp_binary_op op, amp_dtype dt, int64_t n, const void *a, const void *b,
+                         void *y);
+    /* y += alpha * x (gradient accumulation). */
+    amp_status (*axpy)(amp_dtype dt, int64_t n, float alpha, const void *x, void *y);
+    /* out[0] = alpha * sum(x) as f32 (a backend scalar). */
+    amp_status (*sum)(amp_dtype dt, int64_t n, const void *x, float alpha, float *out);
+    /* out[j] = sum_i x[i, j] over rows (bias gradients); x is [rows, cols], out f32[cols]. */
+    amp_status (*sum_rows)(amp_dtype dt, int64_t rows, int64_t cols, const void *x, float *out);
+
+    /* Cross-entropy of logits[rows, classes] against labels (i32 in [0, classes)), mean over rows.
+     * Forward writes the loss scalar and saves log-softmax (f32, rows*classes) for backward.
+     * Backward: dlogits = (softmax - onehot) * (*dloss) / rows. A label out of range is an error. */
+    amp_status (*xent_fwd)(amp_dtype dt, int64_t rows, int64_t classes, const void *logits,
+                           const int32_t *labels, float *loss, float *logsoftmax);
+    amp_status (*xent_bwd)(amp_dtype dt, int64_t rows, int64_t classes, const float *logsoftmax,
+                           const int32_t *labels, const float *dloss, void *dlogits);
+    /* loss = mean((a - b)^2); backward: da = 2 (a - b) * (*dloss) / n (db = -da). */
+    amp_status (*mse_fwd)(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss);
+    amp_status (*mse_bwd)(amp_dtype dt, int64_t n, const void *a, const void *b,
+                          const float *dloss, void *da);
+
+    /* Inverted dropout: keep element i when philox(seed, offset + i) >= p, y = keep ? x/(1-p) : 0;
+     * mask (u8, 1 = kept) is saved for backward: dx = mask ? dy/(1-p) : 0. */
+    amp_status (*dropout_fwd)(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
+                              uint64_t offset, void *y, uint8_t *mask);
+    amp_status (*dropout_bwd)(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
+                              float p, void *dx);
+
+    /* Optimizer updates of one f32 tensor of n elements; grad may be f32, f16 or bf16 (g_dt). */
+    amp_status (*sgd_update)(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
+                             amp_dtype g_dt, float *momentum_buf);
+    amp_status (*adam_update)(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
+                              amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
+} amp_backend;
+
+/* The CPU backend: always present. */
+const amp_backend *amp_backend_cpu(void);
+/* The CUDA backend when built and a device answers, else NULL with amp_last_error saying why. */
+const amp_backend *amp_backend_cuda(void);
+
+#endif

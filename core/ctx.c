@@ -1,0 +1,93 @@
+/* Context: backend choice (CUDA when a device answers, else the CPU), arenas, tape, RNG. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+#include "core/error.h"
+#include "core/log.h"
+
+static amp_status amp_host_alloc(size_t nbytes, void **out) {
+    *out = aligned_alloc(AMP_ARENA_ALIGN, (nbytes + AMP_ARENA_ALIGN - 1) & ~(size_t)(AMP_ARENA_ALIGN - 1));
+    return *out ? AMP_OK : amp_fail(AMP_ERR_OOM, "host allocation of %zu bytes failed", nbytes);
+}
+
+static amp_status amp_ctx_pick_backend(amp_device want, const amp_backend **out) {
+    if (want == AMP_DEVICE_CPU) {
+        *out = amp_backend_cpu();
+        return AMP_OK;
+    }
+    const amp_backend *cuda = amp_backend_cuda();
+    if (cuda) {
+        *out = cuda;
+        return AMP_OK;
+    }
+    if (want == AMP_DEVICE_CUDA)
+        return amp_fail_context(AMP_ERR_NO_DEVICE, "amp_ctx_create: device CUDA was asked for");
+    amp_log(AMP_LOG_INFO, "%s; using the CPU backend", amp_last_error());
+    *out = amp_backend_cpu();
+    return AMP_OK;
+}
+
+amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
+    AMP_CHECK_ARG(out);
+    *out = NULL;
+    amp_ctx_opts o = opts ? *opts : (amp_ctx_opts){0};
+    if (o.device != AMP_DEVICE_AUTO && o.device != AMP_DEVICE_CPU && o.device != AMP_DEVICE_CUDA)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_ctx_create: unknown device %d", (int)o.device);
+    if (o.n_threads < 0)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_ctx_create: n_threads %d < 0", o.n_threads);
+    const amp_backend *be = NULL;
+    AMP_TRY(amp_ctx_pick_backend(o.device, &be));
+    amp_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return amp_fail(AMP_ERR_OOM, "amp_ctx_create: out of memory");
+    ctx->backend = be;
+    ctx->rng = (amp_rng_state){.seed = o.seed};
+    ctx->grad_enabled = true;
+    amp_arena_init(&ctx->host_arena, amp_host_alloc, free);
+    amp_arena_init(&ctx->data_arena, be->alloc, be->free);
+    if (o.n_threads > 0) omp_set_num_threads(o.n_threads);
+    *out = ctx;
+    return AMP_OK;
+}
+
+void amp_ctx_free(amp_ctx *ctx) {
+    if (!ctx) return;
+    amp_arena_destroy(&ctx->host_arena);
+    amp_arena_destroy(&ctx->data_arena);
+    free(ctx->tape);
+    free(ctx);
+}
+
+amp_device amp_ctx_device(const amp_ctx *ctx) { return ctx->backend->device; }
+const char *amp_ctx_backend_name(const amp_ctx *ctx) { return ctx->backend->name; }
+
+void amp_ctx_reset_step(amp_ctx *ctx) {
+    if (!ctx) return;
+    ctx->n_tape = 0;
+    amp_arena_reset(&ctx->host_arena);
+    amp_arena_reset(&ctx->data_arena);
+}
+
+size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak) {
+    if (peak) *peak = ctx->host_arena.peak + ctx->data_arena.peak;
+    return ctx->host_arena.in_use + ctx->data_arena.in_use;
+}
+
+amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out) {
+    AMP_TRY(amp_arena_alloc(&ctx->host_arena, nbytes, out));
+    memset(*out, 0, nbytes);
+    return AMP_OK;
+}
+
+amp_status amp_ctx_tape_push(amp_ctx *ctx, struct amp_tape_node *node) {
+    if (ctx->n_tape == ctx->cap_tape) {
+        int cap = ctx->cap_tape ? 2 * ctx->cap_tape : 64;
+        struct amp_tape_node **t = realloc(ctx->tape, (size_t)cap * sizeof *t);
+        if (!t) return amp_fail(AMP_ERR_OOM, "autograd tape: out of memory");
+        ctx->tape = t;
+        ctx->cap_tape = cap;
+    }
+    ctx->tape[ctx->n_tape++] = node;
+    return AMP_OK;
+}

@@ -1,0 +1,39 @@
+/* Internal error helpers: set the thread's message and return the status in one expression. */
+#ifndef AMP_CORE_ERROR_H
+#define AMP_CORE_ERROR_H
+
+#include "amp/status.h"
+
+#if defined(__GNUC__)
+#define AMP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define AMP_PRINTF(f, a)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Records "fmt..." as amp_last_error() and returns s. */
+amp_status amp_fail(amp_status s, const char *fmt, ...) AMP_PRINTF(2, 3);
+/* Prefixes the current message with "context: " and returns s (for errors passed upward). */
+amp_status amp_fail_context(amp_status s, const char *fmt, ...) AMP_PRINTF(2, 3);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Propagates a non-OK status. */
+#define AMP_TRY(expr)                                                                              \
+    do {                                                                                           \
+        amp_status amp_try_s_ = (expr);                                                            \
+        if (amp_try_s_ != AMP_OK) return amp_try_s_;                                               \
+    } while (0)
+
+/* Fails with AMP_ERR_INVALID_ARG naming the argument when it is NULL. */
+#define AMP_CHECK_ARG(p)                                                                           \
+    do {                                                                                           \
+        if (!(p)) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", __func__, #p); \
+    } while (0)
+
+#endif

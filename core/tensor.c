@@ -1,0 +1,195 @@
+/* Tensors: shape checks, creation (owned, step, view), host transfers. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+#include "core/error.h"
+#include "core/tensor_internal.h"
+#include "core/half.h"
+
+size_t amp_dtype_size(amp_dtype dt) {
+    switch (dt) {
+    case AMP_F16:
+    case AMP_BF16: return 2;
+    case AMP_F32:
+    case AMP_I32: return 4;
+    }
+    return 0;
+}
+
+const char *amp_dtype_name(amp_dtype dt) {
+    switch (dt) {
+    case AMP_F32: return "f32";
+    case AMP_F16: return "f16";
+    case AMP_BF16: return "bf16";
+    case AMP_I32: return "i32";
+    }
+    return "unknown";
+}
+
+amp_status amp_shape_check(const char *who, int ndim, const int64_t *shape, int64_t *numel) {
+    if (ndim < 1 || ndim > AMP_MAX_DIMS)
+        return amp_fail(AMP_ERR_SHAPE, "%s: ndim %d is outside 1..%d", who, ndim, AMP_MAX_DIMS);
+    if (!shape) return amp_fail(AMP_ERR_INVALID_ARG, "%s: shape is NULL", who);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1)
+            return amp_fail(AMP_ERR_SHAPE, "%s: dimension %d is %" PRId64 ", must be >= 1", who, i,
+                            shape[i]);
+        if (n > INT64_MAX / shape[i])
+            return amp_fail(AMP_ERR_SHAPE, "%s: element count overflows", who);
+        n *= shape[i];
+    }
+    *numel = n;
+    return AMP_OK;
+}
+
+static amp_status amp_dtype_check(const char *who, amp_dtype dt) {
+    if (amp_dtype_size(dt) == 0)
+        return amp_fail(AMP_ERR_DTYPE, "%s: unknown dtype %d", who, (int)dt);
+    return AMP_OK;
+}
+
+static void amp_tensor_fill_header(amp_tensor *t, amp_ctx *ctx, amp_dtype dt, int ndim,
+                                   const int64_t *shape, int64_t numel) {
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < AMP_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    t->numel = numel;
+    t->ctx = ctx;
+    t->backend = ctx->backend;
+}
+
+amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
+                             amp_tensor **out) {
+    AMP_CHECK_ARG(ctx);
+    AMP_CHECK_ARG(out);
+    *out = NULL;
+    int64_t numel;
+    AMP_TRY(amp_dtype_check(__func__, dt));
+    AMP_TRY(amp_shape_check(__func__, ndim, shape, &numel));
+    amp_tensor *t = calloc(1, sizeof *t);
+    if (!t) return amp_fail(AMP_ERR_OOM, "amp_tensor_create: out of memory");
+    amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
+    size_t nbytes = (size_t)numel * amp_dtype_size(dt);
+    amp_status s = ctx->backend->alloc(nbytes, &t->data);
+    if (s == AMP_OK) s = ctx->backend->memset_zero(t->data, nbytes);
+    if (s != AMP_OK) {
+        if (t->data) ctx->backend->free(t->data);
+        free(t);
+        return amp_fail_context(s, "amp_tensor_create");
+    }
+    t->flags = AMP_TENSOR_OWNED;
+    *out = t;
+    return AMP_OK;
+}
+
+amp_status amp_tensor_from_host(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
+                                const void *host, amp_tensor **out) {
+    AMP_CHECK_ARG(host);
+    AMP_TRY(amp_tensor_create(ctx, dt, ndim, shape, out));
+    amp_status s = amp_tensor_copy_from_host(*out, host, amp_tensor_nbytes(*out));
+    if (s != AMP_OK) {
+        amp_tensor_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+amp_status amp_tensor_view(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, void *data,
+                           amp_tensor **out) {
+    int64_t numel;
+    AMP_TRY(amp_shape_check(__func__, ndim, shape, &numel));
+    amp_tensor *t = calloc(1, sizeof *t);
+    if (!t) return amp_fail(AMP_ERR_OOM, "amp_tensor_view: out of memory");
+    amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
+    t->data = data;
+    t->flags = AMP_TENSOR_VIEW;
+    *out = t;
+    return AMP_OK;
+}
+
+amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
+                           amp_tensor **out) {
+    int64_t numel;
+    AMP_TRY(amp_shape_check(__func__, ndim, shape, &numel));
+    amp_tensor *t;
+    AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *t, (void **)&t));
+    amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
+    AMP_TRY(amp_arena_alloc(&ctx->data_arena, (size_t)numel * amp_dtype_size(dt), &t->data));
+    t->flags = AMP_TENSOR_STEP;
+    *out = t;
+    return AMP_OK;
+}
+
+amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out) {
+    return amp_tensor_step(like->ctx, dt, like->ndim, like->shape, out);
+}
+
+void amp_tensor_free(amp_tensor *t) {
+    if (!t || (t->flags & AMP_TENSOR_STEP)) return;
+    if ((t->flags & AMP_TENSOR_OWNED) && t->data) t->backend->free(t->data);
+    if (t->grad && t->grad != t && !(t->grad->flags & AMP_TENSOR_STEP)) amp_tensor_free(t->grad);
+    free(t);
+}
+
+size_t amp_tensor_nbytes(const amp_tensor *t) { return (size_t)t->numel * amp_dtype_size(t->dtype); }
+
+static amp_status amp_nbytes_check(const char *who, const amp_tensor *t, size_t nbytes) {
+    if (nbytes != amp_tensor_nbytes(t))
+        return amp_fail(AMP_ERR_SHAPE, "%s: buffer of %zu bytes for a tensor of %zu bytes", who,
+                        nbytes, amp_tensor_nbytes(t));
+    return AMP_OK;
+}
+
+amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes) {
+    AMP_CHECK_ARG(t);
+    AMP_CHECK_ARG(host);
+    AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
+    return t->backend->copy_to_host(host, t->data, nbytes);
+}
+
+amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes) {
+    AMP_CHECK_ARG(t);
+    AMP_CHECK_ARG(host);
+    AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
+    return t->backend->copy_from_host(t->data, host, nbytes);
+}
+
+amp_status amp_tensor_item(const amp_tensor *t, float *out) {
+    AMP_CHECK_ARG(t);
+    AMP_CHECK_ARG(out);
+    unsigned char raw[4]; /* element 0 only: a host copy and a widening, no kernel */
+    AMP_TRY(t->backend->copy_to_host(raw, t->data, amp_dtype_size(t->dtype)));
+    uint16_t h;
+    memcpy(&h, raw, sizeof h);
+    int32_t i;
+    switch (t->dtype) {
+    case AMP_F16: *out = amp_f16_bits_to_f32(h); break;
+    case AMP_BF16: *out = amp_bf16_bits_to_f32(h); break;
+    case AMP_I32: memcpy(&i, raw, 4); *out = (float)i; break;
+    default: memcpy(out, raw, 4); break;
+    }
+    return AMP_OK;
+}
+
+const char *amp_shape_str(const amp_tensor *t, char *buf, size_t size) {
+    size_t off = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < t->ndim && off < size; i++)
+        off += (size_t)snprintf(buf + off, size - off, i ? ", %" PRId64 : "%" PRId64, t->shape[i]);
+    if (off < size) snprintf(buf + off, size - off, "]");
+    return buf;
+}
+
+bool amp_same_shape(const amp_tensor *a, const amp_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+amp_status amp_backend_missing(const amp_backend *be, const char *entry) {
+    return amp_fail(AMP_ERR_UNSUPPORTED, "backend %s has no '%s' kernel", be->name, entry);
+}

@@ -1,0 +1,32 @@
+/* Tensor helpers for the library's own layers. */
+#ifndef AMP_CORE_TENSOR_INTERNAL_H
+#define AMP_CORE_TENSOR_INTERNAL_H
+
+#include "amp/tensor.h"
+#include "core/backend.h"
+
+enum {
+    AMP_TENSOR_OWNED = 1, /* struct and data allocated by amp_tensor_create */
+    AMP_TENSOR_STEP = 2,  /* struct and data in the step arena */
+    AMP_TENSOR_VIEW = 4,  /* heap struct over memory owned by someone else */
+};
+
+/* A step tensor with uninitialised data. */
+amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
+                           amp_tensor **out);
+/* A step tensor of the same shape as `like`, in dtype dt. */
+amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out);
+/* A heap struct viewing `data` (not owned); freed with amp_tensor_free (data untouched). */
+amp_status amp_tensor_view(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, void *data,
+                           amp_tensor **out);
+/* Checks 1 <= ndim <= AMP_MAX_DIMS and every extent >= 1; writes the element count. */
+amp_status amp_shape_check(const char *who, int ndim, const int64_t *shape, int64_t *numel);
+/* "[128, 1, 28, 28]" into buf (for messages). */
+const char *amp_shape_str(const amp_tensor *t, char *buf, size_t size);
+bool amp_same_shape(const amp_tensor *a, const amp_tensor *b);
+
+/* Calls a backend entry, or fails with AMP_ERR_UNSUPPORTED naming the entry and backend. */
+amp_status amp_backend_missing(const amp_backend *be, const char *entry);
+#define AMP_BE(be, entry, ...) ((be)->entry ? (be)->entry(__VA_ARGS__) : amp_backend_missing((be), #entry))
+
+#endif

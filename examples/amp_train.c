@@ -1,0 +1,173 @@
+/* amp-train: the Apex MNIST tutorial in C. Trains the tutorial ConvNet (or an MLP) on
+ * Fashion-MNIST and reports per-epoch train loss, test accuracy and throughput. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "amp/amp.h"
+#include "train_args.h"
+
+#define EVAL_BATCH 1000
+
+/* Prints the failing call and the library's message, then leaves main through `fail`. */
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        amp_status s_ = (call);                                                                    \
+        if (s_ != AMP_OK) {                                                                        \
+            fprintf(stderr, "amp-train: %s: %s\n", amp_status_str(s_), amp_last_error());          \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void progress(int epoch, int64_t batch, int64_t n_batches, float loss) {
+    int width = 30, filled = (int)(width * (batch + 1) / n_batches);
+    printf("\repoch %d [%.*s%*s] %lld/%lld loss %.4f", epoch, filled,
+           "==============================", width - filled, "", (long long)(batch + 1),
+           (long long)n_batches, (double)loss);
+    fflush(stdout);
+}
+
+/* Copies a host batch into device tensors, re-made only when the batch size changes. */
+static amp_status upload_batch(amp_ctx *ctx, const amp_batch *b, amp_tensor **x, amp_tensor **y) {
+    if (!*x || (*x)->shape[0] != b->n) {
+        amp_tensor_free(*x);
+        amp_tensor_free(*y);
+        *x = *y = NULL;
+        amp_status s = amp_tensor_create(ctx, AMP_F32, 4, b->shape, x);
+        if (s == AMP_OK) s = amp_tensor_create(ctx, AMP_I32, 1, &b->n, y);
+        if (s != AMP_OK) return s;
+    }
+    amp_status s = amp_tensor_copy_from_host(*x, b->x, (size_t)amp_tensor_nbytes(*x));
+    return s == AMP_OK ? amp_tensor_copy_from_host(*y, b->y, (size_t)amp_tensor_nbytes(*y)) : s;
+}
+
+/* Fraction of the test set classified correctly, in eval mode without gradients. */
+static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accuracy) {
+    amp_ctx *ctx = amp_model_ctx(m);
+    amp_loader *ld = NULL;
+    amp_tensor *x = NULL, *y = NULL;
+    float *logits = malloc(sizeof(float) * EVAL_BATCH * 10);
+    int64_t correct = 0, seen = 0;
+    amp_status s = logits ? AMP_OK : AMP_ERR_OOM;
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_model_train(m, false);
+    if (s == AMP_OK)
+        s = amp_loader_create(test, &(amp_loader_opts){.batch_size = EVAL_BATCH}, &ld);
+    amp_batch b;
+    while (s == AMP_OK && (s = amp_loader_next(ld, &b)) == AMP_OK && b.n > 0) {
+        amp_tensor *out;
+        s = upload_batch(ctx, &b, &x, &y);
+        if (s == AMP_OK) s = amp_model_forward(m, x, &out);
+        if (s == AMP_OK) s = amp_tensor_to_host(out, logits, sizeof(float) * (size_t)b.n * 10);
+        for (int64_t i = 0; s == AMP_OK && i < b.n; i++) {
+            int best = 0;
+            for (int k = 1; k < 10; k++)
+                if (logits[i * 10 + k] > logits[i * 10 + best]) best = k;
+            correct += best == b.y[i];
+        }
+        seen += b.n;
+        amp_ctx_reset_step(ctx);
+    }
+    amp_model_train(m, true);
+    amp_set_grad_enabled(ctx, grad);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_loader_free(ld);
+    free(logits);
+    *accuracy = seen ? (double)correct / (double)seen : 0.0;
+    return s;
+}
+
+int main(int argc, char **argv) {
+    train_args a;
+    int rc = train_args_parse(argc, argv, &a);
+    if (rc) return rc > 0 ? 0 : 2;
+
+    amp_ctx *ctx = NULL;
+    amp_dataset *train = NULL, *test = NULL;
+    amp_loader *loader = NULL;
+    amp_model *model = NULL;
+    amp_optimizer *opt = NULL;
+    amp_tensor *x = NULL, *y = NULL;
+    int exit_code = 1;
+    bool tty = isatty(STDOUT_FILENO);
+    amp_mnist_opts norm = {.mean = AMP_FASHION_MNIST_MEAN, .std = AMP_FASHION_MNIST_STD};
+
+    TRY(amp_ctx_create(&(amp_ctx_opts){.device = a.cpu ? AMP_DEVICE_CPU : AMP_DEVICE_AUTO,
+                                       .seed = a.seed, .n_threads = a.threads}, &ctx));
+    TRY(amp_mnist_load_ex(a.data_dir, true, &norm, &train));
+    TRY(amp_mnist_load_ex(a.data_dir, false, &norm, &test));
+    TRY(amp_loader_create(train, &(amp_loader_opts){.batch_size = a.batch_size, .shuffle = true,
+                                                    .seed = a.seed}, &loader));
+    TRY(strcmp(a.model, "mlp") == 0 ? amp_model_mlp_mnist(ctx, &model)
+                                    : amp_model_convnet_mnist(ctx, &model));
+    if (strcmp(a.optimizer, "sgd") == 0)
+        TRY(amp_sgd_create(model, &(amp_sgd_opts){.lr = a.lr, .momentum = a.momentum}, &opt));
+    else
+        TRY(amp_adam_create(model, &(amp_adam_opts){.lr = a.lr}, &opt));
+    if (!a.json || tty)
+        printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, backend %s\n",
+               a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
+               (long long)a.batch_size, amp_ctx_backend_name(ctx));
+
+    int64_t steps = 0, samples = 0;
+    double train_seconds = 0, accuracy = 0, epoch_loss = 0;
+    int epochs_run = 0;
+    for (int epoch = 1; epoch <= a.epochs && !(a.max_steps && steps >= a.max_steps); epoch++) {
+        double loss_sum = 0, t0 = now_seconds();
+        int64_t n_loss = 0, n_batches = amp_loader_n_batches(loader);
+        amp_batch b;
+        while (!(a.max_steps && steps >= a.max_steps)) {
+            TRY(amp_loader_next(loader, &b));
+            if (b.n == 0) break;
+            amp_tensor *logits, *loss;
+            float loss_value;
+            TRY(upload_batch(ctx, &b, &x, &y));
+            TRY(amp_model_forward(model, x, &logits));
+            TRY(amp_cross_entropy(logits, y, &loss));
+            TRY(amp_backward(loss));
+            TRY(amp_optimizer_step(opt));
+            TRY(amp_tensor_item(loss, &loss_value));
+            TRY(amp_zero_grad(opt));
+            loss_sum += loss_value;
+            n_loss++;
+            steps++;
+            samples += b.n;
+            if (tty) progress(epoch, b.index, n_batches, loss_value);
+        }
+        train_seconds += now_seconds() - t0;
+        if (tty) printf("\n");
+        TRY(evaluate(model, test, &accuracy));
+        epoch_loss = n_loss ? loss_sum / (double)n_loss : 0;
+        epochs_run = epoch;
+        printf("epoch %d: train loss %.9g, test accuracy %.2f %%, %.1f samples/s\n", epoch,
+               epoch_loss, 100.0 * accuracy, (double)samples / train_seconds);
+        fflush(stdout);
+    }
+    if (a.json)
+        printf("{\"model\": \"%s\", \"optimizer\": \"%s\", \"epochs\": %d, \"steps\": %lld, "
+               "\"batch_size\": %lld, \"lr\": %g, \"seed\": %llu, \"train_loss\": %.9g, "
+               "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"backend\": \"%s\"}\n",
+               a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
+               (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
+               train_seconds > 0 ? (double)samples / train_seconds : 0.0, amp_ctx_backend_name(ctx));
+    exit_code = 0;
+fail:
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_optimizer_free(opt);
+    amp_model_free(model);
+    amp_loader_free(loader);
+    amp_dataset_free(train);
+    amp_dataset_free(test);
+    amp_ctx_free(ctx);
+    return exit_code;
+}

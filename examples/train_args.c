@@ -1,0 +1,92 @@
+#include "train_args.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: amp-train [options]\n"
+            "  --model convnet|mlp      network (default convnet)\n"
+            "  --epochs N               passes over the training set (default 2)\n"
+            "  --batch-size B           (default 128)\n"
+            "  --lr X                   learning rate (default 0.05 for sgd, 0.001 for adam)\n"
+            "  --momentum X             SGD momentum (default 0.9)\n"
+            "  --optimizer sgd|adam     (default sgd)\n"
+            "  --seed S                 initialisation, shuffling and dropout (default 0)\n"
+            "  --data DIR               Fashion-MNIST IDX files (default "
+            "/usr/share/datasets/fashion-mnist)\n"
+            "  --max-steps N            stop after N optimizer steps (default: no limit)\n"
+            "  --threads N              CPU threads (default: all cores)\n"
+            "  --cpu                    use the CPU even when a GPU is present\n"
+            "  --json                   end with one line holding a JSON summary\n");
+}
+
+static int parse_number(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "amp-train: --%s '%s': want a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int train_args_parse(int argc, char **argv, train_args *a) {
+    *a = (train_args){.model = "convnet", .optimizer = "sgd",
+                      .data_dir = "/usr/share/datasets/fashion-mnist", .epochs = 2,
+                      .batch_size = 128, .lr = -1, .momentum = 0.9f};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"epochs", required_argument, 0, 'e'},
+        {"batch-size", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
+        {"momentum", required_argument, 0, 'M'},  {"optimizer", required_argument, 0, 'o'},
+        {"seed", required_argument, 0, 's'},      {"data", required_argument, 0, 'd'},
+        {"max-steps", required_argument, 0, 'x'}, {"threads", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'},            {"cpu", no_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+    int c;
+    double v;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const char *name = "";
+        for (const struct option *o = opts; o->name; o++)
+            if (o->val == c) name = o->name;
+        switch (c) {
+        case 'm': a->model = optarg; break;
+        case 'o': a->optimizer = optarg; break;
+        case 'd': a->data_dir = optarg; break;
+        case 'j': a->json = true; break;
+        case 'c': a->cpu = true; break;
+        case 'h': train_usage(stdout); return 1;
+        case 'e': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->epochs = (int)v; break;
+        case 'b': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->batch_size = (int64_t)v; break;
+        case 'l': if (parse_number(name, optarg, 1e-12, 1e3, &v)) return -1; a->lr = (float)v; break;
+        case 'M': if (parse_number(name, optarg, 0, 1, &v)) return -1; a->momentum = (float)v; break;
+        case 's': if (parse_number(name, optarg, 0, 1.8e19, &v)) return -1; a->seed = (uint64_t)v; break;
+        case 'x': if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->max_steps = (int64_t)v; break;
+        case 't': if (parse_number(name, optarg, 0, 4096, &v)) return -1; a->threads = (int)v; break;
+        default:
+            fprintf(stderr, "amp-train: unknown or incomplete option '%s'\n", argv[optind - 1]);
+            train_usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "amp-train: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (strcmp(a->model, "convnet") && strcmp(a->model, "mlp")) {
+        fprintf(stderr, "amp-train: --model '%s': want convnet or mlp\n", a->model);
+        return -1;
+    }
+    if (strcmp(a->optimizer, "sgd") && strcmp(a->optimizer, "adam")) {
+        fprintf(stderr, "amp-train: --optimizer '%s': want sgd or adam\n", a->optimizer);
+        return -1;
+    }
+    if (a->lr < 0) a->lr = strcmp(a->optimizer, "sgd") == 0 ? 0.05f : 0.001f;
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* libamp neural-network ops, autograd and models.
+ *
+ * Ops validate their inputs, run on the inputs' backend and return a step tensor (see tensor.h).
+ * When gradients are enabled and an input requires grad, the op is recorded on the context's tape;
+ * amp_backward(loss) walks the tape in reverse and ACCUMULATES into the .grad of every tensor
+ * that requires grad (parameters' gradients add up until amp_zero_grad). */
+#ifndef AMP_NN_H
+#define AMP_NN_H
+
+#include "amp/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- ops (outputs first in the backend; here the result comes back through `out`) ---- */
+/* y = x @ w^T + b: x [n, in], w [out, in], b [out] or NULL. */
+amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
+/* y = a @ b: a [m, k], b [k, n]. */
+amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+/* x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out] or NULL. */
+amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, int padding,
+                      amp_tensor **out);
+/* x [n, c, h, w]; gamma, beta, running_mean, running_var [c]. training: batch statistics, and
+ * the running ones are updated with `momentum` (PyTorch's convention); else running statistics. */
+amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                           float momentum, float eps, amp_tensor **out);
+amp_status amp_relu(amp_tensor *x, amp_tensor **out);
+amp_status amp_maxpool2d(amp_tensor *x, int kernel, int stride, int padding, amp_tensor **out);
+/* Same data, new shape (same numel). */
+amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor **out);
+/* [n, ...] -> [n, rest]. */
+amp_status amp_flatten(amp_tensor *x, amp_tensor **out);
+/* Elementwise, same shapes. */
+amp_status amp_add(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+amp_status amp_mul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+/* Mean of every element: a one-element tensor. */
+amp_status amp_mean(amp_tensor *x, amp_tensor **out);
+/* Fused log-softmax + NLL, mean over rows: logits [n, classes], labels i32 [n]. */
+amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor **out);
+/* mean((a - b)^2), same shapes. */
+amp_status amp_mse_loss(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+/* Inverted dropout with drop probability p in [0, 1); identity when !training. */
+amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out);
+
+/* ---- autograd ---- */
+/* Back-propagates from a one-element tensor (d loss = 1), then clears the tape. */
+amp_status amp_backward(amp_tensor *loss);
+/* Gradient recording on (default) or off, e.g. for evaluation. Returns the previous setting. */
+bool amp_set_grad_enabled(amp_ctx *ctx, bool enabled);
+/* Marks a leaf tensor (made with amp_tensor_create) as needing a gradient. */
+amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool requires_grad);
+/* The gradient written since the last zero_grad (AMP_ERR_STATE when none). */
+amp_status amp_tensor_get_grad(const amp_tensor *t, amp_tensor **out);
+/* Forgets a leaf's gradient: the next backward overwrites instead of accumulating. */
+void amp_tensor_zero_grad(amp_tensor *t);
+
+/* ---- models: named parameters and buffers plus a forward ---- */
+typedef struct amp_model amp_model;
+
+/* An empty sequential model; layers are added in order, then parameters are allocated as one
+ * block (on first forward or amp_model_build). `name` is the layer's dotted prefix
+ * ("layer1.0"); NULL names it by its index. */
+amp_status amp_seq_create(amp_ctx *ctx, amp_model **out);
+amp_status amp_seq_add_linear(amp_model *m, const char *name, int64_t in, int64_t out, bool bias);
+amp_status amp_seq_add_conv2d(amp_model *m, const char *name, int64_t c_in, int64_t c_out,
+                              int kernel, int stride, int padding, bool bias);
+amp_status amp_seq_add_batchnorm2d(amp_model *m, const char *name, int64_t c);
+amp_status amp_seq_add_relu(amp_model *m, const char *name);
+amp_status amp_seq_add_maxpool2d(amp_model *m, const char *name, int kernel, int stride);
+amp_status amp_seq_add_flatten(amp_model *m, const char *name);
+amp_status amp_seq_add_dropout(amp_model *m, const char *name, float p);
+/* Allocates and initialises parameters (PyTorch's defaults: Kaiming-uniform) from the ctx RNG. */
+amp_status amp_model_build(amp_model *m);
+
+/* The Apex tutorial ConvNet for 1x28x28 inputs: layer1 = Conv(1->16, k5, p2) + BN + ReLU +
+ * MaxPool(2), layer2 = Conv(16->32, k5, p2) + BN + ReLU + MaxPool(2), fc = Linear(1568->10). */
+amp_status amp_model_convnet_mnist(amp_ctx *ctx, amp_model **out);
+/* MLP 784-2048-2048-10 with ReLU (flattens its input). */
+amp_status amp_model_mlp_mnist(amp_ctx *ctx, amp_model **out);
+
+amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out);
+void amp_model_train(amp_model *m, bool training); /* training mode (default) or eval */
+bool amp_model_is_training(const amp_model *m);
+amp_ctx *amp_model_ctx(const amp_model *m);
+void amp_model_free(amp_model *m); /* NULL is a no-op */
+
+/* Parameters (trainable, with .grad) and buffers (running statistics), in registration order. */
+int amp_model_n_params(const amp_model *m);
+amp_tensor *amp_model_param(const amp_model *m, int i);
+const char *amp_model_param_name(const amp_model *m, int i);
+int amp_model_n_buffers(const amp_model *m);
+amp_tensor *amp_model_buffer(const amp_model *m, int i);
+const char *amp_model_buffer_name(const amp_model *m, int i);
+/* Looks a parameter or buffer up by its dotted name. */
+amp_status amp_model_find(const amp_model *m, const char *name, amp_tensor **out);
+int64_t amp_model_numel(const amp_model *m); /* parameters only */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,88 @@
+/* libamp tensors and the execution context.
+ *
+ * A tensor is a contiguous row-major array of up to AMP_MAX_DIMS dimensions, in one dtype, living
+ * on one backend (CPU or CUDA). Tensors made with amp_tensor_create are owned by the caller and
+ * freed with amp_tensor_free. Tensors returned by ops are step tensors: they live in the context's
+ * step arena and stay valid until amp_ctx_reset_step (which amp_zero_grad calls); never free them.
+ *
+ * The context owns the backend, the step arena, the autograd tape, the RNG and the autocast state.
+ * A context is used by one thread at a time. */
+#ifndef AMP_TENSOR_H
+#define AMP_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amp/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AMP_MAX_DIMS 4
+
+typedef enum amp_dtype { AMP_F32 = 0, AMP_F16 = 1, AMP_BF16 = 2, AMP_I32 = 3 } amp_dtype;
+
+typedef enum amp_device {
+    AMP_DEVICE_AUTO = 0, /* CUDA when a device answers, else the CPU (one log line says why) */
+    AMP_DEVICE_CPU = 1,
+    AMP_DEVICE_CUDA = 2,
+} amp_device;
+
+typedef struct amp_ctx amp_ctx;
+struct amp_backend;
+struct amp_tape_node;
+
+/* Fields are read-only for users; change a tensor only through the API. */
+typedef struct amp_tensor {
+    amp_dtype dtype;
+    int ndim;
+    int64_t shape[AMP_MAX_DIMS];
+    int64_t numel;
+    void *data; /* backend memory: host memory on the CPU backend */
+    amp_ctx *ctx;
+    const struct amp_backend *backend;
+    struct amp_tensor *grad; /* gradient, same shape and dtype; NULL until backward reaches it */
+    bool requires_grad;
+    bool grad_written; /* internal: grad holds a value this step (else the next write overwrites) */
+    uint8_t flags;     /* internal: AMP_TENSOR_* ownership bits */
+    struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
+} amp_tensor;
+
+typedef struct amp_ctx_opts {
+    amp_device device; /* AMP_DEVICE_AUTO by default (zero) */
+    uint64_t seed;     /* RNG seed: initialisation, dropout, shuffling */
+    int n_threads;     /* CPU threads; 0 = all cores */
+} amp_ctx_opts;
+
+amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out);
+void amp_ctx_free(amp_ctx *ctx); /* NULL is a no-op */
+amp_device amp_ctx_device(const amp_ctx *ctx);
+const char *amp_ctx_backend_name(const amp_ctx *ctx);
+/* Releases every step tensor and the autograd tape. Tensors returned by ops become invalid. */
+void amp_ctx_reset_step(amp_ctx *ctx);
+/* Bytes the step arena holds now and at most since creation. */
+size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak);
+
+size_t amp_dtype_size(amp_dtype dt);
+const char *amp_dtype_name(amp_dtype dt);
+
+/* A caller-owned tensor, zero-filled. shape has ndim entries, each >= 1. */
+amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
+                             amp_tensor **out);
+/* A caller-owned tensor with a copy of host data (n elements of dt must match the shape). */
+amp_status amp_tensor_from_host(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
+                                const void *host, amp_tensor **out);
+void amp_tensor_free(amp_tensor *t); /* NULL is a no-op; step tensors are ignored */
+/* Copies the tensor into host memory of nbytes (must equal numel * dtype size). */
+amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes);
+amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes);
+/* Reads element 0 as float (any dtype): the usual way to print a loss. */
+amp_status amp_tensor_item(const amp_tensor *t, float *out);
+size_t amp_tensor_nbytes(const amp_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,74 @@
+/* The CPU backend's kernels, one per entry of amp_backend (core/backend.h states each contract).
+ * cpu_backend.c gathers them into the table. Files: cpu_memory.c (memory, cast, fill),
+ * gemm_cpu.c and conv_cpu.c (oneDNN), elementwise_cpu.c, reduce_cpu.c, batchnorm_cpu.c,
+ * pool_cpu.c, loss_cpu.c, dropout_cpu.c, optim_cpu.c. */
+#ifndef AMP_KERNELS_CPU_BACKEND_H
+#define AMP_KERNELS_CPU_BACKEND_H
+
+#include "core/backend.h"
+
+/* Elementwise loops shorter than this stay on one thread: the fork costs more than it saves. */
+#define AMP_CPU_PARALLEL_MIN 32768
+/* Reductions sum chunks of this many elements, then the chunk sums in order: the result does
+ * not depend on the thread count. */
+#define AMP_CPU_REDUCE_CHUNK 4096
+
+amp_status amp_cpu_alloc(size_t nbytes, void **out);
+void amp_cpu_free(void *p);
+amp_status amp_cpu_memset_zero(void *p, size_t nbytes);
+amp_status amp_cpu_copy(void *dst, const void *src, size_t nbytes);
+amp_status amp_cpu_sync(void);
+amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt, int64_t n);
+amp_status amp_cpu_fill(void *dst, amp_dtype dt, int64_t n, float value);
+amp_status amp_cpu_fill_scalar(void *dst, amp_dtype dt, int64_t n, const float *scalar, float scale);
+
+amp_status amp_cpu_gemm(const amp_gemm_desc *d);
+
+amp_status amp_cpu_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
+                              const float *bias, void *y);
+amp_status amp_cpu_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, const void *w,
+                                   void *dx);
+amp_status amp_cpu_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
+                                     void *dw, float *dbias);
+
+amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
+                                const float *beta, void *y, float *save_mean, float *save_invstd,
+                                float *running_mean, float *running_var);
+amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
+                               const float *beta, const float *running_mean,
+                               const float *running_var, void *y);
+amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
+                          const float *save_mean, const float *save_invstd, void *dx,
+                          float *dgamma, float *dbeta);
+
+amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
+amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
+                               void *dx);
+
+amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
+                         void *y);
+amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
+                          const void *b, void *y);
+amp_status amp_cpu_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y);
+amp_status amp_cpu_sum(amp_dtype dt, int64_t n, const void *x, float alpha, float *out);
+amp_status amp_cpu_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x, float *out);
+
+amp_status amp_cpu_xent_fwd(amp_dtype dt, int64_t rows, int64_t classes, const void *logits,
+                            const int32_t *labels, float *loss, float *logsoftmax);
+amp_status amp_cpu_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const float *logsoftmax,
+                            const int32_t *labels, const float *dloss, void *dlogits);
+amp_status amp_cpu_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss);
+amp_status amp_cpu_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
+                           const float *dloss, void *da);
+
+amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
+                               uint64_t offset, void *y, uint8_t *mask);
+amp_status amp_cpu_dropout_bwd(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
+                               float p, void *dx);
+
+amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
+                              amp_dtype g_dt, float *momentum_buf);
+amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
+                               amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
+
+#endif

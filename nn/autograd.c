@@ -1,0 +1,152 @@
+/* Tape recording, gradient sinks and the reverse walk of amp_backward. */
+#include "nn/autograd.h"
+
+#include <string.h>
+
+#include "core/error.h"
+
+amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward, int n_in,
+                      amp_tensor *const *in, size_t aux_size, amp_tape_node **node) {
+    *node = NULL;
+    amp_ctx *ctx = out->ctx;
+    if (!ctx->grad_enabled) return AMP_OK;
+    bool any = false;
+    for (int i = 0; i < n_in; i++) any |= in[i] && in[i]->requires_grad;
+    if (!any) return AMP_OK;
+    amp_tape_node *n;
+    AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *n, (void **)&n));
+    n->op = op;
+    n->backward = backward;
+    n->out = out;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    if (aux_size) AMP_TRY(amp_ctx_step_alloc(ctx, aux_size, &n->aux));
+    AMP_TRY(amp_ctx_tape_push(ctx, n));
+    out->requires_grad = true;
+    out->grad_written = false;
+    out->node = n;
+    *node = n;
+    return AMP_OK;
+}
+
+/* Leaves made by the user get an owned gradient on first need; step tensors a step one. */
+static amp_status amp_grad_ensure(amp_tensor *t) {
+    if (t->grad) return AMP_OK;
+    if (t->flags & AMP_TENSOR_STEP) return amp_tensor_step_like(t, t->dtype, &t->grad);
+    return amp_tensor_create(t->ctx, t->dtype, t->ndim, t->shape, &t->grad);
+}
+
+amp_status amp_grad_begin(amp_tensor *t, amp_grad_sink *s) {
+    *s = (amp_grad_sink){.t = t};
+    if (!t || !t->requires_grad) return AMP_OK;
+    AMP_TRY(amp_grad_ensure(t));
+    if (!t->grad_written) s->buf = t->grad;
+    else AMP_TRY(amp_tensor_step_like(t, t->dtype, &s->buf));
+    return AMP_OK;
+}
+
+amp_status amp_grad_end(amp_grad_sink *s) {
+    if (!s->buf) return AMP_OK;
+    amp_tensor *t = s->t;
+    if (s->buf != t->grad)
+        AMP_TRY(AMP_BE(t->backend, axpy, t->dtype, t->numel, 1.0f, s->buf->data, t->grad->data));
+    t->grad_written = true;
+    return AMP_OK;
+}
+
+amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha) {
+    if (!t || !t->requires_grad) return AMP_OK;
+    AMP_TRY(amp_grad_ensure(t));
+    const amp_backend *be = t->backend;
+    if (t->grad_written)
+        AMP_TRY(AMP_BE(be, axpy, t->dtype, t->numel, alpha, src->data, t->grad->data));
+    else if (alpha == 1.0f)
+        AMP_TRY(AMP_BE(be, copy, t->grad->data, src->data, amp_tensor_nbytes(t)));
+    else
+        AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, t->dtype, t->numel, src->data, alpha, t->grad->data));
+    t->grad_written = true;
+    return AMP_OK;
+}
+
+amp_status amp_backward(amp_tensor *loss) {
+    AMP_CHECK_ARG(loss);
+    if (loss->numel != 1)
+        return amp_fail(AMP_ERR_SHAPE, "amp_backward: loss has %lld elements, want 1 (reduce it first)",
+                        (long long)loss->numel);
+    if (!loss->requires_grad || !loss->node)
+        return amp_fail(AMP_ERR_STATE, "amp_backward: loss does not require grad (no parameter or "
+                                       "input that requires grad reached it, or grads are disabled)");
+    amp_ctx *ctx = loss->ctx;
+    amp_tensor *seed;
+    AMP_TRY(amp_grad_ensure(loss));
+    seed = loss->grad;
+    AMP_TRY(AMP_BE(loss->backend, fill, seed->data, seed->dtype, 1, 1.0f));
+    loss->grad_written = true;
+    amp_status s = AMP_OK;
+    for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {
+        amp_tape_node *n = ctx->tape[i];
+        if (!n->out->grad_written) continue; /* its output did not reach the loss */
+        s = n->backward(n, n->out->grad);
+        if (s != AMP_OK) s = amp_fail_context(s, "backward of %s", n->op);
+    }
+    for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->node = NULL;
+    ctx->n_tape = 0; /* a second backward through the same graph is an error, as in PyTorch */
+    return s;
+}
+
+bool amp_set_grad_enabled(amp_ctx *ctx, bool enabled) {
+    bool prev = ctx->grad_enabled;
+    ctx->grad_enabled = enabled;
+    return prev;
+}
+
+amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool requires_grad) {
+    AMP_CHECK_ARG(t);
+    if (t->node)
+        return amp_fail(AMP_ERR_STATE, "amp_tensor_set_requires_grad: only leaf tensors can change it");
+    if (requires_grad && t->dtype == AMP_I32)
+        return amp_fail(AMP_ERR_DTYPE, "amp_tensor_set_requires_grad: i32 tensors have no gradient");
+    t->requires_grad = requires_grad;
+    return AMP_OK;
+}
+
+void amp_tensor_zero_grad(amp_tensor *t) {
+    if (t) t->grad_written = false;
+}
+
+amp_status amp_tensor_get_grad(const amp_tensor *t, amp_tensor **out) {
+    AMP_CHECK_ARG(t);
+    AMP_CHECK_ARG(out);
+    if (!t->grad || !t->grad_written) {
+        *out = NULL;
+        return amp_fail(AMP_ERR_STATE, "amp_tensor_get_grad: no gradient since the last zero_grad");
+    }
+    *out = t->grad;
+    return AMP_OK;
+}
+
+amp_status amp_check_tensor(const char *op, const char *arg, const amp_tensor *t, int ndim) {
+    if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", op, arg);
+    if (ndim > 0 && t->ndim != ndim) {
+        char b[64];
+        return amp_fail(AMP_ERR_SHAPE, "%s: %s has shape %s, want %d dimensions", op, arg,
+                        amp_shape_str(t, b, sizeof b), ndim);
+    }
+    return AMP_OK;
+}
+
+amp_status amp_check_float(const char *op, const char *arg, const amp_tensor *t) {
+    if (t->dtype != AMP_F32 && t->dtype != AMP_F16 && t->dtype != AMP_BF16)
+        return amp_fail(AMP_ERR_DTYPE, "%s: %s has dtype %s, want f32, f16 or bf16", op, arg,
+                        amp_dtype_name(t->dtype));
+    return AMP_OK;
+}
+
+amp_status amp_check_same_dtype(const char *op, const amp_tensor *a, const amp_tensor *b) {
+    if (a->dtype != b->dtype)
+        return amp_fail(AMP_ERR_DTYPE, "%s: inputs have dtypes %s and %s, want the same", op,
+                        amp_dtype_name(a->dtype), amp_dtype_name(b->dtype));
+    if (a->ctx != b->ctx)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: inputs belong to different contexts", op);
+    return AMP_OK;
+}

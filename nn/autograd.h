@@ -1,0 +1,51 @@
+/* The autograd tape: each differentiable op that ran with a grad-requiring input leaves a node;
+ * amp_backward walks the nodes in reverse. Gradients flow through "sinks": the first contribution
+ * to a tensor's gradient in a step overwrites it, later ones accumulate (backend entries only ever
+ * overwrite, core/backend.h). */
+#ifndef AMP_NN_AUTOGRAD_H
+#define AMP_NN_AUTOGRAD_H
+
+#include "amp/nn.h"
+#include "core/ctx.h"
+#include "core/tensor_internal.h"
+
+#define AMP_NODE_MAX_IN 3
+#define AMP_NODE_MAX_SAVED 3
+
+typedef struct amp_tape_node amp_tape_node;
+typedef amp_status (*amp_backward_fn)(amp_tape_node *n, const amp_tensor *dy);
+
+struct amp_tape_node {
+    const char *op;
+    amp_backward_fn backward;
+    amp_tensor *out;
+    amp_tensor *in[AMP_NODE_MAX_IN];
+    int n_in;
+    amp_tensor *saved[AMP_NODE_MAX_SAVED]; /* statistics, masks, indices */
+    void *aux;                             /* op-specific descriptor copy (step memory) */
+};
+
+/* Records `out` as produced by op from in[0..n_in) when grads are enabled and some input requires
+ * grad; *node is then the new node (else NULL: nothing to save). aux_size bytes of zeroed step
+ * memory are reserved at node->aux. */
+amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward, int n_in,
+                      amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
+
+/* Where one gradient contribution for `t` goes. buf is NULL when t needs no gradient. */
+typedef struct amp_grad_sink {
+    amp_tensor *t;
+    amp_tensor *buf; /* t->grad itself (first write of the step) or a step temporary */
+} amp_grad_sink;
+
+amp_status amp_grad_begin(amp_tensor *t, amp_grad_sink *s);
+/* After buf was written: adds a temporary into t->grad, marks the gradient written. */
+amp_status amp_grad_end(amp_grad_sink *s);
+/* grad(t) += alpha * src, without a temporary (src has t's numel and dtype). */
+amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha);
+
+/* Input checks shared by the ops; each names the op and the argument. */
+amp_status amp_check_tensor(const char *op, const char *arg, const amp_tensor *t, int ndim);
+amp_status amp_check_float(const char *op, const char *arg, const amp_tensor *t);
+amp_status amp_check_same_dtype(const char *op, const amp_tensor *a, const amp_tensor *b);
+
+#endif

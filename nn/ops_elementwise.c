@@ -1,0 +1,123 @@
+/* Elementwise ops: relu, add, mul (same shapes), dropout. */
+#include "core/error.h"
+#include "core/rng.h"
+#include "nn/autograd.h"
+
+static amp_status amp_relu_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(node->in[0], &s));
+    if (s.buf) /* the output's sign decides: y > 0 exactly where x > 0 */
+        AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
+                       node->out->data, dy->data, s.buf->data));
+    return amp_grad_end(&s);
+}
+
+amp_status amp_relu(amp_tensor *x, amp_tensor **out) {
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor("amp_relu", "x", x, 0));
+    AMP_TRY(amp_check_float("amp_relu", "x", x));
+    amp_tensor *y;
+    AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
+    AMP_TRY(AMP_BE(x->backend, unary, AMP_UNARY_RELU, x->dtype, x->numel, x->data, 0.0f, y->data));
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "relu", amp_relu_bwd, 1, &x, 0, &node));
+    *out = y;
+    return AMP_OK;
+}
+
+static amp_status amp_check_binary(const char *op, const amp_tensor *a, const amp_tensor *b) {
+    AMP_TRY(amp_check_tensor(op, "a", a, 0));
+    AMP_TRY(amp_check_tensor(op, "b", b, 0));
+    AMP_TRY(amp_check_float(op, "a", a));
+    AMP_TRY(amp_check_same_dtype(op, a, b));
+    if (!amp_same_shape(a, b)) {
+        char ba[64], bb[64];
+        return amp_fail(AMP_ERR_SHAPE, "%s: a %s and b %s differ in shape", op,
+                        amp_shape_str(a, ba, sizeof ba), amp_shape_str(b, bb, sizeof bb));
+    }
+    return AMP_OK;
+}
+
+static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op kind,
+                                amp_backward_fn bwd, amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_binary(op, a, b));
+    amp_tensor *y;
+    AMP_TRY(amp_tensor_step_like(a, a->dtype, &y));
+    AMP_TRY(AMP_BE(a->backend, binary, kind, a->dtype, a->numel, a->data, b->data, y->data));
+    amp_tensor *in[2] = {a, b};
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, name, bwd, 2, in, 0, &node));
+    *out = y;
+    return AMP_OK;
+}
+
+static amp_status amp_add_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    AMP_TRY(amp_grad_accumulate(node->in[0], dy, 1.0f));
+    return amp_grad_accumulate(node->in[1], dy, 1.0f);
+}
+
+amp_status amp_add(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    return amp_binary_run("amp_add", "add", AMP_BINARY_ADD, amp_add_bwd, a, b, out);
+}
+
+/* d(a*b) = dy*b for a, dy*a for b. */
+static amp_status amp_mul_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    for (int i = 0; i < 2; i++) {
+        amp_grad_sink s;
+        AMP_TRY(amp_grad_begin(node->in[i], &s));
+        if (s.buf)
+            AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_MUL, dy->dtype, dy->numel, dy->data,
+                           node->in[1 - i]->data, s.buf->data));
+        AMP_TRY(amp_grad_end(&s));
+    }
+    return AMP_OK;
+}
+
+amp_status amp_mul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    return amp_binary_run("amp_mul", "mul", AMP_BINARY_MUL, amp_mul_bwd, a, b, out);
+}
+
+typedef struct amp_dropout_aux {
+    float p;
+} amp_dropout_aux;
+
+static amp_status amp_dropout_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    const amp_dropout_aux *aux = node->aux;
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(node->in[0], &s));
+    if (s.buf)
+        AMP_TRY(AMP_BE(dy->backend, dropout_bwd, dy->dtype, dy->numel, dy->data,
+                       node->saved[0]->data, aux->p, s.buf->data));
+    return amp_grad_end(&s);
+}
+
+amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out) {
+    static const char *op = "amp_dropout";
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    AMP_TRY(amp_check_float(op, "x", x));
+    if (!(p >= 0.0f && p < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: p = %g, want 0 <= p < 1", op, (double)p);
+    if (!training || p == 0.0f) {
+        *out = x; /* identity, as torch.nn.functional.dropout in eval mode */
+        return AMP_OK;
+    }
+    amp_ctx *ctx = x->ctx;
+    amp_tensor *y, *mask;
+    AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
+    /* The mask is u8: an i32-sized step tensor would waste 3 bytes a value, so size it in words. */
+    int64_t words = (x->numel + 3) / 4;
+    AMP_TRY(amp_tensor_step(ctx, AMP_I32, 1, &words, &mask));
+    uint64_t offset = amp_rng_reserve(&ctx->rng, (uint64_t)x->numel);
+    AMP_TRY(AMP_BE(x->backend, dropout_fwd, x->dtype, x->numel, x->data, p, ctx->rng.seed, offset,
+                   y->data, (uint8_t *)mask->data));
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "dropout", amp_dropout_bwd, 1, &x, sizeof(amp_dropout_aux), &node));
+    if (node) {
+        ((amp_dropout_aux *)node->aux)->p = p;
+        node->saved[0] = mask;
+    }
+    *out = y;
+    return AMP_OK;
+}

@@ -1,0 +1,84 @@
+/* batchnorm2d, with torch.nn.BatchNorm2d's conventions: biased variance to normalise, unbiased
+ * variance in the running estimate, running = (1 - momentum) * running + momentum * batch. */
+#include "core/error.h"
+#include "nn/autograd.h"
+
+static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
+    amp_tensor *mean = node->saved[0], *invstd = node->saved[1];
+    const amp_bn_desc *d = node->aux;
+    amp_grad_sink sx, sg, sb;
+    AMP_TRY(amp_grad_begin(x, &sx));
+    AMP_TRY(amp_grad_begin(gamma, &sg));
+    AMP_TRY(amp_grad_begin(beta, &sb));
+    /* The kernel writes all three; the ones nobody needs go to temporaries. */
+    amp_tensor *dx = sx.buf, *dg = sg.buf, *db = sb.buf;
+    if (!dx) AMP_TRY(amp_tensor_step_like(x, x->dtype, &dx));
+    if (!dg) AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &dg));
+    if (!db) AMP_TRY(amp_tensor_step_like(beta, AMP_F32, &db));
+    AMP_TRY(AMP_BE(dy->backend, bn_bwd, d, x->data, dy->data, gamma->data, mean->data,
+                   invstd->data, dx->data, dg->data, db->data));
+    AMP_TRY(amp_grad_end(&sx));
+    AMP_TRY(amp_grad_end(&sg));
+    return amp_grad_end(&sb);
+}
+
+static amp_status amp_check_channel_vec(const char *op, const char *arg, const amp_tensor *v,
+                                        int64_t c) {
+    AMP_TRY(amp_check_tensor(op, arg, v, 1));
+    if (v->shape[0] != c || v->dtype != AMP_F32)
+        return amp_fail(AMP_ERR_SHAPE, "%s: %s must be f32 [%lld] (one per channel), got %s [%lld]",
+                        op, arg, (long long)c, amp_dtype_name(v->dtype), (long long)v->numel);
+    return AMP_OK;
+}
+
+amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                           float momentum, float eps, amp_tensor **out) {
+    static const char *op = "amp_batchnorm2d";
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 4));
+    AMP_TRY(amp_check_float(op, "x", x));
+    int64_t c = x->shape[1];
+    AMP_TRY(amp_check_channel_vec(op, "gamma", gamma, c));
+    AMP_TRY(amp_check_channel_vec(op, "beta", beta, c));
+    AMP_TRY(amp_check_channel_vec(op, "running_mean", running_mean, c));
+    AMP_TRY(amp_check_channel_vec(op, "running_var", running_var, c));
+    if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: eps %g must be > 0 and momentum %g in [0, 1]", op,
+                        (double)eps, (double)momentum);
+    amp_bn_desc d = {.n = x->shape[0], .c = c, .hw = x->shape[2] * x->shape[3], .eps = eps,
+                     .momentum = momentum, .dtype = x->dtype};
+    if (training && d.n * d.hw < 2)
+        return amp_fail(AMP_ERR_SHAPE, "%s: training needs more than 1 value per channel", op);
+    amp_ctx *ctx = x->ctx;
+    bool needs_grad = ctx->grad_enabled &&
+                      (x->requires_grad || gamma->requires_grad || beta->requires_grad);
+    if (!training && needs_grad)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "%s: backward through eval-mode batch norm is not "
+                        "supported; evaluate with amp_set_grad_enabled(ctx, false)", op);
+    amp_tensor *y;
+    AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
+    const amp_backend *be = x->backend;
+    if (!training) {
+        AMP_TRY(AMP_BE(be, bn_fwd_eval, &d, x->data, gamma->data, beta->data, running_mean->data,
+                       running_var->data, y->data));
+        *out = y;
+        return AMP_OK;
+    }
+    amp_tensor *mean, *invstd;
+    AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &mean));
+    AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &invstd));
+    AMP_TRY(AMP_BE(be, bn_fwd_train, &d, x->data, gamma->data, beta->data, y->data, mean->data,
+                   invstd->data, running_mean->data, running_var->data));
+    amp_tensor *in[3] = {x, gamma, beta};
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "batchnorm2d", amp_bn_bwd, 3, in, sizeof d, &node));
+    if (node) {
+        *(amp_bn_desc *)node->aux = d;
+        node->saved[0] = mean;
+        node->saved[1] = invstd;
+    }
+    *out = y;
+    return AMP_OK;
+}

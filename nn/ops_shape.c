@@ -1,0 +1,40 @@
+/* reshape and flatten: new shape over the same data; the gradient flows back unchanged. */
+#include "core/error.h"
+#include "nn/autograd.h"
+
+static amp_status amp_reshape_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    return amp_grad_accumulate(node->in[0], dy, 1.0f);
+}
+
+amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor **out) {
+    static const char *op = "amp_reshape";
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    int64_t numel;
+    AMP_TRY(amp_shape_check(op, ndim, shape, &numel));
+    if (numel != x->numel) {
+        char b[64];
+        return amp_fail(AMP_ERR_SHAPE, "%s: x %s has %lld elements, the new shape %lld", op,
+                        amp_shape_str(x, b, sizeof b), (long long)x->numel, (long long)numel);
+    }
+    amp_tensor *y;
+    AMP_TRY(amp_ctx_step_alloc(x->ctx, sizeof *y, (void **)&y));
+    *y = *x;
+    y->ndim = ndim;
+    for (int i = 0; i < AMP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
+    y->grad = NULL;
+    y->requires_grad = false;
+    y->grad_written = false;
+    y->node = NULL;
+    y->flags = AMP_TENSOR_STEP; /* the struct is step memory; the data stays x's */
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "reshape", amp_reshape_bwd, 1, &x, 0, &node));
+    *out = y;
+    return AMP_OK;
+}
+
+amp_status amp_flatten(amp_tensor *x, amp_tensor **out) {
+    AMP_TRY(amp_check_tensor("amp_flatten", "x", x, 0));
+    int64_t shape[2] = {x->shape[0], x->numel / x->shape[0]};
+    return amp_reshape(x, 2, shape, out);
+}

@@ -1,0 +1,54 @@
+/* The two models of the tutorial. Parameter names match the PyTorch modules they mirror. */
+#include "core/error.h"
+#include "nn/model_internal.h"
+
+/* The ConvNet of the Apex/PyTorch MNIST tutorials:
+ *   layer1 = Sequential(Conv2d(1, 16, 5, padding=2), BatchNorm2d(16), ReLU(), MaxPool2d(2))
+ *   layer2 = Sequential(Conv2d(16, 32, 5, padding=2), BatchNorm2d(32), ReLU(), MaxPool2d(2))
+ *   fc = Linear(7 * 7 * 32, 10) */
+static amp_status amp_convnet_layers(amp_model *m) {
+    static const char *blocks[2][4] = {{"layer1.0", "layer1.1", "layer1.2", "layer1.3"},
+                                       {"layer2.0", "layer2.1", "layer2.2", "layer2.3"}};
+    static const int64_t channels[3] = {1, 16, 32};
+    for (int b = 0; b < 2; b++) {
+        AMP_TRY(amp_seq_add_conv2d(m, blocks[b][0], channels[b], channels[b + 1], 5, 1, 2, true));
+        AMP_TRY(amp_seq_add_batchnorm2d(m, blocks[b][1], channels[b + 1]));
+        AMP_TRY(amp_seq_add_relu(m, blocks[b][2]));
+        AMP_TRY(amp_seq_add_maxpool2d(m, blocks[b][3], 2, 2));
+    }
+    AMP_TRY(amp_seq_add_flatten(m, "flatten"));
+    return amp_seq_add_linear(m, "fc", 7 * 7 * 32, 10, true);
+}
+
+/* nn.Sequential(Flatten, Linear(784, 2048), ReLU, Linear(2048, 2048), ReLU, Linear(2048, 10)). */
+static amp_status amp_mlp_layers(amp_model *m) {
+    AMP_TRY(amp_seq_add_flatten(m, "flatten"));
+    AMP_TRY(amp_seq_add_linear(m, "fc1", 784, 2048, true));
+    AMP_TRY(amp_seq_add_relu(m, "relu1"));
+    AMP_TRY(amp_seq_add_linear(m, "fc2", 2048, 2048, true));
+    AMP_TRY(amp_seq_add_relu(m, "relu2"));
+    return amp_seq_add_linear(m, "fc3", 2048, 10, true);
+}
+
+static amp_status amp_preset(amp_ctx *ctx, amp_status (*layers)(amp_model *), amp_model **out) {
+    AMP_CHECK_ARG(out);
+    *out = NULL;
+    amp_model *m;
+    AMP_TRY(amp_seq_create(ctx, &m));
+    amp_status s = layers(m);
+    if (s == AMP_OK) s = amp_model_build(m);
+    if (s != AMP_OK) {
+        amp_model_free(m);
+        return s;
+    }
+    *out = m;
+    return AMP_OK;
+}
+
+amp_status amp_model_convnet_mnist(amp_ctx *ctx, amp_model **out) {
+    return amp_preset(ctx, amp_convnet_layers, out);
+}
+
+amp_status amp_model_mlp_mnist(amp_ctx *ctx, amp_model **out) {
+    return amp_preset(ctx, amp_mlp_layers, out);
+}
