@@ -1,0 +1,138 @@
+/* libamp data: MNIST-format (IDX) datasets and a prefetching, shuffling batch loader.
+ *
+ * A dataset holds every sample in host memory: images f32 [n, c, h, w] (MNIST: c = 1, 28 x 28),
+ * labels i32 [n]. A loader cuts a dataset into batches, in a shuffled order that depends only on
+ * (seed, epoch), and gathers the next batch on a background thread while the caller trains on the
+ * current one. Batches are host memory; copy them to a tensor with amp_tensor_from_host.
+ *
+ * Typical use:
+ *     amp_dataset *ds;   amp_mnist_load("data/mnist", true, &ds);
+ *     amp_loader *ld;    amp_loader_create(ds, &(amp_loader_opts){.batch_size = 64,
+ *                                          .shuffle = true, .seed = 42}, &ld);
+ *     for (amp_batch b; amp_loader_next(ld, &b) == AMP_OK && b.n > 0;) { ... b.x, b.y ... }
+ *     amp_loader_free(ld); amp_dataset_free(ds);
+ */
+#ifndef AMP_DATA_H
+#define AMP_DATA_H
+
+#include "amp/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- datasets ---- */
+typedef struct amp_dataset amp_dataset;
+
+/* Normalisation constants: pixel mean and standard deviation of the training set after x/255.
+ * MNIST's are the ones the PyTorch MNIST example and the Apex tutorial use; Fashion-MNIST's are
+ * measured on its 60000 training images (tests/unit/test_data_fashion.c recomputes them). */
+#define AMP_MNIST_MEAN 0.1307f
+#define AMP_MNIST_STD 0.3081f
+#define AMP_FASHION_MNIST_MEAN 0.2860f
+#define AMP_FASHION_MNIST_STD 0.3530f
+
+/* How IDX pixels become floats: x = (u8 / 255 - mean) / std, in f32 in that order (what
+ * torchvision's ToTensor() then Normalize((mean,), (std,)) compute).
+ *  - std == 0 (a zeroed struct, or NULL opts) selects MNIST's AMP_MNIST_MEAN / AMP_MNIST_STD and
+ *    ignores `mean`; for Fashion-MNIST pass {.mean = AMP_FASHION_MNIST_MEAN, .std =
+ *    AMP_FASHION_MNIST_STD}; {.mean = 0, .std = 1} gives plain x/255 in [0, 1].
+ *  - n_classes: labels must lie in [0, n_classes); 0 means 10. At most 256 (labels are bytes). */
+typedef struct amp_mnist_opts {
+    float mean, std;
+    int n_classes;
+} amp_mnist_opts;
+
+/* Loads MNIST or Fashion-MNIST (same file names) from `dir`: train-images-idx3-ubyte.gz and
+ * train-labels-idx1-ubyte.gz when `train`, else t10k-images-idx3-ubyte.gz and
+ * t10k-labels-idx1-ubyte.gz; a name without ".gz" is used when only the uncompressed file exists.
+ * Normalised with the MNIST constants; amp_mnist_load_ex takes amp_mnist_opts (NULL = defaults).
+ * Errors: AMP_ERR_IO (a file cannot be opened or read: the message names the path and the system's
+ * reason), AMP_ERR_FORMAT (wrong magic, dims that do not match the data, truncated or corrupt
+ * gzip, trailing bytes, image/label count mismatch, label >= n_classes: the message names the
+ * file and what is wrong), AMP_ERR_INVALID_ARG (bad opts), AMP_ERR_OOM. */
+amp_status amp_mnist_load(const char *dir, bool train, amp_dataset **out);
+amp_status amp_mnist_load_ex(const char *dir, bool train, const amp_mnist_opts *opts,
+                             amp_dataset **out);
+/* The same from two explicit IDX paths (gzipped or not): images u8 [n, rows, cols] (magic
+ * 0x00000803) and labels u8 [n] (magic 0x00000801), e.g. for KMNIST or EMNIST files. */
+amp_status amp_dataset_load_idx(const char *images_path, const char *labels_path,
+                                const amp_mnist_opts *opts, amp_dataset **out);
+/* A dataset with copies of caller data: x f32 [n, sample_shape[0..2]], y i32 [n], each label in
+ * [0, n_classes) (AMP_ERR_INVALID_ARG names the first that is not). For synthetic data and tests. */
+amp_status amp_dataset_create(int64_t n, const int64_t sample_shape[3], const float *x,
+                              const int32_t *y, int n_classes, amp_dataset **out);
+void amp_dataset_free(amp_dataset *ds); /* NULL is a no-op */
+
+int64_t amp_dataset_n(const amp_dataset *ds);
+/* Shape of one sample, [c, h, w] ({1, 28, 28} for MNIST); its element count. */
+void amp_dataset_sample_shape(const amp_dataset *ds, int64_t shape[3]);
+int64_t amp_dataset_sample_numel(const amp_dataset *ds);
+int amp_dataset_n_classes(const amp_dataset *ds);
+/* The whole arrays, owned by the dataset: images [n, c, h, w], labels [n]. */
+const float *amp_dataset_images(const amp_dataset *ds);
+const int32_t *amp_dataset_labels(const amp_dataset *ds);
+
+/* ---- loader ---- */
+typedef struct amp_loader amp_loader;
+
+/* Zero-initialised fields are the defaults.
+ *  - batch_size >= 1. The last, partial batch of an epoch is kept unless drop_last (PyTorch's
+ *    DataLoader drop_last).
+ *  - shuffle: a Fisher-Yates permutation of [0, n) per epoch drawn from Philox4x32-10 keyed by
+ *    `seed`, counter (epoch, position); it depends only on (seed, epoch, n), so a run can be
+ *    reproduced and resumed, and every rank of a distributed run computes the same one. The
+ *    order is not torch.randperm's. Without shuffle the order is 0, 1, ..., n - 1.
+ *  - world_size > 1 shards the epoch's order like torch.utils.data.DistributedSampler
+ *    (drop_last=False): the order is padded by repeating it from its start up to
+ *    ceil(n / world_size) * world_size entries, and rank r takes entries r, r + world_size, ...
+ *    Each rank then sees ceil(n / world_size) samples; with n divisible by world_size the ranks
+ *    partition the data, otherwise the first (padding) samples appear twice in the epoch. Every
+ *    rank must use the same seed. world_size 0 means 1; 0 <= rank < world_size.
+ *  - no_prefetch: gather batches on the calling thread instead of a background one (same batches). */
+typedef struct amp_loader_opts {
+    int64_t batch_size;
+    bool shuffle;
+    uint64_t seed;
+    bool drop_last;
+    int rank, world_size;
+    bool no_prefetch;
+} amp_loader_opts;
+
+/* A batch: x f32 [n, c, h, w] (shape holds {n, c, h, w}), y i32 [n]; host memory owned by the
+ * loader, valid until the next amp_loader_next / amp_loader_set_state / amp_loader_free call.
+ * n == 0 marks the end of an epoch (x, y NULL); the call after it starts the next epoch.
+ * epoch and index say which batch this is (index == n_batches for the end mark). */
+typedef struct amp_batch {
+    const float *x;
+    const int32_t *y;
+    int64_t n;
+    int64_t shape[4];
+    int64_t epoch, index;
+} amp_batch;
+
+/* The position of the NEXT batch amp_loader_next will return: epoch, and batch index in [0,
+ * n_batches] (n_batches: the end-of-epoch mark is next). Save it with a checkpoint and restore it
+ * to get the same batches again, with the same dataset and options. */
+typedef struct amp_loader_state {
+    int64_t epoch;
+    int64_t batch;
+} amp_loader_state;
+
+/* The loader borrows `ds`, which must outlive it; one thread at a time calls a loader's functions
+ * (its own prefetch thread is internal). It starts at epoch 0, batch 0. An epoch with no
+ * batch (drop_last and fewer samples per rank than batch_size) is AMP_ERR_INVALID_ARG. */
+amp_status amp_loader_create(const amp_dataset *ds, const amp_loader_opts *opts, amp_loader **out);
+/* Stops the background thread and frees the buffers. NULL is a no-op. */
+void amp_loader_free(amp_loader *ld);
+amp_status amp_loader_next(amp_loader *ld, amp_batch *b);
+amp_status amp_loader_get_state(const amp_loader *ld, amp_loader_state *st);
+/* AMP_ERR_INVALID_ARG unless 0 <= epoch < 2^32 and 0 <= batch <= n_batches. */
+amp_status amp_loader_set_state(amp_loader *ld, const amp_loader_state *st);
+int64_t amp_loader_n_batches(const amp_loader *ld); /* batches per epoch for this rank */
+int64_t amp_loader_n_samples(const amp_loader *ld); /* samples per epoch for this rank */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+/* Core pieces: the step arena (alignment, growth, coalescing, peak), the RNG (reproducible, state
+ * save/restore exact, uniform range and mean), the context's CUDA fallback, tensor host round trips. */
+#include <stdint.h>
+#include <string.h>
+
+#include "amp/amp.h"
+#include "core/arena.h"
+#include "core/ctx.h"
+#include "core/rng.h"
+#include "test_util.h"
+
+static int n_allocs;
+static amp_status counting_alloc(size_t n, void **out) {
+    n_allocs++;
+    *out = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    return *out ? AMP_OK : AMP_ERR_OOM;
+}
+
+static void test_arena(void) {
+    amp_arena a;
+    amp_arena_init(&a, counting_alloc, free);
+    void *p[100];
+    for (int i = 0; i < 100; i++) {
+        CHECK_OK(amp_arena_alloc(&a, 100000 + (size_t)i, &p[i]));
+        CHECK(((uintptr_t)p[i] & 63) == 0);
+        memset(p[i], i, 100000); /* ASan/valgrind would flag an overlap or overrun */
+    }
+    CHECK(a.n_chunks > 1);
+    size_t peak = a.peak;
+    CHECK(peak >= 100 * 100000);
+    amp_arena_reset(&a);
+    CHECK(a.n_chunks == 1 && a.in_use == 0);
+    int before = n_allocs;
+    for (int i = 0; i < 100; i++) CHECK_OK(amp_arena_alloc(&a, 100000 + (size_t)i, &p[i]));
+    CHECK_MSG(n_allocs == before, "steady-state step allocated %d chunks", n_allocs - before);
+    CHECK(a.peak == peak);
+    amp_arena_destroy(&a);
+}
+
+static void test_rng(void) {
+    amp_ctx *ctx;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 42}, &ctx));
+    amp_rng_state s0;
+    CHECK_OK(amp_rng_get_state(ctx, &s0));
+    CHECK(s0.seed == 42 && s0.counter == 0);
+    double sum = 0;
+    float first[16];
+    for (int i = 0; i < 100000; i++) {
+        float u = amp_rng_uniform(&ctx->rng, -1.0f, 1.0f);
+        CHECK_MSG(u >= -1.0f && u < 1.0f, "draw %d = %g", i, (double)u);
+        if (i < 16) first[i] = u;
+        sum += u;
+    }
+    CHECK_MSG(fabs(sum / 100000) < 0.01, "mean %g", sum / 100000);
+    amp_rng_state mid;
+    CHECK_OK(amp_rng_get_state(ctx, &mid));
+    float next = amp_rng_uniform(&ctx->rng, 0, 1);
+    CHECK_OK(amp_rng_set_state(ctx, &s0));
+    for (int i = 0; i < 16; i++) CHECK(amp_rng_uniform(&ctx->rng, -1.0f, 1.0f) == first[i]);
+    CHECK_OK(amp_rng_set_state(ctx, &mid));
+    CHECK(amp_rng_uniform(&ctx->rng, 0, 1) == next);
+    int counts[7] = {0};
+    for (int i = 0; i < 70000; i++) counts[amp_rng_below(&ctx->rng, 7)]++;
+    for (int k = 0; k < 7; k++) CHECK_MSG(counts[k] > 9500 && counts[k] < 10500, "bucket %d: %d", k, counts[k]);
+    CHECK_FAILS(amp_rng_set_state(ctx, NULL), AMP_ERR_INVALID_ARG, "state");
+    amp_ctx_free(ctx);
+}
+
+static void test_ctx_and_tensor(void) {
+    amp_ctx *ctx = NULL;
+    /* No GPU here: AUTO falls back to the CPU, an explicit CUDA request fails and says why. */
+    CHECK_OK(amp_ctx_create(NULL, &ctx));
+    CHECK(amp_ctx_device(ctx) == AMP_DEVICE_CPU || amp_ctx_device(ctx) == AMP_DEVICE_CUDA);
+    amp_ctx_free(ctx);
+    amp_ctx *cuda = NULL;
+    amp_status s = amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CUDA}, &cuda);
+    if (s != AMP_OK) {
+        CHECK(s == AMP_ERR_NO_DEVICE && strstr(amp_last_error(), "CUDA") != NULL);
+        CHECK(cuda == NULL);
+    }
+    amp_ctx_free(cuda);
+    CHECK_FAILS(amp_ctx_create(&(amp_ctx_opts){.device = 7}, &ctx), AMP_ERR_INVALID_ARG, "device");
+
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU}, &ctx));
+    float host[6] = {1, -2, 3.5f, 0, 1e-3f, 65504};
+    amp_tensor *t;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (int64_t[]){2, 3}, host, &t));
+    float back[6];
+    CHECK_OK(amp_tensor_to_host(t, back, sizeof back));
+    CHECK(memcmp(back, host, sizeof host) == 0);
+    float item;
+    CHECK_OK(amp_tensor_item(t, &item));
+    CHECK(item == 1.0f);
+    CHECK_FAILS(amp_tensor_to_host(t, back, 5), AMP_ERR_SHAPE, "bytes");
+    amp_tensor_free(t);
+    uint16_t h = 0x3c00; /* 1.0 in f16 */
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F16, 1, (int64_t[]){1}, &h, &t));
+    CHECK_OK(amp_tensor_item(t, &item));
+    CHECK(item == 1.0f);
+    amp_tensor_free(t);
+    CHECK_FAILS(amp_tensor_create(ctx, AMP_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, &t), AMP_ERR_SHAPE, "ndim");
+    CHECK_FAILS(amp_tensor_create(ctx, AMP_F32, 2, (int64_t[]){3, 0}, &t), AMP_ERR_SHAPE, "dimension 1");
+    CHECK_FAILS(amp_tensor_create(ctx, (amp_dtype)9, 1, (int64_t[]){3}, &t), AMP_ERR_DTYPE, "dtype");
+    CHECK_FAILS(amp_tensor_create(NULL, AMP_F32, 1, (int64_t[]){3}, &t), AMP_ERR_INVALID_ARG, "ctx");
+    amp_tensor_free(NULL);
+    amp_ctx_free(ctx);
+}
+
+int main(void) {
+    test_arena();
+    test_rng();
+    test_ctx_and_tensor();
+    return test_summary("test_core");
+}
