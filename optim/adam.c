@@ -1,0 +1,81 @@
+/* torch.optim.Adam and AdamW: options (PyTorch's defaults for zeros, then checked as torch
+ * checks them) and the update of one parameter through its backend's adam_update. Each
+ * parameter counts its own steps (torch's state['step']): one without a gradient on some step
+ * does not advance, and its bias corrections use its own count. */
+#include <math.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "optim/optimizer_internal.h"
+
+/* torch.optim.Adam's defaults: lr=1e-3, betas=(0.9, 0.999), eps=1e-8. */
+#define AMP_ADAM_DEFAULT_LR 1e-3f
+#define AMP_ADAM_DEFAULT_BETA1 0.9f
+#define AMP_ADAM_DEFAULT_BETA2 0.999f
+#define AMP_ADAM_DEFAULT_EPS 1e-8f
+
+static amp_adam_opts amp_adam_fill_defaults(const amp_adam_opts *in) {
+    amp_adam_opts o = *in;
+    if (o.lr == 0.0f) o.lr = AMP_ADAM_DEFAULT_LR;
+    if (o.beta1 == 0.0f) o.beta1 = AMP_ADAM_DEFAULT_BETA1;
+    if (o.beta2 == 0.0f) o.beta2 = AMP_ADAM_DEFAULT_BETA2;
+    if (o.eps == 0.0f) o.eps = AMP_ADAM_DEFAULT_EPS;
+    return o;
+}
+
+static amp_status amp_adam_check_opts(const amp_adam_opts *o) {
+    const char *who = "amp_adam_create";
+    if (!(o->lr > 0.0f) || !isfinite(o->lr))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.lr = %g must be > 0 and finite", who,
+                        (double)o->lr);
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.beta1 = %g must be in [0, 1)", who,
+                        (double)o->beta1);
+    if (!(o->beta2 >= 0.0f && o->beta2 < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.beta2 = %g must be in [0, 1)", who,
+                        (double)o->beta2);
+    if (!(o->eps >= 0.0f) || !isfinite(o->eps))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.eps = %g must be >= 0 and finite", who,
+                        (double)o->eps);
+    if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "%s: opts.weight_decay = %g must be >= 0 and finite", who,
+                        (double)o->weight_decay);
+    return AMP_OK;
+}
+
+amp_status amp_adam_create_params(amp_tensor *const *params, const char *const *names, int n,
+                                  const amp_adam_opts *opts, amp_optimizer **out) {
+    AMP_CHECK_ARG(out);
+    *out = NULL;
+    AMP_CHECK_ARG(opts);
+    amp_adam_opts o = amp_adam_fill_defaults(opts);
+    AMP_TRY(amp_adam_check_opts(&o));
+    AMP_TRY(amp_optimizer_create_common("amp_adam_create", AMP_OPTIM_ADAM, params, names, n, 2,
+                                        out));
+    (*out)->adam = o;
+    if (o.decoupled && o.weight_decay == 0.0f)
+        amp_log(AMP_LOG_INFO, "AdamW with weight_decay 0 (torch.optim.AdamW's default is 1e-2; "
+                              "libamp applies no default)");
+    return AMP_OK;
+}
+
+amp_status amp_adam_step_param(amp_optimizer *opt, int i) {
+    amp_tensor *p = opt->params[i], *g = p->grad;
+    const amp_adam_opts *o = &opt->adam;
+    int64_t step = opt->param_steps[i] + 1;
+    amp_adam_desc d = {
+        .lr = o->lr,
+        .beta1 = o->beta1,
+        .beta2 = o->beta2,
+        .eps = o->eps,
+        .weight_decay = o->weight_decay,
+        .decoupled = o->decoupled,
+        .step = step,
+    };
+    float *m = opt->state[i * 2]->data, *v = opt->state[i * 2 + 1]->data;
+    AMP_TRY(opt->backend->adam_update(&d, p->numel, p->data, g->data, g->dtype, m, v));
+    opt->param_steps[i] = step;
+    opt->has_state[i] = true;
+    return AMP_OK;
+}

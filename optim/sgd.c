@@ -1,0 +1,63 @@
+/* torch.optim.SGD: options (checked as torch checks them, plus the header's lr > 0) and the
+ * update of one parameter through its backend's sgd_update. The momentum buffer is created from
+ * the gradient on the first step the parameter has one, as torch does (buf = grad.clone()),
+ * hence the per-parameter has_state. */
+#include <math.h>
+
+#include "core/error.h"
+#include "optim/optimizer_internal.h"
+
+static amp_status amp_sgd_check_opts(const amp_sgd_opts *o) {
+    const char *who = "amp_sgd_create";
+    if (!(o->lr > 0.0f) || !isfinite(o->lr))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.lr = %g must be > 0 and finite", who,
+                        (double)o->lr);
+    if (!(o->momentum >= 0.0f) || !isfinite(o->momentum))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.momentum = %g must be >= 0 and finite",
+                        who, (double)o->momentum);
+    if (!(o->dampening >= 0.0f) || !isfinite(o->dampening))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.dampening = %g must be >= 0 and finite",
+                        who, (double)o->dampening);
+    if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "%s: opts.weight_decay = %g must be >= 0 and finite", who,
+                        (double)o->weight_decay);
+    /* torch: "Nesterov momentum requires a momentum and zero dampening". */
+    if (o->nesterov && (o->momentum <= 0.0f || o->dampening != 0.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "%s: opts.nesterov needs momentum > 0 and dampening == 0 "
+                        "(momentum = %g, dampening = %g)",
+                        who, (double)o->momentum, (double)o->dampening);
+    return AMP_OK;
+}
+
+amp_status amp_sgd_create_params(amp_tensor *const *params, const char *const *names, int n,
+                                 const amp_sgd_opts *opts, amp_optimizer **out) {
+    AMP_CHECK_ARG(out);
+    *out = NULL;
+    AMP_CHECK_ARG(opts);
+    AMP_TRY(amp_sgd_check_opts(opts));
+    /* torch keeps no momentum_buffer at all when momentum is 0. */
+    int n_state = opts->momentum != 0.0f ? 1 : 0;
+    AMP_TRY(amp_optimizer_create_common("amp_sgd_create", AMP_OPTIM_SGD, params, names, n,
+                                        n_state, out));
+    (*out)->sgd = *opts;
+    return AMP_OK;
+}
+
+amp_status amp_sgd_step_param(amp_optimizer *opt, int i) {
+    amp_tensor *p = opt->params[i], *g = p->grad;
+    const amp_sgd_opts *o = &opt->sgd;
+    amp_sgd_desc d = {
+        .lr = o->lr,
+        .momentum = o->momentum,
+        .dampening = o->dampening,
+        .weight_decay = o->weight_decay,
+        .nesterov = o->nesterov,
+        .first_step = !opt->has_state[i],
+    };
+    float *buf = opt->n_state ? opt->state[i * opt->n_state]->data : NULL;
+    AMP_TRY(opt->backend->sgd_update(&d, p->numel, p->data, g->data, g->dtype, buf));
+    if (opt->n_state) opt->has_state[i] = true;
+    return AMP_OK;
+}
