@@ -20,6 +20,7 @@ if(NOT AMP_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80 90) # A100, H100/H200
     endif()
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared) # one cudart: the shared one CUDA::cudart links
     enable_language(CUDA)
     find_library(AMP_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
     find_library(AMP_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR})

@@ -23,6 +23,10 @@
 
 #include "amp/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum amp_be_op {
     AMP_BE_CAST, AMP_BE_GEMM, AMP_BE_CONV2D, AMP_BE_BATCHNORM, AMP_BE_MAXPOOL, AMP_BE_UNARY,
     AMP_BE_BINARY, AMP_BE_REDUCE, AMP_BE_XENT, AMP_BE_MSE, AMP_BE_DROPOUT, AMP_BE_SGD, AMP_BE_ADAM,
@@ -54,7 +58,8 @@ typedef struct amp_conv2d_desc {
 /* Batch norm over N and HW of an [n, c, hw] tensor (x, y, dy, dx in `dtype`; every per-channel
  * vector f32). Training: save_mean/save_invstd = batch mean and 1/sqrt(biased var + eps);
  * running_* <- (1 - momentum) * running_* + momentum * batch stat, with the UNBIASED variance
- * (PyTorch). Eval: normalise with running_mean/running_var. */
+ * (PyTorch). Eval: normalise with running_mean/running_var. gamma/beta may be NULL (1 and 0), and
+ * so may the running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted). */
 typedef struct amp_bn_desc {
     int64_t n, c, hw;
     float eps, momentum;
@@ -78,7 +83,8 @@ typedef enum amp_binary_op {
     AMP_BINARY_ADD,      /* y = a + b */
     AMP_BINARY_SUB,      /* y = a - b */
     AMP_BINARY_MUL,      /* y = a * b */
-    AMP_BINARY_RELU_BWD, /* y = a > 0 ? b : 0   (a = relu output, b = dy) */
+    AMP_BINARY_RELU_BWD, /* y = a <= 0 ? 0 : b (a = relu output, b = dy; PyTorch's
+                            threshold_backward: a NaN output lets dy through) */
 } amp_binary_op;
 
 /* SGD exactly as torch.optim.SGD (maximize=False):
@@ -93,7 +99,7 @@ typedef struct amp_sgd_desc {
 
 /* Adam/AdamW exactly as torch.optim.Adam/AdamW (amsgrad=False), step t >= 1:
  *   Adam:  g = grad + weight_decay * p          AdamW: p *= 1 - lr * weight_decay
- *   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+ *   m = lerp(m, g, 1 - beta1) (torch: exp_avg.lerp_);  v = beta2 * v + (1 - beta2) * g^2
  *   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps) */
 typedef struct amp_adam_desc {
     float lr, beta1, beta2, eps, weight_decay;
@@ -168,8 +174,9 @@ typedef struct amp_backend {
     amp_status (*mse_bwd)(amp_dtype dt, int64_t n, const void *a, const void *b,
                           const float *dloss, void *da);
 
-    /* Inverted dropout: keep element i when philox(seed, offset + i) >= p, y = keep ? x/(1-p) : 0;
-     * mask (u8, 1 = kept) is saved for backward: dx = mask ? dy/(1-p) : 0. */
+    /* Inverted dropout: keep element i when philox(seed, offset + i) >= p; y = x * keep * (1/(1-p))
+     * as PyTorch's native_dropout (a dropped NaN stays NaN); mask (u8, 1 = kept) is saved for
+     * backward: dx = dy * mask * (1/(1-p)). */
     amp_status (*dropout_fwd)(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
                               uint64_t offset, void *y, uint8_t *mask);
     amp_status (*dropout_bwd)(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
@@ -187,4 +194,7 @@ const amp_backend *amp_backend_cpu(void);
 /* The CUDA backend when built and a device answers, else NULL with amp_last_error saying why. */
 const amp_backend *amp_backend_cuda(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -4,7 +4,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 static bool amp_cpu_supports(amp_be_op op, amp_dtype dt) {
-    (void)op;
+    if (op == AMP_BE_CAST && dt == AMP_I32) return true; /* i32 <-> f32 only */
     return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
 }
 

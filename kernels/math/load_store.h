@@ -5,6 +5,7 @@
 
 #include "amp/tensor.h"
 #include "core/half.h"
+#include "kernels/math/cast.h"
 
 AMP_HD static inline float amp_load_f32(const void *p, amp_dtype dt, int64_t i) {
     switch (dt) {
@@ -19,7 +20,7 @@ AMP_HD static inline void amp_store_f32(void *p, amp_dtype dt, int64_t i, float 
     switch (dt) {
     case AMP_F16: ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v); break;
     case AMP_BF16: ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v); break;
-    case AMP_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case AMP_I32: ((int32_t *)p)[i] = amp_f32_to_i32(v); break;
     default: ((float *)p)[i] = v; break;
     }
 }

@@ -1,0 +1,196 @@
+/* CPU backend: batch norm forward (training, eval) and backward over an [n, c, hw] tensor.
+ *
+ * Channels are independent, so the loops run one channel per task; within a channel the sums
+ * visit the n planes in order, each plane in tiles of AMP_CPU_REDUCE_CHUNK with double lanes in
+ * a fixed order: the statistics do not depend on the thread count. The variance is computed in
+ * two passes (mean, then the mean squared deviation), in double, as PyTorch's CPU kernel; the
+ * running variance takes the unbiased estimate. Outputs y, dx, dgamma, dbeta, save_* and the
+ * running stats are overwritten. gamma/beta may be NULL (no affine: 1 and 0), and so may the
+ * running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted). */
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_tile.h"
+#include "kernels/math/batchnorm.h"
+
+static amp_status check_desc(const char *fn, const amp_bn_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
+        return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn,
+                        amp_dtype_name(d->dtype));
+    if (d->n < 1 || d->c < 1 || d->hw < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: shape [n %lld, c %lld, hw %lld] has an empty dimension",
+                        fn, (long long)d->n, (long long)d->c, (long long)d->hw);
+    return AMP_OK;
+}
+
+/* The elements of channel ch: plane i of the batch starts at (i * c + ch) * hw. */
+static int64_t plane_start(const amp_bn_desc *d, int64_t i, int64_t ch) {
+    return (i * d->c + ch) * d->hw;
+}
+
+/* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double. */
+static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, double mean,
+                          int squares) {
+    float buf[AMP_CPU_REDUCE_CHUNK];
+    double total = 0.0;
+    for (int64_t i = 0; i < d->n; i++) {
+        for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
+            int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
+            const float *v = tile_in(x, d->dtype, plane_start(d, i, ch) + t0, len, buf);
+            double lane[8] = {0};
+            int64_t k = 0;
+            if (squares) {
+                for (; k + 8 <= len; k += 8)
+                    for (int j = 0; j < 8; j++) {
+                        double dev = (double)v[k + j] - mean;
+                        lane[j] += dev * dev;
+                    }
+                for (; k < len; k++) {
+                    double dev = (double)v[k] - mean;
+                    lane[k & 7] += dev * dev;
+                }
+            } else {
+                for (; k + 8 <= len; k += 8)
+                    for (int j = 0; j < 8; j++) lane[j] += (double)v[k + j];
+                for (; k < len; k++) lane[k & 7] += (double)v[k];
+            }
+            total += ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                     ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        }
+    }
+    return total;
+}
+
+/* y = x * scale + shift over channel ch. */
+static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
+                          float shift, void *y) {
+    float bx[AMP_CPU_REDUCE_CHUNK], by[AMP_CPU_REDUCE_CHUNK];
+    for (int64_t i = 0; i < d->n; i++) {
+        for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
+            int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
+            int64_t off = plane_start(d, i, ch) + t0;
+            const float *v = tile_in(x, d->dtype, off, len, bx);
+            float *o = tile_out(y, d->dtype, off, by);
+            for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply(v[k], scale, shift);
+            tile_out_store(y, d->dtype, off, len, o);
+        }
+    }
+}
+
+amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
+                                const float *beta, void *y, float *save_mean, float *save_invstd,
+                                float *running_mean, float *running_var) {
+    AMP_TRY(check_desc(__func__, d));
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    int64_t count = d->n * d->hw;
+    /* The unbiased variance needs two values; PyTorch refuses the same batch ("Expected more
+     * than 1 value per channel when training"). */
+    if (count < 2)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: 1 value per channel (n %lld x hw %lld); training needs more than 1",
+                        __func__, (long long)d->n, (long long)d->hw);
+#pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t ch = 0; ch < d->c; ch++) {
+        double mean = channel_sum(d, x, ch, 0.0, 0) / (double)count;
+        double var_sum = channel_sum(d, x, ch, mean, 1);
+        double invstd = amp_bn_invstd(var_sum / (double)count, d->eps);
+        float scale, shift;
+        amp_bn_fold(mean, invstd, gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f, &scale,
+                    &shift);
+        channel_apply(d, x, ch, scale, shift, y);
+        if (save_mean) save_mean[ch] = (float)mean;
+        if (save_invstd) save_invstd[ch] = (float)invstd;
+        if (running_mean)
+            running_mean[ch] = amp_bn_running_update(running_mean[ch], mean, d->momentum);
+        if (running_var)
+            running_var[ch] =
+                amp_bn_running_update(running_var[ch], var_sum / (double)(count - 1), d->momentum);
+    }
+    return AMP_OK;
+}
+
+amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
+                               const float *beta, const float *running_mean,
+                               const float *running_var, void *y) {
+    AMP_TRY(check_desc(__func__, d));
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    AMP_CHECK_ARG(running_mean);
+    AMP_CHECK_ARG(running_var);
+#pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t ch = 0; ch < d->c; ch++) {
+        float scale, shift;
+        amp_bn_fold(running_mean[ch], amp_bn_invstd(running_var[ch], d->eps),
+                    gamma ? gamma[ch] : 1.0f, beta ? beta[ch] : 0.0f, &scale, &shift);
+        channel_apply(d, x, ch, scale, shift, y);
+    }
+    return AMP_OK;
+}
+
+/* sum(dy) and sum((x - mean) * dy) over channel ch, in double. */
+static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy, int64_t ch,
+                             double mean, double *sum_dy, double *dot) {
+    float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
+    double s = 0.0, p = 0.0;
+    for (int64_t i = 0; i < d->n; i++) {
+        for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
+            int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
+            int64_t off = plane_start(d, i, ch) + t0;
+            const float *xv = tile_in(x, d->dtype, off, len, bx);
+            const float *gv = tile_in(dy, d->dtype, off, len, bdy);
+            double ls[8] = {0}, lp[8] = {0};
+            int64_t k = 0;
+            for (; k + 8 <= len; k += 8)
+                for (int j = 0; j < 8; j++) {
+                    ls[j] += (double)gv[k + j];
+                    lp[j] += ((double)xv[k + j] - mean) * (double)gv[k + j];
+                }
+            for (; k < len; k++) {
+                ls[k & 7] += (double)gv[k];
+                lp[k & 7] += ((double)xv[k] - mean) * (double)gv[k];
+            }
+            s += ((ls[0] + ls[1]) + (ls[2] + ls[3])) + ((ls[4] + ls[5]) + (ls[6] + ls[7]));
+            p += ((lp[0] + lp[1]) + (lp[2] + lp[3])) + ((lp[4] + lp[5]) + (lp[6] + lp[7]));
+        }
+    }
+    *sum_dy = s;
+    *dot = p;
+}
+
+amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
+                          const float *save_mean, const float *save_invstd, void *dx,
+                          float *dgamma, float *dbeta) {
+    AMP_TRY(check_desc(__func__, d));
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(save_mean);
+    AMP_CHECK_ARG(save_invstd);
+    double count = (double)(d->n * d->hw);
+#pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t ch = 0; ch < d->c; ch++) {
+        double mean = save_mean[ch], invstd = save_invstd[ch], sum_dy, dot;
+        channel_bwd_sums(d, x, dy, ch, mean, &sum_dy, &dot);
+        if (dgamma) dgamma[ch] = (float)(dot * invstd);
+        if (dbeta) dbeta[ch] = (float)sum_dy;
+        if (!dx) continue;
+        float fmean = save_mean[ch];
+        float proj = (float)(dot * invstd * invstd / count), mean_dy = (float)(sum_dy / count);
+        float k = (float)((gamma ? (double)gamma[ch] : 1.0) * invstd);
+        float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
+        for (int64_t i = 0; i < d->n; i++) {
+            for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
+                int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
+                int64_t off = plane_start(d, i, ch) + t0;
+                const float *xv = tile_in(x, d->dtype, off, len, bx);
+                const float *gv = tile_in(dy, d->dtype, off, len, bdy);
+                /* dx may alias dy: each element is read before it is written. */
+                float *o = tile_out(dx, d->dtype, off, bdy);
+                for (int64_t e = 0; e < len; e++)
+                    o[e] = amp_bn_bwd_dx(xv[e], gv[e], fmean, proj, mean_dy, k);
+                tile_out_store(dx, d->dtype, off, len, o);
+            }
+        }
+    }
+    return AMP_OK;
+}

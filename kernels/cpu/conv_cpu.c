@@ -1,0 +1,364 @@
+/* CPU 2-D convolution (forward, backward data, backward weight) through oneDNN.
+ *
+ * Tensors arrive plain (NCHW activations, OIHW weights). oneDNN's direct kernels want channel-
+ * blocked layouts (nChw16c, OIhw16i16o, ...), so each plan lets oneDNN choose its layouts
+ * (format_tag_any) and reorders the operands in and the result out through the thread's scratch
+ * arena. Measured on the MNIST ConvNet layers at batch 128 (bench/RESULTS-gemm.md), the blocked
+ * kernel plus reorders is 3-11x faster than oneDNN's plain-layout kernel (im2col + GEMM), except
+ * backward data with very few input channels: the blocked diff_src pads C to a block of 16 and
+ * spends most of its time on padding. Below CONV_BLOCKED_MIN_C_IN input channels backward data
+ * therefore stays plain (1 channel: 2.0 ms plain vs 6.4 ms blocked, f32).
+ *
+ * Outputs are overwritten; dbias (f32) is the sum of dy over N, H, W. x, w, y share one dtype:
+ * f32, or bf16 (AVX512-BF16/AMX kernels, f32 accumulation; bias/dbias stay f32). Where oneDNN
+ * has no kernel for the dtype on this CPU (f16 without AVX512-FP16) the operands are widened to
+ * f32 and the result rounded back.
+ *
+ * Determinism: the same inputs give the same bits on every call with the same thread count.
+ * Forward and backward data keep their bits across thread counts; the weight and bias gradients
+ * do not (oneDNN reduces over the batch per thread). Plans are keyed by the thread count. */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_util.h"
+
+/* Input channels from which backward data uses the blocked layouts (see the header comment;
+ * 3 channels: plain 2.4 ms vs blocked 4.2 ms; 8 channels: plain 5.3 ms vs blocked 4.1 ms). */
+#define CONV_BLOCKED_MIN_C_IN 8
+
+typedef enum conv_op { CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHT } conv_op;
+
+static const char *const conv_op_name[] = {"amp_cpu_conv2d_fwd", "amp_cpu_conv2d_bwd_data",
+                                           "amp_cpu_conv2d_bwd_weight"};
+
+/* The oneDNN argument of each of an op's three tensors, in the order of the entry point's
+ * pointers: two inputs, then the output. */
+static const int conv_args[3][3] = {
+    [CONV_FWD] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+    [CONV_BWD_DATA] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+    [CONV_BWD_WEIGHT] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS},
+};
+
+/* Which of x (0), w (1), y (2) each of an op's three tensors is. */
+static const int conv_xwy[3][3] = {
+    [CONV_FWD] = {0, 1, 2}, [CONV_BWD_DATA] = {2, 1, 0}, [CONV_BWD_WEIGHT] = {0, 2, 1}};
+
+/* The pointers of one call: the op's two inputs, its output, and bias (fwd) or dbias (bwd
+ * weight), f32, NULL when absent. */
+typedef struct conv_io {
+    const void *in[2];
+    void *out;
+    const float *bias;
+} conv_io;
+
+/* Zeroed before filling: the cache compares its bytes. */
+typedef struct conv_key {
+    amp_conv2d_desc d;
+    int32_t op, has_bias, n_threads, unused;
+} conv_key;
+
+/* One tensor of the call: the caller's plain layout, the primitive's, and the reorder between
+ * them (user -> primitive for inputs, primitive -> user for the output) when they differ. */
+typedef struct conv_tensor {
+    dnnl_memory_desc_t user_md, prim_md, reorder_scratch_md;
+    dnnl_primitive_t reorder;
+    size_t offset; /* of the primitive-layout copy in the scratch arena */
+} conv_tensor;
+
+typedef struct conv_plan {
+    dnnl_primitive_t prim; /* NULL: no kernel for this dtype here, widen to f32 */
+    conv_tensor t[3];
+    dnnl_memory_desc_t bias_md, scratch_md;
+    size_t scratch_nbytes; /* largest scratchpad of all steps, at offset 0 of the arena */
+    size_t arena_nbytes;
+} conv_plan;
+
+static void conv_plan_destroy(void *p) {
+    conv_plan *plan = p;
+    if (plan->prim) dnnl_primitive_destroy(plan->prim);
+    for (int i = 0; i < 3; i++)
+        if (plan->t[i].reorder) dnnl_primitive_destroy(plan->t[i].reorder);
+    free(plan);
+}
+
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* The x, w and y descriptors of the convolution: plain, or `any` for oneDNN to choose. */
+static amp_status conv_mds(const amp_conv2d_desc *d, bool any, dnnl_memory_desc_t md[3]) {
+    dnnl_data_type_t dt = dnnl_f32;
+    AMP_TRY(amp_dnnl_dtype(d->dtype, "convolution tensors", &dt));
+    dnnl_dims_t x = {d->n, d->c_in, d->h_in, d->w_in};
+    dnnl_dims_t w = {d->c_out, d->c_in, d->kh, d->kw};
+    dnnl_dims_t y = {d->n, d->c_out, d->h_out, d->w_out};
+    dnnl_format_tag_t act = any ? dnnl_format_tag_any : dnnl_nchw;
+    dnnl_format_tag_t wei = any ? dnnl_format_tag_any : dnnl_oihw;
+    AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&md[0], 4, x, dt, act));
+    AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&md[1], 4, w, dt, wei));
+    AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&md[2], 4, y, dt, act));
+    return AMP_OK;
+}
+
+/* Creates the primitive descriptor of the key's op. Backward ops need a forward one as hint. */
+static amp_status conv_pd_create(const conv_key *key, dnnl_primitive_attr_t attr,
+                                 dnnl_primitive_desc_t *pd) {
+    const amp_conv2d_desc *d = &key->d;
+    bool any = !(key->op == CONV_BWD_DATA && d->c_in < CONV_BLOCKED_MIN_C_IN);
+    dnnl_memory_desc_t md[3], bias_md;
+    AMP_TRY(conv_mds(d, any, md));
+    dnnl_dims_t bias_dims = {d->c_out};
+    AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&bias_md, 1, bias_dims, dnnl_f32, dnnl_a));
+    const dnnl_memory_desc_t *bias = key->has_bias ? &bias_md : NULL;
+    dnnl_dims_t strides = {d->stride_h, d->stride_w}, pad = {d->pad_h, d->pad_w};
+
+    dnnl_convolution_desc_t fwd;
+    AMP_DNNL_TRY(dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training,
+                                                    dnnl_convolution_direct, &md[0], &md[1], bias,
+                                                    &md[2], strides, pad, pad));
+    dnnl_primitive_desc_t fwd_pd = NULL;
+    AMP_TRY(amp_dnnl_pd_create(&fwd, attr, NULL, &fwd_pd));
+    if (key->op == CONV_FWD) {
+        *pd = fwd_pd;
+        return AMP_OK;
+    }
+    dnnl_convolution_desc_t bwd;
+    dnnl_status_t s =
+        key->op == CONV_BWD_DATA
+            ? dnnl_convolution_backward_data_desc_init(&bwd, dnnl_convolution_direct, &md[0],
+                                                       &md[1], &md[2], strides, pad, pad)
+            : dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &md[0],
+                                                          &md[1], bias, &md[2], strides, pad, pad);
+    amp_status as = s == dnnl_success ? amp_dnnl_pd_create(&bwd, attr, fwd_pd, pd)
+                                      : amp_dnnl_fail(s, "dnnl_convolution_backward_*_desc_init",
+                                                      __func__);
+    dnnl_primitive_desc_destroy(fwd_pd);
+    return as;
+}
+
+/* Fills a tensor's reorder (when the primitive's layout differs from the plain one). */
+static amp_status conv_tensor_fill(conv_tensor *t, bool is_output, dnnl_primitive_attr_t attr) {
+    if (dnnl_memory_desc_equal(&t->user_md, &t->prim_md)) return AMP_OK;
+    dnnl_engine_t engine = NULL;
+    AMP_TRY(amp_dnnl_engine(&engine));
+    const dnnl_memory_desc_t *from = is_output ? &t->prim_md : &t->user_md;
+    const dnnl_memory_desc_t *to = is_output ? &t->user_md : &t->prim_md;
+    dnnl_primitive_desc_t pd = NULL;
+    AMP_DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr));
+    t->reorder_scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    dnnl_status_t s = dnnl_primitive_create(&t->reorder, pd);
+    dnnl_primitive_desc_destroy(pd);
+    AMP_DNNL_TRY(s);
+    return AMP_OK;
+}
+
+static amp_status conv_plan_fill(conv_plan *plan, const conv_key *key, dnnl_primitive_attr_t attr) {
+    dnnl_memory_desc_t user[3];
+    AMP_TRY(conv_mds(&key->d, false, user));
+    dnnl_dims_t bias_dims = {key->d.c_out};
+    AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&plan->bias_md, 1, bias_dims, dnnl_f32, dnnl_a));
+    dnnl_primitive_desc_t pd = NULL;
+    amp_status s = conv_pd_create(key, attr, &pd);
+    if (s == AMP_ERR_UNSUPPORTED && key->d.dtype != AMP_F32) return AMP_OK; /* widen */
+    AMP_TRY(s);
+    plan->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    plan->scratch_nbytes = dnnl_memory_desc_get_size(&plan->scratch_md);
+    for (int i = 0; i < 3; i++) {
+        plan->t[i].user_md = user[conv_xwy[key->op][i]];
+        plan->t[i].prim_md =
+            *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, conv_args[key->op][i]);
+    }
+    dnnl_status_t ds = dnnl_primitive_create(&plan->prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    AMP_DNNL_TRY(ds);
+    for (int i = 0; i < 3; i++) {
+        AMP_TRY(conv_tensor_fill(&plan->t[i], i == 2, attr));
+        size_t scratch = dnnl_memory_desc_get_size(&plan->t[i].reorder_scratch_md);
+        if (scratch > plan->scratch_nbytes) plan->scratch_nbytes = scratch;
+    }
+    /* Arena: the scratchpad the steps share (they run one after another), then the copies. */
+    size_t offset = align64(plan->scratch_nbytes);
+    for (int i = 0; i < 3; i++) {
+        if (!plan->t[i].reorder) continue;
+        plan->t[i].offset = offset;
+        offset += align64(dnnl_memory_desc_get_size(&plan->t[i].prim_md));
+    }
+    plan->arena_nbytes = offset;
+    return AMP_OK;
+}
+
+static amp_status conv_plan_build(const void *k, void **out) {
+    conv_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return amp_fail(AMP_ERR_OOM, "%s: out of host memory", __func__);
+    dnnl_primitive_attr_t attr = NULL;
+    amp_status s = amp_dnnl_attr_create(&attr);
+    if (s == AMP_OK) {
+        s = conv_plan_fill(plan, k, attr);
+        dnnl_primitive_attr_destroy(attr);
+    }
+    if (s != AMP_OK) {
+        conv_plan_destroy(plan);
+        return s;
+    }
+    *out = plan;
+    return AMP_OK;
+}
+
+/* Runs a reorder between the caller's buffer and its primitive-layout copy. */
+static amp_status conv_reorder(const conv_tensor *t, dnnl_memory_t from, dnnl_memory_t to,
+                               void *arena, amp_dnnl_mems *mems) {
+    dnnl_memory_t scratch = NULL;
+    AMP_TRY(amp_dnnl_mem(mems, &t->reorder_scratch_md, arena, &scratch));
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to},
+                               {DNNL_ARG_SCRATCHPAD, scratch}};
+    return amp_dnnl_execute(t->reorder, 3, args);
+}
+
+static amp_status conv_run(const conv_plan *plan, conv_op op, const conv_io *io,
+                           amp_dnnl_mems *mems) {
+    void *arena = NULL;
+    if (plan->arena_nbytes) AMP_TRY(amp_dnnl_scratch(plan->arena_nbytes, &arena));
+    dnnl_exec_arg_t args[5];
+    int n_args = 0;
+    dnnl_memory_t user[3] = {NULL}, prim[3] = {NULL};
+    for (int i = 0; i < 3; i++) {
+        const conv_tensor *t = &plan->t[i];
+        AMP_TRY(amp_dnnl_mem(mems, &t->user_md, i < 2 ? io->in[i] : io->out, &user[i]));
+        prim[i] = user[i];
+        if (t->reorder) {
+            AMP_TRY(amp_dnnl_mem(mems, &t->prim_md, (char *)arena + t->offset, &prim[i]));
+            if (i < 2) AMP_TRY(conv_reorder(t, user[i], prim[i], arena, mems));
+        }
+        args[n_args++] = (dnnl_exec_arg_t){conv_args[op][i], prim[i]};
+    }
+    dnnl_memory_t scratch = NULL;
+    AMP_TRY(amp_dnnl_mem(mems, &plan->scratch_md, arena, &scratch));
+    args[n_args++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
+    if (io->bias) {
+        dnnl_memory_t b = NULL;
+        AMP_TRY(amp_dnnl_mem(mems, &plan->bias_md, io->bias, &b));
+        args[n_args++] = (dnnl_exec_arg_t){op == CONV_FWD ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, b};
+    }
+    AMP_TRY(amp_dnnl_execute(plan->prim, n_args, args));
+    if (plan->t[2].reorder) AMP_TRY(conv_reorder(&plan->t[2], prim[2], user[2], arena, mems));
+    return amp_dnnl_wait();
+}
+
+static int64_t numel4(int64_t a, int64_t b, int64_t c, int64_t d) { return a * b * c * d; }
+
+static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io *io);
+
+/* No oneDNN kernel for this dtype: widen both inputs to f32, run, round the output back. */
+static amp_status conv_widened(conv_op op, const amp_conv2d_desc *d, const conv_io *io) {
+    int64_t nx = numel4(d->n, d->c_in, d->h_in, d->w_in);
+    int64_t nw = numel4(d->c_out, d->c_in, d->kh, d->kw);
+    int64_t ny = numel4(d->n, d->c_out, d->h_out, d->w_out);
+    const int64_t sizes[3] = {nx, nw, ny};
+    float *f[3] = {NULL, NULL, NULL};
+    amp_status s = AMP_OK;
+    for (int i = 0; i < 2 && s == AMP_OK; i++)
+        s = amp_dnnl_widen(io->in[i], d->dtype, 1, sizes[conv_xwy[op][i]], 0, &f[i]);
+    if (s == AMP_OK && !(f[2] = malloc((size_t)sizes[conv_xwy[op][2]] * sizeof(float))))
+        s = amp_fail(AMP_ERR_OOM, "%s: out of host memory", conv_op_name[op]);
+    if (s == AMP_OK) {
+        amp_conv2d_desc w = *d;
+        w.dtype = AMP_F32;
+        conv_io wio = {{f[0], f[1]}, f[2], io->bias};
+        s = conv_call(op, &w, &wio);
+    }
+    if (s == AMP_OK) amp_dnnl_narrow(io->out, d->dtype, 1, sizes[conv_xwy[op][2]], 0, f[2]);
+    for (int i = 0; i < 3; i++) free(f[i]);
+    return s;
+}
+
+static amp_status conv_validate(conv_op op, const amp_conv2d_desc *d) {
+    const char *name = conv_op_name[op];
+    if (d->n < 1 || d->c_in < 1 || d->h_in < 1 || d->w_in < 1 || d->c_out < 1 || d->kh < 1 ||
+        d->kw < 1)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: x [%lld, %lld, %lld, %lld], w [%lld, %lld, %lld, %lld]: every size "
+                        "must be >= 1",
+                        name, (long long)d->n, (long long)d->c_in, (long long)d->h_in,
+                        (long long)d->w_in, (long long)d->c_out, (long long)d->c_in,
+                        (long long)d->kh, (long long)d->kw);
+    if (d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: stride (%lld, %lld) must be >= 1, pad (%lld, %lld) >= 0", name,
+                        (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
+                        (long long)d->pad_w);
+    /* PyTorch's output size: floor((in + 2 pad - k) / stride) + 1, and the window must fit. */
+    int64_t span_h = d->h_in + 2 * d->pad_h - d->kh, span_w = d->w_in + 2 * d->pad_w - d->kw;
+    int64_t want_h = span_h < 0 ? 0 : span_h / d->stride_h + 1;
+    int64_t want_w = span_w < 0 ? 0 : span_w / d->stride_w + 1;
+    if (span_h < 0 || span_w < 0 || d->h_out != want_h || d->w_out != want_w)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: output %lldx%lld, but input %lldx%lld, kernel %lldx%lld, stride "
+                        "(%lld, %lld), pad (%lld, %lld) give %lldx%lld",
+                        name, (long long)d->h_out, (long long)d->w_out, (long long)d->h_in,
+                        (long long)d->w_in, (long long)d->kh, (long long)d->kw,
+                        (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
+                        (long long)d->pad_w, (long long)want_h, (long long)want_w);
+    dnnl_data_type_t unused = dnnl_f32;
+    return amp_dnnl_dtype(d->dtype, name, &unused);
+}
+
+static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io *io) {
+    conv_key key;
+    memset(&key, 0, sizeof key);
+    key.d = *d;
+    key.op = op;
+    key.has_bias = io->bias != NULL;
+    key.n_threads = amp_dnnl_threads();
+    conv_plan *plan = NULL;
+    amp_dnnl_cache_ref *ref = NULL;
+    amp_status s = amp_dnnl_cache_get(&key, sizeof key, conv_plan_build, conv_plan_destroy,
+                                      (void **)&plan, &ref);
+    if (s != AMP_OK)
+        return amp_fail_context(s, "%s(x [%lld, %lld, %lld, %lld], w [%lld, %lld, %lld, %lld], %s)",
+                                conv_op_name[op], (long long)d->n, (long long)d->c_in,
+                                (long long)d->h_in, (long long)d->w_in, (long long)d->c_out,
+                                (long long)d->c_in, (long long)d->kh, (long long)d->kw,
+                                amp_dtype_name(d->dtype));
+    if (plan->prim) {
+        amp_dnnl_mems mems = {0};
+        s = conv_run(plan, op, io, &mems);
+        amp_dnnl_mems_free(&mems);
+    } else {
+        s = conv_widened(op, d, io);
+    }
+    amp_dnnl_cache_put(ref);
+    return s;
+}
+
+amp_status amp_cpu_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
+                              const float *bias, void *y) {
+    AMP_CHECK_ARG(d);
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(w);
+    AMP_CHECK_ARG(y);
+    AMP_TRY(conv_validate(CONV_FWD, d));
+    conv_io io = {{x, w}, y, bias};
+    return conv_call(CONV_FWD, d, &io);
+}
+
+amp_status amp_cpu_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, const void *w,
+                                   void *dx) {
+    AMP_CHECK_ARG(d);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(w);
+    AMP_CHECK_ARG(dx);
+    AMP_TRY(conv_validate(CONV_BWD_DATA, d));
+    conv_io io = {{dy, w}, dx, NULL};
+    return conv_call(CONV_BWD_DATA, d, &io);
+}
+
+amp_status amp_cpu_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
+                                     void *dw, float *dbias) {
+    AMP_CHECK_ARG(d);
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(dw);
+    AMP_TRY(conv_validate(CONV_BWD_WEIGHT, d));
+    conv_io io = {{x, dy}, dw, dbias};
+    return conv_call(CONV_BWD_WEIGHT, d, &io);
+}

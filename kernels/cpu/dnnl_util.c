@@ -1,0 +1,287 @@
+/* oneDNN glue: engine, per-thread stream and scratch arena, the plan cache, widening to f32.
+ * See dnnl_util.h for the contract. */
+#include "kernels/cpu/dnnl_util.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/load_store.h"
+
+#define SCRATCH_ALIGN 64
+
+amp_status amp_dnnl_fail(dnnl_status_t s, const char *text, const char *func) {
+    return amp_fail(AMP_ERR_BACKEND, "%s: oneDNN call %s failed: %s", func, text,
+                    dnnl_status2str(s));
+}
+
+/* ---- engine and per-thread state ------------------------------------------------------------ */
+
+typedef struct thread_state {
+    dnnl_stream_t stream;
+    void *scratch;
+    size_t scratch_nbytes;
+} thread_state;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static dnnl_status_t g_engine_status = dnnl_runtime_error;
+static pthread_key_t g_thread_key;
+static int g_key_status = -1;
+
+static void thread_state_free(void *p) {
+    thread_state *t = p;
+    if (t->stream) dnnl_stream_destroy(t->stream);
+    free(t->scratch);
+    free(t);
+}
+
+static void init_once(void) {
+    g_engine_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+    g_key_status = pthread_key_create(&g_thread_key, thread_state_free);
+}
+
+amp_status amp_dnnl_engine(dnnl_engine_t *out) {
+    pthread_once(&g_once, init_once);
+    if (g_engine_status != dnnl_success)
+        return amp_dnnl_fail(g_engine_status, "dnnl_engine_create(&engine, dnnl_cpu, 0)",
+                             __func__);
+    *out = g_engine;
+    return AMP_OK;
+}
+
+static amp_status thread_state_get(thread_state **out) {
+    dnnl_engine_t engine = NULL;
+    AMP_TRY(amp_dnnl_engine(&engine));
+    if (g_key_status != 0)
+        return amp_fail(AMP_ERR_BACKEND, "%s: pthread_key_create failed (%d)", __func__,
+                        g_key_status);
+    thread_state *t = pthread_getspecific(g_thread_key);
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (!t) return amp_fail(AMP_ERR_OOM, "%s: out of host memory", __func__);
+        dnnl_status_t s = dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags);
+        if (s != dnnl_success) {
+            free(t);
+            return amp_dnnl_fail(s, "dnnl_stream_create(&stream, engine, default)", __func__);
+        }
+        if (pthread_setspecific(g_thread_key, t) != 0) {
+            thread_state_free(t);
+            return amp_fail(AMP_ERR_BACKEND, "%s: pthread_setspecific failed", __func__);
+        }
+    }
+    *out = t;
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_stream(dnnl_stream_t *out) {
+    thread_state *t = NULL;
+    AMP_TRY(thread_state_get(&t));
+    *out = t->stream;
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_scratch(size_t nbytes, void **out) {
+    thread_state *t = NULL;
+    AMP_TRY(thread_state_get(&t));
+    if (nbytes > t->scratch_nbytes) {
+        /* Grow by half again so a sequence of slightly larger requests does not reallocate
+         * every time; the buffer is only ever as large as the largest plan's needs. */
+        size_t want = nbytes + nbytes / 2;
+        want = (want + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+        void *p = aligned_alloc(SCRATCH_ALIGN, want);
+        if (!p)
+            return amp_fail(AMP_ERR_OOM, "%s: cannot allocate %zu bytes of oneDNN scratch",
+                            __func__, want);
+        free(t->scratch);
+        t->scratch = p;
+        t->scratch_nbytes = want;
+    }
+    *out = t->scratch;
+    return AMP_OK;
+}
+
+int amp_dnnl_threads(void) { return omp_get_max_threads(); }
+
+amp_status amp_dnnl_dtype(amp_dtype dt, const char *what, dnnl_data_type_t *out) {
+    switch (dt) {
+    case AMP_F32: *out = dnnl_f32; return AMP_OK;
+    case AMP_F16: *out = dnnl_f16; return AMP_OK;
+    case AMP_BF16: *out = dnnl_bf16; return AMP_OK;
+    default:
+        return amp_fail(AMP_ERR_UNSUPPORTED,
+                        "%s has dtype %d: the CPU GEMM/convolution take f32, f16 or bf16", what,
+                        (int)dt);
+    }
+}
+
+/* ---- plan cache ----------------------------------------------------------------------------- */
+
+struct amp_dnnl_cache_ref {
+    amp_dnnl_build_fn build;
+    amp_dnnl_destroy_fn destroy;
+    void *plan;
+    int refs;          /* references handed out and not yet put back */
+    bool cached;       /* still in the table (else destroyed when refs drops to 0) */
+    uint64_t last_use; /* LRU clock */
+    size_t key_nbytes;
+    unsigned char key[];
+};
+
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static amp_dnnl_cache_ref *g_cache[AMP_DNNL_CACHE_CAPACITY];
+static int g_cache_n;
+static uint64_t g_cache_clock;
+
+static void node_free(amp_dnnl_cache_ref *r) {
+    r->destroy(r->plan);
+    free(r);
+}
+
+/* Drops the least recently used plan from the table; one still in use dies at its last put. */
+static void cache_evict_lru(void) {
+    int lru = 0;
+    for (int i = 1; i < g_cache_n; i++)
+        if (g_cache[i]->last_use < g_cache[lru]->last_use) lru = i;
+    amp_dnnl_cache_ref *r = g_cache[lru];
+    g_cache[lru] = g_cache[--g_cache_n];
+    r->cached = false;
+    if (r->refs == 0) node_free(r);
+}
+
+amp_status amp_dnnl_cache_get(const void *key, size_t key_nbytes, amp_dnnl_build_fn build,
+                              amp_dnnl_destroy_fn destroy, void **plan, amp_dnnl_cache_ref **ref) {
+    pthread_mutex_lock(&g_cache_mu);
+    for (int i = 0; i < g_cache_n; i++) {
+        amp_dnnl_cache_ref *r = g_cache[i];
+        if (r->build == build && r->key_nbytes == key_nbytes && !memcmp(r->key, key, key_nbytes)) {
+            r->refs++;
+            r->last_use = ++g_cache_clock;
+            pthread_mutex_unlock(&g_cache_mu);
+            *plan = r->plan;
+            *ref = r;
+            return AMP_OK;
+        }
+    }
+    /* Built under the lock: two threads missing on the same key build it once. */
+    void *p = NULL;
+    amp_status s = build(key, &p);
+    if (s != AMP_OK) {
+        pthread_mutex_unlock(&g_cache_mu);
+        return s;
+    }
+    amp_dnnl_cache_ref *r = malloc(sizeof *r + key_nbytes);
+    if (!r) {
+        destroy(p);
+        pthread_mutex_unlock(&g_cache_mu);
+        return amp_fail(AMP_ERR_OOM, "%s: out of host memory", __func__);
+    }
+    *r = (amp_dnnl_cache_ref){.build = build, .destroy = destroy, .plan = p, .refs = 1,
+                              .cached = true, .last_use = ++g_cache_clock,
+                              .key_nbytes = key_nbytes};
+    memcpy(r->key, key, key_nbytes);
+    if (g_cache_n == AMP_DNNL_CACHE_CAPACITY) cache_evict_lru();
+    g_cache[g_cache_n++] = r;
+    pthread_mutex_unlock(&g_cache_mu);
+    *plan = p;
+    *ref = r;
+    return AMP_OK;
+}
+
+void amp_dnnl_cache_put(amp_dnnl_cache_ref *ref) {
+    if (!ref) return;
+    pthread_mutex_lock(&g_cache_mu);
+    assert(ref->refs > 0);
+    if (--ref->refs == 0 && !ref->cached) node_free(ref);
+    pthread_mutex_unlock(&g_cache_mu);
+}
+
+int amp_dnnl_cache_size(void) {
+    pthread_mutex_lock(&g_cache_mu);
+    int n = g_cache_n;
+    pthread_mutex_unlock(&g_cache_mu);
+    return n;
+}
+
+/* ---- memory objects and execution ----------------------------------------------------------- */
+
+amp_status amp_dnnl_mem(amp_dnnl_mems *mems, const dnnl_memory_desc_t *md, const void *data,
+                        dnnl_memory_t *out) {
+    dnnl_engine_t engine = NULL;
+    AMP_TRY(amp_dnnl_engine(&engine));
+    assert(mems->n < AMP_DNNL_MAX_MEMS);
+    /* oneDNN takes a non-const handle; inputs are only read. */
+    AMP_DNNL_TRY(dnnl_memory_create(&mems->m[mems->n], md, engine, (void *)(uintptr_t)data));
+    *out = mems->m[mems->n++];
+    return AMP_OK;
+}
+
+void amp_dnnl_mems_free(amp_dnnl_mems *mems) {
+    for (int i = 0; i < mems->n; i++) dnnl_memory_destroy(mems->m[i]);
+    mems->n = 0;
+}
+
+amp_status amp_dnnl_execute(dnnl_primitive_t p, int n_args, const dnnl_exec_arg_t *args) {
+    dnnl_stream_t stream = NULL;
+    AMP_TRY(amp_dnnl_stream(&stream));
+    AMP_DNNL_TRY(dnnl_primitive_execute(p, stream, n_args, args));
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_wait(void) {
+    dnnl_stream_t stream = NULL;
+    AMP_TRY(amp_dnnl_stream(&stream));
+    AMP_DNNL_TRY(dnnl_stream_wait(stream));
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_attr_create(dnnl_primitive_attr_t *attr) {
+    AMP_DNNL_TRY(dnnl_primitive_attr_create(attr));
+    dnnl_status_t s = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+    if (s != dnnl_success) {
+        dnnl_primitive_attr_destroy(*attr);
+        return amp_dnnl_fail(s, "dnnl_primitive_attr_set_scratchpad_mode(attr, user)", __func__);
+    }
+    return AMP_OK;
+}
+
+amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t attr,
+                              const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd) {
+    dnnl_engine_t engine = NULL;
+    AMP_TRY(amp_dnnl_engine(&engine));
+    dnnl_status_t s = dnnl_primitive_desc_create(pd, op_desc, attr, engine, hint);
+    if (s == dnnl_unimplemented)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "oneDNN has no implementation on this CPU");
+    if (s != dnnl_success)
+        return amp_dnnl_fail(s, "dnnl_primitive_desc_create(&pd, op_desc, attr, engine, hint)",
+                             __func__);
+    return AMP_OK;
+}
+
+/* ---- widening ------------------------------------------------------------------------------- */
+
+amp_status amp_dnnl_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
+                          float **out) {
+    float *dst = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *dst);
+    if (!dst)
+        return amp_fail(AMP_ERR_OOM, "%s: cannot allocate %lld f32 values", __func__,
+                        (long long)(rows * cols));
+#pragma omp parallel for collapse(2) if (rows * cols >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = amp_load_f32(src, dt, r * ld + c);
+    *out = dst;
+    return AMP_OK;
+}
+
+void amp_dnnl_narrow(void *dst, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
+                     const float *src) {
+#pragma omp parallel for collapse(2) if (rows * cols >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) amp_store_f32(dst, dt, r * ld + c, src[r * cols + c]);
+}

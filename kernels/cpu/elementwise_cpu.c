@@ -1,0 +1,128 @@
+/* CPU backend: unary, binary and axpy elementwise ops.
+ *
+ * Outputs are overwritten (axpy updates y in place by contract). Every op computes in f32: f32
+ * tensors are read and written in place; f16/bf16 tensors are processed in tiles widened into f32
+ * stack buffers by the backend's own cast and narrowed back with round to nearest even, so the
+ * inner loops see plain float arrays and vectorise for every dtype. x and y may be the same
+ * array (in-place ops); other overlaps are not supported. */
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_tile.h"
+#include "kernels/math/binary.h"
+#include "kernels/math/relu.h"
+
+/* Elements per tile: three f32 tiles (a, b, y) take 12 KiB, which stays in L1 with the data. */
+#define EW_TILE 1024
+
+static amp_status check_float(const char *fn, amp_dtype dt) {
+    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
+    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
+}
+
+static amp_status check_n(const char *fn, int64_t n) {
+    if (n >= 0) return AMP_OK;
+    return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
+}
+
+static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, float *y) {
+    switch (op) {
+    case AMP_UNARY_RELU:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_relu(x[i]);
+        break;
+    case AMP_UNARY_SCALE:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_scale(x[i], alpha);
+        break;
+    case AMP_UNARY_COPY:
+        memmove(y, x, (size_t)n * sizeof *y);
+        break;
+    }
+}
+
+amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
+                         void *y) {
+    if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
+    if (op == AMP_UNARY_COPY) {
+        /* A copy keeps every bit (NaN payloads too), in any dtype, as torch.Tensor.copy_. */
+        if (dt != AMP_I32) AMP_TRY(check_float(__func__, dt));
+        AMP_TRY(check_n(__func__, n));
+        return amp_cpu_copy(y, x, (size_t)n * amp_dtype_size(dt));
+    }
+    AMP_TRY(check_float(__func__, dt));
+    AMP_TRY(check_n(__func__, n));
+    if (n == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t t = 0; t < n_tiles; t++) {
+        float bx[EW_TILE], by[EW_TILE];
+        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
+        float *yt = tile_out(y, dt, i0, by);
+        unary_tile(op, len, tile_in(x, dt, i0, len, bx), alpha, yt);
+        tile_out_store(y, dt, i0, len, yt);
+    }
+    return AMP_OK;
+}
+
+static void binary_tile(amp_binary_op op, int64_t n, const float *a, const float *b, float *y) {
+    switch (op) {
+    case AMP_BINARY_ADD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_add(a[i], b[i]);
+        break;
+    case AMP_BINARY_SUB:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_sub(a[i], b[i]);
+        break;
+    case AMP_BINARY_MUL:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_mul(a[i], b[i]);
+        break;
+    case AMP_BINARY_RELU_BWD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_relu_bwd(a[i], b[i]);
+        break;
+    }
+}
+
+amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
+                          const void *b, void *y) {
+    if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
+        op != AMP_BINARY_RELU_BWD)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_binary: unknown op %d", (int)op);
+    AMP_TRY(check_float(__func__, dt));
+    AMP_TRY(check_n(__func__, n));
+    if (n == 0) return AMP_OK;
+    AMP_CHECK_ARG(a);
+    AMP_CHECK_ARG(b);
+    AMP_CHECK_ARG(y);
+    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t t = 0; t < n_tiles; t++) {
+        float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
+        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
+        float *yt = tile_out(y, dt, i0, by);
+        binary_tile(op, len, tile_in(a, dt, i0, len, ba), tile_in(b, dt, i0, len, bb), yt);
+        tile_out_store(y, dt, i0, len, yt);
+    }
+    return AMP_OK;
+}
+
+amp_status amp_cpu_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y) {
+    AMP_TRY(check_float(__func__, dt));
+    AMP_TRY(check_n(__func__, n));
+    if (n == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t t = 0; t < n_tiles; t++) {
+        float bx[EW_TILE], by[EW_TILE];
+        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
+        const float *xt = tile_in(x, dt, i0, len, bx);
+        const float *yin = tile_in(y, dt, i0, len, by);
+        float *yt = tile_out(y, dt, i0, by);
+        for (int64_t i = 0; i < len; i++) yt[i] = amp_axpy(yin[i], alpha, xt[i]);
+        tile_out_store(y, dt, i0, len, yt);
+    }
+    return AMP_OK;
+}

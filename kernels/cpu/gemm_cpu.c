@@ -1,0 +1,242 @@
+/* CPU GEMM through oneDNN's matmul primitive.
+ *
+ * C[m,n] = alpha * op(A) @ op(B) + beta * C (+ bias[n]), the contract of amp_gemm_desc. Transposes
+ * and leading dimensions become memory-descriptor strides, so nothing is copied. beta is a sum
+ * post-op (C is not read when beta == 0, as in BLAS: a NaN left in C does not leak into the
+ * result). oneDNN adds a matmul bias BEFORE the output scale (dst = alpha * (A@B + bias)); for
+ * alpha != 1 the bias is therefore a binary-add post-op placed after the sum instead.
+ *
+ * dtypes: f32 x f32 and bf16 x bf16 (into f32 or bf16 C) run natively, bf16 on AVX512-BF16/AMX
+ * where present, accumulating in f32. Any other mix of f32/f16/bf16 that oneDNN has no kernel for
+ * on this CPU is widened to f32, computed, and rounded back (DESIGN.md: fp16 on the CPU is
+ * storage).
+ *
+ * Determinism: the same inputs give the same bits on every call with the same thread count.
+ * Across thread counts oneDNN keeps the bits for most shapes but not where it splits k between
+ * threads (small m*n, large k, e.g. 16x16x4096); plans are keyed by the thread count. */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/math/load_store.h"
+
+/* Everything a plan depends on; zeroed before filling because the cache compares its bytes. */
+typedef struct gemm_key {
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    int32_t a_dtype, b_dtype, c_dtype, n_threads;
+    uint8_t trans_a, trans_b, has_bias, unused;
+} gemm_key;
+
+typedef struct gemm_plan {
+    dnnl_primitive_t prim; /* NULL: oneDNN lacks these dtypes here, widen to f32 */
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
+    size_t scratch_nbytes;
+    int bias_arg; /* DNNL_ARG_BIAS, the binary post-op's src1, or 0 without bias */
+} gemm_plan;
+
+static void gemm_plan_destroy(void *p) {
+    gemm_plan *plan = p;
+    if (plan->prim) dnnl_primitive_destroy(plan->prim);
+    free(plan);
+}
+
+/* The strides of a logical rows x cols operand stored row-major with leading dimension ld,
+ * transposed in memory when `trans`. */
+static amp_status operand_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
+                             bool trans, amp_dtype dt) {
+    dnnl_data_type_t ddt = dnnl_f32;
+    AMP_TRY(amp_dnnl_dtype(dt, "gemm operand", &ddt));
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
+    AMP_DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, ddt, strides));
+    return AMP_OK;
+}
+
+static amp_status gemm_attr_fill(dnnl_primitive_attr_t attr, const gemm_key *key,
+                                 const dnnl_memory_desc_t *bias_md, bool bias_post_op) {
+    if (key->alpha != 1.0f)
+        AMP_DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha));
+    if (key->beta == 0.0f && !bias_post_op) return AMP_OK;
+    dnnl_post_ops_t po;
+    AMP_DNNL_TRY(dnnl_post_ops_create(&po));
+    dnnl_status_t s = dnnl_success;
+    if (key->beta != 0.0f) s = dnnl_post_ops_append_sum(po, key->beta);
+    if (s == dnnl_success && bias_post_op)
+        s = dnnl_post_ops_append_binary(po, dnnl_binary_add, bias_md);
+    if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, po);
+    dnnl_post_ops_destroy(po);
+    AMP_DNNL_TRY(s);
+    return AMP_OK;
+}
+
+static amp_status gemm_plan_fill(gemm_plan *plan, const gemm_key *key, dnnl_primitive_attr_t attr) {
+    AMP_TRY(operand_md(&plan->a_md, key->m, key->k, key->lda, key->trans_a, key->a_dtype));
+    AMP_TRY(operand_md(&plan->b_md, key->k, key->n, key->ldb, key->trans_b, key->b_dtype));
+    AMP_TRY(operand_md(&plan->c_md, key->m, key->n, key->ldc, false, key->c_dtype));
+    bool bias_post_op = key->has_bias && key->alpha != 1.0f;
+    if (key->has_bias) {
+        dnnl_dims_t dims = {1, key->n};
+        AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&plan->bias_md, 2, dims, dnnl_f32, dnnl_ab));
+        plan->bias_arg = bias_post_op ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(key->beta != 0.0f ? 1 : 0) |
+                                         DNNL_ARG_SRC_1)
+                                      : DNNL_ARG_BIAS;
+    }
+    AMP_TRY(gemm_attr_fill(attr, key, &plan->bias_md, bias_post_op));
+    dnnl_matmul_desc_t op;
+    AMP_DNNL_TRY(dnnl_matmul_desc_init(&op, &plan->a_md, &plan->b_md,
+                                       key->has_bias && !bias_post_op ? &plan->bias_md : NULL,
+                                       &plan->c_md));
+    dnnl_primitive_desc_t pd = NULL;
+    amp_status s = amp_dnnl_pd_create(&op, attr, NULL, &pd);
+    bool all_f32 = key->a_dtype == AMP_F32 && key->b_dtype == AMP_F32 && key->c_dtype == AMP_F32;
+    if (s == AMP_ERR_UNSUPPORTED && !all_f32) return AMP_OK; /* plan->prim stays NULL: widen */
+    AMP_TRY(s);
+    plan->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    plan->scratch_nbytes = dnnl_memory_desc_get_size(&plan->scratch_md);
+    dnnl_status_t ds = dnnl_primitive_create(&plan->prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    AMP_DNNL_TRY(ds);
+    return AMP_OK;
+}
+
+static amp_status gemm_plan_build(const void *k, void **out) {
+    const gemm_key *key = k;
+    gemm_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return amp_fail(AMP_ERR_OOM, "%s: out of host memory", __func__);
+    dnnl_primitive_attr_t attr = NULL;
+    amp_status s = amp_dnnl_attr_create(&attr);
+    if (s == AMP_OK) {
+        s = gemm_plan_fill(plan, key, attr);
+        dnnl_primitive_attr_destroy(attr);
+    }
+    if (s != AMP_OK) {
+        gemm_plan_destroy(plan);
+        return s;
+    }
+    *out = plan;
+    return AMP_OK;
+}
+
+static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, amp_dnnl_mems *mems) {
+    dnnl_memory_t a = NULL, b = NULL, c = NULL, bias = NULL, scratch = NULL;
+    void *scratch_p = NULL;
+    if (plan->scratch_nbytes) AMP_TRY(amp_dnnl_scratch(plan->scratch_nbytes, &scratch_p));
+    AMP_TRY(amp_dnnl_mem(mems, &plan->a_md, d->a, &a));
+    AMP_TRY(amp_dnnl_mem(mems, &plan->b_md, d->b, &b));
+    AMP_TRY(amp_dnnl_mem(mems, &plan->c_md, d->c, &c));
+    AMP_TRY(amp_dnnl_mem(mems, &plan->scratch_md, scratch_p, &scratch));
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c},
+                               {DNNL_ARG_SCRATCHPAD, scratch}};
+    int n_args = 4;
+    if (plan->bias_arg) {
+        AMP_TRY(amp_dnnl_mem(mems, &plan->bias_md, d->bias, &bias));
+        args[n_args++] = (dnnl_exec_arg_t){plan->bias_arg, bias};
+    }
+    AMP_TRY(amp_dnnl_execute(plan->prim, n_args, args));
+    return amp_dnnl_wait();
+}
+
+/* The dtypes oneDNN refused: every non-f32 operand is widened into a dense f32 copy, the f32
+ * GEMM runs, and C is rounded back. */
+static amp_status gemm_widened(const amp_gemm_desc *d) {
+    amp_gemm_desc w = *d;
+    float *a32 = NULL, *b32 = NULL, *c32 = NULL;
+    amp_status s = AMP_OK;
+    if (d->a_dtype != AMP_F32) {
+        int64_t rows = d->trans_a ? d->k : d->m, cols = d->trans_a ? d->m : d->k;
+        s = amp_dnnl_widen(d->a, d->a_dtype, rows, cols, d->lda, &a32);
+        w.a = a32, w.a_dtype = AMP_F32, w.lda = cols;
+    }
+    if (s == AMP_OK && d->b_dtype != AMP_F32) {
+        int64_t rows = d->trans_b ? d->n : d->k, cols = d->trans_b ? d->k : d->n;
+        s = amp_dnnl_widen(d->b, d->b_dtype, rows, cols, d->ldb, &b32);
+        w.b = b32, w.b_dtype = AMP_F32, w.ldb = cols;
+    }
+    if (s == AMP_OK && d->c_dtype != AMP_F32) {
+        /* Old C is read only when beta != 0. */
+        if (d->beta != 0.0f) {
+            s = amp_dnnl_widen(d->c, d->c_dtype, d->m, d->n, d->ldc, &c32);
+        } else if (!(c32 = malloc((size_t)(d->m * d->n) * sizeof *c32))) {
+            s = amp_fail(AMP_ERR_OOM, "%s: out of host memory", __func__);
+        }
+        w.c = c32, w.c_dtype = AMP_F32, w.ldc = d->n;
+    }
+    if (s == AMP_OK) s = amp_cpu_gemm(&w);
+    if (s == AMP_OK && c32) amp_dnnl_narrow(d->c, d->c_dtype, d->m, d->n, d->ldc, c32);
+    free(a32);
+    free(b32);
+    free(c32);
+    return s;
+}
+
+/* k == 0: the product is empty, C = beta * C + bias (oneDNN rejects a zero-sized K). */
+static amp_status gemm_empty_k(const amp_gemm_desc *d) {
+    for (int64_t i = 0; i < d->m; i++)
+        for (int64_t j = 0; j < d->n; j++) {
+            int64_t at = i * d->ldc + j;
+            float v = d->beta != 0.0f ? d->beta * amp_load_f32(d->c, d->c_dtype, at) : 0.0f;
+            amp_store_f32(d->c, d->c_dtype, at, d->bias ? v + d->bias[j] : v);
+        }
+    return AMP_OK;
+}
+
+static amp_status gemm_validate(const amp_gemm_desc *d) {
+    if (d->m < 0 || d->n < 0 || d->k < 0)
+        return amp_fail(AMP_ERR_SHAPE, "amp_cpu_gemm: m=%lld n=%lld k=%lld must not be negative",
+                        (long long)d->m, (long long)d->n, (long long)d->k);
+    struct { int64_t ld, want; const char *name; } lds[3] = {
+        {d->lda, d->trans_a ? d->m : d->k, "lda"},
+        {d->ldb, d->trans_b ? d->k : d->n, "ldb"},
+        {d->ldc, d->n, "ldc"},
+    };
+    for (int i = 0; i < 3; i++)
+        if (lds[i].ld < (lds[i].want > 1 ? lds[i].want : 1))
+            return amp_fail(AMP_ERR_SHAPE, "amp_cpu_gemm: %s=%lld is less than the row length %lld",
+                            lds[i].name, (long long)lds[i].ld, (long long)lds[i].want);
+    dnnl_data_type_t unused = dnnl_f32;
+    AMP_TRY(amp_dnnl_dtype(d->a_dtype, "amp_cpu_gemm: a", &unused));
+    AMP_TRY(amp_dnnl_dtype(d->b_dtype, "amp_cpu_gemm: b", &unused));
+    AMP_TRY(amp_dnnl_dtype(d->c_dtype, "amp_cpu_gemm: c", &unused));
+    return AMP_OK;
+}
+
+amp_status amp_cpu_gemm(const amp_gemm_desc *d) {
+    AMP_CHECK_ARG(d);
+    AMP_TRY(gemm_validate(d));
+    if (d->m == 0 || d->n == 0) return AMP_OK;
+    AMP_CHECK_ARG(d->c);
+    if (d->k == 0) return gemm_empty_k(d);
+    AMP_CHECK_ARG(d->a);
+    AMP_CHECK_ARG(d->b);
+
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.m = d->m, key.n = d->n, key.k = d->k;
+    key.lda = d->lda, key.ldb = d->ldb, key.ldc = d->ldc;
+    key.alpha = d->alpha, key.beta = d->beta;
+    key.a_dtype = d->a_dtype, key.b_dtype = d->b_dtype, key.c_dtype = d->c_dtype;
+    key.trans_a = d->trans_a, key.trans_b = d->trans_b, key.has_bias = d->bias != NULL;
+    key.n_threads = amp_dnnl_threads();
+
+    gemm_plan *plan = NULL;
+    amp_dnnl_cache_ref *ref = NULL;
+    amp_status s = amp_dnnl_cache_get(&key, sizeof key, gemm_plan_build, gemm_plan_destroy,
+                                      (void **)&plan, &ref);
+    if (s != AMP_OK)
+        return amp_fail_context(s, "amp_cpu_gemm(m=%lld n=%lld k=%lld, %s x %s -> %s)",
+                                (long long)d->m, (long long)d->n, (long long)d->k,
+                                amp_dtype_name(d->a_dtype), amp_dtype_name(d->b_dtype),
+                                amp_dtype_name(d->c_dtype));
+    if (plan->prim) {
+        amp_dnnl_mems mems = {0};
+        s = gemm_run(plan, d, &mems);
+        amp_dnnl_mems_free(&mems);
+    } else {
+        s = gemm_widened(d);
+    }
+    amp_dnnl_cache_put(ref);
+    return s;
+}

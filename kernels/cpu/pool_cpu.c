@@ -1,0 +1,171 @@
+/* CPU backend: 2-D max pooling forward (values and i32 argmax) and backward (scatter).
+ *
+ * One task per (n, c) plane. The forward keeps PyTorch's CPU semantics: the window starts at
+ * -inf with the argmax on its first in-bounds element, a value wins when strictly greater or NaN.
+ * The backward overwrites dx: zero, then dx[argmax] += dy in output order within the plane, in
+ * f32 (windows overlap when stride < k), rounded once on store for f16/bf16. Planes of f16/bf16
+ * are widened into per-thread f32 buffers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/pool.h"
+
+static amp_status check_desc(const char *fn, const amp_pool_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
+        return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn,
+                        amp_dtype_name(d->dtype));
+    if (d->n < 1 || d->c < 1 || d->h_in < 1 || d->w_in < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: input [%lld, %lld, %lld, %lld] has an empty dimension",
+                        fn, (long long)d->n, (long long)d->c, (long long)d->h_in,
+                        (long long)d->w_in);
+    if (d->k < 1 || d->stride < 1)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: kernel %lld and stride %lld must be >= 1", fn,
+                        (long long)d->k, (long long)d->stride);
+    /* PyTorch: "pad should be at most half of effective kernel size"; it keeps every window
+     * non-empty. */
+    if (d->pad < 0 || d->pad > d->k / 2)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: pad %lld is outside [0, kernel/2 = %lld]", fn,
+                        (long long)d->pad, (long long)(d->k / 2));
+    int64_t h_out = (d->h_in + 2 * d->pad - d->k) / d->stride + 1;
+    int64_t w_out = (d->w_in + 2 * d->pad - d->k) / d->stride + 1;
+    if (d->h_in + 2 * d->pad < d->k || d->w_in + 2 * d->pad < d->k || d->h_out != h_out ||
+        d->w_out != w_out)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: output %lld x %lld does not match input %lld x %lld, kernel %lld, "
+                        "stride %lld, pad %lld",
+                        fn, (long long)d->h_out, (long long)d->w_out, (long long)d->h_in,
+                        (long long)d->w_in, (long long)d->k, (long long)d->stride,
+                        (long long)d->pad);
+    if (d->h_in * d->w_in > INT32_MAX)
+        return amp_fail(AMP_ERR_SHAPE, "%s: input plane %lld x %lld does not fit an i32 argmax", fn,
+                        (long long)d->h_in, (long long)d->w_in);
+    return AMP_OK;
+}
+
+static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int32_t *argmax) {
+    for (int64_t oh = 0; oh < d->h_out; oh++) {
+        int64_t h0, h1;
+        amp_pool_window(oh, d->stride, d->pad, d->k, d->h_in, &h0, &h1);
+        for (int64_t ow = 0; ow < d->w_out; ow++) {
+            int64_t w0, w1;
+            amp_pool_window(ow, d->stride, d->pad, d->k, d->w_in, &w0, &w1);
+            float best = -INFINITY;
+            int64_t best_i = h0 * d->w_in + w0;
+            for (int64_t ih = h0; ih < h1; ih++)
+                for (int64_t iw = w0; iw < w1; iw++) {
+                    float v = x[ih * d->w_in + iw];
+                    if (amp_maxpool_takes(v, best)) {
+                        best = v;
+                        best_i = ih * d->w_in + iw;
+                    }
+                }
+            y[oh * d->w_out + ow] = best;
+            argmax[oh * d->w_out + ow] = (int32_t)best_i;
+        }
+    }
+}
+
+amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax) {
+    AMP_TRY(check_desc(__func__, d));
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    AMP_CHECK_ARG(argmax);
+    int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
+    amp_dtype dt = d->dtype;
+    int failed = 0;
+#pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
+    {
+        float *bin = NULL, *bout = NULL;
+        if (dt != AMP_F32) {
+            bin = malloc((size_t)in_sz * sizeof *bin);
+            bout = malloc((size_t)out_sz * sizeof *bout);
+            if (!bin || !bout) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < planes; p++) {
+            if (dt == AMP_F32) {
+                pool_plane_fwd(d, (const float *)x + p * in_sz, (float *)y + p * out_sz,
+                               argmax + p * out_sz);
+            } else if (bin && bout) {
+                (void)amp_cpu_cast(bin, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
+                pool_plane_fwd(d, bin, bout, argmax + p * out_sz);
+                (void)amp_cpu_cast((uint16_t *)y + p * out_sz, dt, bout, AMP_F32, out_sz);
+            }
+        }
+        free(bin);
+        free(bout);
+    }
+    if (failed)
+        return amp_fail(AMP_ERR_OOM, "amp_cpu_maxpool_fwd: out of memory for %lld + %lld floats",
+                        (long long)in_sz, (long long)out_sz);
+    return AMP_OK;
+}
+
+/* dx = 0, then dx[argmax] += dy over one plane; 0 on success, 1 for an argmax outside it. */
+static int pool_plane_bwd(int64_t in_sz, int64_t out_sz, const float *dy, const int32_t *argmax,
+                          float *dx) {
+    memset(dx, 0, (size_t)in_sz * sizeof *dx);
+    for (int64_t o = 0; o < out_sz; o++) {
+        int32_t i = argmax[o];
+        if (i < 0 || i >= in_sz) return 1;
+        dx[i] += dy[o];
+    }
+    return 0;
+}
+
+amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
+                               void *dx) {
+    AMP_TRY(check_desc(__func__, d));
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(argmax);
+    AMP_CHECK_ARG(dx);
+    int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
+    amp_dtype dt = d->dtype;
+    int failed = 0, bad_index = 0;
+#pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
+    {
+        float *bin = NULL, *bout = NULL;
+        if (dt != AMP_F32) {
+            bin = malloc((size_t)in_sz * sizeof *bin);
+            bout = malloc((size_t)out_sz * sizeof *bout);
+            if (!bin || !bout) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < planes; p++) {
+            int bad = 0;
+            if (dt == AMP_F32) {
+                bad = pool_plane_bwd(in_sz, out_sz, (const float *)dy + p * out_sz,
+                                     argmax + p * out_sz, (float *)dx + p * in_sz);
+            } else if (bin && bout) {
+                (void)amp_cpu_cast(bout, AMP_F32, (const uint16_t *)dy + p * out_sz, dt, out_sz);
+                bad = pool_plane_bwd(in_sz, out_sz, bout, argmax + p * out_sz, bin);
+                (void)amp_cpu_cast((uint16_t *)dx + p * in_sz, dt, bin, AMP_F32, in_sz);
+            }
+            if (bad) {
+#pragma omp atomic write
+                bad_index = 1;
+            }
+        }
+        free(bin);
+        free(bout);
+    }
+    if (failed)
+        return amp_fail(AMP_ERR_OOM, "amp_cpu_maxpool_bwd: out of memory for %lld + %lld floats",
+                        (long long)in_sz, (long long)out_sz);
+    if (bad_index)
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "amp_cpu_maxpool_bwd: argmax holds an index outside the input plane "
+                        "[0, %lld)",
+                        (long long)in_sz);
+    return AMP_OK;
+}

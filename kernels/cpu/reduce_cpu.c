@@ -1,0 +1,106 @@
+/* CPU backend: sum (to a backend scalar) and sum over rows (bias gradients).
+ *
+ * Determinism: the data is cut into chunks whose bounds depend only on the shape; each chunk is
+ * summed in double in a fixed order (8 interleaved lanes, then a fixed tree), and the chunk sums
+ * are added in index order. Threads only decide who computes which chunk, so the bits do not
+ * depend on the thread count. Double accumulators keep the sum of up to billions of f32 values
+ * accurate to f32 rounding, where PyTorch's cascade sum in f32 is close but not bit-identical. */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_tile.h"
+
+/* Chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
+#define SUM_GROUP 512
+/* sum_rows works on column blocks this wide: one f32 tile and one double accumulator each. */
+#define ROWS_COL_BLOCK 256
+
+static amp_status check_float(const char *fn, amp_dtype dt) {
+    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
+    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
+}
+
+/* Sum of x[0, n) in double: 8 independent lanes (which the compiler vectorises), combined in a
+ * fixed tree, then the tail. */
+static double sum_f32_array(const float *x, int64_t n) {
+    double lane[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) lane[j] += (double)x[i + j];
+    double s =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; i++) s += (double)x[i];
+    return s;
+}
+
+amp_status amp_cpu_sum(amp_dtype dt, int64_t n, const void *x, float alpha, float *out) {
+    AMP_TRY(check_float(__func__, dt));
+    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum: n = %lld < 0", (long long)n);
+    AMP_CHECK_ARG(out);
+    if (n > 0) AMP_CHECK_ARG(x);
+    int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
+    double total = 0.0;
+    for (int64_t g0 = 0; g0 < n_chunks; g0 += SUM_GROUP) {
+        int64_t gn = n_chunks - g0 < SUM_GROUP ? n_chunks - g0 : SUM_GROUP;
+        double part[SUM_GROUP];
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+        for (int64_t c = 0; c < gn; c++) {
+            float buf[AMP_CPU_REDUCE_CHUNK];
+            int64_t i0 = (g0 + c) * AMP_CPU_REDUCE_CHUNK;
+            int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
+            part[c] = sum_f32_array(tile_in(x, dt, i0, len, buf), len);
+        }
+        for (int64_t c = 0; c < gn; c++) total += part[c];
+    }
+    *out = (float)((double)alpha * total);
+    return AMP_OK;
+}
+
+/* Adds rows [r0, r1) of columns [j0, j0 + w) into acc (w <= ROWS_COL_BLOCK), row by row, so
+ * each column is summed in row order. */
+static void sum_rows_block(amp_dtype dt, int64_t cols, const void *x, int64_t r0, int64_t r1,
+                           int64_t j0, int64_t w, double *acc) {
+    float buf[ROWS_COL_BLOCK];
+    for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = tile_in(x, dt, r * cols + j0, w, buf);
+        for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
+    }
+}
+
+amp_status amp_cpu_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x, float *out) {
+    AMP_TRY(check_float(__func__, dt));
+    if (rows < 0 || cols < 0)
+        return amp_fail(AMP_ERR_SHAPE, "amp_cpu_sum_rows: shape [%lld, %lld] has a negative size",
+                        (long long)rows, (long long)cols);
+    if (cols == 0) return AMP_OK;
+    AMP_CHECK_ARG(out);
+    if (rows > 0) AMP_CHECK_ARG(x);
+    /* Row chunks of about AMP_CPU_REDUCE_CHUNK elements of a column block; each (chunk, block)
+     * writes its column sums into partial, then chunks are added in order per column. */
+    int64_t block_w = cols < ROWS_COL_BLOCK ? cols : ROWS_COL_BLOCK;
+    int64_t chunk_rows = AMP_CPU_REDUCE_CHUNK / block_w;
+    int64_t n_chunks = rows == 0 ? 1 : (rows + chunk_rows - 1) / chunk_rows;
+    int64_t n_blocks = (cols + ROWS_COL_BLOCK - 1) / ROWS_COL_BLOCK;
+    double *partial = malloc((size_t)n_chunks * (size_t)cols * sizeof *partial);
+    if (!partial)
+        return amp_fail(AMP_ERR_OOM, "amp_cpu_sum_rows: out of memory for %lld x %lld partial sums",
+                        (long long)n_chunks, (long long)cols);
+    int parallel = rows * cols >= AMP_CPU_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t task = 0; task < n_chunks * n_blocks; task++) {
+        int64_t c = task / n_blocks, j0 = (task % n_blocks) * ROWS_COL_BLOCK;
+        int64_t r0 = c * chunk_rows, r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+        int64_t w = cols - j0 < ROWS_COL_BLOCK ? cols - j0 : ROWS_COL_BLOCK;
+        sum_rows_block(dt, cols, x, r0, r1, j0, w, partial + c * cols + j0);
+    }
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t j = 0; j < cols; j++) {
+        double s = 0.0;
+        for (int64_t c = 0; c < n_chunks; c++) s += partial[c * cols + j];
+        out[j] = (float)s;
+    }
+    free(partial);
+    return AMP_OK;
+}

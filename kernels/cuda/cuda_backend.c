@@ -1,0 +1,130 @@
+/* The CUDA backend's table: device probe, the backend's stream, copies between host and device.
+ *
+ * amp_backend_cuda() probes once per process (pthread_once). With no usable device it returns
+ * NULL and sets amp_last_error to one line naming the CUDA error, e.g. "no CUDA device:
+ * cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version
+ * (cudaErrorInsufficientDriver)"; the context then falls back to the CPU. The backend runs on the
+ * calling thread's current device at the first call (a DDP rank calls cudaSetDevice before).
+ *
+ * Entries left NULL (convolution, batch norm, pooling, elementwise, losses, dropout, optimizers)
+ * are reported AMP_ERR_UNSUPPORTED by the amp_be_* wrappers; supports() answers for the rest. */
+#include <pthread.h>
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const amp_backend *g_backend; /* NULL when no device answered */
+static char g_why[512];              /* why g_backend is NULL */
+static cudaStream_t g_stream;
+
+cudaStream_t amp_cuda_stream(void) { return g_stream; }
+
+static bool amp_cuda_supports(amp_be_op op, amp_dtype dt) {
+    bool is_float = dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
+    return (op == AMP_BE_CAST || op == AMP_BE_GEMM) && is_float;
+}
+
+amp_status amp_cuda_memset_zero(void *p, size_t nbytes) {
+    if (nbytes == 0) return AMP_OK;
+    AMP_CHECK_ARG(p);
+    AMP_CUDA_TRY(cudaMemsetAsync(p, 0, nbytes, g_stream));
+    return AMP_OK;
+}
+
+amp_status amp_cuda_copy(void *dst, const void *src, size_t nbytes) {
+    if (nbytes == 0) return AMP_OK;
+    AMP_CHECK_ARG(dst);
+    AMP_CHECK_ARG(src);
+    AMP_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, g_stream));
+    return AMP_OK;
+}
+
+/* Waits for the stream: the host buffer is complete on return, as the contract requires. */
+amp_status amp_cuda_copy_to_host(void *host, const void *src, size_t nbytes) {
+    if (nbytes == 0) return AMP_OK;
+    AMP_CHECK_ARG(host);
+    AMP_CHECK_ARG(src);
+    AMP_CUDA_TRY(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, g_stream));
+    AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    return AMP_OK;
+}
+
+/* Waits for the stream as well: from pinned memory cudaMemcpyAsync returns before the data has
+ * been read, and the caller may reuse or free its buffer as soon as this returns (PyTorch's
+ * non_blocking=False). */
+amp_status amp_cuda_copy_from_host(void *dst, const void *host, size_t nbytes) {
+    if (nbytes == 0) return AMP_OK;
+    AMP_CHECK_ARG(dst);
+    AMP_CHECK_ARG(host);
+    AMP_CUDA_TRY(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, g_stream));
+    AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    return AMP_OK;
+}
+
+amp_status amp_cuda_sync(void) {
+    AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    return AMP_OK;
+}
+
+static const amp_backend amp_cuda_backend = {
+    .name = "cuda",
+    .device = AMP_DEVICE_CUDA,
+    .supports = amp_cuda_supports,
+    .alloc = amp_cuda_alloc,
+    .free = amp_cuda_free,
+    .memset_zero = amp_cuda_memset_zero,
+    .copy = amp_cuda_copy,
+    .copy_to_host = amp_cuda_copy_to_host,
+    .copy_from_host = amp_cuda_copy_from_host,
+    .sync = amp_cuda_sync,
+    .cast = amp_cuda_cast,
+    .fill = amp_cuda_fill,
+    .fill_scalar = amp_cuda_fill_scalar,
+    .gemm = amp_cuda_gemm,
+};
+
+static void amp_cuda_probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "no CUDA device: cudaGetDeviceCount: %s (%s)",
+                 cudaGetErrorString(e), cudaGetErrorName(e));
+        (void)cudaGetLastError();
+        return;
+    }
+    if (n == 0) {
+        snprintf(g_why, sizeof g_why, "no CUDA device: cudaGetDeviceCount found 0 devices");
+        return;
+    }
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(g_why, sizeof g_why, "no usable CUDA device: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        (void)cudaGetLastError();
+        return;
+    }
+    if (amp_cuda_gemm_init() != AMP_OK) {
+        snprintf(g_why, sizeof g_why, "no usable CUDA device: %s", amp_last_error());
+        cudaStreamDestroy(g_stream);
+        return;
+    }
+    amp_log(AMP_LOG_DEBUG, "CUDA backend on device %d: %s (sm_%d%d, %d SMs, %zu MiB)", dev,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+            prop.totalGlobalMem >> 20);
+    g_backend = &amp_cuda_backend;
+}
+
+const amp_backend *amp_backend_cuda(void) {
+    pthread_once(&g_once, amp_cuda_probe);
+    if (!g_backend) amp_fail(AMP_ERR_NO_DEVICE, "%s", g_why);
+    return g_backend;
+}

@@ -1,0 +1,84 @@
+/* The CUDA backend's internals: the entries of its amp_backend table (core/backend.h states each
+ * contract) and the launchers they share. cuda_backend.c gathers the table.
+ * Files: cuda_backend.c (device probe, stream, copies, table), cuda_alloc.c (caching allocator),
+ * cast.cu (cast, fill, strided cast with bias), gemm_cublaslt.c (GEMM through cuBLASLt).
+ *
+ * Streams: every entry enqueues on the backend's one stream (amp_cuda_stream()) and returns
+ * without waiting, except copy_to_host, copy_from_host and sync, which return when the host
+ * buffer is complete (or may be reused). One stream also makes the caching allocator safe: a
+ * block freed while a queued kernel still uses it can only be handed to work queued after it.
+ *
+ * Declared extern "C": the .cu files are C++, the rest C. */
+#ifndef AMP_KERNELS_CUDA_BACKEND_H
+#define AMP_KERNELS_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+/* core/backend.h has no extern "C" guards of its own yet: included here inside one, so that the
+ * C++ (.cu) side sees amp_backend_cpu/amp_backend_cuda with C linkage. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "core/backend.h"
+#ifdef __cplusplus
+}
+#endif
+
+/* Threads per block of the elementwise kernels: 8 warps, enough to keep a memory-bound loop's
+ * loads in flight while 8 blocks share an SM (2048 resident threads on sm_80 and sm_90). */
+#define AMP_CUDA_BLOCK 256
+/* Upper bound on the grid of grid-stride kernels: 4096 x 256 = 1M threads, several times what an
+ * H100 holds resident (132 SMs x 2048), so every SM stays busy and larger n loop instead of
+ * launching more blocks. */
+#define AMP_CUDA_MAX_BLOCKS 4096
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The backend's stream (created by amp_backend_cuda on first use). */
+cudaStream_t amp_cuda_stream(void);
+
+/* Caching allocator (cuda_alloc.c). */
+amp_status amp_cuda_alloc(size_t nbytes, void **out);
+void amp_cuda_free(void *p);
+/* Returns every cached (free) block to the driver. */
+amp_status amp_cuda_alloc_release_cached(void);
+/* Bytes handed out and bytes held in free lists (sizes after rounding to the block class). */
+void amp_cuda_alloc_stats(size_t *in_use, size_t *cached);
+
+/* Memory entries (cuda_backend.c). */
+amp_status amp_cuda_memset_zero(void *p, size_t nbytes);
+amp_status amp_cuda_copy(void *dst, const void *src, size_t nbytes);
+amp_status amp_cuda_copy_to_host(void *host, const void *src, size_t nbytes);
+amp_status amp_cuda_copy_from_host(void *dst, const void *host, size_t nbytes);
+amp_status amp_cuda_sync(void);
+
+/* Cast and fill entries (cast.cu); same contracts as the table's cast, fill and fill_scalar. */
+amp_status amp_cuda_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                         int64_t n);
+amp_status amp_cuda_fill(void *dst, amp_dtype dt, int64_t n, float value);
+amp_status amp_cuda_fill_scalar(void *dst, amp_dtype dt, int64_t n, const float *scalar,
+                                float scale);
+
+/* dst[i * ldd + j] = (dst_dt)(scale * src[i * lds + j] + bias[j]) for i < rows, j < cols, in f32
+ * with one fma and one rounding; a NULL src reads as 0 (never touched), a NULL bias as 0; dst may
+ * equal src (same ld and dtype). Used by the GEMM around cuBLASLt, whose bias epilogue takes a
+ * bias of the output's dtype only. */
+amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, const void *src,
+                                     amp_dtype src_dt, int64_t lds, int64_t rows, int64_t cols,
+                                     float scale, const float *bias, cudaStream_t stream);
+
+/* GEMM (gemm_cublaslt.c). init creates the cuBLASLt handle; the first GEMM takes its workspace
+ * from the allocator. */
+amp_status amp_cuda_gemm_init(void);
+amp_status amp_cuda_gemm(const amp_gemm_desc *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,44 @@
+/* Batch norm per element and per channel, given the channel statistics (the reductions that
+ * produce them are the backend's). Follows PyTorch's CPU kernels (aten/src/ATen/native/
+ * Normalization.cpp, batch_norm_cpu_*): normalisation folded into one scale and shift per
+ * channel, statistics and running-stat updates in double. */
+#ifndef AMP_KERNELS_MATH_BATCHNORM_H
+#define AMP_KERNELS_MATH_BATCHNORM_H
+
+#include <math.h>
+
+#include "core/hd.h"
+
+/* 1 / sqrt(var + eps) with the biased variance (the normalisation of training and eval). */
+AMP_HD static inline double amp_bn_invstd(double var, float eps) {
+    return 1.0 / sqrt(var + (double)eps);
+}
+
+/* The per-channel fold: y = x * scale + shift equals gamma * (x - mean) * invstd + beta. */
+AMP_HD static inline void amp_bn_fold(double mean, double invstd, float gamma, float beta,
+                                      float *scale, float *shift) {
+    double s = (double)gamma * invstd;
+    *scale = (float)s;
+    *shift = (float)((double)beta - mean * s);
+}
+
+AMP_HD static inline float amp_bn_apply(float x, float scale, float shift) {
+    return x * scale + shift;
+}
+
+/* running <- momentum * batch_stat + (1 - momentum) * running (PyTorch's order, in double); the
+ * caller passes the unbiased variance sum / (N - 1) for running_var. */
+AMP_HD static inline float amp_bn_running_update(float running, double batch_stat, float momentum) {
+    return (float)((double)momentum * batch_stat + (1.0 - (double)momentum) * (double)running);
+}
+
+/* Training backward (PyTorch batch_norm_backward_cpu_template), per channel with N = n * hw:
+ *   mean_dy = sum(dy) / N,  proj = sum((x - mean) * dy) * invstd^2 / N,  k = gamma * invstd
+ *   dx = (dy - (x - mean) * proj - mean_dy) * k
+ *   dgamma = sum((x - mean) * dy) * invstd,  dbeta = sum(dy) */
+AMP_HD static inline float amp_bn_bwd_dx(float x, float dy, float mean, float proj, float mean_dy,
+                                         float k) {
+    return (dy - (x - mean) * proj - mean_dy) * k;
+}
+
+#endif

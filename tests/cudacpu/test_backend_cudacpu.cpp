@@ -1,0 +1,166 @@
+/* The CUDA backend's host side under ../shared/cudacpu, which answers as one device: the probe and
+ * table (cuda_backend.c), the caching allocator (cuda_alloc.c), copies, and cast/fill through the
+ * table. cuBLASLt needs a driver, so gemm_cublaslt.c is not built here: its two functions are
+ * stubs below, and GEMM is checked by tests/unit/test_cuda_backend.c on a GPU. */
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "test_util.h"
+
+extern "C" amp_status amp_cuda_gemm_init(void) { return AMP_OK; }
+extern "C" amp_status amp_cuda_gemm(const amp_gemm_desc *d) {
+    (void)d;
+    return amp_fail(AMP_ERR_UNSUPPORTED, "amp_cuda_gemm: not built under cudacpu");
+}
+extern "C" size_t amp_dtype_size(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16 ? 2 : 4; }
+extern "C" const char *amp_dtype_name(amp_dtype dt) {
+    static const char *names[] = {"f32", "f16", "bf16", "i32"};
+    return (unsigned)dt < 4 ? names[dt] : "unknown";
+}
+
+static const amp_backend *gpu;
+
+static void test_table(void) {
+    CHECK(gpu != nullptr);
+    CHECK(amp_backend_cuda() == gpu); /* probed once */
+    CHECK(strcmp(gpu->name, "cuda") == 0 && gpu->device == AMP_DEVICE_CUDA);
+    CHECK(gpu->supports(AMP_BE_CAST, AMP_BF16) && gpu->supports(AMP_BE_GEMM, AMP_F16));
+    CHECK(!gpu->supports(AMP_BE_GEMM, AMP_I32) && !gpu->supports(AMP_BE_SGD, AMP_F32));
+    CHECK(gpu->conv2d_fwd == nullptr && gpu->unary == nullptr && gpu->adam_update == nullptr);
+    CHECK(amp_cuda_stream() != nullptr);
+}
+
+/* Requests of each kind of size class: in_use grows by the class size, a freed block comes back
+ * for the next request of its class, release_cached empties the cache. */
+static void test_allocator_classes(void) {
+    struct { size_t ask, cls; } cases[] = {
+        {0, 512}, {1, 512}, {512, 512}, {513, 1024}, {(1u << 20), (1u << 20)},
+        {(1u << 20) + 1, (5u << 18)}, {(3u << 20), (3u << 20)}, {(3u << 20) + 1, (7u << 19)},
+        {(100u << 20), (112u << 20)},
+    };
+    CHECK_OK(amp_cuda_alloc_release_cached());
+    size_t base_use = 0, cached = 0;
+    amp_cuda_alloc_stats(&base_use, &cached);
+    CHECK(cached == 0);
+    for (auto c : cases) {
+        void *p = nullptr, *q = nullptr;
+        CHECK_OK(gpu->alloc(c.ask, &p));
+        CHECK(p != nullptr && ((uintptr_t)p & 63) == 0);
+        size_t use = 0;
+        amp_cuda_alloc_stats(&use, &cached);
+        CHECK_MSG(use - base_use == c.cls, "alloc(%zu): class %zu, want %zu", c.ask, use - base_use, c.cls);
+        if (c.ask) memset(p, 0xab, c.ask); /* the whole request is usable (ASan would tell) */
+        gpu->free(p);
+        amp_cuda_alloc_stats(&use, &cached);
+        CHECK(use == base_use && cached == c.cls);
+        CHECK_OK(gpu->alloc(c.ask, &q));
+        CHECK_MSG(q == p, "alloc(%zu) after free did not reuse the cached block", c.ask);
+        gpu->free(q);
+        CHECK_OK(amp_cuda_alloc_release_cached());
+        amp_cuda_alloc_stats(&use, &cached);
+        CHECK(cached == 0);
+    }
+}
+
+/* Random interleaved alloc/free: live blocks never overlap (each keeps its fill pattern) and the
+ * statistics add up. */
+static void test_allocator_random(void) {
+    struct live { uint8_t *p; size_t n; uint8_t tag; };
+    std::vector<live> blocks;
+    uint64_t s = 12345;
+    auto rnd = [&s]() { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
+    int corrupt = 0;
+    for (int it = 0; it < 2000; it++) {
+        if (blocks.empty() || rnd() % 3) {
+            size_t n = rnd() % 25 == 0 ? (size_t)(rnd() % (2u << 20)) : (size_t)(rnd() % 5000);
+            void *p = nullptr;
+            CHECK_OK(gpu->alloc(n, &p));
+            uint8_t tag = (uint8_t)(it | 1);
+            memset(p, tag, n);
+            blocks.push_back({(uint8_t *)p, n, tag});
+        } else {
+            size_t k = (size_t)(rnd() % blocks.size());
+            for (size_t i = 0; i < blocks[k].n; i++) corrupt += blocks[k].p[i] != blocks[k].tag;
+            gpu->free(blocks[k].p);
+            blocks[k] = blocks.back();
+            blocks.pop_back();
+        }
+    }
+    CHECK_MSG(corrupt == 0, "%d bytes of live blocks were overwritten", corrupt);
+    for (auto &b : blocks) gpu->free(b.p);
+    size_t use = 0, cached = 0;
+    amp_cuda_alloc_stats(&use, &cached);
+    CHECK(use == 0);
+    CHECK_OK(amp_cuda_alloc_release_cached());
+    /* A pointer the allocator never made: logged and ignored. */
+    int x;
+    gpu->free(&x);
+    amp_cuda_alloc_stats(&use, &cached);
+    CHECK(use == 0 && cached == 0);
+}
+
+static void test_copies_and_casts(void) {
+    enum { N = 3000 };
+    std::vector<float> h(N), back(N);
+    for (int i = 0; i < N; i++) h[i] = (float)i / 7.0f - 100.0f;
+    void *d1 = nullptr, *d2 = nullptr, *d16 = nullptr;
+    CHECK_OK(gpu->alloc(N * 4, &d1));
+    CHECK_OK(gpu->alloc(N * 4, &d2));
+    CHECK_OK(gpu->alloc(N * 2, &d16));
+    CHECK_OK(gpu->copy_from_host(d1, h.data(), N * 4));
+    CHECK_OK(gpu->copy(d2, d1, N * 4));
+    CHECK_OK(gpu->memset_zero((float *)d2 + 100, 50 * 4));
+    CHECK_OK(gpu->copy_to_host(back.data(), d2, N * 4));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += back[i] != (i >= 100 && i < 150 ? 0.0f : h[i]);
+    CHECK_MSG(bad == 0, "copy/memset: %d wrong", bad);
+    CHECK_OK(gpu->cast(d16, AMP_BF16, d1, AMP_F32, N));
+    CHECK_OK(gpu->cast(d2, AMP_F32, d16, AMP_BF16, N));
+    CHECK_OK(gpu->copy_to_host(back.data(), d2, N * 4));
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += back[i] != amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(h[i]));
+    CHECK_MSG(bad == 0, "f32 -> bf16 -> f32: %d wrong", bad);
+    CHECK_OK(gpu->fill(d16, AMP_F16, N, -2.0f));
+    CHECK(((uint16_t *)d16)[N - 1] == 0xc000);
+    CHECK_OK(gpu->sync());
+    CHECK_OK(gpu->copy(nullptr, nullptr, 0));
+    CHECK_FAILS(gpu->copy_to_host(nullptr, d1, 4), AMP_ERR_INVALID_ARG, "'host'");
+    CHECK_FAILS(gpu->gemm(nullptr), AMP_ERR_UNSUPPORTED, "cudacpu");
+    gpu->free(d1);
+    gpu->free(d2);
+    gpu->free(d16);
+}
+
+/* AMP_CUDA_TRY's message: function, call text, the runtime's description and name. */
+static amp_status free_twice(void *p) {
+    AMP_CUDA_TRY(cudaFree(p));
+    AMP_CUDA_TRY(cudaFree(p));
+    return AMP_OK;
+}
+
+static void test_check_macro(void) {
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 16) == cudaSuccess);
+    CHECK_FAILS(free_twice(p), AMP_ERR_BACKEND, "free_twice: cudaFree(p): ");
+    CHECK(strstr(amp_last_error(), "(cudaErrorInvalidValue)") != nullptr);
+    (void)cudaGetLastError();
+}
+
+int main(void) {
+    gpu = amp_backend_cuda();
+    if (!gpu) {
+        fprintf(stderr, "amp_backend_cuda: %s\n", amp_last_error());
+        return 1;
+    }
+    test_table();
+    test_allocator_classes();
+    test_allocator_random();
+    test_copies_and_casts();
+    test_check_macro();
+    return test_summary("test_backend_cudacpu");
+}

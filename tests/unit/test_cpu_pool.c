@@ -1,0 +1,165 @@
+/* CPU max pooling (pool_cpu.c) against a naive reference written here with PyTorch's rules
+ * (padding never wins; the first maximum in row-major window order holds the argmax; NaN wins),
+ * in f32, f16 and bf16; the backward scatter with overlapping windows (stride < k) against a
+ * double accumulation; shape and argmax errors; thread determinism. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "test_util.h"
+
+static uint64_t rng_state = 0x082efa98ec4e6c89ull;
+
+static double rng_uniform(void) { /* [0, 1), splitmix64 */
+    rng_state += 0x9e3779b97f4a7c15ull;
+    uint64_t z = rng_state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+}
+
+static size_t dsize(amp_dtype dt) { return dt == AMP_F32 ? 4 : 2; }
+
+static float load(const void *p, amp_dtype dt, int64_t i) {
+    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
+    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static void store(void *p, amp_dtype dt, int64_t i, float v) {
+    if (dt == AMP_F16) ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v);
+    else if (dt == AMP_BF16) ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v);
+    else ((float *)p)[i] = v;
+}
+
+static amp_pool_desc make_desc(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                               int64_t s, int64_t p) {
+    return (amp_pool_desc){.n = n, .c = c, .h_in = h, .w_in = w, .k = k, .stride = s, .pad = p,
+                           .h_out = (h + 2 * p - k) / s + 1, .w_out = (w + 2 * p - k) / s + 1,
+                           .dtype = dt};
+}
+
+/* Forward and backward of one configuration on values drawn from a few levels (so ties are
+ * common), all negative (so a zero from padding would win if padding took part). */
+static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                         int64_t s, int64_t p) {
+    amp_pool_desc d = make_desc(dt, n, c, h, w, k, s, p);
+    int64_t planes = n * c, in_sz = h * w, out_sz = d.h_out * d.w_out;
+    size_t in_bytes = (size_t)(planes * in_sz) * dsize(dt);
+    size_t out_bytes = (size_t)(planes * out_sz) * dsize(dt);
+    void *x = malloc(in_bytes), *y = malloc(out_bytes);
+    void *dy = malloc(out_bytes), *dx = malloc(in_bytes);
+    int32_t *am = malloc((size_t)(planes * out_sz) * sizeof *am);
+    double *ref_dx = calloc((size_t)(planes * in_sz), sizeof *ref_dx);
+    for (int64_t i = 0; i < planes * in_sz; i++)
+        store(x, dt, i, -1.0f - (float)(int)(rng_uniform() * 4));
+    for (int64_t i = 0; i < planes * out_sz; i++) store(dy, dt, i, (float)(rng_uniform() * 2 - 1));
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
+    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am, dx));
+    int bad = 0;
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t oh = 0; oh < d.h_out; oh++)
+            for (int64_t ow = 0; ow < d.w_out; ow++) {
+                float best = -INFINITY;
+                int64_t best_i = -1;
+                for (int64_t ih = oh * s - p; ih < oh * s - p + k; ih++)
+                    for (int64_t iw = ow * s - p; iw < ow * s - p + k; iw++) {
+                        if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                        float v = load(x, dt, pl * in_sz + ih * w + iw);
+                        if (best_i < 0 || v > best) best = v, best_i = ih * w + iw;
+                    }
+                int64_t o = pl * out_sz + oh * d.w_out + ow;
+                bad += load(y, dt, o) != best || am[o] != best_i;
+                ref_dx[pl * in_sz + best_i] += load(dy, dt, o);
+            }
+    CHECK_MSG(bad == 0, "maxpool %s k%lld s%lld p%lld: %d outputs wrong", amp_dtype_name(dt),
+              (long long)k, (long long)s, (long long)p, bad);
+    bad = 0;
+    double ulp = dt == AMP_F32 ? 0x1p-22 : dt == AMP_F16 ? 0x1p-10 : 0x1p-7;
+    for (int64_t i = 0; i < planes * in_sz; i++)
+        bad += fabs(load(dx, dt, i) - ref_dx[i]) > ulp * (fabs(ref_dx[i]) + 1e-3) * (double)(k * k);
+    CHECK_MSG(bad == 0, "maxpool bwd %s k%lld s%lld p%lld: %d wrong", amp_dtype_name(dt),
+              (long long)k, (long long)s, (long long)p, bad);
+    free(x), free(y), free(dy), free(dx), free(am), free(ref_dx);
+}
+
+/* Ties, NaN, -inf windows and padding, on one 4x4 plane with k 2, stride 1, pad 1. */
+static void test_rules(void) {
+    amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 1, 1); /* 5 x 5 output */
+    float x[16], y[25];
+    int32_t am[25];
+    for (int i = 0; i < 16; i++) x[i] = -5.0f;
+    x[5] = NAN;
+    x[15] = -INFINITY;
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
+    CHECK(y[0] == -5.0f && am[0] == 0);          /* corner: only x[0] is in bounds */
+    CHECK(y[1] == -5.0f && am[1] == 0);          /* tie of x[0], x[1]: the first */
+    CHECK(isnan(y[6]) && am[6] == 5);            /* NaN wins */
+    CHECK(isnan(y[12]) && am[12] == 5);          /* NaN wins over values after it too */
+    CHECK(y[24] == -INFINITY && am[24] == 15);   /* -inf only: its own index */
+    CHECK(y[18] == -5.0f && am[18] == 10);       /* window rows 2-3, cols 2-3 */
+    /* Backward with overlapping windows: x[0] is the argmax of outputs 0, 1, 5. */
+    float dy[25], dx[16];
+    for (int i = 0; i < 25; i++) dy[i] = 1.0f;
+    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am, dx));
+    float total = 0;
+    for (int i = 0; i < 16; i++) total += dx[i];
+    CHECK(total == 25.0f && dx[0] == 3.0f);
+}
+
+static void test_errors(void) {
+    float x[16] = {0}, y[16];
+    int32_t am[16];
+    amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
+    d.h_out = 3;
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_SHAPE, "output 3 x 2");
+    d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 2);
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_INVALID_ARG, "pad 2");
+    d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 1, 0);
+    d.stride = 0;
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_INVALID_ARG, "stride 0");
+    d = make_desc(AMP_I32, 1, 1, 4, 4, 2, 2, 0);
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_DTYPE, "i32");
+    d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
+    for (int i = 0; i < 4; i++) am[i] = i;
+    am[2] = 16;
+    CHECK_FAILS(amp_cpu_maxpool_bwd(&d, y, am, x), AMP_ERR_INVALID_ARG, "[0, 16)");
+}
+
+static void test_thread_determinism(void) {
+    amp_pool_desc d = make_desc(AMP_F16, 4, 8, 40, 40, 3, 1, 1);
+    int64_t in_n = 4 * 8 * 40 * 40, out_n = 4 * 8 * d.h_out * d.w_out;
+    uint16_t *x = malloc((size_t)in_n * 2), *dy = malloc((size_t)out_n * 2), *y[2], *dx[2];
+    int32_t *am[2];
+    for (int64_t i = 0; i < in_n; i++) x[i] = amp_f32_to_f16_bits((float)rng_uniform());
+    for (int64_t i = 0; i < out_n; i++) dy[i] = amp_f32_to_f16_bits((float)rng_uniform() - 0.5f);
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        y[t] = malloc((size_t)out_n * 2), dx[t] = malloc((size_t)in_n * 2);
+        am[t] = malloc((size_t)out_n * 4);
+        CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y[t], am[t]));
+        CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am[t], dx[t]));
+    }
+    CHECK(memcmp(y[0], y[1], (size_t)out_n * 2) == 0);
+    CHECK(memcmp(am[0], am[1], (size_t)out_n * 4) == 0);
+    CHECK(memcmp(dx[0], dx[1], (size_t)in_n * 2) == 0);
+    free(x), free(dy);
+    for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]), free(am[t]);
+}
+
+int main(void) {
+    amp_dtype dts[] = {AMP_F32, AMP_F16, AMP_BF16};
+    for (int i = 0; i < 3; i++) {
+        check_config(dts[i], 2, 3, 28, 28, 2, 2, 0); /* the MNIST ConvNet's pooling */
+        check_config(dts[i], 2, 3, 9, 11, 3, 2, 1);  /* overlapping, padded, odd sizes */
+        check_config(dts[i], 1, 2, 7, 5, 3, 1, 1);   /* stride 1: heavy overlap */
+        check_config(dts[i], 1, 1, 5, 5, 5, 3, 2);
+    }
+    test_rules();
+    test_errors();
+    test_thread_determinism();
+    return test_summary("test_cpu_pool");
+}
