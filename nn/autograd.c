@@ -73,6 +73,9 @@ amp_status amp_backward(amp_tensor *loss) {
     if (loss->numel != 1)
         return amp_fail(AMP_ERR_SHAPE, "amp_backward: loss has %lld elements, want 1 (reduce it first)",
                         (long long)loss->numel);
+    if (loss->requires_grad && !loss->node && loss->grad_written)
+        return amp_fail(AMP_ERR_STATE, "amp_backward: the graph of this loss was released by an "
+                                       "earlier amp_backward (backward twice)");
     if (!loss->requires_grad || !loss->node)
         return amp_fail(AMP_ERR_STATE, "amp_backward: loss does not require grad (no parameter or "
                                        "input that requires grad reached it, or grads are disabled)");

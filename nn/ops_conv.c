@@ -40,9 +40,11 @@ amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, i
                         stride, padding);
     if (b) {
         AMP_TRY(amp_check_tensor(op, "b", b, 1));
-        if (b->shape[0] != w->shape[0] || b->dtype != AMP_F32)
-            return amp_fail(AMP_ERR_SHAPE, "%s: b must be f32 [%lld], got %s %lld elements", op,
-                            (long long)w->shape[0], amp_dtype_name(b->dtype), (long long)b->numel);
+        if (b->shape[0] != w->shape[0])
+            return amp_fail(AMP_ERR_SHAPE, "%s: b has %lld elements, w has %lld output channels", op,
+                            (long long)b->numel, (long long)w->shape[0]);
+        if (b->dtype != AMP_F32)
+            return amp_fail(AMP_ERR_DTYPE, "%s: b has dtype %s, want f32", op, amp_dtype_name(b->dtype));
     }
     amp_conv2d_desc d = {.n = x->shape[0], .c_in = x->shape[1], .h_in = x->shape[2],
                          .w_in = x->shape[3], .c_out = w->shape[0], .kh = w->shape[2],

@@ -54,8 +54,9 @@ amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor 
     amp_tensor *loss, *logsoftmax;
     AMP_TRY(amp_tensor_step(logits->ctx, AMP_F32, 1, amp_scalar_shape, &loss));
     AMP_TRY(amp_tensor_step_like(logits, AMP_F32, &logsoftmax));
-    AMP_TRY(AMP_BE(logits->backend, xent_fwd, logits->dtype, logits->shape[0], logits->shape[1],
-                   logits->data, labels->data, loss->data, logsoftmax->data));
+    amp_status s = AMP_BE(logits->backend, xent_fwd, logits->dtype, logits->shape[0],
+                          logits->shape[1], logits->data, labels->data, loss->data, logsoftmax->data);
+    if (s != AMP_OK) return amp_fail_context(s, "%s", op); /* names a bad label and its row */
     amp_tensor *in[2] = {logits, labels};
     amp_tape_node *node;
     AMP_TRY(amp_record(loss, "cross_entropy", amp_xent_bwd, 2, in, 0, &node));

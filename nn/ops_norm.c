@@ -23,12 +23,20 @@ static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_grad_end(&sb);
 }
 
+static amp_status amp_bn_eval_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    return amp_fail(AMP_ERR_UNSUPPORTED, "backward through eval-mode batch norm is not supported; "
+                    "train in training mode (amp_model_train(m, true))");
+}
+
 static amp_status amp_check_channel_vec(const char *op, const char *arg, const amp_tensor *v,
                                         int64_t c) {
     AMP_TRY(amp_check_tensor(op, arg, v, 1));
-    if (v->shape[0] != c || v->dtype != AMP_F32)
-        return amp_fail(AMP_ERR_SHAPE, "%s: %s must be f32 [%lld] (one per channel), got %s [%lld]",
-                        op, arg, (long long)c, amp_dtype_name(v->dtype), (long long)v->numel);
+    if (v->shape[0] != c)
+        return amp_fail(AMP_ERR_SHAPE, "%s: %s has %lld elements, want %lld (one per channel)", op,
+                        arg, (long long)v->numel, (long long)c);
+    if (v->dtype != AMP_F32)
+        return amp_fail(AMP_ERR_DTYPE, "%s: %s has dtype %s, want f32", op, arg,
+                        amp_dtype_name(v->dtype));
     return AMP_OK;
 }
 
@@ -51,18 +59,17 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                      .momentum = momentum, .dtype = x->dtype};
     if (training && d.n * d.hw < 2)
         return amp_fail(AMP_ERR_SHAPE, "%s: training needs more than 1 value per channel", op);
-    amp_ctx *ctx = x->ctx;
-    bool needs_grad = ctx->grad_enabled &&
-                      (x->requires_grad || gamma->requires_grad || beta->requires_grad);
-    if (!training && needs_grad)
-        return amp_fail(AMP_ERR_UNSUPPORTED, "%s: backward through eval-mode batch norm is not "
-                        "supported; evaluate with amp_set_grad_enabled(ctx, false)", op);
     amp_tensor *y;
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     const amp_backend *be = x->backend;
+    amp_tensor *in[3] = {x, gamma, beta};
+    amp_tape_node *node;
     if (!training) {
         AMP_TRY(AMP_BE(be, bn_fwd_eval, &d, x->data, gamma->data, beta->data, running_mean->data,
                        running_var->data, y->data));
+        /* Recorded so that evaluating without amp_set_grad_enabled(ctx, false) works, as
+         * model.eval() does in PyTorch; only a backward that reaches it fails. */
+        AMP_TRY(amp_record(y, "batchnorm2d (eval)", amp_bn_eval_bwd, 3, in, 0, &node));
         *out = y;
         return AMP_OK;
     }
@@ -71,8 +78,6 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &invstd));
     AMP_TRY(AMP_BE(be, bn_fwd_train, &d, x->data, gamma->data, beta->data, y->data, mean->data,
                    invstd->data, running_mean->data, running_var->data));
-    amp_tensor *in[3] = {x, gamma, beta};
-    amp_tape_node *node;
     AMP_TRY(amp_record(y, "batchnorm2d", amp_bn_bwd, 3, in, sizeof d, &node));
     if (node) {
         *(amp_bn_desc *)node->aux = d;

@@ -34,6 +34,7 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
 }
 
 amp_status amp_flatten(amp_tensor *x, amp_tensor **out) {
+    AMP_CHECK_ARG(out);
     AMP_TRY(amp_check_tensor("amp_flatten", "x", x, 0));
     int64_t shape[2] = {x->shape[0], x->numel / x->shape[0]};
     return amp_reshape(x, 2, shape, out);

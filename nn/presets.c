@@ -30,8 +30,11 @@ static amp_status amp_mlp_layers(amp_model *m) {
     return amp_seq_add_linear(m, "fc3", 2048, 10, true);
 }
 
-static amp_status amp_preset(amp_ctx *ctx, amp_status (*layers)(amp_model *), amp_model **out) {
-    AMP_CHECK_ARG(out);
+static amp_status amp_preset(const char *who, amp_ctx *ctx, amp_status (*layers)(amp_model *),
+                             amp_model **out) {
+    if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", who);
+    *out = NULL;
+    if (!ctx) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'ctx' is NULL", who);
     *out = NULL;
     amp_model *m;
     AMP_TRY(amp_seq_create(ctx, &m));
@@ -46,9 +49,9 @@ static amp_status amp_preset(amp_ctx *ctx, amp_status (*layers)(amp_model *), am
 }
 
 amp_status amp_model_convnet_mnist(amp_ctx *ctx, amp_model **out) {
-    return amp_preset(ctx, amp_convnet_layers, out);
+    return amp_preset(__func__, ctx, amp_convnet_layers, out);
 }
 
 amp_status amp_model_mlp_mnist(amp_ctx *ctx, amp_model **out) {
-    return amp_preset(ctx, amp_mlp_layers, out);
+    return amp_preset(__func__, ctx, amp_mlp_layers, out);
 }

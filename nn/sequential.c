@@ -25,7 +25,7 @@ amp_status amp_seq_create(amp_ctx *ctx, amp_model **out) {
 /* Appends a layer named `name` (or its index) with no parameters yet. */
 static amp_status amp_seq_push(amp_model *m, const char *who, const char *name, amp_layer_kind kind,
                                amp_layer **out) {
-    AMP_CHECK_ARG(m);
+    if (!m) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'm' is NULL", who);
     if (m->built)
         return amp_fail(AMP_ERR_STATE, "%s: the model is already built; add layers before", who);
     if (name && (strlen(name) == 0 || strlen(name) >= AMP_NAME_MAX))
@@ -57,7 +57,7 @@ static amp_status amp_check_positive(const char *who, const char *what, int64_t 
 amp_status amp_seq_add_linear(amp_model *m, const char *name, int64_t in, int64_t out, bool bias) {
     AMP_TRY(amp_check_positive(__func__, "in", in));
     AMP_TRY(amp_check_positive(__func__, "out", out));
-    amp_layer *l;
+    amp_layer *l = NULL;
     AMP_TRY(amp_seq_push(m, __func__, name, AMP_LAYER_LINEAR, &l));
     l->in = in;
     l->out = out;
@@ -75,7 +75,7 @@ amp_status amp_seq_add_conv2d(amp_model *m, const char *name, int64_t c_in, int6
     AMP_TRY(amp_check_positive(__func__, "kernel", kernel));
     AMP_TRY(amp_check_positive(__func__, "stride", stride));
     if (padding < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: padding %d < 0", __func__, padding);
-    amp_layer *l;
+    amp_layer *l = NULL;
     AMP_TRY(amp_seq_push(m, __func__, name, AMP_LAYER_CONV2D, &l));
     l->in = c_in;
     l->out = c_out;
@@ -91,7 +91,7 @@ amp_status amp_seq_add_conv2d(amp_model *m, const char *name, int64_t c_in, int6
 
 amp_status amp_seq_add_batchnorm2d(amp_model *m, const char *name, int64_t c) {
     AMP_TRY(amp_check_positive(__func__, "c", c));
-    amp_layer *l;
+    amp_layer *l = NULL;
     AMP_TRY(amp_seq_push(m, __func__, name, AMP_LAYER_BATCHNORM2D, &l));
     l->in = l->out = c;
     AMP_TRY(amp_model_add_param(m, l->name, "weight", 1, &c, &l->weight));
@@ -102,14 +102,14 @@ amp_status amp_seq_add_batchnorm2d(amp_model *m, const char *name, int64_t c) {
 }
 
 amp_status amp_seq_add_relu(amp_model *m, const char *name) {
-    amp_layer *l;
+    amp_layer *l = NULL;
     return amp_seq_push(m, __func__, name, AMP_LAYER_RELU, &l);
 }
 
 amp_status amp_seq_add_maxpool2d(amp_model *m, const char *name, int kernel, int stride) {
     AMP_TRY(amp_check_positive(__func__, "kernel", kernel));
     AMP_TRY(amp_check_positive(__func__, "stride", stride));
-    amp_layer *l;
+    amp_layer *l = NULL;
     AMP_TRY(amp_seq_push(m, __func__, name, AMP_LAYER_MAXPOOL2D, &l));
     l->kernel = kernel;
     l->stride = stride;
@@ -117,14 +117,14 @@ amp_status amp_seq_add_maxpool2d(amp_model *m, const char *name, int kernel, int
 }
 
 amp_status amp_seq_add_flatten(amp_model *m, const char *name) {
-    amp_layer *l;
+    amp_layer *l = NULL;
     return amp_seq_push(m, __func__, name, AMP_LAYER_FLATTEN, &l);
 }
 
 amp_status amp_seq_add_dropout(amp_model *m, const char *name, float p) {
     if (!(p >= 0.0f && p < 1.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: p = %g, want 0 <= p < 1", __func__, (double)p);
-    amp_layer *l;
+    amp_layer *l = NULL;
     AMP_TRY(amp_seq_push(m, __func__, name, AMP_LAYER_DROPOUT, &l));
     l->p = p;
     return AMP_OK;
