@@ -10,8 +10,10 @@
  *  - outputs are OVERWRITTEN (`=`), never accumulated: the autograd engine does accumulation;
  *  - arithmetic is in fp32 whatever the storage dtype (f16/bf16 are loaded, widened, computed,
  *    rounded to nearest even on store);
- *  - results are deterministic: the same inputs give the same bits, whatever the thread count
- *    (reductions sum fixed-size chunks in a fixed order);
+ *  - results are deterministic: the same inputs give the same bits for a fixed thread count.
+ *    Our own reductions sum fixed-size chunks in a fixed order and do not depend on it at all;
+ *    oneDNN's GEMM (when it splits k) and convolution weight gradients do, so a context fixes
+ *    the thread count before the first call;
  *  - "scalar" pointers (loss, dloss) are one f32 in backend memory, so no step needs a host sync.
  * An entry returns AMP_OK or an error after setting amp_last_error. */
 #ifndef AMP_CORE_BACKEND_H

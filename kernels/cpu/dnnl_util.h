@@ -6,8 +6,8 @@
  *    same primitive never share one) and for the blocked copies made by reorders.
  *  - A cache of built plans (primitives and what they need at run time), keyed by the bytes of a
  *    descriptor: building a oneDNN primitive takes far longer than running a small one.
- *  - Widening to f32 for dtype combinations oneDNN has no kernel for on this CPU (f16 on CPUs
- *    without AVX512-FP16, mixed dtypes): fp16 on the CPU is storage (DESIGN.md).
+ *  - Widening to f32 for dtype combinations oneDNN has no kernel for on this CPU (f16, which
+ *    oneDNN 2.6 never runs on a CPU; mixed dtypes): fp16 on the CPU is storage (DESIGN.md).
  * Every function returns amp_status and sets amp_last_error on failure. */
 #ifndef AMP_KERNELS_CPU_DNNL_UTIL_H
 #define AMP_KERNELS_CPU_DNNL_UTIL_H

@@ -4,6 +4,7 @@
  * output dtype's rounding for f16/bf16 outputs. Half inputs are random values rounded to the
  * dtype, and the reference uses those rounded values, so only the kernel's own arithmetic is
  * measured. Memory past each output row (ld > n) must come back untouched. */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -259,6 +260,61 @@ static void test_gemm_repeat(void) {
     }
 }
 
+/* Threads calling GEMMs of more distinct shapes than the cache holds: plans are built, shared,
+ * evicted while another thread may still run them, and every result must equal the one computed
+ * alone beforehand. */
+#define CONC_THREADS 4
+#define CONC_SHAPES 24 /* per thread; 4 x 24 > AMP_DNNL_CACHE_CAPACITY */
+
+typedef struct conc_job {
+    const float *a, *b;
+    float *want; /* [CONC_SHAPES][16 * 16] */
+    int bad;
+} conc_job;
+
+static amp_status conc_gemm(int shape, const float *a, const float *b, float *c) {
+    /* m, n vary with the shape index so each index is its own plan. */
+    amp_gemm_desc d = {.m = 1 + shape % 16, .n = 16, .k = 8 + shape, .alpha = 1, .a = a,
+                       .a_dtype = AMP_F32, .lda = 128, .b = b, .b_dtype = AMP_F32, .ldb = 16,
+                       .c = c, .c_dtype = AMP_F32, .ldc = 16};
+    return amp_cpu_gemm(&d);
+}
+
+static void *conc_worker(void *p) {
+    conc_job *job = p;
+    float c[16 * 16];
+    for (int rep = 0; rep < 3; rep++)
+        for (int s = 0; s < CONC_THREADS * CONC_SHAPES; s++) {
+            int shape = (s + rep * 7) % (CONC_THREADS * CONC_SHAPES);
+            if (conc_gemm(shape, job->a, job->b, c) != AMP_OK ||
+                memcmp(c, job->want + shape * 256, (size_t)(1 + shape % 16) * 16 * sizeof *c))
+                job->bad++;
+        }
+    return NULL;
+}
+
+static void test_gemm_threads(void) {
+    int n_shapes = CONC_THREADS * CONC_SHAPES;
+    float *a = malloc(16 * 128 * sizeof *a), *b = malloc(128 * 16 * sizeof *b);
+    float *want = malloc((size_t)n_shapes * 256 * sizeof *want);
+    for (int i = 0; i < 16 * 128; i++) a[i] = frand();
+    for (int i = 0; i < 128 * 16; i++) b[i] = frand();
+    for (int s = 0; s < n_shapes; s++) CHECK_OK(conc_gemm(s, a, b, want + s * 256));
+    pthread_t th[CONC_THREADS];
+    conc_job jobs[CONC_THREADS];
+    for (int t = 0; t < CONC_THREADS; t++) {
+        jobs[t] = (conc_job){a, b, want, 0};
+        CHECK(pthread_create(&th[t], NULL, conc_worker, &jobs[t]) == 0);
+    }
+    for (int t = 0; t < CONC_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        CHECK_MSG(jobs[t].bad == 0, "thread %d: %d GEMMs failed or differ", t, jobs[t].bad);
+    }
+    free(a);
+    free(b);
+    free(want);
+}
+
 /* ---- convolution ----------------------------------------------------------------------------- */
 
 typedef struct conv_ref {
@@ -438,6 +494,7 @@ int main(void) {
     test_gemm_half();
     test_gemm_edges();
     test_gemm_repeat();
+    test_gemm_threads();
     test_conv_small();
     test_conv_convnet();
     test_conv_repeat();
