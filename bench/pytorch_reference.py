@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""amp-train's recipe in PyTorch on the CPU, for comparing accuracy and throughput with libamp.
+
+Same data (Fashion-MNIST from the IDX files, normalised as libamp's data layer does), same models
+(nn/presets.c), same optimiser (SGD, lr 0.05, momentum 0.9), same batch size (128, last batch
+kept), same per-epoch numbers as examples/amp_train.c: mean train loss over the epoch's steps,
+test accuracy (eval mode, no gradients) and samples/s over the training steps only. The data sit in
+memory as tensors and each batch is gathered by index, as libamp's loader does, so neither side
+pays for a Python data pipeline. Shuffling uses torch.randperm, so the batch order (and thus the
+exact losses) differ from libamp's Philox order; only statistics are comparable.
+
+    python3 bench/pytorch_reference.py --model convnet --epochs 2 --threads 2 --json
+
+Needs torch and numpy (scripts/setup.sh --bench); no torchvision.
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# include/amp/data.h: AMP_FASHION_MNIST_MEAN / AMP_FASHION_MNIST_STD, what amp-train passes to
+# amp_mnist_load_ex (pixel mean and std of the 60000 training images after x / 255).
+FASHION_MNIST_MEAN = 0.2860
+FASHION_MNIST_STD = 0.3530
+EVAL_BATCH = 1000  # examples/amp_train.c EVAL_BATCH
+
+
+def read_idx(path, magic, ndim):
+    """Reads a gzipped (or plain) IDX file as a uint8 array; checks magic and size."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    got_magic, = struct.unpack(">I", data[:4])
+    if got_magic != magic:
+        raise SystemExit(f"{path}: magic 0x{got_magic:08x}, want 0x{magic:08x}")
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(dims)):
+        raise SystemExit(f"{path}: {body.size} bytes of data, header says {dims}")
+    return body.reshape(dims)
+
+
+def find_file(data_dir, name):
+    for candidate in (name + ".gz", name):
+        path = os.path.join(data_dir, candidate)
+        if os.path.exists(path):
+            return path
+    raise SystemExit(f"{data_dir}: neither {name}.gz nor {name} found")
+
+
+def load_split(data_dir, train, mean, std):
+    """x f32 [n, 1, 28, 28] = (u8 / 255 - mean) / std in f32, in that order (data/dataset.c's
+    table), and y int64 [n]."""
+    prefix = "train" if train else "t10k"
+    images = read_idx(find_file(data_dir, f"{prefix}-images-idx3-ubyte"), 0x00000803, 3)
+    labels = read_idx(find_file(data_dir, f"{prefix}-labels-idx1-ubyte"), 0x00000801, 1)
+    if images.shape[0] != labels.shape[0]:
+        raise SystemExit(f"{data_dir}: {images.shape[0]} images but {labels.shape[0]} labels")
+    f32 = np.float32
+    table = (np.arange(256, dtype=f32) / f32(255) - f32(mean)) / f32(std)
+    x = torch.from_numpy(table[images][:, None, :, :].copy())
+    y = torch.from_numpy(labels.astype(np.int64))
+    return x, y
+
+
+def make_model(name):
+    """nn/presets.c: amp_model_convnet_mnist and amp_model_mlp_mnist, PyTorch default init."""
+    if name == "convnet":
+        def block(c_in, c_out):
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 5, padding=2), nn.BatchNorm2d(c_out),
+                                 nn.ReLU(), nn.MaxPool2d(2))
+
+        return nn.Sequential(block(1, 16), block(16, 32), nn.Flatten(), nn.Linear(7 * 7 * 32, 10))
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048),
+                         nn.ReLU(), nn.Linear(2048, 10))
+
+
+def autocast(enabled):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
+
+
+@torch.no_grad()
+def evaluate(model, x, y, use_autocast):
+    model.eval()
+    correct = 0
+    for i in range(0, x.shape[0], EVAL_BATCH):
+        with autocast(use_autocast):
+            logits = model(x[i:i + EVAL_BATCH])
+        correct += (logits.argmax(dim=1) == y[i:i + EVAL_BATCH]).sum().item()
+    model.train()
+    return correct / x.shape[0]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=("convnet", "mlp"), default="convnet")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: no limit)")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--mean", type=float, default=FASHION_MNIST_MEAN)
+    p.add_argument("--std", type=float, default=FASHION_MNIST_STD)
+    p.add_argument("--autocast-bf16", action="store_true",
+                   help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
+    p.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    a = p.parse_args(argv)
+    if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.max_steps < 0 or a.std <= 0:
+        p.error("--epochs, --batch-size, --threads must be >= 1, --max-steps >= 0, --std > 0")
+    return a
+
+
+def main(argv):
+    a = parse_args(argv)
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    x_train, y_train = load_split(a.data, True, a.mean, a.std)
+    x_test, y_test = load_split(a.data, False, a.mean, a.std)
+    model = make_model(a.model)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"pytorch-reference: {a.model}, {n_params} parameters, sgd, lr {a.lr:g}, "
+          f"batch {a.batch_size}, torch {torch.__version__}, {a.threads} threads"
+          f"{', autocast bf16' if a.autocast_bf16 else ''}", flush=True)
+
+    shuffle_gen = torch.Generator().manual_seed(a.seed)
+    n = x_train.shape[0]
+    steps = samples = 0
+    train_seconds = accuracy = epoch_loss = 0.0
+    epochs_run = 0
+    for epoch in range(1, a.epochs + 1):
+        if a.max_steps and steps >= a.max_steps:
+            break
+        order = torch.randperm(n, generator=shuffle_gen)
+        loss_sum, n_loss = 0.0, 0
+        t0 = time.perf_counter()
+        for start in range(0, n, a.batch_size):
+            if a.max_steps and steps >= a.max_steps:
+                break
+            idx = order[start:start + a.batch_size]
+            xb, yb = x_train.index_select(0, idx), y_train.index_select(0, idx)
+            with autocast(a.autocast_bf16):
+                loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_sum += loss.item()
+            n_loss += 1
+            steps += 1
+            samples += xb.shape[0]
+        train_seconds += time.perf_counter() - t0
+        accuracy = evaluate(model, x_test, y_test, a.autocast_bf16)
+        epoch_loss = loss_sum / n_loss if n_loss else 0.0
+        epochs_run = epoch
+        print(f"epoch {epoch}: train loss {epoch_loss:.9g}, test accuracy {100 * accuracy:.2f} %, "
+              f"{samples / train_seconds:.1f} samples/s", flush=True)
+
+    if a.json:
+        print(json.dumps({
+            "model": a.model, "optimizer": "sgd", "epochs": epochs_run, "steps": steps,
+            "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed, "train_loss": epoch_loss,
+            "test_accuracy": accuracy,
+            "samples_per_sec": round(samples / train_seconds, 2) if train_seconds > 0 else 0.0,
+            "backend": "pytorch-cpu", "torch": torch.__version__, "threads": a.threads,
+            "autocast_bf16": a.autocast_bf16}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
