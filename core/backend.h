@@ -32,7 +32,7 @@ extern "C" {
 typedef enum amp_be_op {
     AMP_BE_CAST, AMP_BE_GEMM, AMP_BE_CONV2D, AMP_BE_BATCHNORM, AMP_BE_MAXPOOL, AMP_BE_UNARY,
     AMP_BE_BINARY, AMP_BE_REDUCE, AMP_BE_XENT, AMP_BE_MSE, AMP_BE_DROPOUT, AMP_BE_SGD, AMP_BE_ADAM,
-    AMP_BE_N_OPS
+    AMP_BE_UNSCALE, AMP_BE_N_OPS
 } amp_be_op;
 
 /* C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (+ bias[n] broadcast over rows, if set).
@@ -97,6 +97,8 @@ typedef enum amp_binary_op {
 typedef struct amp_sgd_desc {
     float lr, momentum, dampening, weight_decay;
     bool nesterov, first_step;
+    void *half_copy;      /* when set: half_copy[i] = (half_dtype) p[i] after the update, in the */
+    amp_dtype half_dtype; /* same pass (the model's f16/bf16 weights next to f32 masters, O2) */
 } amp_sgd_desc;
 
 /* Adam/AdamW exactly as torch.optim.Adam/AdamW (amsgrad=False), step t >= 1:
@@ -107,6 +109,8 @@ typedef struct amp_adam_desc {
     float lr, beta1, beta2, eps, weight_decay;
     bool decoupled; /* AdamW */
     int64_t step;
+    void *half_copy;      /* as in amp_sgd_desc */
+    amp_dtype half_dtype;
 } amp_adam_desc;
 
 typedef struct amp_backend {
@@ -189,6 +193,14 @@ typedef struct amp_backend {
                              amp_dtype g_dt, float *momentum_buf);
     amp_status (*adam_update)(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
                               amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
+
+    /* Loss-scaler support. unscale: out[i] = (f32) grad[i] * inv_scale for grad in f32/f16/bf16
+     * (out may alias grad when g_dt is f32); sets *found_inf = 1.0f when any grad[i] is inf or NaN
+     * and never clears it, so one flag zeroed once per step covers every tensor of the step.
+     * sum_squares: out[0] = sum(x[i]^2) in f32, deterministic (gradient-norm clipping). */
+    amp_status (*unscale)(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale, float *out,
+                          float *found_inf);
+    amp_status (*sum_squares)(amp_dtype dt, int64_t n, const void *x, float *out);
 } amp_backend;
 
 /* The CPU backend: always present. */
