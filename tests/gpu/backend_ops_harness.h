@@ -1,0 +1,350 @@
+/* The machinery of test_backend_ops: typed host buffers ("slots") with a guard zone after each,
+ * seeded inputs sprinkled with NaN, Inf and the other values where conversions and IEEE
+ * arithmetic have edge cases, and the element-by-element comparison of two backends' results.
+ *
+ * A slot is one argument of a backend entry: an input (IN), an output (OUT) or both (INOUT).
+ * Run k (0 = reference, 1 = backend under test) copies back nbytes + GUARD_NBYTES into back[k]. */
+#ifndef AMP_TESTS_GPU_BACKEND_OPS_HARNESS_H
+#define AMP_TESTS_GPU_BACKEND_OPS_HARNESS_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/half.h"
+
+/* Bytes after every buffer, written on the device with the buffer: they must come back as they
+ * went (a kernel that writes one element past its end fails here, not in someone's heap). */
+#define GUARD_NBYTES 64
+#define GUARD_BYTE 0xA5
+/* Outputs start as these bytes, a different pattern on each run, so an element that a backend
+ * leaves unwritten cannot agree with the other run (outputs are overwritten by contract). */
+static const unsigned char PREFILL_BYTE[2] = {0x5A, 0xC3};
+/* Mismatching elements printed per buffer. */
+#define MAX_REPORTED 5
+/* One element in this many of a "specials" input is replaced by a special value. */
+#define SPECIALS_EVERY 16
+
+/* Element kinds: the float dtypes, i32 (labels, argmax, casts) and u8 (dropout masks). */
+typedef enum ek { EK_F32, EK_F16, EK_BF16, EK_I32, EK_U8 } ek;
+
+static const char *const ek_names[] = {"f32", "f16", "bf16", "i32", "u8"};
+
+static size_t ek_size(ek k) {
+    return k == EK_U8 ? 1 : (k == EK_F16 || k == EK_BF16) ? 2 : 4;
+}
+
+static bool ek_is_float(ek k) {
+    return k == EK_F32 || k == EK_F16 || k == EK_BF16;
+}
+
+static ek ek_of(amp_dtype dt) {
+    switch (dt) {
+    case AMP_F16: return EK_F16;
+    case AMP_BF16: return EK_BF16;
+    case AMP_I32: return EK_I32;
+    default: return EK_F32;
+    }
+}
+
+static double ek_load(const void *p, ek k, int64_t i) {
+    switch (k) {
+    case EK_F16: return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
+    case EK_BF16: return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
+    case EK_I32: return ((const int32_t *)p)[i];
+    case EK_U8: return ((const uint8_t *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* Stores v rounded to the kind (round to nearest even for the floats, truncation for i32). */
+static void ek_store(void *p, ek k, int64_t i, double v) {
+    switch (k) {
+    case EK_F16: ((uint16_t *)p)[i] = amp_f32_to_f16_bits((float)v); break;
+    case EK_BF16: ((uint16_t *)p)[i] = amp_f32_to_bf16_bits((float)v); break;
+    case EK_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case EK_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    default: ((float *)p)[i] = (float)v; break;
+    }
+}
+
+/* The bits of element i, for messages. */
+static uint32_t ek_bits(const void *p, ek k, int64_t i) {
+    size_t es = ek_size(k);
+    uint32_t u = 0;
+    if (es == 4) memcpy(&u, (const char *)p + (size_t)i * 4, 4);
+    else if (es == 2) u = ((const uint16_t *)p)[i];
+    else u = ((const uint8_t *)p)[i];
+    return u;
+}
+
+/* ---- Seeded generator (splitmix64) ---------------------------------------------------------- */
+
+static uint64_t rng_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(uint64_t *s) { /* [0, 1) */
+    return (double)(rng_u64(s) >> 11) * 0x1p-53;
+}
+
+static int64_t rng_below(uint64_t *s, int64_t n) {
+    return (int64_t)(rng_u64(s) % (uint64_t)n);
+}
+
+/* ---- Slots ---------------------------------------------------------------------------------- */
+
+typedef enum role { ROLE_NONE, ROLE_IN, ROLE_OUT, ROLE_INOUT } role;
+
+#define MAX_SLOTS 8
+
+typedef struct slot {
+    const char *name;
+    role role;
+    ek kind;
+    int64_t n;
+    size_t nbytes;
+    unsigned char *init;    /* IN and INOUT: the values every run starts from */
+    unsigned char *back[2]; /* nbytes + GUARD_NBYTES as each run left them */
+} slot;
+
+/* One row's arguments: slot i is argument i of the entry (ROLE_NONE: passed as NULL). */
+typedef struct tcase {
+    slot s[MAX_SLOTS];
+    uint64_t rng;
+} tcase;
+
+static void *xcalloc(size_t nbytes) {
+    void *p = calloc(nbytes ? nbytes : 1, 1);
+    if (!p) {
+        fprintf(stderr, "test_backend_ops: out of host memory (%zu bytes)\n", nbytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* Declares slot i; returns its initial values (zeroed) for IN and INOUT, else NULL. */
+static void *slot_decl(tcase *c, int i, const char *name, role r, ek k, int64_t n) {
+    slot *s = &c->s[i];
+    s->name = name;
+    s->role = r;
+    s->kind = k;
+    s->n = n;
+    s->nbytes = (size_t)n * ek_size(k);
+    if (r == ROLE_IN || r == ROLE_INOUT) s->init = xcalloc(s->nbytes);
+    return s->init;
+}
+
+static void tcase_free(tcase *c) {
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        free(c->s[i].init);
+        free(c->s[i].back[0]);
+        free(c->s[i].back[1]);
+    }
+}
+
+/* Slot i's initial values uniform in [lo, hi), rounded to the slot's kind. */
+static void gen_uniform(tcase *c, int i, double lo, double hi) {
+    slot *s = &c->s[i];
+    for (int64_t j = 0; j < s->n; j++)
+        ek_store(s->init, s->kind, j, lo + (hi - lo) * rng_unit(&c->rng));
+}
+
+/* f32 bit patterns: quiet and signalling NaNs with either sign and a payload; infinities; signed
+ * zeros; the largest f16 (65504), just below and at the f16 overflow threshold 65520; the smallest
+ * f16 subnormal 2^-24, the tie 2^-25 (rounds to 0) and 1.5 * 2^-25 (rounds up); the smallest f32
+ * subnormal and a larger one; +-FLT_MAX; the bf16 ties 1 + 2^-8 (to even: down) and 1 + 3 * 2^-8
+ * (up), the f16 ties 1 + 2^-11 and 1 + 3 * 2^-11; +-2^31 and 2^24 + 2 (i32 saturation and
+ * exactness); -0.5 (truncates to 0). */
+static const uint32_t specials_f32[] = {
+    0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xffa5a5a5u, 0x7f800000u, 0xff800000u, 0x00000000u,
+    0x80000000u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0xc77ff000u, 0x33800000u, 0x33000000u,
+    0x33400000u, 0x00000001u, 0x00400000u, 0x7f7fffffu, 0xff7fffffu, 0x3f808000u, 0x3f818000u,
+    0x3f801000u, 0x3f803000u, 0x4f000000u, 0xcf000000u, 0x4b800001u, 0xbf000000u,
+};
+/* Half bit patterns no f32 value rounds to: NaN payloads (kept when a half is widened),
+ * signalling NaNs, the largest finite and smallest subnormal values, the infinities. */
+static const uint16_t specials_f16[] = {0x7c01, 0xfe00, 0x7e55, 0x7bff, 0xfbff,
+                                        0x0001, 0x8001, 0x03ff, 0x7c00, 0xfc00};
+static const uint16_t specials_bf16[] = {0x7f81, 0xffc1, 0x7fa5, 0x7f7f, 0xff7f,
+                                         0x0001, 0x8001, 0x007f, 0x7f80, 0xff80};
+static const int32_t specials_i32[] = {INT32_MIN, INT32_MAX, 16777217, -16777217, 16777219, 0, -1};
+
+#define N_OF(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
+
+/* Replaces about one element in SPECIALS_EVERY of slot i by a special value of its kind; the
+ * first elements get one of each f32 special in turn, so every special appears at least once. */
+static void gen_specials(tcase *c, int i) {
+    slot *s = &c->s[i];
+    int64_t next = 0;
+    for (int64_t j = 0; j < s->n; j++) {
+        if (j >= N_OF(specials_f32) && rng_below(&c->rng, SPECIALS_EVERY) != 0) continue;
+        int64_t pick = j < N_OF(specials_f32) ? next++ : rng_below(&c->rng, N_OF(specials_f32));
+        uint32_t bits = specials_f32[pick];
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        bool raw_half = j >= N_OF(specials_f32) && rng_below(&c->rng, 3) == 0;
+        switch (s->kind) {
+        case EK_F32: memcpy(s->init + (size_t)j * 4, &bits, 4); break;
+        case EK_F16: {
+            uint16_t raw = specials_f16[rng_below(&c->rng, N_OF(specials_f16))];
+            ((uint16_t *)s->init)[j] = raw_half ? raw : amp_f32_to_f16_bits(f);
+            break;
+        }
+        case EK_BF16: {
+            uint16_t raw = specials_bf16[rng_below(&c->rng, N_OF(specials_bf16))];
+            ((uint16_t *)s->init)[j] = raw_half ? raw : amp_f32_to_bf16_bits(f);
+            break;
+        }
+        case EK_I32:
+            ((int32_t *)s->init)[j] = specials_i32[rng_below(&c->rng, N_OF(specials_i32))];
+            break;
+        case EK_U8: break;
+        }
+    }
+}
+
+/* ---- Comparison ----------------------------------------------------------------------------- */
+
+/* exact: the bits must agree. Otherwise NaN must meet NaN (its sign and payload are free: x86
+ * makes negative NaNs, CUDA positive ones), an infinity the same infinity, and finite values
+ * |dev - ref| <= atol + rtol * |ref|. Integer outputs are always compared exactly. */
+typedef struct tol {
+    bool exact;
+    double atol, rtol;
+} tol;
+
+typedef struct cmp_stats {
+    double max_abs, max_rel;
+} cmp_stats;
+
+static bool guard_intact(const unsigned char *p, size_t nbytes) {
+    for (size_t i = 0; i < GUARD_NBYTES; i++)
+        if (p[nbytes + i] != GUARD_BYTE) return false;
+    return true;
+}
+
+static void print_element(const char *label, const void *p, ek k, int64_t i) {
+    printf("%s %.9g (0x%0*" PRIx32 ")", label, ek_load(p, k, i), (int)ek_size(k) * 2,
+           ek_bits(p, k, i));
+}
+
+/* Compares back[1] with back[0] over the slot's elements; prints the first mismatches and
+ * returns how many elements differ. */
+static int64_t compare_slot(const char *row, const char *dev_name, const slot *s, tol t,
+                            cmp_stats *st) {
+    const unsigned char *ref = s->back[0], *dev = s->back[1];
+    size_t es = ek_size(s->kind);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        bool ok;
+        if (t.exact || !ek_is_float(s->kind)) {
+            ok = memcmp(ref + (size_t)i * es, dev + (size_t)i * es, es) == 0;
+        } else {
+            double a = ek_load(ref, s->kind, i), b = ek_load(dev, s->kind, i);
+            if (isnan(a) || isnan(b)) {
+                ok = isnan(a) && isnan(b);
+            } else if (isinf(a) || isinf(b)) {
+                ok = a == b;
+            } else {
+                double d = fabs(b - a);
+                ok = d <= t.atol + t.rtol * fabs(a);
+                if (d > st->max_abs) st->max_abs = d;
+                if (a != 0.0 && d / fabs(a) > st->max_rel) st->max_rel = d / fabs(a);
+            }
+        }
+        if (!ok && bad++ < MAX_REPORTED) {
+            printf("       %s: %s %s[%" PRId64 "]: ", row, s->name, ek_names[s->kind], i);
+            print_element(dev_name, dev, s->kind, i);
+            print_element(", reference", ref, s->kind, i);
+            printf("\n");
+        }
+    }
+    if (bad > MAX_REPORTED)
+        printf("       %s: %s: %" PRId64 " of %" PRId64 " elements differ\n", row, s->name, bad,
+               s->n);
+    return bad;
+}
+
+/* ---- Running an entry on a backend and checking both runs ---------------------------------- */
+
+struct op_row;
+/* Calls one backend entry; p[i] is slot i's device pointer (NULL for ROLE_NONE). */
+typedef amp_status (*entry_run_fn)(const struct op_row *r, const amp_backend *be, void *const *p);
+
+/* Run k on `be`: every slot to the device with its guard zone (outputs prefilled with
+ * PREFILL_BYTE[k]), the entry, every slot back into back[k]. Prints why on failure. */
+static bool tcase_execute(tcase *c, const struct op_row *r, const char *row, const char *member,
+                          entry_run_fn run, const amp_backend *be, int k) {
+    void *dev[MAX_SLOTS] = {0};
+    amp_status st = AMP_OK;
+    const char *what = "";
+    for (int i = 0; i < MAX_SLOTS && st == AMP_OK; i++) {
+        slot *s = &c->s[i];
+        if (s->role == ROLE_NONE) continue;
+        size_t total = s->nbytes + GUARD_NBYTES;
+        unsigned char *stage = s->back[k] = xcalloc(total);
+        if (s->init) memcpy(stage, s->init, s->nbytes);
+        else memset(stage, PREFILL_BYTE[k], s->nbytes);
+        memset(stage + s->nbytes, GUARD_BYTE, GUARD_NBYTES);
+        what = "alloc";
+        st = be->alloc(total, &dev[i]);
+        if (st != AMP_OK) break;
+        what = "copy_from_host";
+        st = be->copy_from_host(dev[i], stage, total);
+    }
+    if (st == AMP_OK) {
+        what = member;
+        st = run(r, be, dev);
+    }
+    if (st == AMP_OK) {
+        what = "sync";
+        st = be->sync();
+    }
+    for (int i = 0; i < MAX_SLOTS && st == AMP_OK; i++) {
+        slot *s = &c->s[i];
+        if (s->role == ROLE_NONE) continue;
+        what = "copy_to_host";
+        st = be->copy_to_host(s->back[k], dev[i], s->nbytes + GUARD_NBYTES);
+    }
+    if (st != AMP_OK)
+        printf("       %s: %s: %s returned %d: %s\n", row, be->name, what, (int)st,
+               amp_last_error());
+    for (int i = 0; i < MAX_SLOTS; i++)
+        if (dev[i]) be->free(dev[i]);
+    return st == AMP_OK;
+}
+
+/* After both runs: guard zones intact and inputs unchanged on both backends, outputs of be[1]
+ * within `t` of be[0]'s. Prints one line per problem; returns whether there was none. */
+static bool tcase_check(const tcase *c, const char *row, tol t, const amp_backend *const be[2],
+                        cmp_stats *st) {
+    bool ok = true;
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        const slot *s = &c->s[i];
+        if (s->role == ROLE_NONE) continue;
+        for (int k = 0; k < 2; k++) {
+            if (!guard_intact(s->back[k], s->nbytes)) {
+                printf("       %s: guard zone after %s overwritten on %s\n", row, s->name,
+                       be[k]->name);
+                ok = false;
+            }
+            if (s->role == ROLE_IN && memcmp(s->back[k], s->init, s->nbytes) != 0) {
+                printf("       %s: input %s changed by %s\n", row, s->name, be[k]->name);
+                ok = false;
+            }
+        }
+        if (s->role != ROLE_IN && compare_slot(row, be[1]->name, s, t, st) != 0) ok = false;
+    }
+    return ok;
+}
+
+#endif

@@ -1,0 +1,764 @@
+/* Every entry of core/backend.h on every device backend against the CPU backend, from one table
+ * (after ggml's test-backend-ops; STYLE.md rule 6).
+ *
+ * Each row of `rows` names an entry, its shape, dtype(s), scalars, tolerance and input range. The
+ * row's inputs come from a generator seeded by the row's index (plus NaN/Inf and edge values in
+ * rows marked `specials`); both backends receive the same bytes, run the entry, and hand back
+ * every buffer with the GUARD_NBYTES that followed it. A row passes when the guard zones and the
+ * inputs come back untouched on both backends and every output agrees with the CPU's within the
+ * row's tolerance (backend_ops_harness.h). A row whose entry the backend leaves NULL, or whose
+ * dtype its supports() refuses, counts as "not implemented on <backend>", never as passed.
+ *
+ * Tolerances follow the numerics each entry promises: casts, fills, copies, ReLU and max pooling
+ * move or select values, so their bits must agree; one-rounding ops (add, sub, mul, scale,
+ * dropout) must give the same value; rtol 2^-7 (bf16) and 2^-10 (f16) let a result rounded to a
+ * half type land one unit in the last place away when the f32 value before rounding differs in
+ * its last bits (fused multiply-adds, another summation order); reductions, GEMM, convolution and
+ * batch norm allow for their accumulation order in f32 (not for TF32, which the backend contract
+ * excludes).
+ *
+ * Usage: test_backend_ops [--self] [--seed N] [--row SUBSTRING]
+ *   (default) every device backend present against the CPU; none present: prints why and
+ *             returns 77 (ctest SKIPPED).
+ *   --self    the CPU backend against itself, bit for bit: a check of the harness (guard zones,
+ *             prefilled outputs, NaN logic) that runs without a device. */
+#include <stddef.h>
+
+#include "backend_ops_harness.h"
+
+typedef enum entry {
+    E_CAST, E_FILL, E_FILL_SCALAR, E_GEMM, E_CONV_FWD, E_CONV_BWD_DATA, E_CONV_BWD_WEIGHT,
+    E_BN_TRAIN, E_BN_EVAL, E_BN_BWD, E_POOL_FWD, E_POOL_BWD, E_UNARY, E_BINARY, E_AXPY, E_SUM,
+    E_SUM_ROWS, E_XENT_FWD, E_XENT_BWD, E_MSE_FWD, E_MSE_BWD, E_DROPOUT_FWD, E_DROPOUT_BWD,
+    E_SGD, E_ADAM, E_N
+} entry;
+
+/* Row variants. */
+enum {
+    TRANS_A = 1, TRANS_B = 2, /* GEMM */
+    BIAS = 4,                 /* GEMM and conv2d_fwd: bias; conv2d_bwd_weight: dbias */
+    NO_AFFINE = 8,            /* batch norm: gamma and beta NULL */
+    NO_STATS = 16,            /* bn_fwd_train: running stats and save_* NULL */
+    NESTEROV = 32, FIRST_STEP = 64, /* SGD */
+    DECOUPLED = 128,                /* AdamW */
+};
+
+typedef struct op_row {
+    const char *name;
+    entry e;
+    int64_t s[11]; /* shape: its meaning per entry is given at the entry's setup below */
+    amp_dtype dt, dt2;
+    int flags;
+    int op;     /* amp_unary_op / amp_binary_op */
+    float f[5]; /* scalars: their meaning per entry is given at the entry's setup below */
+    tol tol;
+    float lo, hi;  /* range of the main inputs */
+    bool specials; /* NaN, Inf, signed zeros and edge values in the main inputs */
+} op_row;
+
+/* Main inputs: uniform in the row's range, with specials where the row asks. */
+static void gen_main(const op_row *r, tcase *c, int i) {
+    gen_uniform(c, i, r->lo, r->hi);
+    if (r->specials) gen_specials(c, i);
+}
+
+static void *in_main(const op_row *r, tcase *c, int i, const char *name, ek k, int64_t n) {
+    void *p = slot_decl(c, i, name, ROLE_IN, k, n);
+    gen_main(r, c, i);
+    return p;
+}
+
+static void *in_range(tcase *c, int i, const char *name, role ro, ek k, int64_t n, double lo,
+                      double hi) {
+    void *p = slot_decl(c, i, name, ro, k, n);
+    gen_uniform(c, i, lo, hi);
+    return p;
+}
+
+/* ---- Entries: setup declares the slots (argument order) and fills the inputs; run calls the
+ * backend with the slots' device pointers. ---------------------------------------------------- */
+
+/* cast: s = {n}; dt -> dt2. */
+static void setup_cast(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "src", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt2), r->s[0]);
+}
+static amp_status run_cast(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->cast(p[1], r->dt2, p[0], r->dt, r->s[0]);
+}
+
+/* fill: s = {n}, f = {value}. */
+static void setup_fill(const op_row *r, tcase *c) {
+    slot_decl(c, 0, "dst", ROLE_OUT, ek_of(r->dt), r->s[0]);
+}
+static amp_status run_fill(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->fill(p[0], r->dt, r->s[0], r->f[0]);
+}
+
+/* fill_scalar: s = {n}, f = {*scalar, scale}. */
+static void setup_fill_scalar(const op_row *r, tcase *c) {
+    float *scalar = slot_decl(c, 0, "scalar", ROLE_IN, EK_F32, 1);
+    scalar[0] = r->f[0];
+    slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt), r->s[0]);
+}
+static amp_status run_fill_scalar(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->fill_scalar(p[1], r->dt, r->s[0], p[0], r->f[1]);
+}
+
+/* gemm: s = {m, n, k, pad}: every leading dimension is its row length + pad; a and b in dt, c in
+ * dt2, f = {alpha, beta}. With beta = 0, c starts as NaN: BLAS does not read C then. */
+static int64_t gemm_cols(const op_row *r, int which) {
+    int64_t m = r->s[0], n = r->s[1], k = r->s[2];
+    if (which == 0) return (r->flags & TRANS_A ? m : k) + r->s[3];
+    if (which == 1) return (r->flags & TRANS_B ? k : n) + r->s[3];
+    return n + r->s[3];
+}
+static void setup_gemm(const op_row *r, tcase *c) {
+    int64_t m = r->s[0], n = r->s[1], k = r->s[2];
+    in_main(r, c, 0, "a", ek_of(r->dt), (r->flags & TRANS_A ? k : m) * gemm_cols(r, 0));
+    in_main(r, c, 1, "b", ek_of(r->dt), (r->flags & TRANS_B ? n : k) * gemm_cols(r, 1));
+    slot_decl(c, 2, "c", ROLE_INOUT, ek_of(r->dt2), m * gemm_cols(r, 2));
+    if (r->f[1] != 0.0f) gen_main(r, c, 2);
+    else gen_uniform(c, 2, NAN, NAN);
+    if (r->flags & BIAS) in_range(c, 3, "bias", ROLE_IN, EK_F32, n, -1, 1);
+}
+static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_gemm_desc d = {
+        .trans_a = r->flags & TRANS_A, .trans_b = r->flags & TRANS_B,
+        .m = r->s[0], .n = r->s[1], .k = r->s[2], .alpha = r->f[0], .beta = r->f[1],
+        .a = p[0], .a_dtype = r->dt, .lda = gemm_cols(r, 0),
+        .b = p[1], .b_dtype = r->dt, .ldb = gemm_cols(r, 1),
+        .c = p[2], .c_dtype = r->dt2, .ldc = gemm_cols(r, 2),
+        .bias = p[3],
+    };
+    return be->gemm(&d);
+}
+
+/* conv2d: s = {n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w}; dtype dt. */
+static amp_conv2d_desc conv_desc(const op_row *r) {
+    const int64_t *s = r->s;
+    amp_conv2d_desc d = {.n = s[0], .c_in = s[1], .h_in = s[2], .w_in = s[3], .c_out = s[4],
+                         .kh = s[5], .kw = s[6], .stride_h = s[7], .stride_w = s[8],
+                         .pad_h = s[9], .pad_w = s[10], .dtype = r->dt};
+    d.h_out = (d.h_in + 2 * d.pad_h - d.kh) / d.stride_h + 1;
+    d.w_out = (d.w_in + 2 * d.pad_w - d.kw) / d.stride_w + 1;
+    return d;
+}
+static int64_t conv_x_numel(const amp_conv2d_desc *d) { return d->n * d->c_in * d->h_in * d->w_in; }
+static int64_t conv_w_numel(const amp_conv2d_desc *d) { return d->c_out * d->c_in * d->kh * d->kw; }
+static int64_t conv_y_numel(const amp_conv2d_desc *d) {
+    return d->n * d->c_out * d->h_out * d->w_out;
+}
+
+static void setup_conv_fwd(const op_row *r, tcase *c) {
+    amp_conv2d_desc d = conv_desc(r);
+    in_main(r, c, 0, "x", ek_of(r->dt), conv_x_numel(&d));
+    in_main(r, c, 1, "w", ek_of(r->dt), conv_w_numel(&d));
+    if (r->flags & BIAS) in_range(c, 2, "bias", ROLE_IN, EK_F32, d.c_out, -1, 1);
+    slot_decl(c, 3, "y", ROLE_OUT, ek_of(r->dt), conv_y_numel(&d));
+}
+static amp_status run_conv_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_conv2d_desc d = conv_desc(r);
+    return be->conv2d_fwd(&d, p[0], p[1], p[2], p[3]);
+}
+
+static void setup_conv_bwd_data(const op_row *r, tcase *c) {
+    amp_conv2d_desc d = conv_desc(r);
+    in_main(r, c, 0, "dy", ek_of(r->dt), conv_y_numel(&d));
+    in_main(r, c, 1, "w", ek_of(r->dt), conv_w_numel(&d));
+    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), conv_x_numel(&d));
+}
+static amp_status run_conv_bwd_data(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_conv2d_desc d = conv_desc(r);
+    return be->conv2d_bwd_data(&d, p[0], p[1], p[2]);
+}
+
+static void setup_conv_bwd_weight(const op_row *r, tcase *c) {
+    amp_conv2d_desc d = conv_desc(r);
+    in_main(r, c, 0, "x", ek_of(r->dt), conv_x_numel(&d));
+    in_main(r, c, 1, "dy", ek_of(r->dt), conv_y_numel(&d));
+    slot_decl(c, 2, "dw", ROLE_OUT, ek_of(r->dt), conv_w_numel(&d));
+    if (r->flags & BIAS) slot_decl(c, 3, "dbias", ROLE_OUT, EK_F32, d.c_out);
+}
+static amp_status run_conv_bwd_weight(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_conv2d_desc d = conv_desc(r);
+    return be->conv2d_bwd_weight(&d, p[0], p[1], p[2], p[3]);
+}
+
+/* Batch norm: s = {n, c, hw}, f = {eps, momentum}; x in the row's range, gamma in [0.5, 1.5),
+ * beta, running_mean in [-0.5, 0.5), running_var in [0.5, 2). */
+static amp_bn_desc bn_desc(const op_row *r) {
+    return (amp_bn_desc){.n = r->s[0], .c = r->s[1], .hw = r->s[2], .eps = r->f[0],
+                         .momentum = r->f[1], .dtype = r->dt};
+}
+static int64_t bn_numel(const op_row *r) { return r->s[0] * r->s[1] * r->s[2]; }
+
+static void bn_affine(const op_row *r, tcase *c, int i) {
+    if (r->flags & NO_AFFINE) return;
+    in_range(c, i, "gamma", ROLE_IN, EK_F32, r->s[1], 0.5, 1.5);
+    in_range(c, i + 1, "beta", ROLE_IN, EK_F32, r->s[1], -0.5, 0.5);
+}
+
+static void setup_bn_train(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), bn_numel(r));
+    bn_affine(r, c, 1);
+    slot_decl(c, 3, "y", ROLE_OUT, ek_of(r->dt), bn_numel(r));
+    if (r->flags & NO_STATS) return;
+    slot_decl(c, 4, "save_mean", ROLE_OUT, EK_F32, r->s[1]);
+    slot_decl(c, 5, "save_invstd", ROLE_OUT, EK_F32, r->s[1]);
+    in_range(c, 6, "running_mean", ROLE_INOUT, EK_F32, r->s[1], -0.5, 0.5);
+    in_range(c, 7, "running_var", ROLE_INOUT, EK_F32, r->s[1], 0.5, 2);
+}
+static amp_status run_bn_train(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_bn_desc d = bn_desc(r);
+    return be->bn_fwd_train(&d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+static void setup_bn_eval(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), bn_numel(r));
+    bn_affine(r, c, 1);
+    in_range(c, 3, "running_mean", ROLE_IN, EK_F32, r->s[1], -0.5, 0.5);
+    in_range(c, 4, "running_var", ROLE_IN, EK_F32, r->s[1], 0.5, 2);
+    slot_decl(c, 5, "y", ROLE_OUT, ek_of(r->dt), bn_numel(r));
+}
+static amp_status run_bn_eval(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_bn_desc d = bn_desc(r);
+    return be->bn_fwd_eval(&d, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* bn_bwd: x and dy in the row's range; save_mean and save_invstd are x's batch statistics,
+ * computed here in double, as the forward would have saved them. */
+static void setup_bn_bwd(const op_row *r, tcase *c) {
+    int64_t n = r->s[0], ch = r->s[1], hw = r->s[2];
+    ek k = ek_of(r->dt);
+    const void *x = in_main(r, c, 0, "x", k, bn_numel(r));
+    in_main(r, c, 1, "dy", k, bn_numel(r));
+    if (!(r->flags & NO_AFFINE)) in_range(c, 2, "gamma", ROLE_IN, EK_F32, ch, 0.5, 1.5);
+    float *mean = slot_decl(c, 3, "save_mean", ROLE_IN, EK_F32, ch);
+    float *invstd = slot_decl(c, 4, "save_invstd", ROLE_IN, EK_F32, ch);
+    for (int64_t j = 0; j < ch; j++) {
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t e = 0; e < hw; e++) s += ek_load(x, k, (i * ch + j) * hw + e);
+        double mu = s / (double)(n * hw);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t e = 0; e < hw; e++) {
+                double dev = ek_load(x, k, (i * ch + j) * hw + e) - mu;
+                ss += dev * dev;
+            }
+        mean[j] = (float)mu;
+        invstd[j] = (float)(1.0 / sqrt(ss / (double)(n * hw) + r->f[0]));
+    }
+    slot_decl(c, 5, "dx", ROLE_OUT, k, bn_numel(r));
+    slot_decl(c, 6, "dgamma", ROLE_OUT, EK_F32, ch);
+    slot_decl(c, 7, "dbeta", ROLE_OUT, EK_F32, ch);
+}
+static amp_status run_bn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_bn_desc d = bn_desc(r);
+    return be->bn_bwd(&d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* Max pooling: s = {n, c, h, w, k, stride, pad}. */
+static amp_pool_desc pool_desc(const op_row *r) {
+    const int64_t *s = r->s;
+    amp_pool_desc d = {.n = s[0], .c = s[1], .h_in = s[2], .w_in = s[3], .k = s[4],
+                       .stride = s[5], .pad = s[6], .dtype = r->dt};
+    d.h_out = (d.h_in + 2 * d.pad - d.k) / d.stride + 1;
+    d.w_out = (d.w_in + 2 * d.pad - d.k) / d.stride + 1;
+    return d;
+}
+
+static void setup_pool_fwd(const op_row *r, tcase *c) {
+    amp_pool_desc d = pool_desc(r);
+    in_main(r, c, 0, "x", ek_of(r->dt), d.n * d.c * d.h_in * d.w_in);
+    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), d.n * d.c * d.h_out * d.w_out);
+    slot_decl(c, 2, "argmax", ROLE_OUT, EK_I32, d.n * d.c * d.h_out * d.w_out);
+}
+static amp_status run_pool_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_pool_desc d = pool_desc(r);
+    return be->maxpool_fwd(&d, p[0], p[1], p[2]);
+}
+
+/* maxpool_bwd: each argmax is a random position inside its output's window (clipped to the
+ * input), so overlapping windows (stride < k) add several dy into one dx. */
+static void setup_pool_bwd(const op_row *r, tcase *c) {
+    amp_pool_desc d = pool_desc(r);
+    int64_t out_plane = d.h_out * d.w_out;
+    in_main(r, c, 0, "dy", ek_of(r->dt), d.n * d.c * out_plane);
+    int32_t *argmax = slot_decl(c, 1, "argmax", ROLE_IN, EK_I32, d.n * d.c * out_plane);
+    for (int64_t o = 0; o < d.n * d.c * out_plane; o++) {
+        int64_t oh = o % out_plane / d.w_out, ow = o % d.w_out;
+        int64_t h0 = oh * d.stride - d.pad, w0 = ow * d.stride - d.pad;
+        int64_t h1 = h0 + d.k < d.h_in ? h0 + d.k : d.h_in;
+        int64_t w1 = w0 + d.k < d.w_in ? w0 + d.k : d.w_in;
+        h0 = h0 < 0 ? 0 : h0;
+        w0 = w0 < 0 ? 0 : w0;
+        int64_t ih = h0 + rng_below(&c->rng, h1 - h0), iw = w0 + rng_below(&c->rng, w1 - w0);
+        argmax[o] = (int32_t)(ih * d.w_in + iw);
+    }
+    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), d.n * d.c * d.h_in * d.w_in);
+}
+static amp_status run_pool_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_pool_desc d = pool_desc(r);
+    return be->maxpool_bwd(&d, p[0], p[1], p[2]);
+}
+
+/* unary: s = {n}, op, f = {alpha}. */
+static void setup_unary(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
+}
+static amp_status run_unary(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->unary((amp_unary_op)r->op, r->dt, r->s[0], p[0], r->f[0], p[1]);
+}
+
+/* binary: s = {n}, op. */
+static void setup_binary(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "a", ek_of(r->dt), r->s[0]);
+    in_main(r, c, 1, "b", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
+}
+static amp_status run_binary(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->binary((amp_binary_op)r->op, r->dt, r->s[0], p[0], p[1], p[2]);
+}
+
+/* axpy: s = {n}, f = {alpha}; y is read and written. */
+static void setup_axpy(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "y", ROLE_INOUT, ek_of(r->dt), r->s[0]);
+    gen_main(r, c, 1);
+}
+static amp_status run_axpy(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->axpy(r->dt, r->s[0], r->f[0], p[0], p[1]);
+}
+
+/* sum: s = {n}, f = {alpha}. */
+static void setup_sum(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "out", ROLE_OUT, EK_F32, 1);
+}
+static amp_status run_sum(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->sum(r->dt, r->s[0], p[0], r->f[0], p[1]);
+}
+
+/* sum_rows: s = {rows, cols}. */
+static void setup_sum_rows(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0] * r->s[1]);
+    slot_decl(c, 1, "out", ROLE_OUT, EK_F32, r->s[1]);
+}
+static amp_status run_sum_rows(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->sum_rows(r->dt, r->s[0], r->s[1], p[0], p[1]);
+}
+
+/* Cross-entropy: s = {rows, classes}; labels uniform over the classes. */
+static void xent_labels(const op_row *r, tcase *c, int i) {
+    int32_t *labels = slot_decl(c, i, "labels", ROLE_IN, EK_I32, r->s[0]);
+    for (int64_t j = 0; j < r->s[0]; j++) labels[j] = (int32_t)rng_below(&c->rng, r->s[1]);
+}
+
+static void setup_xent_fwd(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "logits", ek_of(r->dt), r->s[0] * r->s[1]);
+    xent_labels(r, c, 1);
+    slot_decl(c, 2, "loss", ROLE_OUT, EK_F32, 1);
+    slot_decl(c, 3, "logsoftmax", ROLE_OUT, EK_F32, r->s[0] * r->s[1]);
+}
+static amp_status run_xent_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->xent_fwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
+}
+
+/* xent_bwd: f = {dloss}; logsoftmax is that of logits in the row's range, computed in double. */
+static void setup_xent_bwd(const op_row *r, tcase *c) {
+    int64_t rows = r->s[0], classes = r->s[1];
+    float *ls = slot_decl(c, 0, "logsoftmax", ROLE_IN, EK_F32, rows * classes);
+    gen_uniform(c, 0, r->lo, r->hi);
+    for (int64_t i = 0; i < rows; i++) {
+        float *row = ls + i * classes;
+        double max = row[0], sum = 0;
+        for (int64_t j = 1; j < classes; j++) max = row[j] > max ? row[j] : max;
+        for (int64_t j = 0; j < classes; j++) sum += exp(row[j] - max);
+        for (int64_t j = 0; j < classes; j++) row[j] = (float)(row[j] - max - log(sum));
+    }
+    xent_labels(r, c, 1);
+    float *dloss = slot_decl(c, 2, "dloss", ROLE_IN, EK_F32, 1);
+    dloss[0] = r->f[0];
+    slot_decl(c, 3, "dlogits", ROLE_OUT, ek_of(r->dt), rows * classes);
+}
+static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->xent_bwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
+}
+
+/* MSE: s = {n}; bwd f = {dloss}. */
+static void setup_mse_fwd(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "a", ek_of(r->dt), r->s[0]);
+    in_main(r, c, 1, "b", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 2, "loss", ROLE_OUT, EK_F32, 1);
+}
+static amp_status run_mse_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->mse_fwd(r->dt, r->s[0], p[0], p[1], p[2]);
+}
+
+static void setup_mse_bwd(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "a", ek_of(r->dt), r->s[0]);
+    in_main(r, c, 1, "b", ek_of(r->dt), r->s[0]);
+    float *dloss = slot_decl(c, 2, "dloss", ROLE_IN, EK_F32, 1);
+    dloss[0] = r->f[0];
+    slot_decl(c, 3, "da", ROLE_OUT, ek_of(r->dt), r->s[0]);
+}
+static amp_status run_mse_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->mse_bwd(r->dt, r->s[0], p[0], p[1], p[2], p[3]);
+}
+
+/* Dropout: s = {n, seed, offset}, f = {p}; the backward's mask keeps with probability 1 - p. */
+static void setup_dropout_fwd(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
+    slot_decl(c, 2, "mask", ROLE_OUT, EK_U8, r->s[0]);
+}
+static amp_status run_dropout_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->dropout_fwd(r->dt, r->s[0], p[0], r->f[0], (uint64_t)r->s[1], (uint64_t)r->s[2],
+                           p[1], p[2]);
+}
+
+static void setup_dropout_bwd(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "dy", ek_of(r->dt), r->s[0]);
+    uint8_t *mask = slot_decl(c, 1, "mask", ROLE_IN, EK_U8, r->s[0]);
+    for (int64_t i = 0; i < r->s[0]; i++) mask[i] = rng_unit(&c->rng) >= r->f[0];
+    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), r->s[0]);
+}
+static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->dropout_bwd(r->dt, r->s[0], p[0], p[1], r->f[0], p[2]);
+}
+
+/* sgd_update: s = {n}, f = {lr, momentum, dampening, weight_decay}; grad (dt) in the row's range,
+ * param in [-1, 1), momentum buffer (only with momentum) in [-0.1, 0.1). */
+static void setup_sgd(const op_row *r, tcase *c) {
+    in_range(c, 0, "param", ROLE_INOUT, EK_F32, r->s[0], -1, 1);
+    in_main(r, c, 1, "grad", ek_of(r->dt), r->s[0]);
+    if (r->f[1] != 0.0f) in_range(c, 2, "momentum_buf", ROLE_INOUT, EK_F32, r->s[0], -0.1, 0.1);
+}
+static amp_status run_sgd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_sgd_desc d = {.lr = r->f[0], .momentum = r->f[1], .dampening = r->f[2],
+                      .weight_decay = r->f[3], .nesterov = r->flags & NESTEROV,
+                      .first_step = r->flags & FIRST_STEP};
+    return be->sgd_update(&d, r->s[0], p[0], p[1], r->dt, p[2]);
+}
+
+/* adam_update: s = {n, step}, f = {lr, beta1, beta2, eps, weight_decay}; grad (dt) in the row's
+ * range, param in [-1, 1), exp_avg in [-0.1, 0.1), exp_avg_sq in [0, 0.01). */
+static void setup_adam(const op_row *r, tcase *c) {
+    in_range(c, 0, "param", ROLE_INOUT, EK_F32, r->s[0], -1, 1);
+    in_main(r, c, 1, "grad", ek_of(r->dt), r->s[0]);
+    in_range(c, 2, "exp_avg", ROLE_INOUT, EK_F32, r->s[0], -0.1, 0.1);
+    in_range(c, 3, "exp_avg_sq", ROLE_INOUT, EK_F32, r->s[0], 0, 0.01);
+}
+static amp_status run_adam(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_adam_desc d = {.lr = r->f[0], .beta1 = r->f[1], .beta2 = r->f[2], .eps = r->f[3],
+                       .weight_decay = r->f[4], .decoupled = r->flags & DECOUPLED,
+                       .step = r->s[1]};
+    return be->adam_update(&d, r->s[0], p[0], p[1], r->dt, p[2], p[3]);
+}
+
+/* ---- The entry table ------------------------------------------------------------------------ */
+
+typedef struct entry_info {
+    const char *member; /* the amp_backend member: NULL there means "not implemented" */
+    size_t offset;
+    amp_be_op op;       /* what supports() is asked, for dt (and dt2 where two_dtypes) */
+    bool two_dtypes;
+    void (*setup)(const op_row *r, tcase *c);
+    amp_status (*run)(const op_row *r, const amp_backend *be, void *const *p);
+} entry_info;
+
+#define ENTRY(id, member, op, two, fn)                                                             \
+    [id] = {#member, offsetof(amp_backend, member), op, two, setup_##fn, run_##fn}
+
+static const entry_info entries[E_N] = {
+    ENTRY(E_CAST, cast, AMP_BE_CAST, true, cast),
+    ENTRY(E_FILL, fill, AMP_BE_CAST, false, fill),
+    ENTRY(E_FILL_SCALAR, fill_scalar, AMP_BE_CAST, false, fill_scalar),
+    ENTRY(E_GEMM, gemm, AMP_BE_GEMM, true, gemm),
+    ENTRY(E_CONV_FWD, conv2d_fwd, AMP_BE_CONV2D, false, conv_fwd),
+    ENTRY(E_CONV_BWD_DATA, conv2d_bwd_data, AMP_BE_CONV2D, false, conv_bwd_data),
+    ENTRY(E_CONV_BWD_WEIGHT, conv2d_bwd_weight, AMP_BE_CONV2D, false, conv_bwd_weight),
+    ENTRY(E_BN_TRAIN, bn_fwd_train, AMP_BE_BATCHNORM, false, bn_train),
+    ENTRY(E_BN_EVAL, bn_fwd_eval, AMP_BE_BATCHNORM, false, bn_eval),
+    ENTRY(E_BN_BWD, bn_bwd, AMP_BE_BATCHNORM, false, bn_bwd),
+    ENTRY(E_POOL_FWD, maxpool_fwd, AMP_BE_MAXPOOL, false, pool_fwd),
+    ENTRY(E_POOL_BWD, maxpool_bwd, AMP_BE_MAXPOOL, false, pool_bwd),
+    ENTRY(E_UNARY, unary, AMP_BE_UNARY, false, unary),
+    ENTRY(E_BINARY, binary, AMP_BE_BINARY, false, binary),
+    ENTRY(E_AXPY, axpy, AMP_BE_BINARY, false, axpy),
+    ENTRY(E_SUM, sum, AMP_BE_REDUCE, false, sum),
+    ENTRY(E_SUM_ROWS, sum_rows, AMP_BE_REDUCE, false, sum_rows),
+    ENTRY(E_XENT_FWD, xent_fwd, AMP_BE_XENT, false, xent_fwd),
+    ENTRY(E_XENT_BWD, xent_bwd, AMP_BE_XENT, false, xent_bwd),
+    ENTRY(E_MSE_FWD, mse_fwd, AMP_BE_MSE, false, mse_fwd),
+    ENTRY(E_MSE_BWD, mse_bwd, AMP_BE_MSE, false, mse_bwd),
+    ENTRY(E_DROPOUT_FWD, dropout_fwd, AMP_BE_DROPOUT, false, dropout_fwd),
+    ENTRY(E_DROPOUT_BWD, dropout_bwd, AMP_BE_DROPOUT, false, dropout_bwd),
+    ENTRY(E_SGD, sgd_update, AMP_BE_SGD, false, sgd),
+    ENTRY(E_ADAM, adam_update, AMP_BE_ADAM, false, adam),
+};
+
+/* ---- The rows ------------------------------------------------------------------------------- */
+
+#define F32 AMP_F32
+#define F16 AMP_F16
+#define BF16 AMP_BF16
+#define I32 AMP_I32
+#define EXACT {true, 0, 0}
+#define TOL(atol, rtol) {false, atol, rtol}
+/* One unit in the last place of a result rounded to bf16 / f16, relative to the value. */
+#define ULP_BF16 0x1p-7
+#define ULP_F16 0x1p-10
+
+/* The ConvNet of nn/presets.c at batch 8, and an odd shape (stride 2 x 1, pad 1 x 0, 3 x 2
+ * kernel) whose sizes divide nothing. */
+#define CONV_L1 {8, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2}
+#define CONV_L2 {8, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2}
+#define CONV_ODD {3, 3, 17, 13, 8, 3, 2, 2, 1, 1, 0}
+#define ACT_L1 (8 * 16 * 28 * 28) /* layer1's activations: 100352 elements */
+
+static const op_row rows[] = {
+    /* Casts: every dtype pair the contract names, bits exact, specials in. */
+    {"cast_f32_f16", E_CAST, {10007}, F32, F16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f32_f16_overflow", E_CAST, {10007}, F32, F16, .tol = EXACT, .lo = -7e4, .hi = 7e4, .specials = true},
+    {"cast_f32_bf16", E_CAST, {ACT_L1}, F32, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f16_f32", E_CAST, {10007}, F16, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_bf16_f32", E_CAST, {10007}, BF16, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f16_bf16", E_CAST, {10007}, F16, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_bf16_f16", E_CAST, {10007}, BF16, F16, .tol = EXACT, .lo = -1e5, .hi = 1e5, .specials = true},
+    {"cast_f32_f32", E_CAST, {10007}, F32, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f32_i32", E_CAST, {10007}, F32, I32, .tol = EXACT, .lo = -1e6, .hi = 1e6, .specials = true},
+    {"cast_i32_f32", E_CAST, {10007}, I32, F32, .tol = EXACT, .lo = -3e7, .hi = 3e7, .specials = true},
+    /* Fills: the value rounds like a cast (70000 -> f16 inf, NaN -> 0x7fff, -7.9 -> i32 -7). */
+    {"fill_f32", E_FILL, {ACT_L1}, F32, .f = {0.1f}, .tol = EXACT},
+    {"fill_f16_overflow", E_FILL, {10007}, F16, .f = {70000.0f}, .tol = EXACT},
+    {"fill_bf16_third", E_FILL, {10007}, BF16, .f = {1.0f / 3.0f}, .tol = EXACT},
+    {"fill_f16_nan", E_FILL, {1025}, F16, .f = {NAN}, .tol = EXACT},
+    {"fill_i32", E_FILL, {1025}, I32, .f = {-7.9f}, .tol = EXACT},
+    {"fill_scalar_f32_mean_grad", E_FILL_SCALAR, {ACT_L1}, F32, .f = {1.0f, 1.0f / ACT_L1}, .tol = EXACT},
+    {"fill_scalar_f16_scaled", E_FILL_SCALAR, {10007}, F16, .f = {65536.0f, 1.0f / 3.0f}, .tol = EXACT},
+    {"fill_scalar_bf16", E_FILL_SCALAR, {10007}, BF16, .f = {-3.0f, 0.25f}, .tol = EXACT},
+    /* GEMM: s = {m, n, k, pad}; the ConvNet's fc forward (NT + bias), dx (NN) and dW (TN). */
+    {"gemm_f32_nn", E_GEMM, {64, 96, 80}, F32, F32, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_bias_fc", E_GEMM, {8, 10, 1568}, F32, F32, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nn_fc_dx", E_GEMM, {8, 1568, 10}, F32, F32, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_fc_dw", E_GEMM, {10, 1568, 8}, F32, F32, .flags = TRANS_A, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tt_alpha_beta_ld", E_GEMM, {33, 17, 65, 3}, F32, F32, .flags = TRANS_A | TRANS_B, .f = {0.5f, 0.75f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_alpha_bias_ld", E_GEMM, {31, 40, 50, 2}, F32, F32, .flags = TRANS_B | BIAS, .f = {-2, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_nt_bias", E_GEMM, {64, 256, 784}, BF16, BF16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_f32c_accum", E_GEMM, {96, 64, 128}, BF16, F32, .flags = TRANS_A, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_nn_ld", E_GEMM, {40, 72, 56, 8}, BF16, BF16, .f = {0.25f, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f16_nn", E_GEMM, {64, 128, 96}, F16, F16, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_f16_tt_f32c_bias_ld", E_GEMM, {48, 40, 72, 5}, F16, F32, .flags = TRANS_A | TRANS_B | BIAS, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_nt_beta", E_GEMM, {32, 48, 64}, F16, F16, .flags = TRANS_B, .f = {1, -1}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    /* Convolution: s = {n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w}. */
+    {"conv2d_fwd_f32_l1_bias", E_CONV_FWD, CONV_L1, F32, .flags = BIAS, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f32_l2_bias", E_CONV_FWD, CONV_L2, F32, .flags = BIAS, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f32_odd", E_CONV_FWD, CONV_ODD, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_bf16_l2_bias", E_CONV_FWD, CONV_L2, BF16, .flags = BIAS, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f16_l1_bias", E_CONV_FWD, CONV_L1, F16, .flags = BIAS, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f32_l2", E_CONV_BWD_DATA, CONV_L2, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f32_odd", E_CONV_BWD_DATA, CONV_ODD, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_bf16_l2", E_CONV_BWD_DATA, CONV_L2, BF16, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f16_l1", E_CONV_BWD_DATA, CONV_L1, F16, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_l1_dbias", E_CONV_BWD_WEIGHT, CONV_L1, F32, .flags = BIAS, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_l2_dbias", E_CONV_BWD_WEIGHT, CONV_L2, F32, .flags = BIAS, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_odd", E_CONV_BWD_WEIGHT, CONV_ODD, F32, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_bf16_l2_dbias", E_CONV_BWD_WEIGHT, CONV_L2, BF16, .flags = BIAS, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f16_l1", E_CONV_BWD_WEIGHT, CONV_L1, F16, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    /* Batch norm: s = {n, c, hw}, f = {eps, momentum}; the ConvNet's two layers, an odd shape. */
+    {"bn_fwd_train_f32_l1", E_BN_TRAIN, {8, 16, 784}, F32, .f = {1e-5f, 0.1f}, .tol = TOL(1e-4, 1e-4), .lo = -2, .hi = 3},
+    {"bn_fwd_train_f32_l2_bare", E_BN_TRAIN, {8, 32, 196}, F32, .flags = NO_AFFINE | NO_STATS, .f = {1e-5f, 0.1f}, .tol = TOL(1e-4, 1e-4), .lo = -2, .hi = 3},
+    {"bn_fwd_train_bf16_l2", E_BN_TRAIN, {8, 32, 196}, BF16, .f = {1e-5f, 0.1f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_fwd_train_f16_odd", E_BN_TRAIN, {3, 5, 7}, F16, .f = {1e-3f, 0.3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
+    {"bn_fwd_eval_f32_l1", E_BN_EVAL, {8, 16, 784}, F32, .f = {1e-5f}, .tol = TOL(1e-5, 1e-5), .lo = -2, .hi = 3},
+    {"bn_fwd_eval_bf16_l2_bare", E_BN_EVAL, {8, 32, 196}, BF16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_bwd_f32_l1", E_BN_BWD, {8, 16, 784}, F32, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
+    {"bn_bwd_f32_l2_bare", E_BN_BWD, {8, 32, 196}, F32, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
+    {"bn_bwd_bf16_l2", E_BN_BWD, {8, 32, 196}, BF16, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_bwd_f16_odd", E_BN_BWD, {3, 5, 7}, F16, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
+    /* Max pooling: s = {n, c, h, w, k, stride, pad}; the ConvNet's 2 x 2, overlapping 3 x 3. */
+    {"maxpool_fwd_f32_l1", E_POOL_FWD, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_fwd_bf16_l2", E_POOL_FWD, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_fwd_f16_l1", E_POOL_FWD, {8, 16, 28, 28, 2, 2, 0}, F16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_fwd_f32_k3s2p1_specials", E_POOL_FWD, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"maxpool_fwd_bf16_k3s2p1_specials", E_POOL_FWD, {2, 3, 15, 15, 3, 2, 1}, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"maxpool_bwd_f32_l1", E_POOL_BWD, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_bwd_bf16_l2", E_POOL_BWD, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_bwd_f32_k3s2p1", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = TOL(1e-6, 1e-6), .lo = -4, .hi = 4},
+    {"maxpool_bwd_f16_k3s2p1", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, F16, .tol = TOL(1e-6, ULP_F16), .lo = -4, .hi = 4},
+    /* Unary: ReLU and copy select bits; scale is one rounding. */
+    {"unary_relu_f32", E_UNARY, {ACT_L1}, F32, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_relu_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_relu_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_scale_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_SCALE, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_scale_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_SCALE, .f = {1.0f / 65536}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_copy_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_copy_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    /* Binary: add/sub/mul are one rounding each; relu_bwd selects. */
+    {"binary_add_f32", E_BINARY, {ACT_L1}, F32, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_add_f16", E_BINARY, {10007}, F16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_add_bf16", E_BINARY, {10007}, BF16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sub_f32", E_BINARY, {10007}, F32, .op = AMP_BINARY_SUB, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sub_bf16", E_BINARY, {10007}, BF16, .op = AMP_BINARY_SUB, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_mul_f32", E_BINARY, {10007}, F32, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_mul_f16", E_BINARY, {10007}, F16, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_relu_bwd_f32", E_BINARY, {ACT_L1}, F32, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"binary_relu_bwd_bf16", E_BINARY, {10007}, BF16, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    /* axpy: y + alpha * x may be fused into one fma on a device, so one rounding apart. */
+    {"axpy_f32", E_AXPY, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(1e-6, 1e-6), .lo = -2, .hi = 2, .specials = true},
+    {"axpy_bf16", E_AXPY, {10007}, BF16, .f = {-2.0f}, .tol = TOL(1e-6, ULP_BF16), .lo = -2, .hi = 2},
+    {"axpy_f16", E_AXPY, {10007}, F16, .f = {1.0f}, .tol = TOL(1e-6, ULP_F16), .lo = -2, .hi = 2},
+    /* Reductions to f32. */
+    {"sum_f32_mean", E_SUM, {ACT_L1}, F32, .f = {1.0f / ACT_L1}, .tol = TOL(1e-6, 1e-5), .lo = -0.5f, .hi = 1},
+    {"sum_bf16", E_SUM, {10007}, BF16, .f = {1}, .tol = TOL(1e-3, 1e-5), .lo = -0.5f, .hi = 1},
+    {"sum_f16_half", E_SUM, {10007}, F16, .f = {0.5f}, .tol = TOL(1e-3, 1e-5), .lo = -0.5f, .hi = 1},
+    {"sum_f32_specials", E_SUM, {4099}, F32, .f = {1}, .tol = TOL(1e-3, 1e-5), .lo = -1, .hi = 1, .specials = true},
+    {"sum_rows_f32_fc_in", E_SUM_ROWS, {64, 1568}, F32, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_rows_f32_fc_out", E_SUM_ROWS, {8, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_rows_bf16", E_SUM_ROWS, {256, 300}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_rows_f16_odd", E_SUM_ROWS, {33, 257}, F16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    /* Losses: s = {rows, classes} or {n}; f = {dloss} (65536: a loss scale). */
+    {"xent_fwd_f32_fc", E_XENT_FWD, {64, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_fwd_f32_wide", E_XENT_FWD, {16, 1000}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_fwd_bf16", E_XENT_FWD, {64, 10}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_fwd_f16", E_XENT_FWD, {64, 10}, F16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_bwd_f32", E_XENT_BWD, {64, 10}, F32, .f = {1}, .tol = TOL(1e-6, 1e-5), .lo = -8, .hi = 8},
+    {"xent_bwd_bf16_scaled", E_XENT_BWD, {64, 10}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -8, .hi = 8},
+    {"xent_bwd_f16_wide", E_XENT_BWD, {16, 1000}, F16, .f = {1}, .tol = TOL(1e-6, ULP_F16), .lo = -8, .hi = 8},
+    {"mse_fwd_f32", E_MSE_FWD, {ACT_L1}, F32, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
+    {"mse_fwd_bf16", E_MSE_FWD, {10007}, BF16, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
+    {"mse_bwd_f32", E_MSE_BWD, {10007}, F32, .f = {1}, .tol = TOL(1e-9, 1e-6), .lo = -1, .hi = 1},
+    {"mse_bwd_bf16_scaled", E_MSE_BWD, {10007}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -1, .hi = 1},
+    {"mse_bwd_f16", E_MSE_BWD, {10007}, F16, .f = {1}, .tol = TOL(1e-7, ULP_F16), .lo = -1, .hi = 1},
+    /* Dropout: s = {n, seed, offset}, f = {p}; masks bit exact, values one rounding. */
+    {"dropout_fwd_f32", E_DROPOUT_FWD, {ACT_L1, 42, 0}, F32, .f = {0.5f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"dropout_fwd_bf16_offset", E_DROPOUT_FWD, {10007, 7, 12345}, BF16, .f = {0.1f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_fwd_f16_p0", E_DROPOUT_FWD, {10007, 3, 5}, F16, .f = {0}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"dropout_fwd_f32_p09", E_DROPOUT_FWD, {10007, 1ll << 40, 3}, F32, .f = {0.9f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_bwd_f32", E_DROPOUT_BWD, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"dropout_bwd_bf16", E_DROPOUT_BWD, {10007}, BF16, .f = {0.2f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_bwd_f16", E_DROPOUT_BWD, {10007}, F16, .f = {0.1f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    /* Optimizers: f = {lr, momentum, dampening, weight_decay} / {lr, beta1, beta2, eps, wd}. */
+    {"sgd_f32_plain", E_SGD, {ACT_L1}, F32, .f = {0.1f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"sgd_f32_momentum_wd", E_SGD, {10007}, F32, .f = {0.05f, 0.9f, 0.1f, 1e-4f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"sgd_f16_nesterov", E_SGD, {10007}, F16, .flags = NESTEROV, .f = {0.05f, 0.9f, 0, 5e-4f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"sgd_bf16_first_step", E_SGD, {10007}, BF16, .flags = FIRST_STEP, .f = {0.1f, 0.9f, 0.5f, 0}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"adam_f32_step1", E_ADAM, {ACT_L1, 1}, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"adam_f32_step1000_wd", E_ADAM, {10007, 1000}, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"adamw_f16_step10", E_ADAM, {10007, 10}, F16, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    {"adam_bf16_step3", E_ADAM, {10007, 3}, BF16, .f = {3e-4f, 0.8f, 0.99f, 1e-6f, 0}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+};
+
+/* ---- Running a row -------------------------------------------------------------------------- */
+
+typedef enum outcome { PASSED, FAILED, NOT_IMPLEMENTED } outcome;
+
+static bool implements(const amp_backend *be, const op_row *r) {
+    const entry_info *e = &entries[r->e];
+    void (*fn)(void);
+    memcpy(&fn, (const char *)be + e->offset, sizeof fn);
+    if (!fn || !be->supports) return false;
+    return be->supports(e->op, r->dt) && (!e->two_dtypes || be->supports(e->op, r->dt2));
+}
+
+static outcome run_row(const op_row *r, int index, const amp_backend *ref,
+                       const amp_backend *dev, bool self, uint64_t seed) {
+    if (!implements(dev, r)) {
+        printf("-    %-34s not implemented on %s\n", r->name, dev->name);
+        return NOT_IMPLEMENTED;
+    }
+    if (!implements(ref, r)) {
+        printf("FAIL %-34s the reference backend %s lacks it\n", r->name, ref->name);
+        return FAILED;
+    }
+    const entry_info *e = &entries[r->e];
+    const amp_backend *const be[2] = {ref, dev};
+    tcase c = {.rng = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(index + 1)};
+    cmp_stats st = {0, 0};
+    e->setup(r, &c);
+    bool ok = tcase_execute(&c, r, r->name, e->member, e->run, ref, 0) &&
+              tcase_execute(&c, r, r->name, e->member, e->run, dev, 1) &&
+              tcase_check(&c, r->name, self ? (tol)EXACT : r->tol, be, &st);
+    if (ok && (self || r->tol.exact))
+        printf("ok   %-34s bit-exact\n", r->name);
+    else if (ok)
+        printf("ok   %-34s max abs err %.3g, max rel err %.3g\n", r->name, st.max_abs, st.max_rel);
+    if (!ok) printf("FAIL %s\n", r->name);
+    tcase_free(&c);
+    return ok ? PASSED : FAILED;
+}
+
+/* Every row on one backend against the reference; returns the number of failed rows. */
+static int run_table(const amp_backend *ref, const amp_backend *dev, bool self, uint64_t seed,
+                     const char *filter, int *n_passed) {
+    int count[3] = {0, 0, 0};
+    printf("test_backend_ops: %s against %s%s, seed %" PRIu64 "\n", dev->name, ref->name,
+           self ? " (harness self-check, bit for bit)" : "", seed);
+    for (int i = 0; i < (int)N_OF(rows); i++) {
+        if (filter && !strstr(rows[i].name, filter)) continue;
+        count[run_row(&rows[i], i, ref, dev, self, seed)]++;
+    }
+    printf("test_backend_ops: %s: %d rows passed, %d failed, %d not implemented on %s\n",
+           dev->name, count[PASSED], count[FAILED], count[NOT_IMPLEMENTED], dev->name);
+    *n_passed += count[PASSED];
+    return count[FAILED];
+}
+
+/* An entry without a row is not done (STYLE.md rule 6): count the entries that have none. */
+static int entries_without_rows(void) {
+    int missing = 0;
+    for (int e = 0; e < E_N; e++) {
+        bool seen = false;
+        for (int64_t i = 0; i < N_OF(rows); i++) seen = seen || rows[i].e == (entry)e;
+        if (!seen || !entries[e].run) {
+            printf("FAIL entry %d (%s) has no row\n", e, entries[e].member ? entries[e].member : "?");
+            missing++;
+        }
+    }
+    return missing;
+}
+
+/* The device backends, each NULL (with amp_last_error saying why) when absent. */
+static const amp_backend *(*const device_backends[])(void) = {amp_backend_cuda};
+
+int main(int argc, char **argv) {
+    bool self = false;
+    uint64_t seed = 20240611;
+    const char *filter = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--self")) self = true;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--row") && i + 1 < argc) filter = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--self] [--seed N] [--row SUBSTRING]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (entries_without_rows()) return 1;
+    const amp_backend *cpu = amp_backend_cpu();
+    int failed = 0, passed = 0, n_devices = 0;
+    if (self) return run_table(cpu, cpu, true, seed, filter, &passed) ? 1 : 0;
+    char why[512] = "";
+    for (size_t i = 0; i < sizeof device_backends / sizeof device_backends[0]; i++) {
+        const amp_backend *dev = device_backends[i]();
+        if (!dev) {
+            snprintf(why, sizeof why, "%s", amp_last_error());
+            continue;
+        }
+        n_devices++;
+        failed += run_table(cpu, dev, false, seed, filter, &passed);
+    }
+    if (n_devices == 0) {
+        printf("test_backend_ops: SKIPPED: no device backend: %s\n", why);
+        return 77;
+    }
+    if (failed) return 1;
+    if (passed == 0) {
+        printf("test_backend_ops: SKIPPED: no row is implemented on any device backend\n");
+        return 77;
+    }
+    return 0;
+}
