@@ -44,15 +44,19 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     ctx->backend = be;
     ctx->rng = (amp_rng_state){.seed = o.seed};
     ctx->grad_enabled = true;
+    ctx->autocast.half = AMP_F16;
     amp_arena_init(&ctx->host_arena, amp_host_alloc, free);
     amp_arena_init(&ctx->data_arena, be->alloc, be->free);
     if (o.n_threads > 0) omp_set_num_threads(o.n_threads);
+    const char *trace = getenv("AMP_TRACE");
+    if (trace && strcmp(trace, "0") != 0 && *trace) amp_trace_enable(ctx, true);
     *out = ctx;
     return AMP_OK;
 }
 
 void amp_ctx_free(amp_ctx *ctx) {
     if (!ctx) return;
+    if (ctx->amp_free) ctx->amp_free(ctx->amp);
     amp_arena_destroy(&ctx->host_arena);
     amp_arena_destroy(&ctx->data_arena);
     free(ctx->tape);
@@ -65,6 +69,7 @@ const char *amp_ctx_backend_name(const amp_ctx *ctx) { return ctx->backend->name
 void amp_ctx_reset_step(amp_ctx *ctx) {
     if (!ctx) return;
     ctx->n_tape = 0;
+    ctx->autocast.n_cache = 0;
     amp_arena_reset(&ctx->host_arena);
     amp_arena_reset(&ctx->data_arena);
 }

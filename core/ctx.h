@@ -7,6 +7,26 @@
 #include "core/arena.h"
 #include "core/backend.h"
 
+/* Autocast: what the amp layer switches and the op dispatcher in nn/ obeys (nn/autocast.c). */
+#define AMP_CAST_CACHE_MAX 64
+typedef struct amp_cast_cache_entry {
+    const amp_tensor *src;
+    amp_tensor *cast;
+} amp_cast_cache_entry;
+
+typedef struct amp_autocast_state {
+    bool enabled;
+    amp_dtype half; /* AMP_F16 or AMP_BF16 */
+    /* Casts of parameters made this step, reused by every op that needs them (PyTorch's autocast
+     * weight cache); emptied by amp_ctx_reset_step and by backward. */
+    amp_cast_cache_entry cache[AMP_CAST_CACHE_MAX];
+    int n_cache;
+} amp_autocast_state;
+
+/* Called for every op with its inputs and output (AMP_TRACE, tests). */
+typedef void (*amp_trace_fn)(void *user, const char *op, const amp_tensor *const *in, int n_in,
+                             const amp_tensor *out);
+
 struct amp_ctx {
     const amp_backend *backend;
     amp_arena host_arena; /* tensor structs and tape nodes of the step */
@@ -15,6 +35,11 @@ struct amp_ctx {
     int n_tape, cap_tape;
     amp_rng_state rng;
     bool grad_enabled;
+    amp_autocast_state autocast;
+    amp_trace_fn trace;
+    void *trace_user;
+    void *amp;                      /* the amp layer's state after amp_initialize (amp/amp_state.h) */
+    void (*amp_free)(void *amp);
 };
 
 /* Memory for a step object (struct, node) that reset releases. Zero-filled. */

@@ -66,6 +66,7 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
         amp_tensor *out;
         s = upload_batch(ctx, &b, &x, &y);
         if (s == AMP_OK) s = amp_model_forward(m, x, &out);
+        if (s == AMP_OK) s = amp_cast(out, AMP_F32, &out); /* O1 logits come out of a half GEMM */
         if (s == AMP_OK) s = amp_tensor_to_host(out, logits, sizeof(float) * (size_t)b.n * 10);
         for (int64_t i = 0; s == AMP_OK && i < b.n; i++) {
             int best = 0;
@@ -113,10 +114,14 @@ int main(int argc, char **argv) {
         TRY(amp_sgd_create(model, &(amp_sgd_opts){.lr = a.lr, .momentum = a.momentum}, &opt));
     else
         TRY(amp_adam_create(model, &(amp_adam_opts){.lr = a.lr}, &opt));
-    if (!a.json || tty)
-        printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, backend %s\n",
-               a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
-               (long long)a.batch_size, amp_ctx_backend_name(ctx));
+    amp_options amp_opts = {.opt_level = (amp_opt_level)a.opt_level,
+                            .half_type = a.bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
+                            .loss_scale = a.loss_scale};
+    TRY(amp_initialize_ex(model, opt, &amp_opts));
+    TRY(amp_get_options(opt, &amp_opts));
+    printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d %s, backend %s\n",
+           a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
+           (long long)a.batch_size, a.opt_level, a.bf16 ? "bf16" : "fp16", amp_ctx_backend_name(ctx));
 
     int64_t steps = 0, samples = 0;
     double train_seconds = 0, accuracy = 0, epoch_loss = 0;
@@ -134,7 +139,7 @@ int main(int argc, char **argv) {
             TRY(amp_model_forward(model, x, &logits));
             TRY(amp_cross_entropy(logits, y, &loss));
             TRY(amp_backward(loss));
-            TRY(amp_optimizer_step(opt));
+            TRY(amp_step(opt, NULL));
             TRY(amp_tensor_item(loss, &loss_value));
             TRY(amp_zero_grad(opt));
             loss_sum += loss_value;
@@ -152,13 +157,25 @@ int main(int argc, char **argv) {
                epoch_loss, 100.0 * accuracy, (double)samples / train_seconds);
         fflush(stdout);
     }
-    if (a.json)
+    amp_scaler_state sc;
+    TRY(amp_scaler_get_state(opt, 0, &sc));
+    size_t peak_arena = 0;
+    amp_ctx_arena_bytes(ctx, &peak_arena);
+    if (a.json) {
+        char scale[32];
+        if (amp_opts.loss_scale == AMP_LOSS_SCALE_DYNAMIC) snprintf(scale, sizeof scale, "\"dynamic\"");
+        else snprintf(scale, sizeof scale, "%g", (double)amp_opts.loss_scale);
         printf("{\"model\": \"%s\", \"optimizer\": \"%s\", \"epochs\": %d, \"steps\": %lld, "
                "\"batch_size\": %lld, \"lr\": %g, \"seed\": %llu, \"train_loss\": %.9g, "
-               "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"backend\": \"%s\"}\n",
+               "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
+               "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
+               "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"backend\": \"%s\"}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
-               train_seconds > 0 ? (double)samples / train_seconds : 0.0, amp_ctx_backend_name(ctx));
+               train_seconds > 0 ? (double)samples / train_seconds : 0.0, a.opt_level,
+               a.bf16 ? "bf16" : "fp16", scale, (double)sc.scale, (long long)sc.skipped_steps,
+               peak_arena, amp_ctx_backend_name(ctx));
+    }
     exit_code = 0;
 fail:
     amp_tensor_free(x);

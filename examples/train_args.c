@@ -20,6 +20,9 @@ static void train_usage(FILE *f) {
             "/usr/share/datasets/fashion-mnist)\n"
             "  --max-steps N            stop after N optimizer steps (default: no limit)\n"
             "  --threads N              CPU threads (default: all cores)\n"
+            "  --opt-level O0|O1|O2|O3  mixed precision level, as Apex's (default O0)\n"
+            "  --half fp16|bf16         half type of O1-O3 (default fp16)\n"
+            "  --loss-scale dynamic|N   override the level's loss scale\n"
             "  --cpu                    use the CPU even when a GPU is present\n"
             "  --json                   end with one line holding a JSON summary\n");
 }
@@ -47,6 +50,8 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"seed", required_argument, 0, 's'},      {"data", required_argument, 0, 'd'},
         {"max-steps", required_argument, 0, 'x'}, {"threads", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'},            {"cpu", no_argument, 0, 'c'},
+        {"opt-level", required_argument, 0, 'O'}, {"half", required_argument, 0, 'H'},
+        {"loss-scale", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -62,6 +67,25 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 'j': a->json = true; break;
         case 'c': a->cpu = true; break;
         case 'h': train_usage(stdout); return 1;
+        case 'O':
+            if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {
+                fprintf(stderr, "amp-train: --opt-level '%s': want O0, O1, O2 or O3\n", optarg);
+                return -1;
+            }
+            a->opt_level = optarg[1] - '0';
+            break;
+        case 'H':
+            if (strcmp(optarg, "fp16") && strcmp(optarg, "bf16")) {
+                fprintf(stderr, "amp-train: --half '%s': want fp16 or bf16\n", optarg);
+                return -1;
+            }
+            a->bf16 = strcmp(optarg, "bf16") == 0;
+            break;
+        case 'S':
+            if (strcmp(optarg, "dynamic") == 0) a->loss_scale = -1.0f;
+            else if (parse_number(name, optarg, 1e-30, 1e30, &v)) return -1;
+            else a->loss_scale = (float)v;
+            break;
         case 'e': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->epochs = (int)v; break;
         case 'b': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->batch_size = (int64_t)v; break;
         case 'l': if (parse_number(name, optarg, 1e-12, 1e3, &v)) return -1; a->lr = (float)v; break;

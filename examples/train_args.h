@@ -16,6 +16,9 @@ typedef struct train_args {
     int64_t max_steps; /* 0: no limit */
     int threads;       /* 0: all cores */
     bool json, cpu;
+    int opt_level;         /* 0..3 */
+    bool bf16;             /* --half bf16 (default fp16) */
+    float loss_scale;      /* 0: the level's; -1: dynamic; > 0: static */
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */

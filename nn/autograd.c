@@ -9,6 +9,7 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
                       amp_tensor *const *in, size_t aux_size, amp_tape_node **node) {
     *node = NULL;
     amp_ctx *ctx = out->ctx;
+    if (ctx->trace) ctx->trace(ctx->trace_user, op, (const amp_tensor *const *)in, n_in, out);
     if (!ctx->grad_enabled) return AMP_OK;
     bool any = false;
     for (int i = 0; i < n_in; i++) any |= in[i] && in[i]->requires_grad;
@@ -68,7 +69,7 @@ amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha
     return AMP_OK;
 }
 
-amp_status amp_backward(amp_tensor *loss) {
+amp_status amp_autograd_backward(amp_tensor *loss, float seed_value) {
     AMP_CHECK_ARG(loss);
     if (loss->numel != 1)
         return amp_fail(AMP_ERR_SHAPE, "amp_backward: loss has %lld elements, want 1 (reduce it first)",
@@ -83,7 +84,7 @@ amp_status amp_backward(amp_tensor *loss) {
     amp_tensor *seed;
     AMP_TRY(amp_grad_ensure(loss));
     seed = loss->grad;
-    AMP_TRY(AMP_BE(loss->backend, fill, seed->data, seed->dtype, 1, 1.0f));
+    AMP_TRY(AMP_BE(loss->backend, fill, seed->data, seed->dtype, 1, seed_value));
     loss->grad_written = true;
     amp_status s = AMP_OK;
     for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {
@@ -94,6 +95,7 @@ amp_status amp_backward(amp_tensor *loss) {
     }
     for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->node = NULL;
     ctx->n_tape = 0; /* a second backward through the same graph is an error, as in PyTorch */
+    ctx->autocast.n_cache = 0; /* cached casts belonged to that graph */
     return s;
 }
 

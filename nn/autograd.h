@@ -31,6 +31,10 @@ struct amp_tape_node {
 amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward, int n_in,
                       amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
 
+/* Back-propagates from a one-element loss whose gradient is seed_value (1, or the loss scale),
+ * then clears the tape. amp_backward (amp layer) calls it. */
+amp_status amp_autograd_backward(amp_tensor *loss, float seed_value);
+
 /* Where one gradient contribution for `t` goes. buf is NULL when t needs no gradient. */
 typedef struct amp_grad_sink {
     amp_tensor *t;

@@ -39,6 +39,9 @@ struct amp_model {
     int n_params, cap_params, n_buffers, cap_buffers;
     void *param_block, *grad_block, *buffer_block; /* backend memory */
     bool built, training;
+    /* Casts at the model boundary (Apex O2/O3): float inputs to in_dtype, the output to
+     * out_dtype; AMP_I32 means none. */
+    amp_dtype in_dtype, out_dtype;
 };
 
 /* Registers a parameter or buffer of the layer being added; returns its index. */
@@ -46,6 +49,14 @@ amp_status amp_model_add_param(amp_model *m, const char *layer, const char *what
                                const int64_t *shape, int *index);
 amp_status amp_model_add_buffer(amp_model *m, const char *layer, const char *what, int ndim,
                                 const int64_t *shape, int *index);
+/* Converts parameters and buffers to `half` (f16/bf16), except batch norm's when keep_norm_f32,
+ * re-carving the blocks (nn/model_cast.c). Gradients follow their parameters' dtype. */
+amp_status amp_model_cast(amp_model *m, amp_dtype half, bool keep_norm_f32);
+/* Sets the boundary casts (AMP_I32: none). */
+void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype);
+/* Whether parameter i belongs to a normalisation layer. */
+bool amp_model_param_is_norm(const amp_model *m, int i);
+
 /* PyTorch's default initialisation of every layer (nn/init.c). */
 amp_status amp_model_init_params(amp_model *m);
 

@@ -1,6 +1,6 @@
 /* conv2d: NCHW x OIHW, groups 1, dilation 1, symmetric zero padding (torch.nn.functional.conv2d). */
 #include "core/error.h"
-#include "nn/autograd.h"
+#include "nn/autocast.h"
 
 static amp_status amp_conv2d_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
@@ -28,6 +28,11 @@ amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, i
     AMP_CHECK_ARG(out);
     AMP_TRY(amp_check_tensor(op, "x", x, 4));
     AMP_TRY(amp_check_tensor(op, "w", w, 4));
+    amp_tensor *io[2] = {x, w};
+    AMP_TRY(amp_autocast(AMP_CAT_HALF, io, 2));
+    x = io[0];
+    w = io[1];
+    AMP_TRY(amp_cast_to_f32(&b)); /* bias and its gradient are f32 in the kernels */
     AMP_TRY(amp_check_float(op, "x", x));
     AMP_TRY(amp_check_same_dtype(op, x, w));
     char bx[64], bw[64];

@@ -1,7 +1,7 @@
 /* Elementwise ops: relu, add, mul (same shapes), dropout. */
 #include "core/error.h"
 #include "core/rng.h"
-#include "nn/autograd.h"
+#include "nn/autocast.h"
 
 static amp_status amp_relu_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_grad_sink s;
@@ -41,6 +41,12 @@ static amp_status amp_check_binary(const char *op, const amp_tensor *a, const am
 static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op kind,
                                 amp_backward_fn bwd, amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "a", a, 0));
+    AMP_TRY(amp_check_tensor(op, "b", b, 0));
+    amp_tensor *io[2] = {a, b};
+    AMP_TRY(amp_autocast(AMP_CAT_PROMOTE, io, 2));
+    a = io[0];
+    b = io[1];
     AMP_TRY(amp_check_binary(op, a, b));
     amp_tensor *y;
     AMP_TRY(amp_tensor_step_like(a, a->dtype, &y));

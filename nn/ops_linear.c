@@ -1,6 +1,6 @@
 /* linear and matmul: GEMMs on the backend; bias added in the GEMM (an epilogue on cuBLASLt). */
 #include "core/error.h"
-#include "nn/autograd.h"
+#include "nn/autocast.h"
 
 static amp_status amp_gemm(const amp_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                            const amp_tensor *a, int64_t lda, const amp_tensor *b, int64_t ldb,
@@ -34,6 +34,11 @@ amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **
     AMP_CHECK_ARG(out);
     AMP_TRY(amp_check_tensor(op, "x", x, 2));
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
+    amp_tensor *io[2] = {x, w};
+    AMP_TRY(amp_autocast(AMP_CAT_HALF, io, 2));
+    x = io[0];
+    w = io[1];
+    AMP_TRY(amp_cast_to_f32(&b)); /* the GEMM epilogue adds an f32 bias */
     AMP_TRY(amp_check_float(op, "x", x));
     AMP_TRY(amp_check_same_dtype(op, x, w));
     char bx[64], bw[64];
@@ -79,6 +84,10 @@ amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     AMP_CHECK_ARG(out);
     AMP_TRY(amp_check_tensor(op, "a", a, 2));
     AMP_TRY(amp_check_tensor(op, "b", b, 2));
+    amp_tensor *io[2] = {a, b};
+    AMP_TRY(amp_autocast(AMP_CAT_HALF, io, 2));
+    a = io[0];
+    b = io[1];
     AMP_TRY(amp_check_float(op, "a", a));
     AMP_TRY(amp_check_same_dtype(op, a, b));
     char ba[64], bb[64];

@@ -1,7 +1,7 @@
 /* mean, cross_entropy (fused log-softmax + NLL, mean over rows) and mse_loss. Each gives a
  * one-element f32 tensor, computed and kept on the backend (no host sync in the step). */
 #include "core/error.h"
-#include "nn/autograd.h"
+#include "nn/autocast.h"
 
 static const int64_t amp_scalar_shape[1] = {1};
 
@@ -80,6 +80,10 @@ amp_status amp_mse_loss(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     AMP_CHECK_ARG(out);
     AMP_TRY(amp_check_tensor(op, "a", a, 0));
     AMP_TRY(amp_check_tensor(op, "b", b, 0));
+    amp_tensor *io[2] = {a, b};
+    AMP_TRY(amp_autocast(AMP_CAT_FP32, io, 2));
+    a = io[0];
+    b = io[1];
     AMP_TRY(amp_check_float(op, "a", a));
     AMP_TRY(amp_check_same_dtype(op, a, b));
     if (!amp_same_shape(a, b)) {

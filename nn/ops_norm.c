@@ -1,7 +1,7 @@
 /* batchnorm2d, with torch.nn.BatchNorm2d's conventions: biased variance to normalise, unbiased
  * variance in the running estimate, running = (1 - momentum) * running + momentum * batch. */
 #include "core/error.h"
-#include "nn/autograd.h"
+#include "nn/autocast.h"
 
 static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
@@ -28,6 +28,19 @@ static amp_status amp_bn_eval_bwd(amp_tape_node *node, const amp_tensor *dy) {
                     "train in training mode (amp_model_train(m, true))");
 }
 
+/* A running statistic as f32: itself, or a step copy when it is half (not recorded: buffers). */
+static amp_status amp_stats_to_f32(amp_tensor **t) {
+    amp_tensor *src = *t;
+    if (src->dtype == AMP_F32 || (src->dtype != AMP_F16 && src->dtype != AMP_BF16)) return AMP_OK;
+    AMP_TRY(amp_tensor_step_like(src, AMP_F32, t));
+    return AMP_BE(src->backend, cast, (*t)->data, AMP_F32, src->data, src->dtype, src->numel);
+}
+
+static amp_status amp_stats_write_back(const amp_tensor *f32, amp_tensor *stat) {
+    if (f32 == stat) return AMP_OK;
+    return AMP_BE(stat->backend, cast, stat->data, stat->dtype, f32->data, AMP_F32, f32->numel);
+}
+
 static amp_status amp_check_channel_vec(const char *op, const char *arg, const amp_tensor *v,
                                         int64_t c) {
     AMP_TRY(amp_check_tensor(op, arg, v, 1));
@@ -48,10 +61,22 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     AMP_TRY(amp_check_tensor(op, "x", x, 4));
     AMP_TRY(amp_check_float(op, "x", x));
     int64_t c = x->shape[1];
+    /* A half model without keep_batchnorm_fp32 (O3) has half parameters and statistics: the
+     * statistics are computed in f32 anyway, so the parameters are widened (differentiably) and
+     * the running statistics go through f32 copies written back after the update. */
+    AMP_TRY(amp_check_tensor(op, "gamma", gamma, 1));
+    AMP_TRY(amp_check_tensor(op, "beta", beta, 1));
+    AMP_TRY(amp_cast_to_f32(&gamma));
+    AMP_TRY(amp_cast_to_f32(&beta));
+    amp_tensor *run_mean = running_mean, *run_var = running_var;
+    AMP_TRY(amp_check_tensor(op, "running_mean", running_mean, 1));
+    AMP_TRY(amp_check_tensor(op, "running_var", running_var, 1));
+    AMP_TRY(amp_stats_to_f32(&run_mean));
+    AMP_TRY(amp_stats_to_f32(&run_var));
     AMP_TRY(amp_check_channel_vec(op, "gamma", gamma, c));
     AMP_TRY(amp_check_channel_vec(op, "beta", beta, c));
-    AMP_TRY(amp_check_channel_vec(op, "running_mean", running_mean, c));
-    AMP_TRY(amp_check_channel_vec(op, "running_var", running_var, c));
+    AMP_TRY(amp_check_channel_vec(op, "running_mean", run_mean, c));
+    AMP_TRY(amp_check_channel_vec(op, "running_var", run_var, c));
     if (!(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: eps %g must be > 0 and momentum %g in [0, 1]", op,
                         (double)eps, (double)momentum);
@@ -65,8 +90,8 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     amp_tensor *in[3] = {x, gamma, beta};
     amp_tape_node *node;
     if (!training) {
-        AMP_TRY(AMP_BE(be, bn_fwd_eval, &d, x->data, gamma->data, beta->data, running_mean->data,
-                       running_var->data, y->data));
+        AMP_TRY(AMP_BE(be, bn_fwd_eval, &d, x->data, gamma->data, beta->data, run_mean->data,
+                       run_var->data, y->data));
         /* Recorded so that evaluating without amp_set_grad_enabled(ctx, false) works, as
          * model.eval() does in PyTorch; only a backward that reaches it fails. */
         AMP_TRY(amp_record(y, "batchnorm2d (eval)", amp_bn_eval_bwd, 3, in, 0, &node));
@@ -77,7 +102,9 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &mean));
     AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &invstd));
     AMP_TRY(AMP_BE(be, bn_fwd_train, &d, x->data, gamma->data, beta->data, y->data, mean->data,
-                   invstd->data, running_mean->data, running_var->data));
+                   invstd->data, run_mean->data, run_var->data));
+    AMP_TRY(amp_stats_write_back(run_mean, running_mean));
+    AMP_TRY(amp_stats_write_back(run_var, running_var));
     AMP_TRY(amp_record(y, "batchnorm2d", amp_bn_bwd, 3, in, sizeof d, &node));
     if (node) {
         *(amp_bn_desc *)node->aux = d;

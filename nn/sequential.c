@@ -18,6 +18,7 @@ amp_status amp_seq_create(amp_ctx *ctx, amp_model **out) {
     if (!m) return amp_fail(AMP_ERR_OOM, "amp_seq_create: out of memory");
     m->ctx = ctx;
     m->training = true;
+    m->in_dtype = m->out_dtype = AMP_I32;
     *out = m;
     return AMP_OK;
 }
@@ -156,12 +157,14 @@ amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out) {
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_forward: x belongs to another context");
     AMP_TRY(amp_model_build(m));
     amp_tensor *h = x;
+    if (m->in_dtype != AMP_I32 && x->dtype != AMP_I32) AMP_TRY(amp_cast(x, m->in_dtype, &h));
     for (int i = 0; i < m->n_layers; i++) {
         amp_tensor *next;
         amp_status s = amp_layer_forward(m, &m->layers[i], h, &next);
         if (s != AMP_OK) return amp_fail_context(s, "layer '%s'", m->layers[i].name);
         h = next;
     }
+    if (m->out_dtype != AMP_I32) AMP_TRY(amp_cast(h, m->out_dtype, &h));
     *out = h;
     return AMP_OK;
 }

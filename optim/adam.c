@@ -61,7 +61,8 @@ amp_status amp_adam_create_params(amp_tensor *const *params, const char *const *
 }
 
 amp_status amp_adam_step_param(amp_optimizer *opt, int i) {
-    amp_tensor *p = opt->params[i], *g = p->grad;
+    amp_optim_target t;
+    AMP_TRY(amp_optimizer_update_begin(opt, i, &t));
     const amp_adam_opts *o = &opt->adam;
     int64_t step = opt->param_steps[i] + 1;
     amp_adam_desc d = {
@@ -72,10 +73,13 @@ amp_status amp_adam_step_param(amp_optimizer *opt, int i) {
         .weight_decay = o->weight_decay,
         .decoupled = o->decoupled,
         .step = step,
+        .half_copy = t.half_copy,
+        .half_dtype = t.half_dtype,
     };
     float *m = opt->state[i * 2]->data, *v = opt->state[i * 2 + 1]->data;
-    AMP_TRY(opt->backend->adam_update(&d, p->numel, p->data, g->data, g->dtype, m, v));
+    AMP_TRY(opt->backend->adam_update(&d, opt->params[i]->numel, t.param, t.grad, t.grad_dtype,
+                                      m, v));
     opt->param_steps[i] = step;
     opt->has_state[i] = true;
-    return AMP_OK;
+    return amp_optimizer_update_end(opt, i);
 }

@@ -1,6 +1,7 @@
 /* What SGD and Adam share: the parameter list, the state allocation (one block carved into
  * per-parameter views), the step loop that skips parameters without a gradient, zero_grad, and
- * the accessors. The update formulas live in kernels/math/{sgd,adam}.h. */
+ * the accessors. The update formulas live in kernels/math/{sgd,adam}.h; master weights in
+ * masters.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,9 @@ static amp_status amp_optim_check_params(const char *who, amp_tensor *const *par
                             name);
         if (p->dtype != AMP_F32)
             return amp_fail(AMP_ERR_DTYPE,
-                            "%s: parameter #%d %s is %s; the optimizer updates f32 parameters "
-                            "(half models step their f32 master weights)",
+                            "%s: parameter #%d %s is %s; create the optimizer over the f32 model, "
+                            "before amp_initialize casts it (the optimizer then keeps f32 master "
+                            "weights)",
                             who, i, name, amp_dtype_name(p->dtype));
         if (p->backend != params[0]->backend)
             return amp_fail(AMP_ERR_INVALID_ARG,
@@ -56,27 +58,47 @@ static amp_status amp_optim_check_params(const char *who, amp_tensor *const *par
     return AMP_OK;
 }
 
-static amp_status amp_optim_alloc_state(amp_optimizer *opt) {
+void amp_optimizer_free_views(const amp_optimizer *opt, int per_param, void *block,
+                              amp_tensor **views) {
+    if (views) {
+        for (int k = 0; k < opt->n_params * per_param; k++) amp_tensor_free(views[k]);
+        free(views);
+    }
+    if (block) opt->backend->free(block);
+}
+
+amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, void **block,
+                                     amp_tensor ***views) {
+    *block = NULL;
+    *views = NULL;
     int64_t total = 0;
     for (int i = 0; i < opt->n_params; i++) total += amp_optim_padded(opt->params[i]->numel);
-    total *= opt->n_state;
+    total *= per_param;
     if (total == 0) return AMP_OK;
     size_t nbytes = (size_t)total * sizeof(float);
-    AMP_TRY(opt->backend->alloc(nbytes, &opt->state_data));
-    AMP_TRY(opt->backend->memset_zero(opt->state_data, nbytes));
-    opt->state = calloc((size_t)opt->n_params * (size_t)opt->n_state, sizeof *opt->state);
-    if (!opt->state) return amp_fail(AMP_ERR_OOM, "optimizer: out of memory for state views");
-    float *base = opt->state_data;
+    void *data = NULL;
+    AMP_TRY(opt->backend->alloc(nbytes, &data));
+    amp_tensor **v = calloc((size_t)opt->n_params * (size_t)per_param, sizeof *v);
+    amp_status s = v ? opt->backend->memset_zero(data, nbytes)
+                     : amp_fail(AMP_ERR_OOM, "optimizer: out of memory for %d views",
+                                opt->n_params * per_param);
+    float *base = data;
     int64_t offset = 0;
-    for (int i = 0; i < opt->n_params; i++) {
+    for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
         const amp_tensor *p = opt->params[i];
-        for (int j = 0; j < opt->n_state; j++) {
-            amp_tensor **view = &opt->state[i * opt->n_state + j];
-            AMP_TRY(amp_tensor_view(p->ctx, AMP_F32, p->ndim, p->shape, base + offset, view));
-            (*view)->backend = opt->backend;
+        for (int j = 0; s == AMP_OK && j < per_param; j++) {
+            amp_tensor **view = &v[i * per_param + j];
+            s = amp_tensor_view(p->ctx, AMP_F32, p->ndim, p->shape, base + offset, view);
+            if (s == AMP_OK) (*view)->backend = opt->backend;
             offset += amp_optim_padded(p->numel);
         }
     }
+    if (s != AMP_OK) {
+        amp_optimizer_free_views(opt, per_param, data, v);
+        return s;
+    }
+    *block = data;
+    *views = v;
     return AMP_OK;
 }
 
@@ -106,7 +128,7 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
             opt->params[i] = params[i];
             opt->names[i] = names ? names[i] : NULL;
         }
-        s = amp_optim_alloc_state(opt);
+        s = amp_optimizer_alloc_views(opt, n_state, &opt->state_data, &opt->state);
         if (s != AMP_OK) s = amp_fail_context(s, "%s: optimizer state", who);
     }
     if (s != AMP_OK) {
@@ -119,11 +141,9 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
 
 void amp_optimizer_free(amp_optimizer *opt) {
     if (!opt) return;
-    if (opt->state) {
-        for (int k = 0; k < opt->n_params * opt->n_state; k++) amp_tensor_free(opt->state[k]);
-        free(opt->state);
-    }
-    if (opt->state_data) opt->backend->free(opt->state_data);
+    amp_optimizer_free_views(opt, opt->n_state, opt->state_data, opt->state);
+    amp_optimizer_free_views(opt, 1, opt->master_data, opt->master_views);
+    amp_optimizer_free_views(opt, 1, opt->master_grad_data, opt->master_grads);
     free(opt->params);
     free(opt->names);
     free(opt->has_state);
@@ -132,15 +152,23 @@ void amp_optimizer_free(amp_optimizer *opt) {
 }
 
 /* PyTorch steps a parameter only when its .grad is not None; here that is a gradient written
- * since the last amp_zero_grad. */
-static bool amp_optim_param_has_grad(const amp_tensor *p) { return p->grad && p->grad_written; }
+ * since the last amp_zero_grad. With master weights the gradient read is the master gradient,
+ * which the amp layer fills for every parameter whose grad_written is set. */
+bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i) {
+    const amp_tensor *p = opt->params[i];
+    if (opt->masters != AMP_OPTIM_MASTERS_NONE) return p->grad_written;
+    return p->grad && p->grad_written;
+}
 
-/* Everything that could make a parameter's update fail, checked for all parameters before any
- * is touched: a bad gradient leaves parameters and state as they were. */
-static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
-    char label[160];
+/* Parameter i's own .grad, read when there are no master weights. */
+static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, int i, const char *label) {
     const amp_tensor *p = opt->params[i], *g = p->grad;
-    amp_optimizer_param_label(opt, i, label, sizeof label);
+    if (p->dtype != AMP_F32)
+        return amp_fail(AMP_ERR_DTYPE,
+                        "amp_optimizer_step: parameter %s is %s and the optimizer has no master "
+                        "weights (amp_optimizer_make_masters); without them it updates f32 "
+                        "parameters only",
+                        label, amp_dtype_name(p->dtype));
     if (g->numel != p->numel || !amp_same_shape(g, p)) {
         char ps[64], gs[64];
         return amp_fail(AMP_ERR_SHAPE, "amp_optimizer_step: parameter %s is %s, its grad %s",
@@ -156,27 +184,49 @@ static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
         return amp_fail(AMP_ERR_STATE,
                         "amp_optimizer_step: parameter %s or its grad left backend %s", label,
                         opt->backend->name);
+    return AMP_OK;
+}
+
+/* Everything that could make a parameter's update fail, checked for all parameters before any
+ * is touched: a bad gradient leaves parameters and state as they were. */
+static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
+    char label[160];
+    amp_optimizer_param_label(opt, i, label, sizeof label);
+    bool masters = opt->masters != AMP_OPTIM_MASTERS_NONE;
+    if (masters) {
+        amp_status s = amp_optimizer_masters_check(opt, i, label);
+        if (s != AMP_OK) return amp_fail_context(s, "amp_optimizer_step");
+    } else {
+        AMP_TRY(amp_optim_check_param_grad(opt, i, label));
+    }
+    amp_dtype g_dt = masters ? AMP_F32 : opt->params[i]->grad->dtype;
     bool sgd = opt->kind == AMP_OPTIM_SGD;
+    amp_be_op op = sgd ? AMP_BE_SGD : AMP_BE_ADAM;
     const char *entry = sgd ? "sgd_update" : "adam_update";
     if (sgd ? !opt->backend->sgd_update : !opt->backend->adam_update)
         return amp_fail(AMP_ERR_UNSUPPORTED,
                         "amp_optimizer_step: backend %s has no '%s' kernel (parameter %s)",
                         opt->backend->name, entry, label);
-    if (opt->backend->supports &&
-        !opt->backend->supports(sgd ? AMP_BE_SGD : AMP_BE_ADAM, g->dtype))
+    if (opt->backend->supports && !opt->backend->supports(op, g_dt))
         return amp_fail(AMP_ERR_UNSUPPORTED,
                         "amp_optimizer_step: backend %s's '%s' does not take %s gradients "
                         "(parameter %s)",
-                        opt->backend->name, entry, amp_dtype_name(g->dtype), label);
+                        opt->backend->name, entry, amp_dtype_name(g_dt), label);
+    amp_dtype p_dt = opt->params[i]->dtype;
+    if (masters && p_dt != AMP_F32 && opt->backend->supports && !opt->backend->supports(op, p_dt))
+        return amp_fail(AMP_ERR_UNSUPPORTED,
+                        "amp_optimizer_step: backend %s's '%s' cannot write a %s copy "
+                        "(parameter %s)",
+                        opt->backend->name, entry, amp_dtype_name(p_dt), label);
     return AMP_OK;
 }
 
 amp_status amp_optimizer_step(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     for (int i = 0; i < opt->n_params; i++)
-        if (amp_optim_param_has_grad(opt->params[i])) AMP_TRY(amp_optim_check_grad(opt, i));
+        if (amp_optimizer_param_stepped(opt, i)) AMP_TRY(amp_optim_check_grad(opt, i));
     for (int i = 0; i < opt->n_params; i++) {
-        if (!amp_optim_param_has_grad(opt->params[i])) continue;
+        if (!amp_optimizer_param_stepped(opt, i)) continue;
         amp_status s = opt->kind == AMP_OPTIM_SGD ? amp_sgd_step_param(opt, i)
                                                   : amp_adam_step_param(opt, i);
         if (s != AMP_OK) {

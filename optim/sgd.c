@@ -46,7 +46,8 @@ amp_status amp_sgd_create_params(amp_tensor *const *params, const char *const *n
 }
 
 amp_status amp_sgd_step_param(amp_optimizer *opt, int i) {
-    amp_tensor *p = opt->params[i], *g = p->grad;
+    amp_optim_target t;
+    AMP_TRY(amp_optimizer_update_begin(opt, i, &t));
     const amp_sgd_opts *o = &opt->sgd;
     amp_sgd_desc d = {
         .lr = o->lr,
@@ -55,9 +56,12 @@ amp_status amp_sgd_step_param(amp_optimizer *opt, int i) {
         .weight_decay = o->weight_decay,
         .nesterov = o->nesterov,
         .first_step = !opt->has_state[i],
+        .half_copy = t.half_copy,
+        .half_dtype = t.half_dtype,
     };
     float *buf = opt->n_state ? opt->state[i * opt->n_state]->data : NULL;
-    AMP_TRY(opt->backend->sgd_update(&d, p->numel, p->data, g->data, g->dtype, buf));
+    AMP_TRY(opt->backend->sgd_update(&d, opt->params[i]->numel, t.param, t.grad, t.grad_dtype,
+                                     buf));
     if (opt->n_state) opt->has_state[i] = true;
-    return AMP_OK;
+    return amp_optimizer_update_end(opt, i);
 }

@@ -8,5 +8,6 @@
 #include "amp/data.h"
 #include "amp/nn.h"
 #include "amp/optim.h"
+#include "amp/mixed_precision.h"
 
 #endif

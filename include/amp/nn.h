@@ -41,12 +41,14 @@ amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor **out);
 /* mean((a - b)^2), same shapes. */
 amp_status amp_mse_loss(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+/* x converted to dt (f32, f16 or bf16; round to nearest even); the gradient is converted back. */
+amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out);
 /* Inverted dropout with drop probability p in [0, 1); identity when !training. */
 amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out);
 
 /* ---- autograd ---- */
-/* Back-propagates from a one-element tensor (d loss = 1), then clears the tape. */
-amp_status amp_backward(amp_tensor *loss);
+/* Backward passes: amp_backward(loss) in amp/mixed_precision.h (d loss = 1, or the loss scale
+ * once amp_initialize ran). */
 /* Gradient recording on (default) or off, e.g. for evaluation. Returns the previous setting. */
 bool amp_set_grad_enabled(amp_ctx *ctx, bool enabled);
 /* Marks a leaf tensor (made with amp_tensor_create) as needing a gradient. */

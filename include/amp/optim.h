@@ -31,7 +31,8 @@ amp_status amp_sgd_create(amp_model *m, const amp_sgd_opts *opts, amp_optimizer 
 amp_status amp_adam_create(amp_model *m, const amp_adam_opts *opts, amp_optimizer **out);
 void amp_optimizer_free(amp_optimizer *opt); /* NULL is a no-op */
 
-/* One update of every parameter from its .grad (a parameter whose grad was not written since the
+/* One update of every parameter from its .grad (or, after amp_initialize with a half model, from
+ * its f32 master gradient) (a parameter whose grad was not written since the
  * last zero_grad is skipped, as PyTorch skips a None grad). */
 amp_status amp_optimizer_step(amp_optimizer *opt);
 /* Marks every gradient empty (the next backward overwrites it) and releases the step's tensors

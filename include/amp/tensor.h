@@ -65,6 +65,10 @@ void amp_ctx_reset_step(amp_ctx *ctx);
 /* Bytes the step arena holds now and at most since creation. */
 size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak);
 
+/* Logs every op with its input and output dtypes and shapes, one line each, so a user can see
+ * what ran in half; AMP_TRACE=1 in the environment turns it on for every new context. */
+void amp_trace_enable(amp_ctx *ctx, bool enabled);
+
 size_t amp_dtype_size(amp_dtype dt);
 const char *amp_dtype_name(amp_dtype dt);
 

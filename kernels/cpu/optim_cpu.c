@@ -1,7 +1,13 @@
 /* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h.
  * Parameters and state are f32; the gradient is f32, f16 or bf16, widened exactly on load. The
  * gradient dtype is chosen once per call, outside the element loop. Each element is independent,
- * so the result does not depend on the thread count. */
+ * so the result does not depend on the thread count.
+ *
+ * With a half copy (O2's model weights next to the f32 masters), each chunk of updated f32
+ * values is rounded into the copy right after its update, while it is still in L1 (a chunk is
+ * 16 KiB of f32), through the backend's cast (F16C / vectorised bf16, the bits of core/half.h):
+ * one pass over the parameters instead of an update pass and a cast pass. */
+#include <assert.h>
 #include <stddef.h>
 
 #include "core/error.h"
@@ -32,7 +38,8 @@ static inline float amp_ld_bf16(const void *g, int64_t i) {
 #define AMP_OPTIM_CLONES
 #endif
 
-/* Elements per range call: long enough to vectorise, short enough to share evenly among threads. */
+/* Elements per range call: long enough to vectorise, short enough to share evenly among threads
+ * and for the chunk's f32 values to be still in L1 when the half copy is written. */
 #define AMP_CPU_OPTIM_CHUNK 4096
 
 /* One range loop per gradient dtype, each with its load inlined. */
@@ -71,11 +78,29 @@ static amp_status amp_optim_check_grad_dtype(const char *who, amp_dtype g_dt) {
                     amp_dtype_name(g_dt));
 }
 
+static amp_status amp_optim_check_half_copy(const char *who, const void *half_copy,
+                                            amp_dtype half_dt) {
+    if (!half_copy || half_dt == AMP_F16 || half_dt == AMP_BF16) return AMP_OK;
+    return amp_fail(AMP_ERR_DTYPE, "%s: half_dtype %s, want f16 or bf16", who,
+                    amp_dtype_name(half_dt));
+}
+
+/* half[lo, hi) = round-to-nearest-even of param[lo, hi). A chunk is below AMP_CPU_PARALLEL_MIN,
+ * so the cast runs on the calling thread. It cannot fail: its arguments were checked. */
+static inline void amp_optim_write_half(void *half, amp_dtype half_dt, const float *param,
+                                        int64_t lo, int64_t hi) {
+    if (!half) return;
+    amp_status s = amp_cpu_cast((uint16_t *)half + lo, half_dt, param + lo, AMP_F32, hi - lo);
+    assert(s == AMP_OK);
+    (void)s;
+}
+
 amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
                               amp_dtype g_dt, float *momentum_buf) {
     AMP_CHECK_ARG(d);
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sgd_update: n = %lld", (long long)n);
     AMP_TRY(amp_optim_check_grad_dtype("amp_cpu_sgd_update", g_dt));
+    AMP_TRY(amp_optim_check_half_copy("amp_cpu_sgd_update", d->half_copy, d->half_dtype));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(param);
     AMP_CHECK_ARG(grad);
@@ -90,9 +115,14 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
         g_dt == AMP_F16    ? amp_sgd_range_f16
         : g_dt == AMP_BF16 ? amp_sgd_range_bf16
                            : amp_sgd_range_f32;
+    void *half = d->half_copy;
+    amp_dtype half_dt = d->half_dtype;
 #pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK)
-        range(&c, lo, amp_optim_chunk_end(lo, n), param, grad, buf);
+    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK) {
+        int64_t hi = amp_optim_chunk_end(lo, n);
+        range(&c, lo, hi, param, grad, buf);
+        amp_optim_write_half(half, half_dt, param, lo, hi);
+    }
     return AMP_OK;
 }
 
@@ -104,6 +134,7 @@ amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, 
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_adam_update: step = %lld, want >= 1",
                         (long long)d->step);
     AMP_TRY(amp_optim_check_grad_dtype("amp_cpu_adam_update", g_dt));
+    AMP_TRY(amp_optim_check_half_copy("amp_cpu_adam_update", d->half_copy, d->half_dtype));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(param);
     AMP_CHECK_ARG(grad);
@@ -115,8 +146,13 @@ amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, 
                   float *) = g_dt == AMP_F16    ? amp_adam_range_f16
                              : g_dt == AMP_BF16 ? amp_adam_range_bf16
                                                 : amp_adam_range_f32;
+    void *half = d->half_copy;
+    amp_dtype half_dt = d->half_dtype;
 #pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK)
-        range(&c, lo, amp_optim_chunk_end(lo, n), param, grad, exp_avg, exp_avg_sq);
+    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK) {
+        int64_t hi = amp_optim_chunk_end(lo, n);
+        range(&c, lo, hi, param, grad, exp_avg, exp_avg_sq);
+        amp_optim_write_half(half, half_dt, param, lo, hi);
+    }
     return AMP_OK;
 }

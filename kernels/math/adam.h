@@ -18,7 +18,10 @@
  * step_size = lr / bias_correction1, bias_correction2_sqrt = (1 - beta2**step)**0.5), rounded to
  * f32 when a kernel takes them; amp_adam_coefs_make computes them the same way from the f32
  * options (pow(x, 0.5) as Python's ** does, not sqrt). Compute them on the host once per tensor
- * and step: device pow may differ from the host's in the last double bit. */
+ * and step: device pow may differ from the host's in the last double bit.
+ * With a half copy (amp_*_desc.half_copy, O2), a kernel stores the updated value right after this
+ * function returns, as amp_store_f32(half_copy, half_dtype, i, *param) (kernels/math/
+ * load_store.h): round to nearest even, the bits the CPU backend writes. */
 #ifndef AMP_KERNELS_MATH_ADAM_H
 #define AMP_KERNELS_MATH_ADAM_H
 

@@ -11,7 +11,10 @@
  * is contracted the same way), so the fmaf calls are spelled out: the result is then the same on
  * every compiler, on the CPU and under nvcc, and equals torch's.
  * torch forms 1 - dampening and -lr in double from its Python floats and rounds them to f32 when
- * the kernel runs; amp_sgd_coefs_make does the same from the f32 options. */
+ * the kernel runs; amp_sgd_coefs_make does the same from the f32 options.
+ * With a half copy (amp_*_desc.half_copy, O2), a kernel stores the updated value right after this
+ * function returns, as amp_store_f32(half_copy, half_dtype, i, *param) (kernels/math/
+ * load_store.h): round to nearest even, the bits the CPU backend writes. */
 #ifndef AMP_KERNELS_MATH_SGD_H
 #define AMP_KERNELS_MATH_SGD_H
 

@@ -79,7 +79,7 @@ static void test_null_arguments(amp_ctx *ctx) {
     CHECK_FAILS(amp_mse_loss(NULL, x, &y), AMP_ERR_INVALID_ARG, "amp_mse_loss: argument 'a'");
     CHECK_FAILS(amp_dropout(NULL, 0.5f, true, &y), AMP_ERR_INVALID_ARG, "amp_dropout: argument 'x'");
 
-    CHECK_FAILS(amp_backward(NULL), AMP_ERR_INVALID_ARG, "amp_backward: argument 'loss'");
+    CHECK_FAILS(amp_backward(NULL), AMP_ERR_INVALID_ARG, "argument 'loss' is NULL");
     CHECK_FAILS(amp_tensor_set_requires_grad(NULL, true), AMP_ERR_INVALID_ARG, "argument 't'");
     CHECK_FAILS(amp_tensor_get_grad(NULL, &t), AMP_ERR_INVALID_ARG, "argument 't'");
     CHECK_FAILS(amp_tensor_get_grad(x, NULL), AMP_ERR_INVALID_ARG, "argument 'out'");
@@ -213,8 +213,13 @@ static void test_dtypes(amp_ctx *ctx) {
                 "labels have dtype f32, want i32");
     CHECK_FAILS(amp_linear(MK(AMP_F32, 4, 6), MK(AMP_F16, 5, 6), NULL, &y), AMP_ERR_DTYPE,
                 "inputs have dtypes f32 and f16");
-    CHECK_FAILS(amp_add(MK(AMP_F32, 3), MK(AMP_BF16, 3), &y), AMP_ERR_DTYPE, "dtypes f32 and bf16");
-    CHECK_FAILS(amp_mse_loss(MK(AMP_BF16, 3), MK(AMP_F16, 3), &y), AMP_ERR_DTYPE, "dtypes bf16 and f16");
+    /* Elementwise ops promote like PyTorch (f32 wins; f16 with bf16 gives f32); losses run in f32. */
+    CHECK_OK(amp_add(MK(AMP_F32, 3), MK(AMP_BF16, 3), &y));
+    CHECK(y->dtype == AMP_F32);
+    CHECK_OK(amp_mul(MK(AMP_F16, 3), MK(AMP_BF16, 3), &y));
+    CHECK(y->dtype == AMP_F32);
+    CHECK_OK(amp_mse_loss(MK(AMP_BF16, 3), MK(AMP_F16, 3), &y));
+    CHECK(y->dtype == AMP_F32);
     CHECK_FAILS(amp_conv2d(MK(AMP_F16, 1, 2, 4, 4), MK(AMP_F32, 2, 2, 3, 3), NULL, 1, 0, &y),
                 AMP_ERR_DTYPE, "dtypes f16 and f32");
     CHECK_FAILS(amp_matmul(MK(AMP_I32, 3, 4), MK(AMP_I32, 4, 2), &y), AMP_ERR_DTYPE, "a has dtype i32");
@@ -226,14 +231,16 @@ static void test_dtypes(amp_ctx *ctx) {
                                 MK(AMP_F32, 1), true, 0.1f, 1e-5f, &y), AMP_ERR_DTYPE, "x has dtype i32");
     CHECK_FAILS(amp_tensor_set_requires_grad(MK(AMP_I32, 3), true), AMP_ERR_DTYPE,
                 "i32 tensors have no gradient");
-    CHECK_FAILS(amp_linear(MK(AMP_F32, 4, 6), MK(AMP_F32, 5, 6), MK(AMP_F16, 5), &y), AMP_ERR_DTYPE,
-                "b has dtype f16, want f32");
-    /* A bias or batch-norm vector of the right size but the wrong dtype is a dtype error too. */
-    CHECK_FAILS(amp_conv2d(MK(AMP_F32, 1, 2, 4, 4), MK(AMP_F32, 2, 2, 3, 3), MK(AMP_F16, 2), 1, 0, &y),
-                AMP_ERR_DTYPE, "amp_conv2d: b has dtype f16, want f32");
+    /* A half bias or batch-norm vector (a half model's) is widened to f32; an i32 one is an error. */
+    CHECK_OK(amp_linear(MK(AMP_F32, 4, 6), MK(AMP_F32, 5, 6), MK(AMP_F16, 5), &y));
+    CHECK_FAILS(amp_linear(MK(AMP_F32, 4, 6), MK(AMP_F32, 5, 6), MK(AMP_I32, 5), &y), AMP_ERR_DTYPE,
+                "b has dtype i32, want f32");
+    CHECK_FAILS(amp_conv2d(MK(AMP_F32, 1, 2, 4, 4), MK(AMP_F32, 2, 2, 3, 3), MK(AMP_I32, 2), 1, 0, &y),
+                AMP_ERR_DTYPE, "amp_conv2d: b has dtype i32, want f32");
     amp_tensor *c2 = MK(AMP_F32, 2);
-    CHECK_FAILS(amp_batchnorm2d(MK(AMP_F32, 2, 2, 2, 2), MK(AMP_BF16, 2), c2, c2, c2, true, 0.1f, 1e-5f, &y),
-                AMP_ERR_DTYPE, "gamma has dtype bf16, want f32");
+    CHECK_OK(amp_batchnorm2d(MK(AMP_F32, 2, 2, 2, 2), MK(AMP_BF16, 2), c2, c2, c2, true, 0.1f, 1e-5f, &y));
+    CHECK_FAILS(amp_batchnorm2d(MK(AMP_F32, 2, 2, 2, 2), MK(AMP_I32, 2), c2, c2, c2, true, 0.1f, 1e-5f, &y),
+                AMP_ERR_DTYPE, "gamma has dtype i32, want f32");
     amp_ctx_reset_step(ctx);
 }
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/nn.h"
+#include "amp/amp.h"
 #include "amp/rng.h"
 #include "core/philox.h"
 #include "gradcheck_ref.h"

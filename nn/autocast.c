@@ -1,0 +1,84 @@
+/* The cast op (differentiable, with the per-step weight cache) and the autocast categories. */
+#include "nn/autocast.h"
+
+#include <stdio.h>
+
+#include "core/error.h"
+
+static bool amp_is_float(amp_dtype dt) { return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16; }
+
+static amp_status amp_cast_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    amp_tensor *x = node->in[0];
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(x, &s));
+    if (s.buf)
+        AMP_TRY(AMP_BE(dy->backend, cast, s.buf->data, x->dtype, dy->data, dy->dtype, dy->numel));
+    return amp_grad_end(&s);
+}
+
+/* Parameters (leaves that require grad) are cast once per step while autocast is on. */
+static amp_tensor **amp_cast_cache_find(amp_ctx *ctx, const amp_tensor *x, amp_dtype dt) {
+    amp_autocast_state *ac = &ctx->autocast;
+    for (int i = 0; i < ac->n_cache; i++)
+        if (ac->cache[i].src == x && ac->cache[i].cast->dtype == dt) return &ac->cache[i].cast;
+    return NULL;
+}
+
+amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
+    static const char *op = "amp_cast";
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    if (!amp_is_float(dt) || !amp_is_float(x->dtype))
+        return amp_fail(AMP_ERR_DTYPE, "%s: %s -> %s: only f32, f16 and bf16 convert", op,
+                        amp_dtype_name(x->dtype), amp_dtype_name(dt));
+    if (x->dtype == dt) {
+        *out = x;
+        return AMP_OK;
+    }
+    amp_ctx *ctx = x->ctx;
+    bool cacheable = ctx->autocast.enabled && x->requires_grad && !x->node;
+    amp_tensor **hit = cacheable ? amp_cast_cache_find(ctx, x, dt) : NULL;
+    if (hit) {
+        *out = *hit;
+        return AMP_OK;
+    }
+    amp_tensor *y;
+    AMP_TRY(amp_tensor_step_like(x, dt, &y));
+    AMP_TRY(AMP_BE(x->backend, cast, y->data, dt, x->data, x->dtype, x->numel));
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
+    amp_autocast_state *ac = &ctx->autocast;
+    if (cacheable && ac->n_cache < AMP_CAST_CACHE_MAX)
+        ac->cache[ac->n_cache++] = (amp_cast_cache_entry){.src = x, .cast = y};
+    *out = y;
+    return AMP_OK;
+}
+
+amp_status amp_cast_to_f32(amp_tensor **t) {
+    if (!*t || (*t)->dtype == AMP_F32 || !amp_is_float((*t)->dtype)) return AMP_OK;
+    return amp_cast(*t, AMP_F32, t);
+}
+
+/* Rank of float dtypes for promotion: f32 wins; f16 with bf16 promotes to f32 (PyTorch). */
+static amp_dtype amp_promote(amp_dtype a, amp_dtype b) { return a == b ? a : AMP_F32; }
+
+amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n) {
+    amp_ctx *ctx = NULL;
+    amp_dtype widest = AMP_F32;
+    bool mixed = false;
+    for (int i = 0; i < n; i++) {
+        if (!in[i] || !amp_is_float(in[i]->dtype)) continue;
+        if (ctx && in[i]->dtype != widest) mixed = true;
+        widest = ctx ? amp_promote(widest, in[i]->dtype) : in[i]->dtype;
+        ctx = in[i]->ctx;
+    }
+    if (!ctx) return AMP_OK;
+    amp_dtype target;
+    if (cat == AMP_CAT_HALF && ctx->autocast.enabled) target = ctx->autocast.half;
+    else if (cat == AMP_CAT_FP32 && mixed) target = AMP_F32;
+    else if (cat == AMP_CAT_PROMOTE && mixed) target = widest;
+    else return AMP_OK;
+    for (int i = 0; i < n; i++)
+        if (in[i] && amp_is_float(in[i]->dtype)) AMP_TRY(amp_cast(in[i], target, &in[i]));
+    return AMP_OK;
+}

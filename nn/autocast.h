@@ -1,0 +1,25 @@
+/* Autocast in the op dispatcher: each op declares its cast category beside its definition and
+ * calls amp_autocast on its inputs before validating them. nn/ does not know the amp layer: it
+ * obeys ctx->autocast, which amp_initialize switches on (O1). Categories follow Apex O1 / torch
+ * autocast lists:
+ *   HALF    GEMM, linear, conv: float inputs cast to the half type (tensor-core math);
+ *   FP32    losses and reductions: run in f32 (the kernels widen half inputs on load and accumulate
+ *           in f32 or double; inputs of different dtypes are cast to f32); results are f32;
+ *   PROMOTE add, mul: the widest float input type, as PyTorch's type promotion (with or without
+ *           autocast);
+ *   PASS    relu, pooling, dropout, reshape, batch norm: the input's dtype (batch norm's statistics
+ *           and parameters are f32 whatever the input dtype). */
+#ifndef AMP_NN_AUTOCAST_H
+#define AMP_NN_AUTOCAST_H
+
+#include "nn/autograd.h"
+
+typedef enum amp_cast_category { AMP_CAT_HALF, AMP_CAT_FP32, AMP_CAT_PROMOTE, AMP_CAT_PASS } amp_cast_category;
+
+/* Replaces in[0..n) (NULL entries and i32 tensors untouched) with their casts for category. */
+amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n);
+
+/* Casts a float tensor to f32 when it is not (bias and batch-norm parameters of a half model). */
+amp_status amp_cast_to_f32(amp_tensor **t);
+
+#endif

@@ -1,0 +1,163 @@
+/* Master weights: what Apex's O2 and O3 need of the optimizer.
+ *
+ * O2 (persistent): Apex keeps an fp32 copy of every fp16 parameter in the optimizer's param
+ * groups, steps those with fp32 gradients and copies them back into the model after each step
+ * (apex/amp/_process_optimizer.py: master_params_to_model_params). Here the masters live in one
+ * f32 block carved into per-parameter views, and the copy back is fused into the update kernel
+ * (sgd_update/adam_update write half_copy in the same pass), so a half weight is never read by
+ * the step and is always the round-to-nearest-even of its master.
+ *
+ * A parameter left f32 (batch norm under keep_batchnorm_fp32) also steps its master, then gets
+ * a copy of it: the master stays the one authoritative value, so a checkpoint saves masters
+ * only and every parameter is rebuilt from them the same way. The other choice, making the
+ * master view point at the f32 parameter's data, would save that copy (batch-norm vectors are a
+ * few hundred floats) but break the moment the amp layer or a checkpoint load replaces the
+ * parameter's storage.
+ *
+ * O3 (not persistent): Apex has no master weights and torch.optim updates the half parameters
+ * themselves. Here the f32 block is per-step scratch: the half parameter is widened into it
+ * (exact), updated in f32 with the same fused kernel, and rounded back in the same pass, which
+ * is one rounding per step where torch's half ops round after every op. The master-gradient
+ * block is used in both modes: the amp layer unscales into f32 before any update. */
+#include <string.h>
+
+#include "core/error.h"
+#include "core/tensor_internal.h"
+#include "optim/optimizer_internal.h"
+
+static bool amp_optim_is_half(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16; }
+
+amp_status amp_optimizer_make_masters(amp_optimizer *opt, bool persistent) {
+    AMP_CHECK_ARG(opt);
+    if (opt->masters != AMP_OPTIM_MASTERS_NONE)
+        return amp_fail(AMP_ERR_STATE, "%s: the optimizer has master weights already", __func__);
+    for (int i = 0; i < opt->n_params; i++) {
+        const amp_tensor *p = opt->params[i];
+        char label[160];
+        amp_optimizer_param_label(opt, i, label, sizeof label);
+        if (p->dtype != AMP_F32)
+            return amp_fail(AMP_ERR_DTYPE,
+                            "%s: parameter %s is already %s; masters are copied from the f32 "
+                            "parameters before the model is cast",
+                            __func__, label, amp_dtype_name(p->dtype));
+        if (!p->data || p->backend != opt->backend)
+            return amp_fail(AMP_ERR_STATE, "%s: parameter %s has no storage on backend %s",
+                            __func__, label, opt->backend->name);
+    }
+    void *data = NULL, *grad_data = NULL;
+    amp_tensor **views = NULL, **grads = NULL;
+    amp_status s = amp_optimizer_alloc_views(opt, 1, &data, &views);
+    if (s == AMP_OK) s = amp_optimizer_alloc_views(opt, 1, &grad_data, &grads);
+    for (int i = 0; s == AMP_OK && i < opt->n_params; i++)
+        s = opt->backend->copy(views[i]->data, opt->params[i]->data,
+                               amp_tensor_nbytes(opt->params[i]));
+    if (s != AMP_OK) {
+        amp_optimizer_free_views(opt, 1, data, views);
+        amp_optimizer_free_views(opt, 1, grad_data, grads);
+        return amp_fail_context(s, "%s: master weights", __func__);
+    }
+    opt->master_data = data;
+    opt->master_views = views;
+    opt->master_grad_data = grad_data;
+    opt->master_grads = grads;
+    opt->masters = persistent ? AMP_OPTIM_MASTERS_PERSISTENT : AMP_OPTIM_MASTERS_SCRATCH;
+    return AMP_OK;
+}
+
+void amp_optimizer_drop_masters(amp_optimizer *opt) {
+    if (!opt || opt->masters == AMP_OPTIM_MASTERS_NONE) return;
+    amp_optimizer_free_views(opt, 1, opt->master_data, opt->master_views);
+    amp_optimizer_free_views(opt, 1, opt->master_grad_data, opt->master_grads);
+    opt->master_data = opt->master_grad_data = NULL;
+    opt->master_views = opt->master_grads = NULL;
+    opt->masters = AMP_OPTIM_MASTERS_NONE;
+}
+
+bool amp_optimizer_has_masters(const amp_optimizer *opt) {
+    return opt && opt->masters == AMP_OPTIM_MASTERS_PERSISTENT;
+}
+
+amp_tensor *amp_optimizer_master(const amp_optimizer *opt, int i) {
+    if (!amp_optimizer_has_masters(opt) || i < 0 || i >= opt->n_params) return NULL;
+    return opt->master_views[i];
+}
+
+float *amp_optimizer_master_grad(amp_optimizer *opt, int i) {
+    if (!opt || opt->masters == AMP_OPTIM_MASTERS_NONE || i < 0 || i >= opt->n_params)
+        return NULL;
+    return opt->master_grads[i]->data;
+}
+
+/* Parameter i's data from its master; the checks of amp_optimizer_masters_check passed. */
+static amp_status amp_optim_master_to_param(amp_optimizer *opt, int i) {
+    amp_tensor *p = opt->params[i];
+    const amp_tensor *m = opt->master_views[i];
+    if (p->dtype == AMP_F32) return opt->backend->copy(p->data, m->data, amp_tensor_nbytes(m));
+    return opt->backend->cast(p->data, p->dtype, m->data, AMP_F32, m->numel);
+}
+
+amp_status amp_optimizer_masters_to_params(amp_optimizer *opt) {
+    AMP_CHECK_ARG(opt);
+    if (opt->masters != AMP_OPTIM_MASTERS_PERSISTENT)
+        return amp_fail(AMP_ERR_STATE, "%s: the optimizer keeps no master weights", __func__);
+    for (int i = 0; i < opt->n_params; i++) {
+        char label[160];
+        amp_optimizer_param_label(opt, i, label, sizeof label);
+        amp_status s = amp_optimizer_masters_check(opt, i, label);
+        if (s != AMP_OK) return amp_fail_context(s, "%s", __func__);
+    }
+    for (int i = 0; i < opt->n_params; i++) AMP_TRY(amp_optim_master_to_param(opt, i));
+    return AMP_OK;
+}
+
+amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const char *label) {
+    const amp_tensor *p = opt->params[i], *m = opt->master_views[i];
+    if (p->dtype != AMP_F32 && !amp_optim_is_half(p->dtype))
+        return amp_fail(AMP_ERR_DTYPE, "parameter %s is %s; master weights update f32, f16 or "
+                                       "bf16 parameters",
+                        label, amp_dtype_name(p->dtype));
+    if (p->numel != m->numel || !amp_same_shape(p, m)) {
+        char ps[64], ms[64];
+        return amp_fail(AMP_ERR_SHAPE, "parameter %s is %s, its master %s", label,
+                        amp_shape_str(p, ps, sizeof ps), amp_shape_str(m, ms, sizeof ms));
+    }
+    if (!p->data)
+        return amp_fail(AMP_ERR_STATE, "parameter %s has no storage", label);
+    if (p->backend != opt->backend)
+        return amp_fail(AMP_ERR_STATE, "parameter %s left backend %s", label,
+                        opt->backend->name);
+    if (amp_optim_is_half(p->dtype) && !opt->backend->cast)
+        return amp_backend_missing(opt->backend, "cast");
+    return AMP_OK;
+}
+
+amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t) {
+    amp_tensor *p = opt->params[i];
+    *t = (amp_optim_target){.half_dtype = AMP_F32};
+    if (opt->masters == AMP_OPTIM_MASTERS_NONE) {
+        t->param = p->data;
+        t->grad = p->grad->data;
+        t->grad_dtype = p->grad->dtype;
+        return AMP_OK;
+    }
+    t->grad = opt->master_grads[i]->data;
+    t->grad_dtype = AMP_F32;
+    if (!amp_optim_is_half(p->dtype)) {
+        /* f32 parameter: O2 steps the master (copied back in update_end), O3 the parameter. */
+        t->param = opt->masters == AMP_OPTIM_MASTERS_PERSISTENT ? opt->master_views[i]->data
+                                                                : p->data;
+        return AMP_OK;
+    }
+    t->param = opt->master_views[i]->data;
+    t->half_copy = p->data;
+    t->half_dtype = p->dtype;
+    if (opt->masters == AMP_OPTIM_MASTERS_SCRATCH)
+        AMP_TRY(opt->backend->cast(t->param, AMP_F32, p->data, p->dtype, p->numel));
+    return AMP_OK;
+}
+
+amp_status amp_optimizer_update_end(amp_optimizer *opt, int i) {
+    const amp_tensor *p = opt->params[i];
+    if (opt->masters != AMP_OPTIM_MASTERS_PERSISTENT || p->dtype != AMP_F32) return AMP_OK;
+    return opt->backend->copy(p->data, opt->master_views[i]->data, amp_tensor_nbytes(p));
+}
