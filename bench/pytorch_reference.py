@@ -17,6 +17,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import struct
 import sys
 import time
@@ -173,7 +174,8 @@ def main(argv):
             "test_accuracy": accuracy,
             "samples_per_sec": round(samples / train_seconds, 2) if train_seconds > 0 else 0.0,
             "backend": "pytorch-cpu", "torch": torch.__version__, "threads": a.threads,
-            "autocast_bf16": a.autocast_bf16}))
+            "autocast_bf16": a.autocast_bf16,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
     return 0
 
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +162,8 @@ int main(int argc, char **argv) {
     TRY(amp_scaler_get_state(opt, 0, &sc));
     size_t peak_arena = 0;
     amp_ctx_arena_bytes(ctx, &peak_arena);
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage); /* ru_maxrss: KiB on Linux */
     if (a.json) {
         char scale[32];
         if (amp_opts.loss_scale == AMP_LOSS_SCALE_DYNAMIC) snprintf(scale, sizeof scale, "\"dynamic\"");
@@ -169,12 +172,13 @@ int main(int argc, char **argv) {
                "\"batch_size\": %lld, \"lr\": %g, \"seed\": %llu, \"train_loss\": %.9g, "
                "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
                "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
-               "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"backend\": \"%s\"}\n",
+               "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
+               "\"backend\": \"%s\"}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
                train_seconds > 0 ? (double)samples / train_seconds : 0.0, a.opt_level,
                a.bf16 ? "bf16" : "fp16", scale, (double)sc.scale, (long long)sc.skipped_steps,
-               peak_arena, amp_ctx_backend_name(ctx));
+               peak_arena, (double)usage.ru_maxrss / 1024.0, amp_ctx_backend_name(ctx));
     }
     exit_code = 0;
 fail:

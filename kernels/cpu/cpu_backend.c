@@ -48,6 +48,8 @@ static const amp_backend amp_cpu_backend = {
     .dropout_bwd = amp_cpu_dropout_bwd,
     .sgd_update = amp_cpu_sgd_update,
     .adam_update = amp_cpu_adam_update,
+    .unscale = amp_cpu_unscale,
+    .sum_squares = amp_cpu_sum_squares,
 };
 
 const amp_backend *amp_backend_cpu(void) { return &amp_cpu_backend; }

@@ -1,7 +1,7 @@
 /* The CPU backend's kernels, one per entry of amp_backend (core/backend.h states each contract).
  * cpu_backend.c gathers them into the table. Files: cpu_memory.c (memory, cast, fill),
  * gemm_cpu.c and conv_cpu.c (oneDNN), elementwise_cpu.c, reduce_cpu.c, batchnorm_cpu.c,
- * pool_cpu.c, loss_cpu.c, dropout_cpu.c, optim_cpu.c. */
+ * pool_cpu.c, loss_cpu.c, dropout_cpu.c, optim_cpu.c, amp_cpu.c. */
 #ifndef AMP_KERNELS_CPU_BACKEND_H
 #define AMP_KERNELS_CPU_BACKEND_H
 
@@ -70,5 +70,10 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
                               amp_dtype g_dt, float *momentum_buf);
 amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
                                amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
+
+/* Loss scaler (amp_cpu.c). */
+amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
+                           float *out, float *found_inf);
+amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 
 #endif

@@ -266,22 +266,25 @@ amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t a
 
 /* ---- widening ------------------------------------------------------------------------------- */
 
+/* Row by row through amp_cpu_cast, whose F16C/AVX paths convert 8-16 values an instruction. */
 amp_status amp_dnnl_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
                           float **out) {
     float *dst = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *dst);
     if (!dst)
         return amp_fail(AMP_ERR_OOM, "%s: cannot allocate %lld f32 values", __func__,
                         (long long)(rows * cols));
-#pragma omp parallel for collapse(2) if (rows * cols >= AMP_CPU_PARALLEL_MIN)
+    size_t esize = amp_dtype_size(dt);
+#pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = amp_load_f32(src, dt, r * ld + c);
+        (void)amp_cpu_cast(dst + r * cols, AMP_F32, (const char *)src + (size_t)(r * ld) * esize, dt, cols);
     *out = dst;
     return AMP_OK;
 }
 
 void amp_dnnl_narrow(void *dst, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
                      const float *src) {
-#pragma omp parallel for collapse(2) if (rows * cols >= AMP_CPU_PARALLEL_MIN)
+    size_t esize = amp_dtype_size(dt);
+#pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) amp_store_f32(dst, dt, r * ld + c, src[r * cols + c]);
+        (void)amp_cpu_cast((char *)dst + (size_t)(r * ld) * esize, dt, src + r * cols, AMP_F32, cols);
 }

@@ -27,7 +27,8 @@ cudaStream_t amp_cuda_stream(void) { return g_stream; }
 
 static bool amp_cuda_supports(amp_be_op op, amp_dtype dt) {
     bool is_float = dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
-    return (op == AMP_BE_CAST || op == AMP_BE_GEMM) && is_float;
+    if (op == AMP_BE_CAST && dt == AMP_I32) return true; /* cast.cu converts i32 <-> f32 */
+    return (op == AMP_BE_CAST || op == AMP_BE_GEMM || op == AMP_BE_UNSCALE) && is_float;
 }
 
 amp_status amp_cuda_memset_zero(void *p, size_t nbytes) {
@@ -87,6 +88,8 @@ static const amp_backend amp_cuda_backend = {
     .fill = amp_cuda_fill,
     .fill_scalar = amp_cuda_fill_scalar,
     .gemm = amp_cuda_gemm,
+    .unscale = amp_cuda_unscale,
+    .sum_squares = amp_cuda_sum_squares,
 };
 
 static void amp_cuda_probe(void) {

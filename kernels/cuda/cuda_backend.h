@@ -77,6 +77,18 @@ amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, c
 amp_status amp_cuda_gemm_init(void);
 amp_status amp_cuda_gemm(const amp_gemm_desc *d);
 
+/* Loss-scaler entries (unscale.cu); same contracts as the table's unscale and sum_squares. The
+ * launchers take an explicit stream; sum_squares needs amp_cuda_sum_squares_blocks(n) doubles of
+ * device workspace for its partials. */
+amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
+                            float *out, float *found_inf);
+amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
+amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
+                                   float *out, float *found_inf, cudaStream_t stream);
+amp_status amp_cuda_sum_squares_launch(amp_dtype dt, int64_t n, const void *x, float *out,
+                                       double *partials, cudaStream_t stream);
+int amp_cuda_sum_squares_blocks(int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,7 +30,7 @@ typedef enum entry {
     E_CAST, E_FILL, E_FILL_SCALAR, E_GEMM, E_CONV_FWD, E_CONV_BWD_DATA, E_CONV_BWD_WEIGHT,
     E_BN_TRAIN, E_BN_EVAL, E_BN_BWD, E_POOL_FWD, E_POOL_BWD, E_UNARY, E_BINARY, E_AXPY, E_SUM,
     E_SUM_ROWS, E_XENT_FWD, E_XENT_BWD, E_MSE_FWD, E_MSE_BWD, E_DROPOUT_FWD, E_DROPOUT_BWD,
-    E_SGD, E_ADAM, E_N
+    E_SGD, E_ADAM, E_UNSCALE, E_SUM_SQUARES, E_N
 } entry;
 
 /* Row variants. */
@@ -458,6 +458,26 @@ static amp_status run_adam(const op_row *r, const amp_backend *be, void *const *
     return be->adam_update(&d, r->s[0], p[0], p[1], r->dt, p[2], p[3]);
 }
 
+/* unscale: s = {n}, f = {inv_scale}; grad (dt) with specials where the row asks, out f32, and the
+ * found_inf flag (f32, starts at 0; a backend writes 1.0f or leaves it). */
+static void setup_unscale(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "grad", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "out", ROLE_OUT, EK_F32, r->s[0]);
+    in_range(c, 2, "found_inf", ROLE_INOUT, EK_F32, 1, 0, 0);
+}
+static amp_status run_unscale(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->unscale(r->dt, r->s[0], p[0], r->f[0], p[1], p[2]);
+}
+
+/* sum_squares: s = {n}. */
+static void setup_sum_squares(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0]);
+    slot_decl(c, 1, "out", ROLE_OUT, EK_F32, 1);
+}
+static amp_status run_sum_squares(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->sum_squares(r->dt, r->s[0], p[0], p[1]);
+}
+
 /* ---- The entry table ------------------------------------------------------------------------ */
 
 typedef struct entry_info {
@@ -498,6 +518,8 @@ static const entry_info entries[E_N] = {
     ENTRY(E_DROPOUT_BWD, dropout_bwd, AMP_BE_DROPOUT, false, dropout_bwd),
     ENTRY(E_SGD, sgd_update, AMP_BE_SGD, false, sgd),
     ENTRY(E_ADAM, adam_update, AMP_BE_ADAM, false, adam),
+    ENTRY(E_UNSCALE, unscale, AMP_BE_UNSCALE, false, unscale),
+    ENTRY(E_SUM_SQUARES, sum_squares, AMP_BE_UNSCALE, false, sum_squares),
 };
 
 /* ---- The rows ------------------------------------------------------------------------------- */
@@ -649,6 +671,12 @@ static const op_row rows[] = {
     {"adam_f32_step1", E_ADAM, {ACT_L1, 1}, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
     {"adam_f32_step1000_wd", E_ADAM, {10007, 1000}, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
     {"adamw_f16_step10", E_ADAM, {10007, 10}, F16, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
+    /* unscale multiplies once (exact bits); the flag must agree too. */
+    {"unscale_f32_specials", E_UNSCALE, {ACT_L1}, F32, .f = {1.0f / 65536}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unscale_f16", E_UNSCALE, {10007}, F16, .f = {1.0f / 1024}, .tol = EXACT, .lo = -60000, .hi = 60000},
+    {"unscale_bf16_specials", E_UNSCALE, {10007}, BF16, .f = {0.125f}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"sum_squares_f32", E_SUM_SQUARES, {ACT_L1}, F32, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
+    {"sum_squares_f16", E_SUM_SQUARES, {10007}, F16, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
     {"adam_bf16_step3", E_ADAM, {10007, 3}, BF16, .f = {3e-4f, 0.8f, 0.99f, 1e-6f, 0}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},
 };
 

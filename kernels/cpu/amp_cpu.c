@@ -1,0 +1,123 @@
+/* CPU backend: the loss scaler's passes over gradients (core/backend.h states the contracts).
+ *
+ * unscale: out = grad * inv_scale in f32 with torch's non-finite test on the input
+ * (kernels/math/unscale.h). Each chunk ORs its own flag and OpenMP combines them (reduction), so
+ * no thread writes *found_inf inside the loop; the caller's flag is written once, after the loop,
+ * and only when an inf/NaN was seen. A flag that is already 1 is never cleared: one flag zeroed
+ * at the start of a step covers every tensor of the step, as torch's found_inf does.
+ *
+ * sum_squares: the determinism scheme of reduce_cpu.c: fixed chunks of AMP_CPU_REDUCE_CHUNK
+ * elements, each summed in double in a fixed order (8 lanes, fixed tree), chunk sums added in
+ * index order. The bits depend on n only, never on the thread count. */
+#include <math.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_tile.h"
+#include "kernels/math/unscale.h"
+
+/* Chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
+#define SUMSQ_GROUP 512
+
+static amp_status check_float(const char *fn, const char *what, amp_dtype dt) {
+    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
+    return amp_fail(AMP_ERR_DTYPE, "%s: %s dtype %s, want f32, f16 or bf16", fn, what,
+                    amp_dtype_name(dt));
+}
+
+/* out[i] = unscaled in[i] for [0, n); returns 1 when an input was inf/NaN. in may equal out
+ * (same index read before written). Two loops so that the test of inv_scale stays out of them. */
+static uint32_t unscale_f32_range(const float *in, float inv_scale, float *out, int64_t n) {
+    uint32_t bad = 0;
+    if (inv_scale == 1.0f) {
+        for (int64_t i = 0; i < n; i++) {
+            float g = in[i];
+            bad |= amp_unscale_nonfinite(g);
+            out[i] = g;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float g = in[i];
+            bad |= amp_unscale_nonfinite(g);
+            out[i] = g * inv_scale;
+        }
+    }
+    return bad;
+}
+
+amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
+                           float *out, float *found_inf) {
+    AMP_TRY(check_float(__func__, "gradient", g_dt));
+    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unscale: n = %lld < 0", (long long)n);
+    if (!(inv_scale > 0.0f) || isinf(inv_scale))
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "amp_cpu_unscale: inv_scale = %g, want a finite value > 0",
+                        (double)inv_scale);
+    AMP_CHECK_ARG(found_inf);
+    if (n == 0) return AMP_OK;
+    AMP_CHECK_ARG(grad);
+    AMP_CHECK_ARG(out);
+    /* out may be grad itself (f32 in place); any other overlap would read unscaled values
+     * back as gradients. */
+    uintptr_t g0 = (uintptr_t)grad, g1 = g0 + (uintptr_t)n * amp_dtype_size(g_dt);
+    uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)n * sizeof(float);
+    bool same = g_dt == AMP_F32 && g0 == o0;
+    if (!same && o0 < g1 && g0 < o1)
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "amp_cpu_unscale: out overlaps grad (%s) without being the same f32 buffer",
+                        amp_dtype_name(g_dt));
+    /* Chunks of AMP_CPU_REDUCE_CHUNK: a half chunk is widened into out and unscaled there while
+     * it is still in L1 (16 KiB of f32). */
+    int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
+    uint32_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t i0 = c * AMP_CPU_REDUCE_CHUNK;
+        int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
+        const float *in = (const float *)grad + i0;
+        if (g_dt != AMP_F32) { /* widen into out (exact), then unscale there in place */
+            (void)amp_cpu_cast(out + i0, AMP_F32, (const uint16_t *)grad + i0, g_dt, len);
+            in = out + i0;
+        }
+        bad |= unscale_f32_range(in, inv_scale, out + i0, len);
+    }
+    if (bad) *found_inf = 1.0f;
+    return AMP_OK;
+}
+
+/* Sum of x[i]^2 over [0, n) in double: 8 independent lanes, a fixed tree, then the tail. */
+static double sum_squares_f32_array(const float *x, int64_t n) {
+    double lane[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) lane[j] += amp_square_f64(x[i + j]);
+    double s =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; i++) s += amp_square_f64(x[i]);
+    return s;
+}
+
+amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out) {
+    AMP_TRY(check_float(__func__, "input", dt));
+    if (n < 0)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum_squares: n = %lld < 0", (long long)n);
+    AMP_CHECK_ARG(out);
+    if (n > 0) AMP_CHECK_ARG(x);
+    int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
+    double total = 0.0;
+    for (int64_t g0 = 0; g0 < n_chunks; g0 += SUMSQ_GROUP) {
+        int64_t gn = n_chunks - g0 < SUMSQ_GROUP ? n_chunks - g0 : SUMSQ_GROUP;
+        double part[SUMSQ_GROUP];
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+        for (int64_t c = 0; c < gn; c++) {
+            float buf[AMP_CPU_REDUCE_CHUNK];
+            int64_t i0 = (g0 + c) * AMP_CPU_REDUCE_CHUNK;
+            int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
+            part[c] = sum_squares_f32_array(tile_in(x, dt, i0, len, buf), len);
+        }
+        for (int64_t c = 0; c < gn; c++) total += part[c];
+    }
+    *out = (float)total;
+    return AMP_OK;
+}

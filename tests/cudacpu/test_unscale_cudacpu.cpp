@@ -1,0 +1,303 @@
+/* Runs kernels/cuda/unscale.cu on the CPU under ../shared/cudacpu against plain references
+ * written here. Run with CUDACPU_SCHEDULE=random:7 as well: a result that moves is a race.
+ *
+ * unscale: every output equals (float)g * inv_scale bit for bit (g when inv_scale is 1); the flag
+ * is set exactly when an INPUT is inf/NaN (torch's rule), at the start, the middle or the end of
+ * a tensor longer than the grid (so grid-stride iterations are covered), is never cleared, and is
+ * not written at all for a clean tensor; f32 in place; guard words after each output.
+ * sum_squares: bit-exact against a model of the kernels' fixed order (grid from n, per-thread
+ * index-order sums, warp butterflies, cross-warp step, one final block), which must not move with
+ * the schedule, and within the final f32 rounding of a long double sum; inf/NaN propagate. */
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "test_util.h"
+
+/* What unscale.cu and cuda_alloc.c need from the rest of the library, which is not built here. */
+extern "C" cudaStream_t amp_cuda_stream(void) { return 0; }
+extern "C" size_t amp_dtype_size(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16 ? 2 : 4; }
+extern "C" const char *amp_dtype_name(amp_dtype dt) {
+    static const char *names[] = {"f32", "f16", "bf16", "i32"};
+    return (unsigned)dt < 4 ? names[dt] : "unknown";
+}
+
+/* unscale.cu's entries and launchers. */
+extern "C" amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad,
+                                       float inv_scale, float *out, float *found_inf);
+extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
+extern "C" int amp_cuda_sum_squares_blocks(int64_t n);
+
+static const size_t GUARD = 64;
+static const uint8_t GUARD_BYTE = 0xa5;
+
+static void *dev_alloc(size_t nbytes) {
+    void *p = nullptr;
+    if (cudaMalloc(&p, nbytes + GUARD) != cudaSuccess) {
+        fprintf(stderr, "cudaMalloc(%zu) failed\n", nbytes);
+        exit(1);
+    }
+    memset((char *)p + nbytes, GUARD_BYTE, GUARD);
+    return p;
+}
+
+static bool guard_intact(const void *p, size_t nbytes) {
+    const uint8_t *g = (const uint8_t *)p + nbytes;
+    for (size_t i = 0; i < GUARD; i++)
+        if (g[i] != GUARD_BYTE) return false;
+    return true;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* NVIDIA's own conversions (cuda_fp16.h / cuda_bf16.h host code): independent of core/half.h. */
+static float nv_load(const void *p, amp_dtype dt, int64_t i) {
+    if (dt == AMP_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (dt == AMP_F16) {
+        __half_raw r;
+        r.x = h;
+        return __half2float(__half(r));
+    }
+    __nv_bfloat16_raw r;
+    r.x = h;
+    return __bfloat162float(__nv_bfloat16(r));
+}
+
+static void nv_store(void *p, amp_dtype dt, int64_t i, float v) {
+    if (dt == AMP_F32) ((float *)p)[i] = v;
+    else if (dt == AMP_F16) ((uint16_t *)p)[i] = ((__half_raw)__float2half_rn(v)).x;
+    else ((uint16_t *)p)[i] = ((__nv_bfloat16_raw)__float2bfloat16_rn(v)).x;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double rnd_uniform(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+/* A device buffer of n random gradients over 20 binades below max_abs. */
+static void *random_grads(amp_dtype dt, int64_t n, double max_abs) {
+    void *p = dev_alloc((size_t)n * amp_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) {
+        double m = max_abs * std::exp2(-20.0 * rnd_uniform());
+        nv_store(p, dt, i, (float)(rnd_uniform() < 0.5 ? -m : m));
+    }
+    return p;
+}
+
+/* Outputs that differ from the plain reference. */
+static int64_t count_wrong(const void *g, amp_dtype dt, int64_t n, float inv, const float *out) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float x = nv_load(g, dt, i);
+        float want = inv == 1.0f ? x : x * inv;
+        bool same = f32_bits(out[i]) == f32_bits(want) || (std::isnan(out[i]) && std::isnan(want));
+        bad += !same;
+    }
+    return bad;
+}
+
+static const amp_dtype dts[] = {AMP_F32, AMP_F16, AMP_BF16};
+
+static void test_unscale_values(void) {
+    const int64_t ns[] = {1, 255, 1000, 70001};
+    const float invs[] = {1.0f / 65536.0f, 1.0f, (float)(1.0 / 3000.0)};
+    for (amp_dtype dt : dts)
+        for (int64_t n : ns)
+            for (float inv : invs) {
+                void *g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e6);
+                float *out = (float *)dev_alloc((size_t)n * 4), *found = (float *)dev_alloc(4);
+                *found = 0.0f;
+                CHECK_OK(amp_cuda_unscale(dt, n, g, inv, out, found));
+                CHECK(cudaDeviceSynchronize() == cudaSuccess);
+                int64_t bad = count_wrong(g, dt, n, inv, out);
+                CHECK_MSG(bad == 0 && f32_bits(*found) == 0, "unscale %s n=%lld inv=%g: %lld "
+                          "wrong, found_inf %g", amp_dtype_name(dt), (long long)n, (double)inv,
+                          (long long)bad, (double)*found);
+                CHECK(guard_intact(out, (size_t)n * 4));
+                cudaFree(g);
+                cudaFree(out);
+                cudaFree(found);
+            }
+}
+
+/* Past AMP_CUDA_MAX_BLOCKS * AMP_CUDA_BLOCK elements, so threads loop; one inf/NaN at the start,
+ * the middle and the last element (the last grid-stride iteration of one thread). */
+static void test_unscale_flags(void) {
+    const int64_t n = (int64_t)AMP_CUDA_MAX_BLOCKS * AMP_CUDA_BLOCK + 777;
+    const int64_t where[] = {0, n / 2, n - 1};
+    const float poison[] = {INFINITY, NAN, -INFINITY};
+    for (amp_dtype dt : {AMP_F16, AMP_F32}) {
+        void *g = random_grads(dt, n, 1000.0);
+        float *out = (float *)dev_alloc((size_t)n * 4), *found = (float *)dev_alloc(4);
+        for (int w = 0; w < 3; w++) {
+            float keep = nv_load(g, dt, where[w]);
+            nv_store(g, dt, where[w], poison[w]);
+            *found = 0.0f;
+            CHECK_OK(amp_cuda_unscale(dt, n, g, 0.5f, out, found));
+            int64_t bad = count_wrong(g, dt, n, 0.5f, out);
+            CHECK_MSG(*found == 1.0f && bad == 0, "%s %g at %lld: found_inf %g, %lld wrong",
+                      amp_dtype_name(dt), (double)poison[w], (long long)where[w], (double)*found,
+                      (long long)bad);
+            /* Never cleared by a clean tensor afterwards. */
+            nv_store(g, dt, where[w], keep);
+            CHECK_OK(amp_cuda_unscale(dt, n, g, 0.5f, out, found));
+            CHECK(*found == 1.0f);
+        }
+        CHECK(guard_intact(out, (size_t)n * 4));
+        cudaFree(g);
+        cudaFree(out);
+        cudaFree(found);
+    }
+    /* Clean: the flag is not written (any value stays). Input tested, not the product. */
+    float *g = (float *)dev_alloc(3 * 4), *out = (float *)dev_alloc(3 * 4), *found = (float *)dev_alloc(4);
+    g[0] = 3e38f, g[1] = -1.0f, g[2] = 0.0f;
+    *found = 7.5f;
+    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g, 4.0f, out, found));
+    CHECK(*found == 7.5f && std::isinf(out[0]) && out[1] == -4.0f && out[2] == 0.0f);
+    g[2] = INFINITY;
+    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g, 1.0f, out, found));
+    CHECK(*found == 1.0f && std::isinf(out[2]));
+    cudaFree(g);
+    cudaFree(out);
+    cudaFree(found);
+}
+
+static void test_unscale_in_place(void) {
+    const int64_t n = 50001;
+    float *g = (float *)random_grads(AMP_F32, n, 5e4);
+    g[123] = NAN;
+    std::vector<float> copy(g, g + n);
+    float *found = (float *)dev_alloc(4);
+    *found = 0.0f;
+    CHECK_OK(amp_cuda_unscale(AMP_F32, n, g, 1.0f / 1024.0f, g, found));
+    CHECK(count_wrong(copy.data(), AMP_F32, n, 1.0f / 1024.0f, g) == 0 && *found == 1.0f);
+    CHECK(guard_intact(g, (size_t)n * 4));
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 100, g, 0.5f, g + 1, found), AMP_ERR_INVALID_ARG,
+                "out overlaps grad (f32)");
+    CHECK_FAILS(amp_cuda_unscale(AMP_BF16, 100, g, 0.5f, g, found), AMP_ERR_INVALID_ARG,
+                "out overlaps grad (bf16)");
+    cudaFree(g);
+    cudaFree(found);
+}
+
+/* The kernels' order, written out: per-thread grid-stride sums, then in each block the warp
+ * butterfly (lane l adds lane l ^ k, k = 16..1), lane 0 per warp, and the same butterfly over the
+ * warp sums in warp 0; the partials summed by one block the same way. */
+static const int BLOCK = 256, WARPS = BLOCK / 32;
+
+static double butterfly(const double *in) {
+    double v[32], nv[32];
+    memcpy(v, in, sizeof v);
+    for (int k = 16; k >= 1; k >>= 1) {
+        for (int l = 0; l < 32; l++) nv[l] = v[l] + v[l ^ k];
+        memcpy(v, nv, sizeof v);
+    }
+    return v[0];
+}
+
+static double block_sum_model(const double *acc) {
+    double warp_sums[32] = {0};
+    for (int w = 0; w < WARPS; w++) warp_sums[w] = butterfly(acc + 32 * w);
+    return butterfly(warp_sums);
+}
+
+static float sum_squares_model(const void *x, amp_dtype dt, int64_t n) {
+    int64_t blocks = (n + BLOCK - 1) / BLOCK;
+    blocks = blocks < 1 ? 1 : blocks > 1024 ? 1024 : blocks;
+    int64_t threads = blocks * BLOCK;
+    std::vector<double> partial(blocks), acc(BLOCK);
+    for (int64_t b = 0; b < blocks; b++) {
+        for (int t = 0; t < BLOCK; t++) {
+            double a = 0.0;
+            for (int64_t i = b * BLOCK + t; i < n; i += threads) {
+                double v = nv_load(x, dt, i);
+                a += v * v;
+            }
+            acc[t] = a;
+        }
+        partial[b] = block_sum_model(acc.data());
+    }
+    for (int t = 0; t < BLOCK; t++) {
+        double a = 0.0;
+        for (int64_t i = t; i < blocks; i += BLOCK) a += partial[i];
+        acc[t] = a;
+    }
+    return (float)block_sum_model(acc.data());
+}
+
+static void test_sum_squares(void) {
+    const int64_t ns[] = {0, 1, 255, 256, 257, 70001, 1024 * 256 + 3001};
+    for (amp_dtype dt : dts)
+        for (int64_t n : ns) {
+            void *x = random_grads(dt, n, 100.0);
+            float *out = (float *)dev_alloc(4);
+            *out = -1.0f;
+            CHECK_OK(amp_cuda_sum_squares(dt, n, x, out));
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            float model = sum_squares_model(x, dt, n);
+            long double ref = 0;
+            for (int64_t i = 0; i < n; i++) {
+                long double v = nv_load(x, dt, i);
+                ref += v * v;
+            }
+            CHECK_MSG(f32_bits(*out) == f32_bits(model), "sum_squares %s n=%lld: %.9g, order "
+                      "model %.9g", amp_dtype_name(dt), (long long)n, (double)*out, (double)model);
+            double want = (double)ref;
+            CHECK_MSG(std::fabs(*out - want) <= 0x1p-24 * want * 1.0001 + 1e-37,
+                      "sum_squares %s n=%lld: %.9g vs %.12g", amp_dtype_name(dt), (long long)n,
+                      (double)*out, want);
+            CHECK(guard_intact(out, 4));
+            int64_t want_blocks = n == 0 ? 1 : (n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024;
+            CHECK(amp_cuda_sum_squares_blocks(n) == want_blocks);
+            cudaFree(x);
+            cudaFree(out);
+        }
+    float *v = (float *)dev_alloc(4 * 4), *out = (float *)dev_alloc(4);
+    v[0] = 1.0f, v[1] = -INFINITY, v[2] = 2.0f, v[3] = 0.0f;
+    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v, out));
+    CHECK(std::isinf(*out) && *out > 0);
+    v[2] = NAN;
+    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v, out));
+    CHECK(std::isnan(*out));
+    cudaFree(v);
+    cudaFree(out);
+}
+
+static void test_errors(void) {
+    float x[4] = {0}, o[4], found = 0.0f;
+    CHECK_FAILS(amp_cuda_unscale(AMP_I32, 4, x, 1.0f, o, &found), AMP_ERR_DTYPE,
+                "amp_cuda_unscale: gradient dtype i32");
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, -1, x, 1.0f, o, &found), AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, 0.0f, o, &found), AMP_ERR_INVALID_ARG,
+                "inv_scale = 0, want a finite value > 0");
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, NAN, o, &found), AMP_ERR_INVALID_ARG, "inv_scale = nan");
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, nullptr, 1.0f, o, &found), AMP_ERR_INVALID_ARG, "'grad'");
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, 1.0f, nullptr, &found), AMP_ERR_INVALID_ARG, "'out'");
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, 1.0f, o, nullptr), AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_OK(amp_cuda_unscale(AMP_F16, 0, nullptr, 1.0f, nullptr, &found));
+    CHECK_FAILS(amp_cuda_sum_squares(AMP_I32, 4, x, o), AMP_ERR_DTYPE, "input dtype i32");
+    CHECK_FAILS(amp_cuda_sum_squares(AMP_F32, -3, x, o), AMP_ERR_INVALID_ARG, "n = -3");
+    CHECK_FAILS(amp_cuda_sum_squares(AMP_F32, 4, x, nullptr), AMP_ERR_INVALID_ARG, "'out'");
+    CHECK_FAILS(amp_cuda_sum_squares(AMP_F32, 4, nullptr, o), AMP_ERR_INVALID_ARG, "'x'");
+}
+
+int main(void) {
+    test_unscale_values();
+    test_unscale_flags();
+    test_unscale_in_place();
+    test_sum_squares();
+    test_errors();
+    return test_summary("test_unscale_cudacpu");
+}
