@@ -6,19 +6,14 @@
  * and only when an inf/NaN was seen. A flag that is already 1 is never cleared: one flag zeroed
  * at the start of a step covers every tensor of the step, as torch's found_inf does.
  *
- * sum_squares: the determinism scheme of reduce_cpu.c: fixed chunks of AMP_CPU_REDUCE_CHUNK
- * elements, each summed in double in a fixed order (8 lanes, fixed tree), chunk sums added in
- * index order. The bits depend on n only, never on the thread count. */
+ * The scaler's other pass, sum_squares, is a reduction: it lives in reduce_cpu.c and shares the
+ * deterministic chunked driver of sum there. */
 #include <math.h>
 #include <stdint.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/unscale.h"
-
-/* Chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
-#define SUMSQ_GROUP 512
 
 static amp_status check_float(const char *fn, const char *what, amp_dtype dt) {
     if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
@@ -83,41 +78,5 @@ amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float in
         bad |= unscale_f32_range(in, inv_scale, out + i0, len);
     }
     if (bad) *found_inf = 1.0f;
-    return AMP_OK;
-}
-
-/* Sum of x[i]^2 over [0, n) in double: 8 independent lanes, a fixed tree, then the tail. */
-static double sum_squares_f32_array(const float *x, int64_t n) {
-    double lane[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) lane[j] += amp_square_f64(x[i + j]);
-    double s =
-        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-    for (; i < n; i++) s += amp_square_f64(x[i]);
-    return s;
-}
-
-amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out) {
-    AMP_TRY(check_float(__func__, "input", dt));
-    if (n < 0)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum_squares: n = %lld < 0", (long long)n);
-    AMP_CHECK_ARG(out);
-    if (n > 0) AMP_CHECK_ARG(x);
-    int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
-    double total = 0.0;
-    for (int64_t g0 = 0; g0 < n_chunks; g0 += SUMSQ_GROUP) {
-        int64_t gn = n_chunks - g0 < SUMSQ_GROUP ? n_chunks - g0 : SUMSQ_GROUP;
-        double part[SUMSQ_GROUP];
-#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-        for (int64_t c = 0; c < gn; c++) {
-            float buf[AMP_CPU_REDUCE_CHUNK];
-            int64_t i0 = (g0 + c) * AMP_CPU_REDUCE_CHUNK;
-            int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
-            part[c] = sum_squares_f32_array(tile_in(x, dt, i0, len, buf), len);
-        }
-        for (int64_t c = 0; c < gn; c++) total += part[c];
-    }
-    *out = (float)total;
     return AMP_OK;
 }

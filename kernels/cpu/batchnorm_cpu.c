@@ -23,9 +23,25 @@ static amp_status check_desc(const char *fn, const amp_bn_desc *d) {
     return AMP_OK;
 }
 
-/* The elements of channel ch: plane i of the batch starts at (i * c + ch) * hw. */
-static int64_t plane_start(const amp_bn_desc *d, int64_t i, int64_t ch) {
-    return (i * d->c + ch) * d->hw;
+/* A channel is visited in tiles: the n planes in order (plane i of channel ch starts at
+ * (i * c + ch) * hw), each plane in pieces of AMP_CPU_REDUCE_CHUNK. Every loop over a channel
+ * uses this one order, so the sums do not depend on which loop or thread runs them. */
+static int64_t channel_tiles(const amp_bn_desc *d) {
+    return d->n * ((d->hw + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK);
+}
+
+/* Tile t of channel ch: returns its first element's offset and sets its length. */
+static int64_t channel_tile(const amp_bn_desc *d, int64_t ch, int64_t t, int64_t *len) {
+    int64_t per_plane = (d->hw + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
+    int64_t i = t / per_plane, t0 = (t % per_plane) * AMP_CPU_REDUCE_CHUNK;
+    *len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
+    return (i * d->c + ch) * d->hw + t0;
+}
+
+/* The fixed tree that combines 8 double lanes. */
+static double lanes_total(const double lane[8]) {
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+           ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
 /* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double. */
@@ -33,30 +49,27 @@ static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, doubl
                           int squares) {
     float buf[AMP_CPU_REDUCE_CHUNK];
     double total = 0.0;
-    for (int64_t i = 0; i < d->n; i++) {
-        for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
-            int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
-            const float *v = tile_in(x, d->dtype, plane_start(d, i, ch) + t0, len, buf);
-            double lane[8] = {0};
-            int64_t k = 0;
-            if (squares) {
-                for (; k + 8 <= len; k += 8)
-                    for (int j = 0; j < 8; j++) {
-                        double dev = (double)v[k + j] - mean;
-                        lane[j] += dev * dev;
-                    }
-                for (; k < len; k++) {
-                    double dev = (double)v[k] - mean;
-                    lane[k & 7] += dev * dev;
+    for (int64_t t = 0; t < channel_tiles(d); t++) {
+        int64_t len, off = channel_tile(d, ch, t, &len);
+        const float *v = tile_in(x, d->dtype, off, len, buf);
+        double lane[8] = {0};
+        int64_t k = 0;
+        if (squares) {
+            for (; k + 8 <= len; k += 8)
+                for (int j = 0; j < 8; j++) {
+                    double dev = (double)v[k + j] - mean;
+                    lane[j] += dev * dev;
                 }
-            } else {
-                for (; k + 8 <= len; k += 8)
-                    for (int j = 0; j < 8; j++) lane[j] += (double)v[k + j];
-                for (; k < len; k++) lane[k & 7] += (double)v[k];
+            for (; k < len; k++) {
+                double dev = (double)v[k] - mean;
+                lane[k & 7] += dev * dev;
             }
-            total += ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                     ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        } else {
+            for (; k + 8 <= len; k += 8)
+                for (int j = 0; j < 8; j++) lane[j] += (double)v[k + j];
+            for (; k < len; k++) lane[k & 7] += (double)v[k];
         }
+        total += lanes_total(lane);
     }
     return total;
 }
@@ -65,15 +78,12 @@ static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, doubl
 static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
                           float shift, void *y) {
     float bx[AMP_CPU_REDUCE_CHUNK], by[AMP_CPU_REDUCE_CHUNK];
-    for (int64_t i = 0; i < d->n; i++) {
-        for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
-            int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
-            int64_t off = plane_start(d, i, ch) + t0;
-            const float *v = tile_in(x, d->dtype, off, len, bx);
-            float *o = tile_out(y, d->dtype, off, by);
-            for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply(v[k], scale, shift);
-            tile_out_store(y, d->dtype, off, len, o);
-        }
+    for (int64_t t = 0; t < channel_tiles(d); t++) {
+        int64_t len, off = channel_tile(d, ch, t, &len);
+        const float *v = tile_in(x, d->dtype, off, len, bx);
+        float *o = tile_out(y, d->dtype, off, by);
+        for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply(v[k], scale, shift);
+        tile_out_store(y, d->dtype, off, len, o);
     }
 }
 
@@ -133,26 +143,23 @@ static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy
                              double mean, double *sum_dy, double *dot) {
     float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
     double s = 0.0, p = 0.0;
-    for (int64_t i = 0; i < d->n; i++) {
-        for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
-            int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
-            int64_t off = plane_start(d, i, ch) + t0;
-            const float *xv = tile_in(x, d->dtype, off, len, bx);
-            const float *gv = tile_in(dy, d->dtype, off, len, bdy);
-            double ls[8] = {0}, lp[8] = {0};
-            int64_t k = 0;
-            for (; k + 8 <= len; k += 8)
-                for (int j = 0; j < 8; j++) {
-                    ls[j] += (double)gv[k + j];
-                    lp[j] += ((double)xv[k + j] - mean) * (double)gv[k + j];
-                }
-            for (; k < len; k++) {
-                ls[k & 7] += (double)gv[k];
-                lp[k & 7] += ((double)xv[k] - mean) * (double)gv[k];
+    for (int64_t t = 0; t < channel_tiles(d); t++) {
+        int64_t len, off = channel_tile(d, ch, t, &len);
+        const float *xv = tile_in(x, d->dtype, off, len, bx);
+        const float *gv = tile_in(dy, d->dtype, off, len, bdy);
+        double ls[8] = {0}, lp[8] = {0};
+        int64_t k = 0;
+        for (; k + 8 <= len; k += 8)
+            for (int j = 0; j < 8; j++) {
+                ls[j] += (double)gv[k + j];
+                lp[j] += ((double)xv[k + j] - mean) * (double)gv[k + j];
             }
-            s += ((ls[0] + ls[1]) + (ls[2] + ls[3])) + ((ls[4] + ls[5]) + (ls[6] + ls[7]));
-            p += ((lp[0] + lp[1]) + (lp[2] + lp[3])) + ((lp[4] + lp[5]) + (lp[6] + lp[7]));
+        for (; k < len; k++) {
+            ls[k & 7] += (double)gv[k];
+            lp[k & 7] += ((double)xv[k] - mean) * (double)gv[k];
         }
+        s += lanes_total(ls);
+        p += lanes_total(lp);
     }
     *sum_dy = s;
     *dot = p;
@@ -178,18 +185,15 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
         float proj = (float)(dot * invstd * invstd / count), mean_dy = (float)(sum_dy / count);
         float k = (float)((gamma ? (double)gamma[ch] : 1.0) * invstd);
         float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
-        for (int64_t i = 0; i < d->n; i++) {
-            for (int64_t t0 = 0; t0 < d->hw; t0 += AMP_CPU_REDUCE_CHUNK) {
-                int64_t len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
-                int64_t off = plane_start(d, i, ch) + t0;
-                const float *xv = tile_in(x, d->dtype, off, len, bx);
-                const float *gv = tile_in(dy, d->dtype, off, len, bdy);
-                /* dx may alias dy: each element is read before it is written. */
-                float *o = tile_out(dx, d->dtype, off, bdy);
-                for (int64_t e = 0; e < len; e++)
-                    o[e] = amp_bn_bwd_dx(xv[e], gv[e], fmean, proj, mean_dy, k);
-                tile_out_store(dx, d->dtype, off, len, o);
-            }
+        for (int64_t t = 0; t < channel_tiles(d); t++) {
+            int64_t len, off = channel_tile(d, ch, t, &len);
+            const float *xv = tile_in(x, d->dtype, off, len, bx);
+            const float *gv = tile_in(dy, d->dtype, off, len, bdy);
+            /* dx may alias dy: each element is read before it is written. */
+            float *o = tile_out(dx, d->dtype, off, bdy);
+            for (int64_t e = 0; e < len; e++)
+                o[e] = amp_bn_bwd_dx(xv[e], gv[e], fmean, proj, mean_dy, k);
+            tile_out_store(dx, d->dtype, off, len, o);
         }
     }
     return AMP_OK;

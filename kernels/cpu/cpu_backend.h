@@ -71,7 +71,7 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
 amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
                                amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
 
-/* Loss scaler (amp_cpu.c). */
+/* Loss scaler (amp_cpu.c: unscale; reduce_cpu.c: sum_squares). */
 amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                            float *out, float *found_inf);
 amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);

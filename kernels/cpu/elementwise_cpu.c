@@ -40,33 +40,6 @@ static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, 
     }
 }
 
-amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
-                         void *y) {
-    if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
-    if (op == AMP_UNARY_COPY) {
-        /* A copy keeps every bit (NaN payloads too), in any dtype, as torch.Tensor.copy_. */
-        if (dt != AMP_I32) AMP_TRY(check_float(__func__, dt));
-        AMP_TRY(check_n(__func__, n));
-        return amp_cpu_copy(y, x, (size_t)n * amp_dtype_size(dt));
-    }
-    AMP_TRY(check_float(__func__, dt));
-    AMP_TRY(check_n(__func__, n));
-    if (n == 0) return AMP_OK;
-    AMP_CHECK_ARG(x);
-    AMP_CHECK_ARG(y);
-    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
-#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t t = 0; t < n_tiles; t++) {
-        float bx[EW_TILE], by[EW_TILE];
-        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
-        float *yt = tile_out(y, dt, i0, by);
-        unary_tile(op, len, tile_in(x, dt, i0, len, bx), alpha, yt);
-        tile_out_store(y, dt, i0, len, yt);
-    }
-    return AMP_OK;
-}
-
 static void binary_tile(amp_binary_op op, int64_t n, const float *a, const float *b, float *y) {
     switch (op) {
     case AMP_BINARY_ADD:
@@ -84,6 +57,63 @@ static void binary_tile(amp_binary_op op, int64_t n, const float *a, const float
     }
 }
 
+/* The loop one call runs on every tile. */
+typedef struct ew_op {
+    enum { EW_UNARY, EW_BINARY, EW_AXPY } kind;
+    int op; /* amp_unary_op or amp_binary_op */
+    float alpha;
+} ew_op;
+
+/* y = f(a) (unary), f(a, b) (binary), or b + alpha * a (axpy: a is x, b is y's old value). */
+static void ew_tile(const ew_op *f, int64_t n, const float *a, const float *b, float *y) {
+    switch (f->kind) {
+    case EW_UNARY:
+        unary_tile((amp_unary_op)f->op, n, a, f->alpha, y);
+        break;
+    case EW_BINARY:
+        binary_tile((amp_binary_op)f->op, n, a, b, y);
+        break;
+    case EW_AXPY:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_axpy(b[i], f->alpha, a[i]);
+        break;
+    }
+}
+
+/* Runs f over [0, n) (n > 0) in tiles of EW_TILE; b is NULL for a unary op. y may be a or b
+ * itself: each tile is read before its results are stored. */
+static void ew_run(const ew_op *f, amp_dtype dt, int64_t n, const void *a, const void *b, void *y) {
+    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t t = 0; t < n_tiles; t++) {
+        float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
+        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
+        const float *at = tile_in(a, dt, i0, len, ba);
+        const float *bt = b ? tile_in(b, dt, i0, len, bb) : NULL;
+        float *yt = tile_out(y, dt, i0, by);
+        ew_tile(f, len, at, bt, yt);
+        tile_out_store(y, dt, i0, len, yt);
+    }
+}
+
+amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
+                         void *y) {
+    if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
+    if (op == AMP_UNARY_COPY) {
+        /* A copy keeps every bit (NaN payloads too), in any dtype, as torch.Tensor.copy_. */
+        if (dt != AMP_I32) AMP_TRY(check_float(__func__, dt));
+        AMP_TRY(check_n(__func__, n));
+        return amp_cpu_copy(y, x, (size_t)n * amp_dtype_size(dt));
+    }
+    AMP_TRY(check_float(__func__, dt));
+    AMP_TRY(check_n(__func__, n));
+    if (n == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    ew_run(&(ew_op){EW_UNARY, (int)op, alpha}, dt, n, x, NULL, y);
+    return AMP_OK;
+}
+
 amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
                           const void *b, void *y) {
     if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
@@ -95,15 +125,7 @@ amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void 
     AMP_CHECK_ARG(a);
     AMP_CHECK_ARG(b);
     AMP_CHECK_ARG(y);
-    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
-#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t t = 0; t < n_tiles; t++) {
-        float ba[EW_TILE], bb[EW_TILE], by[EW_TILE];
-        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
-        float *yt = tile_out(y, dt, i0, by);
-        binary_tile(op, len, tile_in(a, dt, i0, len, ba), tile_in(b, dt, i0, len, bb), yt);
-        tile_out_store(y, dt, i0, len, yt);
-    }
+    ew_run(&(ew_op){EW_BINARY, (int)op, 0.0f}, dt, n, a, b, y);
     return AMP_OK;
 }
 
@@ -113,16 +135,6 @@ amp_status amp_cpu_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, voi
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
-    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
-#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t t = 0; t < n_tiles; t++) {
-        float bx[EW_TILE], by[EW_TILE];
-        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
-        const float *xt = tile_in(x, dt, i0, len, bx);
-        const float *yin = tile_in(y, dt, i0, len, by);
-        float *yt = tile_out(y, dt, i0, by);
-        for (int64_t i = 0; i < len; i++) yt[i] = amp_axpy(yin[i], alpha, xt[i]);
-        tile_out_store(y, dt, i0, len, yt);
-    }
+    ew_run(&(ew_op){EW_AXPY, 0, alpha}, dt, n, x, y, y);
     return AMP_OK;
 }

@@ -46,6 +46,21 @@ static amp_status check_desc(const char *fn, const amp_pool_desc *d) {
     return AMP_OK;
 }
 
+/* A thread's f32 planes for f16/bf16 storage (none for f32): in_sz and out_sz floats. Returns 1
+ * when they could not be allocated; the caller frees both either way. */
+static int plane_buffers(amp_dtype dt, int64_t in_sz, int64_t out_sz, float **bin, float **bout) {
+    *bin = *bout = NULL;
+    if (dt == AMP_F32) return 0;
+    *bin = malloc((size_t)in_sz * sizeof **bin);
+    *bout = malloc((size_t)out_sz * sizeof **bout);
+    return !*bin || !*bout;
+}
+
+static amp_status plane_buffers_oom(const char *fn, int64_t in_sz, int64_t out_sz) {
+    return amp_fail(AMP_ERR_OOM, "%s: out of memory for %lld + %lld floats", fn, (long long)in_sz,
+                    (long long)out_sz);
+}
+
 static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int32_t *argmax) {
     for (int64_t oh = 0; oh < d->h_out; oh++) {
         int64_t h0, h1;
@@ -79,14 +94,10 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, i
     int failed = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
-        float *bin = NULL, *bout = NULL;
-        if (dt != AMP_F32) {
-            bin = malloc((size_t)in_sz * sizeof *bin);
-            bout = malloc((size_t)out_sz * sizeof *bout);
-            if (!bin || !bout) {
+        float *bin, *bout;
+        if (plane_buffers(dt, in_sz, out_sz, &bin, &bout)) {
 #pragma omp atomic write
-                failed = 1;
-            }
+            failed = 1;
         }
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < planes; p++) {
@@ -102,9 +113,7 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, i
         free(bin);
         free(bout);
     }
-    if (failed)
-        return amp_fail(AMP_ERR_OOM, "amp_cpu_maxpool_fwd: out of memory for %lld + %lld floats",
-                        (long long)in_sz, (long long)out_sz);
+    if (failed) return plane_buffers_oom(__func__, in_sz, out_sz);
     return AMP_OK;
 }
 
@@ -131,14 +140,10 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int
     int failed = 0, bad_index = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
-        float *bin = NULL, *bout = NULL;
-        if (dt != AMP_F32) {
-            bin = malloc((size_t)in_sz * sizeof *bin);
-            bout = malloc((size_t)out_sz * sizeof *bout);
-            if (!bin || !bout) {
+        float *bin, *bout;
+        if (plane_buffers(dt, in_sz, out_sz, &bin, &bout)) {
 #pragma omp atomic write
-                failed = 1;
-            }
+            failed = 1;
         }
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < planes; p++) {
@@ -159,9 +164,7 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int
         free(bin);
         free(bout);
     }
-    if (failed)
-        return amp_fail(AMP_ERR_OOM, "amp_cpu_maxpool_bwd: out of memory for %lld + %lld floats",
-                        (long long)in_sz, (long long)out_sz);
+    if (failed) return plane_buffers_oom(__func__, in_sz, out_sz);
     if (bad_index)
         return amp_fail(AMP_ERR_INVALID_ARG,
                         "amp_cpu_maxpool_bwd: argmax holds an index outside the input plane "

@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "test_data.h"
 #include "test_util.h"
 
 /* What cast.cu needs from the rest of the library, which is not built here. */
@@ -26,37 +27,6 @@ extern "C" const char *amp_dtype_name(amp_dtype dt) {
     return (unsigned)dt < 4 ? names[dt] : "unknown";
 }
 
-/* Guard words after each device buffer: a kernel writing past n is caught. */
-static const size_t GUARD = 64;
-static const uint8_t GUARD_BYTE = 0xa5;
-
-static void *dev_alloc(size_t nbytes) {
-    void *p = nullptr;
-    if (cudaMalloc(&p, nbytes + GUARD) != cudaSuccess) {
-        fprintf(stderr, "cudaMalloc(%zu) failed\n", nbytes);
-        exit(1);
-    }
-    memset((char *)p + nbytes, GUARD_BYTE, GUARD);
-    return p;
-}
-
-static bool guard_intact(const void *p, size_t nbytes) {
-    const uint8_t *g = (const uint8_t *)p + nbytes;
-    for (size_t i = 0; i < GUARD; i++)
-        if (g[i] != GUARD_BYTE) return false;
-    return true;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float f32_from(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static uint16_t nv_f32_to_f16(float f) { return ((__half_raw)__float2half_rn(f)).x; }
 static uint16_t nv_f32_to_bf16(float f) { return ((__nv_bfloat16_raw)__float2bfloat16_rn(f)).x; }
 static float nv_f16_to_f32(uint16_t h) {
@@ -74,13 +44,13 @@ static float nv_bf16_to_f32(uint16_t h) {
 template <typename D, typename S>
 static std::vector<D> run_cast(amp_dtype dst_dt, const std::vector<S> &src, amp_dtype src_dt) {
     size_t n = src.size();
-    void *ds = dev_alloc(n * sizeof(S)), *dd = dev_alloc(n * sizeof(D));
+    void *ds = test_dev_alloc(n * sizeof(S)), *dd = test_dev_alloc(n * sizeof(D));
     cudaMemcpy(ds, src.data(), n * sizeof(S), cudaMemcpyHostToDevice);
     CHECK_OK(amp_cuda_cast(dd, dst_dt, ds, src_dt, (int64_t)n));
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     std::vector<D> out(n);
     cudaMemcpy(out.data(), dd, n * sizeof(D), cudaMemcpyDeviceToHost);
-    CHECK_MSG(guard_intact(dd, n * sizeof(D)), "cast %d -> %d wrote past n", src_dt, dst_dt);
+    CHECK_MSG(test_guard_intact(dd, n * sizeof(D)), "cast %d -> %d wrote past n", src_dt, dst_dt);
     cudaFree(ds);
     cudaFree(dd);
     return out;
@@ -97,13 +67,13 @@ static void test_half_to_f32(amp_dtype dt) {
     for (uint32_t i = 0; i < 65536; i++) {
         float ours = dt == AMP_F16 ? amp_f16_bits_to_f32((uint16_t)i) : amp_bf16_bits_to_f32((uint16_t)i);
         float nv = dt == AMP_F16 ? nv_f16_to_f32((uint16_t)i) : nv_bf16_to_f32((uint16_t)i);
-        if (f32_bits(out[i]) != f32_bits(ours) && bad_ours++ < 5)
+        if (amp_f32_bits(out[i]) != amp_f32_bits(ours) && bad_ours++ < 5)
             fprintf(stderr, "  %s 0x%04x -> 0x%08x, half.h 0x%08x\n", amp_dtype_name(dt), i,
-                    f32_bits(out[i]), f32_bits(ours));
+                    amp_f32_bits(out[i]), amp_f32_bits(ours));
         bool both_nan = std::isnan(out[i]) && std::isnan(nv);
-        if (f32_bits(out[i]) != f32_bits(nv) && !both_nan && bad_nv++ < 5)
+        if (amp_f32_bits(out[i]) != amp_f32_bits(nv) && !both_nan && bad_nv++ < 5)
             fprintf(stderr, "  %s 0x%04x -> 0x%08x, NVIDIA 0x%08x\n", amp_dtype_name(dt), i,
-                    f32_bits(out[i]), f32_bits(nv));
+                    amp_f32_bits(out[i]), amp_f32_bits(nv));
     }
     CHECK_MSG(bad_ours == 0, "%s -> f32: %d of 65536 differ from core/half.h", amp_dtype_name(dt), bad_ours);
     CHECK_MSG(bad_nv == 0, "%s -> f32: %d of 65536 differ from NVIDIA", amp_dtype_name(dt), bad_nv);
@@ -148,7 +118,7 @@ static std::vector<float> f32_inputs(amp_dtype dt) {
     for (int i = 0; i < 100000; i++) {
         uint32_t r = rnd32();
         switch (i % 4) {
-        case 0: v.push_back(f32_from(r)); break;                                   /* any pattern */
+        case 0: v.push_back(amp_f32_from_bits(r)); break;                          /* any pattern */
         case 1: v.push_back(std::ldexp((float)(r >> 8), -24 - 24) * ((r & 1) ? 1 : -1)); break; /* < 2^-24 */
         case 2: v.push_back(std::ldexp((float)(r >> 8), -24 - 14) * ((r & 1) ? 1 : -1)); break; /* f16 subnormals */
         default: /* around the overflow threshold of the dtype */
@@ -167,10 +137,10 @@ static void test_f32_to_half(amp_dtype dt) {
         uint16_t ours = dt == AMP_F16 ? amp_f32_to_f16_bits(src[i]) : amp_f32_to_bf16_bits(src[i]);
         uint16_t nv = dt == AMP_F16 ? nv_f32_to_f16(src[i]) : nv_f32_to_bf16(src[i]);
         if (out[i] != ours && bad_ours++ < 5)
-            fprintf(stderr, "  f32 0x%08x -> %s 0x%04x, half.h 0x%04x\n", f32_bits(src[i]),
+            fprintf(stderr, "  f32 0x%08x -> %s 0x%04x, half.h 0x%04x\n", amp_f32_bits(src[i]),
                     amp_dtype_name(dt), out[i], ours);
         if (out[i] != nv && bad_nv++ < 5)
-            fprintf(stderr, "  f32 0x%08x -> %s 0x%04x, NVIDIA 0x%04x\n", f32_bits(src[i]),
+            fprintf(stderr, "  f32 0x%08x -> %s 0x%04x, NVIDIA 0x%04x\n", amp_f32_bits(src[i]),
                     amp_dtype_name(dt), out[i], nv);
     }
     printf("f32 -> %s: %zu inputs\n", amp_dtype_name(dt), src.size());
@@ -206,9 +176,11 @@ static void test_same_dtype_copies(void) {
  * grid-stride loop. */
 static void test_fill(amp_dtype dt, int64_t n, float value) {
     size_t es = amp_dtype_size(dt), nbytes = (size_t)n * es;
-    void *d = dev_alloc(nbytes);
+    void *d = test_dev_alloc(nbytes);
     CHECK_OK(amp_cuda_fill(d, dt, n, value));
-    uint32_t want = dt == AMP_F32 ? f32_bits(value) : dt == AMP_F16 ? nv_f32_to_f16(value) : nv_f32_to_bf16(value);
+    uint32_t want = dt == AMP_F32   ? amp_f32_bits(value)
+                    : dt == AMP_F16 ? nv_f32_to_f16(value)
+                                    : nv_f32_to_bf16(value);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
         uint32_t got = es == 4 ? ((uint32_t *)d)[i] : ((uint16_t *)d)[i];
@@ -216,24 +188,27 @@ static void test_fill(amp_dtype dt, int64_t n, float value) {
     }
     CHECK_MSG(bad == 0, "fill %s n=%lld value %g: %lld wrong", amp_dtype_name(dt), (long long)n,
               value, (long long)bad);
-    CHECK_MSG(guard_intact(d, nbytes), "fill %s n=%lld wrote past n", amp_dtype_name(dt), (long long)n);
+    CHECK_MSG(test_guard_intact(d, nbytes), "fill %s n=%lld wrote past n", amp_dtype_name(dt),
+              (long long)n);
     cudaFree(d);
 }
 
 static void test_fill_scalar(amp_dtype dt) {
     const int64_t n = 3000;
     float scalar = 0.1f, scale = -3.0f;
-    float *ds = (float *)dev_alloc(sizeof(float));
+    float *ds = (float *)test_dev_alloc(sizeof(float));
     cudaMemcpy(ds, &scalar, 4, cudaMemcpyHostToDevice);
-    void *d = dev_alloc((size_t)n * amp_dtype_size(dt));
+    void *d = test_dev_alloc((size_t)n * amp_dtype_size(dt));
     CHECK_OK(amp_cuda_fill_scalar(d, dt, n, ds, scale));
     float v = scale * scalar;
-    uint32_t want = dt == AMP_F32 ? f32_bits(v) : dt == AMP_F16 ? nv_f32_to_f16(v) : nv_f32_to_bf16(v);
+    uint32_t want = dt == AMP_F32   ? amp_f32_bits(v)
+                    : dt == AMP_F16 ? nv_f32_to_f16(v)
+                                    : nv_f32_to_bf16(v);
     int bad = 0;
     for (int64_t i = 0; i < n; i++)
         bad += (dt == AMP_F32 ? ((uint32_t *)d)[i] : ((uint16_t *)d)[i]) != want;
     CHECK_MSG(bad == 0, "fill_scalar %s: %d wrong", amp_dtype_name(dt), bad);
-    CHECK(guard_intact(d, (size_t)n * amp_dtype_size(dt)));
+    CHECK(test_guard_intact(d, (size_t)n * amp_dtype_size(dt)));
     cudaFree(d);
     cudaFree(ds);
 }
@@ -251,16 +226,16 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
     const int64_t rows = 37, cols = 50, lds = 61, ldd = in_place ? lds : 53;
     const float scale = with_src ? 0.75f : 1.0f;
     size_t ses = amp_dtype_size(src_dt), des = amp_dtype_size(dst_dt);
-    void *src = dev_alloc((size_t)(rows * lds) * ses);
+    void *src = test_dev_alloc((size_t)(rows * lds) * ses);
     for (int64_t i = 0; i < rows * lds; i++) {
         float x = (float)((int32_t)rnd32() % 20000) / 64.0f;
         if (src_dt == AMP_F32) ((float *)src)[i] = x;
         else ((uint16_t *)src)[i] = src_dt == AMP_F16 ? nv_f32_to_f16(x) : nv_f32_to_bf16(x);
     }
     std::vector<uint8_t> src_copy((uint8_t *)src, (uint8_t *)src + (size_t)(rows * lds) * ses);
-    void *dst = in_place ? src : dev_alloc((size_t)(rows * ldd) * des);
+    void *dst = in_place ? src : test_dev_alloc((size_t)(rows * ldd) * des);
     if (!in_place) memset(dst, 0x5a, (size_t)(rows * ldd) * des);
-    float *bias = (float *)dev_alloc((size_t)cols * 4);
+    float *bias = (float *)test_dev_alloc((size_t)cols * 4);
     for (int64_t j = 0; j < cols; j++) bias[j] = (float)j * 0.3f - 7.0f;
     CHECK_OK(amp_cuda_cast_rows_launch(dst, dst_dt, ldd, with_src ? src : nullptr, src_dt, lds, rows,
                                        cols, scale, with_bias ? bias : nullptr, 0));
@@ -276,7 +251,9 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
             }
             float x = with_src ? load_ref(src_copy.data(), src_dt, i * lds + j) : 0.0f;
             float v = std::fma(scale, x, with_bias ? bias[j] : 0.0f);
-            uint32_t want = dst_dt == AMP_F32 ? f32_bits(v) : dst_dt == AMP_F16 ? nv_f32_to_f16(v) : nv_f32_to_bf16(v);
+            uint32_t want = dst_dt == AMP_F32   ? amp_f32_bits(v)
+                            : dst_dt == AMP_F16 ? nv_f32_to_f16(v)
+                                                : nv_f32_to_bf16(v);
             uint32_t got = des == 4 ? ((uint32_t *)dst)[i * ldd + j] : ((uint16_t *)dst)[i * ldd + j];
             bad += got != want;
         }
@@ -284,7 +261,7 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
     CHECK_MSG(bad == 0 && pad_bad == 0, "cast_rows %s -> %s src=%d bias=%d in_place=%d: %d wrong, "
               "%d padding touched", amp_dtype_name(src_dt), amp_dtype_name(dst_dt), with_src,
               with_bias, in_place, bad, pad_bad);
-    if (!in_place) CHECK(guard_intact(dst, (size_t)(rows * ldd) * des));
+    if (!in_place) CHECK(test_guard_intact(dst, (size_t)(rows * ldd) * des));
     if (!in_place) cudaFree(dst);
     cudaFree(src);
     cudaFree(bias);
@@ -302,7 +279,7 @@ static void test_i32(void) {
     std::vector<float> f = {0.0f, -0.0f, 2.5f, -2.5f, 0.999f, -0.999f, 16777217.0f, 2147483520.0f,
                             2147483648.0f, -2147483648.0f, -2147483904.0f, 1e10f, -1e10f,
                             INFINITY, -INFINITY, NAN, -NAN, 1e-40f};
-    for (int i = 0; i < 1000; i++) f.push_back(f32_from(rnd32()));
+    for (int i = 0; i < 1000; i++) f.push_back(amp_f32_from_bits(rnd32()));
     std::vector<int32_t> out = run_cast<int32_t>(AMP_I32, f, AMP_F32);
     int bad = 0;
     for (size_t i = 0; i < f.size(); i++) bad += out[i] != ref_f32_to_i32(f[i]);
@@ -311,17 +288,18 @@ static void test_i32(void) {
     for (int i = 0; i < 1000; i++) ints.push_back((int32_t)rnd32());
     std::vector<float> back = run_cast<float>(AMP_F32, ints, AMP_I32);
     bad = 0;
-    for (size_t i = 0; i < ints.size(); i++) bad += f32_bits(back[i]) != f32_bits((float)(double)ints[i]);
+    for (size_t i = 0; i < ints.size(); i++)
+        bad += amp_f32_bits(back[i]) != amp_f32_bits((float)(double)ints[i]);
     CHECK_MSG(bad == 0, "i32 -> f32: %d of %zu wrong", bad, ints.size());
     std::vector<int32_t> same = run_cast<int32_t>(AMP_I32, ints, AMP_I32);
     CHECK(same == ints);
 
-    int32_t *d = (int32_t *)dev_alloc(100 * 4);
+    int32_t *d = (int32_t *)test_dev_alloc(100 * 4);
     CHECK_OK(amp_cuda_fill(d, AMP_I32, 100, -3.7f));
-    CHECK(d[0] == -3 && d[99] == -3 && guard_intact(d, 400));
+    CHECK(d[0] == -3 && d[99] == -3 && test_guard_intact(d, 400));
     CHECK_OK(amp_cuda_fill(d, AMP_I32, 100, 1e10f));
     CHECK(d[0] == INT32_MAX && d[99] == INT32_MAX);
-    float *scalar = (float *)dev_alloc(4);
+    float *scalar = (float *)test_dev_alloc(4);
     *scalar = NAN;
     d[7] = 5;
     CHECK_OK(amp_cuda_fill_scalar(d, AMP_I32, 100, scalar, 2.0f));

@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "test_data.h"
 #include "test_util.h"
 
 /* What unscale.cu and cuda_alloc.c need from the rest of the library, which is not built here. */
@@ -32,31 +33,6 @@ extern "C" amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *gr
 extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 extern "C" int amp_cuda_sum_squares_blocks(int64_t n);
 
-static const size_t GUARD = 64;
-static const uint8_t GUARD_BYTE = 0xa5;
-
-static void *dev_alloc(size_t nbytes) {
-    void *p = nullptr;
-    if (cudaMalloc(&p, nbytes + GUARD) != cudaSuccess) {
-        fprintf(stderr, "cudaMalloc(%zu) failed\n", nbytes);
-        exit(1);
-    }
-    memset((char *)p + nbytes, GUARD_BYTE, GUARD);
-    return p;
-}
-
-static bool guard_intact(const void *p, size_t nbytes) {
-    const uint8_t *g = (const uint8_t *)p + nbytes;
-    for (size_t i = 0; i < GUARD; i++)
-        if (g[i] != GUARD_BYTE) return false;
-    return true;
-}
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* NVIDIA's own conversions (cuda_fp16.h / cuda_bf16.h host code): independent of core/half.h. */
 static float nv_load(const void *p, amp_dtype dt, int64_t i) {
@@ -88,7 +64,7 @@ static double rnd_uniform(void) {
 
 /* A device buffer of n random gradients over 20 binades below max_abs. */
 static void *random_grads(amp_dtype dt, int64_t n, double max_abs) {
-    void *p = dev_alloc((size_t)n * amp_dtype_size(dt));
+    void *p = test_dev_alloc((size_t)n * amp_dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
         double m = max_abs * std::exp2(-20.0 * rnd_uniform());
         nv_store(p, dt, i, (float)(rnd_uniform() < 0.5 ? -m : m));
@@ -102,7 +78,8 @@ static int64_t count_wrong(const void *g, amp_dtype dt, int64_t n, float inv, co
     for (int64_t i = 0; i < n; i++) {
         float x = nv_load(g, dt, i);
         float want = inv == 1.0f ? x : x * inv;
-        bool same = f32_bits(out[i]) == f32_bits(want) || (std::isnan(out[i]) && std::isnan(want));
+        bool same =
+            amp_f32_bits(out[i]) == amp_f32_bits(want) || (std::isnan(out[i]) && std::isnan(want));
         bad += !same;
     }
     return bad;
@@ -117,15 +94,16 @@ static void test_unscale_values(void) {
         for (int64_t n : ns)
             for (float inv : invs) {
                 void *g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e6);
-                float *out = (float *)dev_alloc((size_t)n * 4), *found = (float *)dev_alloc(4);
+                float *out = (float *)test_dev_alloc((size_t)n * 4),
+                      *found = (float *)test_dev_alloc(4);
                 *found = 0.0f;
                 CHECK_OK(amp_cuda_unscale(dt, n, g, inv, out, found));
                 CHECK(cudaDeviceSynchronize() == cudaSuccess);
                 int64_t bad = count_wrong(g, dt, n, inv, out);
-                CHECK_MSG(bad == 0 && f32_bits(*found) == 0, "unscale %s n=%lld inv=%g: %lld "
+                CHECK_MSG(bad == 0 && amp_f32_bits(*found) == 0, "unscale %s n=%lld inv=%g: %lld "
                           "wrong, found_inf %g", amp_dtype_name(dt), (long long)n, (double)inv,
                           (long long)bad, (double)*found);
-                CHECK(guard_intact(out, (size_t)n * 4));
+                CHECK(test_guard_intact(out, (size_t)n * 4));
                 cudaFree(g);
                 cudaFree(out);
                 cudaFree(found);
@@ -140,7 +118,7 @@ static void test_unscale_flags(void) {
     const float poison[] = {INFINITY, NAN, -INFINITY};
     for (amp_dtype dt : {AMP_F16, AMP_F32}) {
         void *g = random_grads(dt, n, 1000.0);
-        float *out = (float *)dev_alloc((size_t)n * 4), *found = (float *)dev_alloc(4);
+        float *out = (float *)test_dev_alloc((size_t)n * 4), *found = (float *)test_dev_alloc(4);
         for (int w = 0; w < 3; w++) {
             float keep = nv_load(g, dt, where[w]);
             nv_store(g, dt, where[w], poison[w]);
@@ -155,13 +133,14 @@ static void test_unscale_flags(void) {
             CHECK_OK(amp_cuda_unscale(dt, n, g, 0.5f, out, found));
             CHECK(*found == 1.0f);
         }
-        CHECK(guard_intact(out, (size_t)n * 4));
+        CHECK(test_guard_intact(out, (size_t)n * 4));
         cudaFree(g);
         cudaFree(out);
         cudaFree(found);
     }
     /* Clean: the flag is not written (any value stays). Input tested, not the product. */
-    float *g = (float *)dev_alloc(3 * 4), *out = (float *)dev_alloc(3 * 4), *found = (float *)dev_alloc(4);
+    float *g = (float *)test_dev_alloc(3 * 4), *out = (float *)test_dev_alloc(3 * 4),
+          *found = (float *)test_dev_alloc(4);
     g[0] = 3e38f, g[1] = -1.0f, g[2] = 0.0f;
     *found = 7.5f;
     CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g, 4.0f, out, found));
@@ -179,11 +158,11 @@ static void test_unscale_in_place(void) {
     float *g = (float *)random_grads(AMP_F32, n, 5e4);
     g[123] = NAN;
     std::vector<float> copy(g, g + n);
-    float *found = (float *)dev_alloc(4);
+    float *found = (float *)test_dev_alloc(4);
     *found = 0.0f;
     CHECK_OK(amp_cuda_unscale(AMP_F32, n, g, 1.0f / 1024.0f, g, found));
     CHECK(count_wrong(copy.data(), AMP_F32, n, 1.0f / 1024.0f, g) == 0 && *found == 1.0f);
-    CHECK(guard_intact(g, (size_t)n * 4));
+    CHECK(test_guard_intact(g, (size_t)n * 4));
     CHECK_FAILS(amp_cuda_unscale(AMP_F32, 100, g, 0.5f, g + 1, found), AMP_ERR_INVALID_ARG,
                 "out overlaps grad (f32)");
     CHECK_FAILS(amp_cuda_unscale(AMP_BF16, 100, g, 0.5f, g, found), AMP_ERR_INVALID_ARG,
@@ -242,7 +221,7 @@ static void test_sum_squares(void) {
     for (amp_dtype dt : dts)
         for (int64_t n : ns) {
             void *x = random_grads(dt, n, 100.0);
-            float *out = (float *)dev_alloc(4);
+            float *out = (float *)test_dev_alloc(4);
             *out = -1.0f;
             CHECK_OK(amp_cuda_sum_squares(dt, n, x, out));
             CHECK(cudaDeviceSynchronize() == cudaSuccess);
@@ -252,19 +231,20 @@ static void test_sum_squares(void) {
                 long double v = nv_load(x, dt, i);
                 ref += v * v;
             }
-            CHECK_MSG(f32_bits(*out) == f32_bits(model), "sum_squares %s n=%lld: %.9g, order "
-                      "model %.9g", amp_dtype_name(dt), (long long)n, (double)*out, (double)model);
+            CHECK_MSG(amp_f32_bits(*out) == amp_f32_bits(model),
+                      "sum_squares %s n=%lld: %.9g, order model %.9g",
+                      amp_dtype_name(dt), (long long)n, (double)*out, (double)model);
             double want = (double)ref;
             CHECK_MSG(std::fabs(*out - want) <= 0x1p-24 * want * 1.0001 + 1e-37,
                       "sum_squares %s n=%lld: %.9g vs %.12g", amp_dtype_name(dt), (long long)n,
                       (double)*out, want);
-            CHECK(guard_intact(out, 4));
+            CHECK(test_guard_intact(out, 4));
             int64_t want_blocks = n == 0 ? 1 : (n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024;
             CHECK(amp_cuda_sum_squares_blocks(n) == want_blocks);
             cudaFree(x);
             cudaFree(out);
         }
-    float *v = (float *)dev_alloc(4 * 4), *out = (float *)dev_alloc(4);
+    float *v = (float *)test_dev_alloc(4 * 4), *out = (float *)test_dev_alloc(4);
     v[0] = 1.0f, v[1] = -INFINITY, v[2] = 2.0f, v[3] = 0.0f;
     CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v, out));
     CHECK(std::isinf(*out) && *out > 0);

@@ -10,42 +10,8 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "test_data.h"
 #include "test_util.h"
-
-static uint64_t rng_state = 0xa4093822299f31d0ull;
-
-static double rng_uniform(void) { /* [0, 1), splitmix64 */
-    rng_state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
-static size_t dsize(amp_dtype dt) { return dt == AMP_F32 ? 4 : 2; }
-
-static double load(const void *p, amp_dtype dt, int64_t i) {
-    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
-    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void *random_tensor(amp_dtype dt, int64_t n, double lo, double hi) {
-    void *p = malloc((size_t)n * dsize(dt));
-    for (int64_t i = 0; i < n; i++) {
-        float v = (float)(lo + (hi - lo) * rng_uniform());
-        if (dt == AMP_F16) ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v);
-        else if (dt == AMP_BF16) ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v);
-        else ((float *)p)[i] = v;
-    }
-    return p;
-}
-
-static float *random_floats(int64_t n, double lo, double hi) {
-    float *p = malloc((size_t)n * sizeof *p);
-    for (int64_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * rng_uniform());
-    return p;
-}
 
 /* |got - want| within `ulps` of the dtype at max(|want|, scale). */
 static int near(double got, double want, double scale, amp_dtype dt, double ulps) {
@@ -58,10 +24,14 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
     amp_bn_desc d = {.n = n, .c = c, .hw = hw, .eps = 1e-5f, .momentum = 0.1f, .dtype = dt};
     int64_t total = n * c * hw, count = n * hw;
     /* An offset mean (3) tests that the variance does not cancel. */
-    void *x = random_tensor(dt, total, 1.0, 5.0), *dy = random_tensor(dt, total, -1.0, 1.0);
-    void *y = malloc((size_t)total * dsize(dt)), *dx = malloc((size_t)total * dsize(dt));
-    float *gamma = random_floats(c, 0.5, 1.5), *beta = random_floats(c, -1.0, 1.0);
-    float *rm = random_floats(c, -1.0, 1.0), *rv = random_floats(c, 0.5, 2.0);
+    void *x = test_random_tensor(dt, total, 1.0, 5.0),
+         *dy = test_random_tensor(dt, total, -1.0, 1.0);
+    void *y = malloc((size_t)total * test_dtype_size(dt)),
+         *dx = malloc((size_t)total * test_dtype_size(dt));
+    float *gamma = (float *)test_random_tensor(AMP_F32, c, 0.5, 1.5),
+          *beta = (float *)test_random_tensor(AMP_F32, c, -1.0, 1.0);
+    float *rm = (float *)test_random_tensor(AMP_F32, c, -1.0, 1.0),
+          *rv = (float *)test_random_tensor(AMP_F32, c, 0.5, 2.0);
     float *rm0 = malloc((size_t)c * 4), *rv0 = malloc((size_t)c * 4);
     memcpy(rm0, rm, (size_t)c * 4);
     memcpy(rv0, rv, (size_t)c * 4);
@@ -73,11 +43,11 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
     for (int64_t ch = 0; ch < c; ch++) {
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < n; i++)
-            for (int64_t k = 0; k < hw; k++) sum += load(x, dt, (i * c + ch) * hw + k);
+            for (int64_t k = 0; k < hw; k++) sum += test_load(x, dt, (i * c + ch) * hw + k);
         double mean = sum / (double)count;
         for (int64_t i = 0; i < n; i++)
             for (int64_t k = 0; k < hw; k++) {
-                double dev = load(x, dt, (i * c + ch) * hw + k) - mean;
+                double dev = test_load(x, dt, (i * c + ch) * hw + k) - mean;
                 sq += dev * dev;
             }
         double var = sq / (double)count, invstd = 1.0 / sqrt(var + 1e-5);
@@ -91,22 +61,22 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
         for (int64_t i = 0; i < n; i++)
             for (int64_t k = 0; k < hw; k++) {
                 int64_t e = (i * c + ch) * hw + k;
-                double xhat = (load(x, dt, e) - mean) * invstd;
+                double xhat = (test_load(x, dt, e) - mean) * invstd;
                 double want = gamma[ch] * xhat + beta[ch];
                 /* The normalised value carries ~2^-23 relative error per f32 op. */
-                bad_y += !near(load(y, dt, e), want, 1.0, dt, dt == AMP_F32 ? 8 : 1);
-                sum_dy += load(dy, dt, e);
-                sum_dy_xhat += load(dy, dt, e) * xhat;
+                bad_y += !near(test_load(y, dt, e), want, 1.0, dt, dt == AMP_F32 ? 8 : 1);
+                sum_dy += test_load(dy, dt, e);
+                sum_dy_xhat += test_load(dy, dt, e) * xhat;
             }
         bad_param += !near(dbeta[ch], sum_dy, sqrt((double)count), AMP_F32, 1);
         bad_param += !near(dgamma[ch], sum_dy_xhat, sqrt((double)count), AMP_F32, 4);
         for (int64_t i = 0; i < n; i++)
             for (int64_t k = 0; k < hw; k++) {
                 int64_t e = (i * c + ch) * hw + k;
-                double xhat = (load(x, dt, e) - mean) * invstd;
+                double xhat = (test_load(x, dt, e) - mean) * invstd;
                 double want = gamma[ch] * invstd / (double)count *
-                              ((double)count * load(dy, dt, e) - sum_dy - xhat * sum_dy_xhat);
-                bad_dx += !near(load(dx, dt, e), want, 1.0, dt, dt == AMP_F32 ? 16 : 2);
+                              ((double)count * test_load(dy, dt, e) - sum_dy - xhat * sum_dy_xhat);
+                bad_dx += !near(test_load(dx, dt, e), want, 1.0, dt, dt == AMP_F32 ? 16 : 2);
             }
     }
     CHECK_MSG(bad_stats == 0, "bn %s [%lld,%lld,%lld]: %d stats wrong", amp_dtype_name(dt),
@@ -121,8 +91,8 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
     for (int64_t e = 0; e < total; e++) {
         int64_t ch = (e / hw) % c;
         double invstd = 1.0 / sqrt((double)rv[ch] + 1e-5);
-        double want = gamma[ch] * (load(x, dt, e) - rm[ch]) * invstd + beta[ch];
-        bad_eval += !near(load(y, dt, e), want, 1.0, dt, dt == AMP_F32 ? 8 : 1);
+        double want = gamma[ch] * ((double)test_load(x, dt, e) - rm[ch]) * invstd + beta[ch];
+        bad_eval += !near(test_load(y, dt, e), want, 1.0, dt, dt == AMP_F32 ? 8 : 1);
     }
     CHECK_MSG(bad_eval == 0, "bn eval %s: %d wrong", amp_dtype_name(dt), bad_eval);
     free(x), free(dy), free(y), free(dx), free(gamma), free(beta), free(rm), free(rv);
@@ -156,8 +126,8 @@ static void test_optional_pointers(void) {
 static void test_thread_determinism(void) {
     amp_bn_desc d = {.n = 8, .c = 6, .hw = 1500, .eps = 1e-5f, .momentum = 0.1f, .dtype = AMP_BF16};
     int64_t total = d.n * d.c * d.hw;
-    void *x = random_tensor(AMP_BF16, total, -2.0, 2.0);
-    void *dy = random_tensor(AMP_BF16, total, -1.0, 1.0);
+    void *x = test_random_tensor(AMP_BF16, total, -2.0, 2.0);
+    void *dy = test_random_tensor(AMP_BF16, total, -1.0, 1.0);
     uint16_t *y[2], *dx[2];
     float stats[2][6 * 6];
     for (int t = 0; t < 2; t++) {
@@ -176,6 +146,7 @@ static void test_thread_determinism(void) {
 }
 
 int main(void) {
+    test_rng_seed(0xa4093822299f31d0ull);
     amp_dtype dts[] = {AMP_F32, AMP_F16, AMP_BF16};
     for (int i = 0; i < 3; i++) {
         test_train_and_backward(dts[i], 4, 3, 25);

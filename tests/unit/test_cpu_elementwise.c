@@ -13,38 +13,8 @@
 #include "core/half.h"
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "test_data.h"
 #include "test_util.h"
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static double rng_uniform(void) { /* [0, 1), splitmix64 */
-    rng_state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
-static size_t dsize(amp_dtype dt) { return dt == AMP_F32 ? 4 : 2; }
-
-static float load(const void *p, amp_dtype dt, int64_t i) {
-    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
-    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void store(void *p, amp_dtype dt, int64_t i, float v) {
-    if (dt == AMP_F16) ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v);
-    else if (dt == AMP_BF16) ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v);
-    else ((float *)p)[i] = v;
-}
-
-/* n random values in [-4, 4) in dtype dt. */
-static void *random_tensor(amp_dtype dt, int64_t n) {
-    void *p = malloc((size_t)n * dsize(dt));
-    for (int64_t i = 0; i < n; i++) store(p, dt, i, (float)(rng_uniform() * 8.0 - 4.0));
-    return p;
-}
 
 /* got vs the exact value `want`: equal for NaN/inf, else within `ulps` ulps of the dtype at
  * magnitude `mag` (|want|, or the terms' size where a sum cancels), never below the f16 normal
@@ -72,8 +42,9 @@ enum { KIND_UNARY, KIND_BINARY, KIND_AXPY };
 static void check_op(const char *name, int kind, int op, ref_fn ref, amp_dtype dt, int64_t n,
                      double ulps) {
     float alpha = -1.75f;
-    void *a = random_tensor(dt, n), *b = random_tensor(dt, n), *y = malloc((size_t)n * dsize(dt));
-    if (kind == KIND_AXPY) memcpy(y, b, (size_t)n * dsize(dt));
+    void *a = test_random_tensor(dt, n, -4.0, 4.0), *b = test_random_tensor(dt, n, -4.0, 4.0),
+         *y = malloc((size_t)n * test_dtype_size(dt));
+    if (kind == KIND_AXPY) memcpy(y, b, (size_t)n * test_dtype_size(dt));
     amp_status s = kind == KIND_UNARY    ? amp_cpu_unary(op, dt, n, a, alpha, y)
                    : kind == KIND_BINARY ? amp_cpu_binary(op, dt, n, a, b, y)
                                          : amp_cpu_axpy(dt, n, alpha, a, y);
@@ -82,15 +53,15 @@ static void check_op(const char *name, int kind, int op, ref_fn ref, amp_dtype d
     for (int64_t i = 0; i < n; i++) {
         double want, mag;
         if (kind == KIND_AXPY) {
-            want = ref(load(b, dt, i), load(a, dt, i), alpha);
-            mag = fabs(load(b, dt, i)) + fabs(alpha * load(a, dt, i)); /* two roundings */
+            want = ref(test_load(b, dt, i), test_load(a, dt, i), alpha);
+            mag = fabs(test_load(b, dt, i)) + fabs(alpha * test_load(a, dt, i)); /* two roundings */
         } else {
-            want = ref(load(a, dt, i), load(b, dt, i), alpha);
+            want = ref(test_load(a, dt, i), test_load(b, dt, i), alpha);
             mag = fabs(want);
         }
-        if (!close_to(load(y, dt, i), want, mag, dt, ulps) && bad++ < 3)
+        if (!close_to(test_load(y, dt, i), want, mag, dt, ulps) && bad++ < 3)
             fprintf(stderr, "%s %s [%lld]: got %.9g want %.9g\n", name, amp_dtype_name(dt),
-                    (long long)i, (double)load(y, dt, i), want);
+                    (long long)i, (double)test_load(y, dt, i), want);
     }
     CHECK_MSG(bad == 0, "%s %s n=%lld: %lld wrong", name, amp_dtype_name(dt), (long long)n,
               (long long)bad);
@@ -135,23 +106,30 @@ static void test_special_values(void) {
             py = hy;
         }
         CHECK_OK(amp_cpu_binary(AMP_BINARY_ADD, dt, 8, pa, pb, py));
-        CHECK(isnan(load(py, dt, 0)) && load(py, dt, 1) == INFINITY && isnan(load(py, dt, 4)));
-        CHECK(isnan(load(py, dt, 5)) && load(py, dt, 6) == INFINITY);
+        CHECK(isnan(test_load(py, dt, 0)) && test_load(py, dt, 1) == INFINITY &&
+              isnan(test_load(py, dt, 4)));
+        CHECK(isnan(test_load(py, dt, 5)) && test_load(py, dt, 6) == INFINITY);
         CHECK_OK(amp_cpu_binary(AMP_BINARY_MUL, dt, 8, pa, pb, py));
-        CHECK(isnan(load(py, dt, 0)) && load(py, dt, 2) == -INFINITY);
-        CHECK(load(py, dt, 6) == -INFINITY);
-        CHECK(signbit(load(py, dt, 3)) && load(py, dt, 3) == 0.0f);
+        CHECK(isnan(test_load(py, dt, 0)) && test_load(py, dt, 2) == -INFINITY);
+        CHECK(test_load(py, dt, 6) == -INFINITY);
+        CHECK(signbit(test_load(py, dt, 3)) && test_load(py, dt, 3) == 0.0f);
         CHECK_OK(amp_cpu_unary(AMP_UNARY_RELU, dt, 8, pa, 0.0f, py));
-        CHECK(isnan(load(py, dt, 0)) && load(py, dt, 1) == INFINITY && load(py, dt, 2) == 0.0f);
-        CHECK(signbit(load(py, dt, 3)) && !signbit(load(py, dt, 6)) && load(py, dt, 6) == 0.0f);
+        CHECK(isnan(test_load(py, dt, 0)) && test_load(py, dt, 1) == INFINITY &&
+              test_load(py, dt, 2) == 0.0f);
+        CHECK(signbit(test_load(py, dt, 3)) && !signbit(test_load(py, dt, 6)) &&
+              test_load(py, dt, 6) == 0.0f);
         CHECK_OK(amp_cpu_binary(AMP_BINARY_RELU_BWD, dt, 8, pa, pb, py));
-        CHECK(load(py, dt, 0) == 1.0f && load(py, dt, 1) == 1.0f && load(py, dt, 2) == 0.0f);
-        CHECK(load(py, dt, 3) == 0.0f && isnan(load(py, dt, 4)) && load(py, dt, 6) == 0.0f);
+        CHECK(test_load(py, dt, 0) == 1.0f && test_load(py, dt, 1) == 1.0f &&
+              test_load(py, dt, 2) == 0.0f);
+        CHECK(test_load(py, dt, 3) == 0.0f && isnan(test_load(py, dt, 4)) &&
+              test_load(py, dt, 6) == 0.0f);
         CHECK_OK(amp_cpu_unary(AMP_UNARY_SCALE, dt, 8, pb, 0.0f, py));
-        CHECK(load(py, dt, 0) == 0.0f && isnan(load(py, dt, 4)) && isnan(load(py, dt, 5)));
+        CHECK(test_load(py, dt, 0) == 0.0f && isnan(test_load(py, dt, 4)) &&
+              isnan(test_load(py, dt, 5)));
         CHECK_OK(amp_cpu_axpy(dt, 8, 2.0f, pb, pa)); /* a += 2 b */
-        CHECK(isnan(load(pa, dt, 0)) && isnan(load(pa, dt, 5)) && load(pa, dt, 6) == INFINITY);
-        CHECK(load(pa, dt, 7) == 14.0f);
+        CHECK(isnan(test_load(pa, dt, 0)) && isnan(test_load(pa, dt, 5)) &&
+              test_load(pa, dt, 6) == INFINITY);
+        CHECK(test_load(pa, dt, 7) == 14.0f);
     }
     /* Copy keeps every bit, NaN payloads included, in any dtype. */
     uint16_t src[3] = {0x7c01, 0xfe12, 0x3c00}, dst[3];
@@ -190,7 +168,7 @@ static void test_dropout(void) {
     enum { N = 1 << 20 };
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *y2 = malloc(N * sizeof *y2);
     uint8_t *m = malloc(N), *m2 = malloc(N);
-    for (int i = 0; i < N; i++) x[i] = (float)(rng_uniform() * 2.0 - 1.0);
+    for (int i = 0; i < N; i++) x[i] = (float)(test_uniform() * 2.0 - 1.0);
     const float p = 0.3f, scale = (float)(1.0 / (1.0 - 0.3f));
     omp_set_num_threads(1);
     CHECK_OK(amp_cpu_dropout_fwd(AMP_F32, N, x, p, 1234, 77, y, m));
@@ -253,6 +231,7 @@ static void test_dropout(void) {
 }
 
 int main(void) {
+    test_rng_seed(0x243f6a8885a308d3ull);
     test_ops_random();
     test_special_values();
     test_in_place_and_errors();

@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "test_data.h"
 #include "test_util.h"
 
 #define F32_TOL 2e-6 /* f32 accumulation over sums of at most a few thousand terms */
@@ -36,24 +37,13 @@ typedef struct buf {
     float *v;
 } buf;
 
-static float round_to(amp_dtype dt, float x) {
-    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(x));
-    if (dt == AMP_F16) return amp_f16_bits_to_f32(amp_f32_to_f16_bits(x));
-    return x;
-}
-
+/* Stores x (rounded to the buffer's dtype) and keeps the exact value that was stored. */
 static void buf_store(buf *b, int64_t i, float x) {
-    b->v[i] = round_to(b->dt, x);
-    if (b->dt == AMP_F32) return;
-    ((uint16_t *)b->p)[i] =
-        b->dt == AMP_BF16 ? amp_f32_to_bf16_bits(x) : amp_f32_to_f16_bits(x);
+    test_store(b->p, b->dt, i, x);
+    b->v[i] = test_load(b->p, b->dt, i);
 }
 
-static float buf_load(const buf *b, int64_t i) {
-    if (b->dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)b->p)[i]);
-    if (b->dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)b->p)[i]);
-    return ((const float *)b->p)[i];
-}
+static float buf_load(const buf *b, int64_t i) { return test_load(b->p, b->dt, i); }
 
 static buf buf_new(amp_dtype dt, int64_t n) {
     buf b = {dt, n, NULL, malloc((size_t)n * sizeof(float))};

@@ -9,31 +9,8 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "test_data.h"
 #include "test_util.h"
-
-static uint64_t rng_state = 0x082efa98ec4e6c89ull;
-
-static double rng_uniform(void) { /* [0, 1), splitmix64 */
-    rng_state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
-static size_t dsize(amp_dtype dt) { return dt == AMP_F32 ? 4 : 2; }
-
-static float load(const void *p, amp_dtype dt, int64_t i) {
-    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
-    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void store(void *p, amp_dtype dt, int64_t i, float v) {
-    if (dt == AMP_F16) ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v);
-    else if (dt == AMP_BF16) ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v);
-    else ((float *)p)[i] = v;
-}
 
 static amp_pool_desc make_desc(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
                                int64_t s, int64_t p) {
@@ -48,15 +25,16 @@ static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t 
                          int64_t s, int64_t p) {
     amp_pool_desc d = make_desc(dt, n, c, h, w, k, s, p);
     int64_t planes = n * c, in_sz = h * w, out_sz = d.h_out * d.w_out;
-    size_t in_bytes = (size_t)(planes * in_sz) * dsize(dt);
-    size_t out_bytes = (size_t)(planes * out_sz) * dsize(dt);
+    size_t in_bytes = (size_t)(planes * in_sz) * test_dtype_size(dt);
+    size_t out_bytes = (size_t)(planes * out_sz) * test_dtype_size(dt);
     void *x = malloc(in_bytes), *y = malloc(out_bytes);
     void *dy = malloc(out_bytes), *dx = malloc(in_bytes);
     int32_t *am = malloc((size_t)(planes * out_sz) * sizeof *am);
     double *ref_dx = calloc((size_t)(planes * in_sz), sizeof *ref_dx);
     for (int64_t i = 0; i < planes * in_sz; i++)
-        store(x, dt, i, -1.0f - (float)(int)(rng_uniform() * 4));
-    for (int64_t i = 0; i < planes * out_sz; i++) store(dy, dt, i, (float)(rng_uniform() * 2 - 1));
+        test_store(x, dt, i, -1.0f - (float)(int)(test_uniform() * 4));
+    for (int64_t i = 0; i < planes * out_sz; i++)
+        test_store(dy, dt, i, (float)(test_uniform() * 2 - 1));
     CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
     CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am, dx));
     int bad = 0;
@@ -68,19 +46,20 @@ static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t 
                 for (int64_t ih = oh * s - p; ih < oh * s - p + k; ih++)
                     for (int64_t iw = ow * s - p; iw < ow * s - p + k; iw++) {
                         if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
-                        float v = load(x, dt, pl * in_sz + ih * w + iw);
+                        float v = test_load(x, dt, pl * in_sz + ih * w + iw);
                         if (best_i < 0 || v > best) best = v, best_i = ih * w + iw;
                     }
                 int64_t o = pl * out_sz + oh * d.w_out + ow;
-                bad += load(y, dt, o) != best || am[o] != best_i;
-                ref_dx[pl * in_sz + best_i] += load(dy, dt, o);
+                bad += test_load(y, dt, o) != best || am[o] != best_i;
+                ref_dx[pl * in_sz + best_i] += test_load(dy, dt, o);
             }
     CHECK_MSG(bad == 0, "maxpool %s k%lld s%lld p%lld: %d outputs wrong", amp_dtype_name(dt),
               (long long)k, (long long)s, (long long)p, bad);
     bad = 0;
     double ulp = dt == AMP_F32 ? 0x1p-22 : dt == AMP_F16 ? 0x1p-10 : 0x1p-7;
     for (int64_t i = 0; i < planes * in_sz; i++)
-        bad += fabs(load(dx, dt, i) - ref_dx[i]) > ulp * (fabs(ref_dx[i]) + 1e-3) * (double)(k * k);
+        bad += fabs(test_load(dx, dt, i) - ref_dx[i]) >
+               ulp * (fabs(ref_dx[i]) + 1e-3) * (double)(k * k);
     CHECK_MSG(bad == 0, "maxpool bwd %s k%lld s%lld p%lld: %d wrong", amp_dtype_name(dt),
               (long long)k, (long long)s, (long long)p, bad);
     free(x), free(y), free(dy), free(dx), free(am), free(ref_dx);
@@ -134,8 +113,8 @@ static void test_thread_determinism(void) {
     int64_t in_n = 4 * 8 * 40 * 40, out_n = 4 * 8 * d.h_out * d.w_out;
     uint16_t *x = malloc((size_t)in_n * 2), *dy = malloc((size_t)out_n * 2), *y[2], *dx[2];
     int32_t *am[2];
-    for (int64_t i = 0; i < in_n; i++) x[i] = amp_f32_to_f16_bits((float)rng_uniform());
-    for (int64_t i = 0; i < out_n; i++) dy[i] = amp_f32_to_f16_bits((float)rng_uniform() - 0.5f);
+    for (int64_t i = 0; i < in_n; i++) x[i] = amp_f32_to_f16_bits((float)test_uniform());
+    for (int64_t i = 0; i < out_n; i++) dy[i] = amp_f32_to_f16_bits((float)test_uniform() - 0.5f);
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
         y[t] = malloc((size_t)out_n * 2), dx[t] = malloc((size_t)in_n * 2);
@@ -151,6 +130,7 @@ static void test_thread_determinism(void) {
 }
 
 int main(void) {
+    test_rng_seed(0x082efa98ec4e6c89ull);
     amp_dtype dts[] = {AMP_F32, AMP_F16, AMP_BF16};
     for (int i = 0; i < 3; i++) {
         check_config(dts[i], 2, 3, 28, 28, 2, 2, 0); /* the MNIST ConvNet's pooling */

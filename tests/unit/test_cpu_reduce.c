@@ -9,36 +9,8 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "test_data.h"
 #include "test_util.h"
-
-static uint64_t rng_state = 0x13198a2e03707344ull;
-
-static double rng_uniform(void) { /* [0, 1), splitmix64 */
-    rng_state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
-static size_t dsize(amp_dtype dt) { return dt == AMP_F32 ? 4 : 2; }
-
-static double load(const void *p, amp_dtype dt, int64_t i) {
-    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
-    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void *random_tensor(amp_dtype dt, int64_t n, double lo, double hi) {
-    void *p = malloc((size_t)n * dsize(dt) + 1);
-    for (int64_t i = 0; i < n; i++) {
-        float v = (float)(lo + (hi - lo) * rng_uniform());
-        if (dt == AMP_F16) ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v);
-        else if (dt == AMP_BF16) ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v);
-        else ((float *)p)[i] = v;
-    }
-    return p;
-}
 
 static int rel_close(double got, double want, double rel, double abs_tol) {
     return fabs(got - want) <= rel * fabs(want) + abs_tol;
@@ -57,9 +29,9 @@ static void test_sum(void) {
         for (int k = 0; k < 6; k++) {
             amp_dtype dt = dts[d];
             int64_t n = ns[k];
-            void *x = random_tensor(dt, n, -1.0, 3.0);
+            void *x = test_random_tensor(dt, n, -1.0, 3.0);
             long double ref = 0;
-            for (int64_t i = 0; i < n; i++) ref += load(x, dt, i);
+            for (int64_t i = 0; i < n; i++) ref += test_load(x, dt, i);
             float got = -1.0f;
             CHECK_OK(amp_cpu_sum(dt, n, x, -0.5f, &got));
             /* Double accumulation: only the final f32 rounding is left. */
@@ -84,13 +56,13 @@ static void test_sum_rows(void) {
         for (int k = 0; k < 8; k++) {
             amp_dtype dt = dts[d];
             int64_t rows = shapes[k][0], cols = shapes[k][1];
-            void *x = random_tensor(dt, rows * cols, -2.0, 2.0);
+            void *x = test_random_tensor(dt, rows * cols, -2.0, 2.0);
             float *out = malloc((size_t)cols * sizeof *out);
             CHECK_OK(amp_cpu_sum_rows(dt, rows, cols, x, out));
             int bad = 0;
             for (int64_t j = 0; j < cols; j++) {
                 long double ref = 0;
-                for (int64_t i = 0; i < rows; i++) ref += load(x, dt, i * cols + j);
+                for (int64_t i = 0; i < rows; i++) ref += test_load(x, dt, i * cols + j);
                 bad += !rel_close(out[j], (double)ref, 0x1p-23, 1e-30);
             }
             CHECK_MSG(bad == 0, "sum_rows %s [%lld, %lld]: %d columns wrong", amp_dtype_name(dt),
@@ -106,11 +78,12 @@ static void test_mse(void) {
         for (int k = 0; k < 3; k++) {
             amp_dtype dt = dts[d];
             int64_t n = ns[k];
-            void *a = random_tensor(dt, n, -1.0, 1.0), *b = random_tensor(dt, n, -1.0, 1.0);
-            void *da = malloc((size_t)n * dsize(dt));
+            void *a = test_random_tensor(dt, n, -1.0, 1.0),
+                 *b = test_random_tensor(dt, n, -1.0, 1.0);
+            void *da = malloc((size_t)n * test_dtype_size(dt));
             long double ref = 0;
             for (int64_t i = 0; i < n; i++) {
-                double diff = load(a, dt, i) - load(b, dt, i);
+                double diff = (double)test_load(a, dt, i) - test_load(b, dt, i);
                 ref += diff * diff;
             }
             float loss, dloss = 1.5f;
@@ -123,8 +96,9 @@ static void test_mse(void) {
             double ulp = dt == AMP_F32 ? 0x1p-22 : dt == AMP_F16 ? 0x1p-10 : 0x1p-7;
             int bad = 0;
             for (int64_t i = 0; i < n; i++) {
-                double want = 2.0 * (load(a, dt, i) - load(b, dt, i)) * dloss / (double)n;
-                bad += !rel_close(load(da, dt, i), want, 2 * ulp, subnormal_floor(dt));
+                double want =
+                    2.0 * ((double)test_load(a, dt, i) - test_load(b, dt, i)) * dloss / (double)n;
+                bad += !rel_close(test_load(da, dt, i), want, 2 * ulp, subnormal_floor(dt));
             }
             CHECK_MSG(bad == 0, "mse_bwd %s n=%lld: %d wrong", amp_dtype_name(dt), (long long)n,
                       bad);
@@ -145,10 +119,10 @@ static void ref_xent(const void *x, amp_dtype dt, int64_t rows, int64_t classes,
     long double total = 0;
     for (int64_t r = 0; r < rows; r++) {
         long double max = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < classes; j++) max = fmaxl(max, load(x, dt, r * classes + j));
-        for (int64_t j = 0; j < classes; j++) sum += expl(load(x, dt, r * classes + j) - max);
+        for (int64_t j = 0; j < classes; j++) max = fmaxl(max, test_load(x, dt, r * classes + j));
+        for (int64_t j = 0; j < classes; j++) sum += expl(test_load(x, dt, r * classes + j) - max);
         for (int64_t j = 0; j < classes; j++)
-            ls[r * classes + j] = (double)(load(x, dt, r * classes + j) - max - logl(sum));
+            ls[r * classes + j] = (double)(test_load(x, dt, r * classes + j) - max - logl(sum));
         total -= ls[r * classes + labels[r]];
     }
     *loss = (double)(total / rows);
@@ -161,13 +135,13 @@ static void test_xent(void) {
             amp_dtype dt = dts[d];
             int64_t rows = shapes[k][0], classes = shapes[k][1], n = rows * classes;
             /* Logits around +-1e3 would overflow exp without the max subtraction. */
-            void *x = random_tensor(dt, n, k == 2 ? 990.0 : -8.0, k == 2 ? 1010.0 : 8.0);
+            void *x = test_random_tensor(dt, n, k == 2 ? 990.0 : -8.0, k == 2 ? 1010.0 : 8.0);
             int32_t *labels = malloc((size_t)rows * sizeof *labels);
             for (int64_t r = 0; r < rows; r++)
-                labels[r] = (int32_t)(rng_uniform() * (double)classes);
+                labels[r] = (int32_t)(test_uniform() * (double)classes);
             float *ls = malloc((size_t)n * sizeof *ls), loss;
             double *rls = malloc((size_t)n * sizeof *rls), rloss;
-            void *dx = malloc((size_t)n * dsize(dt));
+            void *dx = malloc((size_t)n * test_dtype_size(dt));
             CHECK_OK(amp_cpu_xent_fwd(dt, rows, classes, x, labels, &loss, ls));
             ref_xent(x, dt, rows, classes, labels, &rloss, rls);
             double tol = k == 2 ? 1e-4 : 2e-6; /* f32 x - max near 1e3 keeps 2^-14 absolute */
@@ -188,7 +162,7 @@ static void test_xent(void) {
                     double p = exp((double)ls[r * classes + j]), onehot = j == labels[r];
                     double want = (p - onehot) * scale;
                     double tol = (2 * ulp + 0x1p-21) * (p + onehot) * scale + subnormal_floor(dt);
-                    bad += !(fabs(load(dx, dt, r * classes + j) - want) <= tol);
+                    bad += !(fabs(test_load(dx, dt, r * classes + j) - want) <= tol);
                 }
             CHECK_MSG(bad == 0, "xent_bwd %s [%lld,%lld]: %d wrong", amp_dtype_name(dt),
                       (long long)rows, (long long)classes, bad);
@@ -222,8 +196,9 @@ static void test_xent_errors(void) {
 /* The same inputs give the same bits with 1 and 2 threads (sizes past AMP_CPU_PARALLEL_MIN). */
 static void test_thread_determinism(void) {
     const int64_t n = 1 << 20, rows = 4096, cols = 256, classes = 100;
-    void *x = random_tensor(AMP_F32, n, -1.0, 1.0), *y = random_tensor(AMP_F32, n, -1.0, 1.0);
-    void *h = random_tensor(AMP_BF16, n, -1.0, 1.0);
+    void *x = test_random_tensor(AMP_F32, n, -1.0, 1.0),
+         *y = test_random_tensor(AMP_F32, n, -1.0, 1.0);
+    void *h = test_random_tensor(AMP_BF16, n, -1.0, 1.0);
     int32_t *labels = malloc((size_t)(n / classes) * sizeof *labels);
     for (int64_t r = 0; r < n / classes; r++) labels[r] = (int32_t)(r % classes);
     float *ls = malloc((size_t)n * sizeof *ls);
@@ -249,6 +224,7 @@ static void test_thread_determinism(void) {
 }
 
 int main(void) {
+    test_rng_seed(0x13198a2e03707344ull);
     test_sum();
     test_sum_rows();
     test_mse();

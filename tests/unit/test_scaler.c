@@ -21,21 +21,8 @@
 #include "amp/scaler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "ref/scaler_ref.h"
+#include "test_data.h"
 #include "test_util.h"
-
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-/* Distance in units in the last place between two finite floats of the same sign. */
-static int64_t ulp_diff(float a, float b) {
-    int64_t ia = (int32_t)bits(a), ib = (int32_t)bits(b);
-    if (ia < 0) ia = INT32_MIN - ia;
-    if (ib < 0) ib = INT32_MIN - ib;
-    return ia > ib ? ia - ib : ib - ia;
-}
 
 static amp_scaler *make(amp_scaler_config c) {
     amp_scaler *s = NULL;
@@ -62,7 +49,7 @@ static void replay_torch_case(const scaler_ref_case *rc) {
     int bad_scale = 0, bad_skip = 0, bad_tracker = 0, moved_on_skip = 0;
     for (int step = 0; step < SCALER_REF_N_STEPS; step++) {
         float scale = amp_scaler_scale(s);
-        bad_scale += bits(scale) != bits(rc->scale_before[step]);
+        bad_scale += amp_f32_bits(scale) != amp_f32_bits(rc->scale_before[step]);
         /* The scaled backward: torch multiplies each f32 gradient by its f32 scale tensor. */
         for (int i = 0; i < SCALER_REF_NUMEL; i++) grad[i] = scaler_ref_grad[step][i] * scale;
         int off[SCALER_REF_N_PARAMS + 1] = {0};
@@ -94,7 +81,7 @@ static void replay_torch_case(const scaler_ref_case *rc) {
         }
         amp_scaler_state st;
         amp_scaler_get(s, &st);
-        bad_scale += bits(st.scale) != bits(rc->scale_after[step]);
+        bad_scale += amp_f32_bits(st.scale) != amp_f32_bits(rc->scale_after[step]);
         bad_tracker += st.growth_tracker != rc->growth_tracker[step];
     }
     CHECK_MSG(bad_scale == 0, "%s: %d scales differ from torch", rc->name, bad_scale);
@@ -110,7 +97,8 @@ static void replay_torch_case(const scaler_ref_case *rc) {
     int64_t worst = 0;
     int exact = 0;
     for (int i = 0; i < SCALER_REF_NUMEL; i++) {
-        int64_t dp = ulp_diff(params[i], rc->params[i]), dm = ulp_diff(mom[i], rc->momentum[i]);
+        int64_t dp = test_ulp_diff(params[i], rc->params[i]),
+                dm = test_ulp_diff(mom[i], rc->momentum[i]);
         worst = dp > worst ? dp : worst;
         worst = dm > worst ? dm : worst;
         exact += (dp == 0) + (dm == 0);
@@ -231,7 +219,7 @@ static void test_defaults_and_inv_scale(void) {
     /* 1/scale in double rounded once: 1/3 is not the f32 division's 1.0f/3.0f in every case, and
      * this is what torch uses. */
     s = make((amp_scaler_config){.dynamic = true, .scale = 3.0f, .quiet = true});
-    if (s) CHECK(bits(amp_scaler_inv_scale(s)) == bits((float)(1.0 / 3.0)));
+    if (s) CHECK(amp_f32_bits(amp_scaler_inv_scale(s)) == amp_f32_bits((float)(1.0 / 3.0)));
     amp_scaler_free(s);
 }
 

@@ -17,48 +17,18 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "test_data.h"
 #include "test_util.h"
 
 #define GUARD 16 /* floats after each output */
 #define GUARD_BITS 0x5a5a5a5au
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static double rng_uniform(void) { /* [0, 1), splitmix64 */
-    rng_state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static size_t dsize(amp_dtype dt) { return dt == AMP_F32 ? 4 : 2; }
-
-/* Plain widening, independent of the kernels' tiles. */
-static float load(const void *p, amp_dtype dt, int64_t i) {
-    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
-    if (dt == AMP_BF16) return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void store(void *p, amp_dtype dt, int64_t i, float v) {
-    if (dt == AMP_F16) ((uint16_t *)p)[i] = amp_f32_to_f16_bits(v);
-    else if (dt == AMP_BF16) ((uint16_t *)p)[i] = amp_f32_to_bf16_bits(v);
-    else ((float *)p)[i] = v;
-}
-
 /* Scaled gradients: magnitudes over many binades, as a scaled backward gives. */
 static void *random_grads(amp_dtype dt, int64_t n, double max_abs) {
-    void *p = malloc((size_t)n * dsize(dt));
+    void *p = malloc((size_t)n * test_dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
-        double m = max_abs * exp2(-20.0 * rng_uniform());
-        store(p, dt, i, (float)(rng_uniform() < 0.5 ? -m : m));
+        double m = max_abs * exp2(-20.0 * test_uniform());
+        test_store(p, dt, i, (float)(test_uniform() < 0.5 ? -m : m));
     }
     return p;
 }
@@ -71,7 +41,7 @@ static float *out_with_guard(int64_t n) {
 
 static int guard_intact(const float *o, int64_t n) {
     for (int i = 0; i < GUARD; i++)
-        if (bits(o[n + i]) != GUARD_BITS) return 0;
+        if (amp_f32_bits(o[n + i]) != GUARD_BITS) return 0;
     return 1;
 }
 
@@ -81,10 +51,10 @@ static int64_t count_wrong(const void *g, amp_dtype dt, int64_t n, float inv, co
     int64_t bad = 0;
     *any_nonfinite = 0;
     for (int64_t i = 0; i < n; i++) {
-        float x = load(g, dt, i);
+        float x = test_load(g, dt, i);
         float want = inv == 1.0f ? x : x * inv;
         *any_nonfinite |= isinf(x) || isnan(x);
-        bool same = bits(out[i]) == bits(want) || (isnan(out[i]) && isnan(want));
+        bool same = amp_f32_bits(out[i]) == amp_f32_bits(want) || (isnan(out[i]) && isnan(want));
         bad += !same;
     }
     return bad;
@@ -107,8 +77,8 @@ static void test_unscale_values(void) {
                 int64_t bad = count_wrong(g, dt, n, invs[j], out, &nonfinite);
                 CHECK_MSG(bad == 0 && !nonfinite, "unscale %s n=%lld inv=%g: %lld wrong",
                           amp_dtype_name(dt), (long long)n, (double)invs[j], (long long)bad);
-                CHECK_MSG(bits(found) == 0, "clean %s n=%lld: found_inf = %g", amp_dtype_name(dt),
-                          (long long)n, (double)found);
+                CHECK_MSG(amp_f32_bits(found) == 0, "clean %s n=%lld: found_inf = %g",
+                          amp_dtype_name(dt), (long long)n, (double)found);
                 CHECK(guard_intact(out, n));
                 free(out);
             }
@@ -126,8 +96,8 @@ static void test_unscale_flags(void) {
         void *g = random_grads(dt, n, 1000.0);
         for (int w = 0; w < 4; w++)
             for (int p = 0; p < 3; p++) {
-                float keep = load(g, dt, where[w]);
-                store(g, dt, where[w], poison[p]);
+                float keep = test_load(g, dt, where[w]);
+                test_store(g, dt, where[w], poison[p]);
                 float *out = out_with_guard(n), found = 0.0f;
                 CHECK_OK(amp_cpu_unscale(dt, n, g, 0.25f, out, &found));
                 int nonfinite;
@@ -137,7 +107,7 @@ static void test_unscale_flags(void) {
                           amp_dtype_name(dt), (double)poison[p], (long long)where[w],
                           (double)found, (long long)bad);
                 /* Never cleared: a later clean tensor leaves the flag at 1. */
-                store(g, dt, where[w], keep);
+                test_store(g, dt, where[w], keep);
                 CHECK_OK(amp_cpu_unscale(dt, n, g, 0.25f, out, &found));
                 CHECK(found == 1.0f);
                 CHECK(guard_intact(out, n));
@@ -235,7 +205,7 @@ static void test_sum_squares(void) {
             void *x = random_grads(dt, n, 100.0);
             long double ref = 0;
             for (int64_t i = 0; i < n; i++) {
-                long double v = load(x, dt, i);
+                long double v = test_load(x, dt, i);
                 ref += v * v;
             }
             float got = -1.0f;
@@ -250,7 +220,7 @@ static void test_sum_squares(void) {
             CHECK_OK(amp_cpu_sum_squares(dt, n, x, &t1));
             omp_set_num_threads(2);
             CHECK_OK(amp_cpu_sum_squares(dt, n, x, &t2));
-            CHECK(bits(t1) == bits(t2) && bits(t1) == bits(got));
+            CHECK(amp_f32_bits(t1) == amp_f32_bits(t2) && amp_f32_bits(t1) == amp_f32_bits(got));
             free(x);
         }
     float v[4] = {1.0f, -INFINITY, 2.0f, 0.0f}, out;
@@ -269,6 +239,7 @@ static void test_sum_squares(void) {
 }
 
 int main(void) {
+    test_rng_seed(0x2545f4914f6cdd1dull);
     test_unscale_values();
     test_unscale_flags();
     test_unscale_in_place();
