@@ -129,8 +129,10 @@ amp_status amp_initialize_ex(amp_model *m, amp_optimizer *opt, const amp_options
         amp_state_free(st);
         return s;
     }
-    if (half_model)
-        amp_model_set_io_cast(m, cast_to, amp_cast_dtype(o.cast_model_outputs, o.half_type));
+    /* Apex: a cast model takes its inputs in its own type; cast_model_outputs applies at any
+     * level (its default is f32 for a cast model, none otherwise). */
+    amp_model_set_io_cast(m, half_model ? cast_to : AMP_I32,
+                          amp_cast_dtype(o.cast_model_outputs, o.half_type));
     ctx->autocast.enabled = o.autocast == AMP_OPT_TRUE;
     ctx->autocast.half = amp_half_dtype(o.half_type);
     ctx->amp = st;

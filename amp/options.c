@@ -58,9 +58,6 @@ amp_options amp_options_for_level(amp_opt_level level) {
     return o;
 }
 
-static bool amp_flag_valid(amp_opt_flag f) { return f >= AMP_OPT_DEFAULT && f <= AMP_OPT_TRUE; }
-static bool amp_cast_valid(amp_cast_type c) { return c >= AMP_CAST_DEFAULT && c <= AMP_CAST_HALF; }
-
 /* The checks of Apex's Properties.__setattr__ (which raise unless hard_override), plus ours for
  * values Apex cannot express (negative scales, bf16 with O-level-independent ranges). */
 static amp_status amp_options_check(const amp_options *user, const amp_options *o) {
@@ -109,13 +106,21 @@ amp_status amp_options_resolve(const amp_options *user, amp_options *out) {
     if (user->opt_level < AMP_O0 || user->opt_level > AMP_O3)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_initialize: unexpected optimization level %d; "
                         "options are O0, O1, O2, O3", (int)user->opt_level);
-    if (user->half_type < AMP_HALF_DEFAULT || user->half_type > AMP_HALF_BF16 ||
-        !amp_cast_valid(user->cast_model_type) || !amp_cast_valid(user->cast_model_outputs) ||
-        !amp_flag_valid(user->autocast) || !amp_flag_valid(user->keep_batchnorm_fp32) ||
-        !amp_flag_valid(user->master_weights))
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_initialize: an enum option is out of range "
-                        "(half_type, cast_model_type, cast_model_outputs, autocast, "
-                        "keep_batchnorm_fp32 or master_weights)");
+    const struct {
+        const char *name;
+        int value, max;
+    } enums[] = {
+        {"half_type", (int)user->half_type, AMP_HALF_BF16},
+        {"cast_model_type", (int)user->cast_model_type, AMP_CAST_HALF},
+        {"cast_model_outputs", (int)user->cast_model_outputs, AMP_CAST_HALF},
+        {"autocast", (int)user->autocast, AMP_OPT_TRUE},
+        {"keep_batchnorm_fp32", (int)user->keep_batchnorm_fp32, AMP_OPT_TRUE},
+        {"master_weights", (int)user->master_weights, AMP_OPT_TRUE},
+    };
+    for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++)
+        if (enums[i].value < 0 || enums[i].value > enums[i].max)
+            return amp_fail(AMP_ERR_INVALID_ARG, "amp_initialize: %s = %d is not one of its enum "
+                            "values (0..%d)", enums[i].name, enums[i].value, enums[i].max);
     amp_options o = amp_levels[user->opt_level];
     /* An override changes only what it names (Apex: every kwarg that is not None). */
     o.half_type = user->half_type;

@@ -157,6 +157,7 @@ amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     AMP_TRY(amp_unscale(opt));
     bool skip;
     AMP_TRY(amp_scalers_update(st, &skip));
+    st->ctx->autocast.n_cache = 0; /* weight casts of this step go stale once weights move */
     if (skip) return AMP_OK; /* parameters, optimizer state and step count untouched */
     AMP_TRY(amp_optimizer_step(opt));
     if (stepped) *stepped = true;

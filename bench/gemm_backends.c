@@ -3,7 +3,7 @@
  * at batch 128 (y = x W^T, dX = dY W, dW = dY^T X, as nn.Linear). A bf16 column shows oneDNN's
  * bf16 GEMM (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it). A second
  * table times the ConvNet's convolutions in oneDNN's plain NCHW layout, in its blocked layout
- * with reorders to and from NCHW, and through amp_cpu_conv2d_*. Results: bench/RESULTS-gemm.md.
+ * with reorders to and from NCHW, and through amp_cpu_conv2d_*. Results: bench/RESULTS.md.
  *
  * Built by CMake as build/bench/gemm_backends when OpenBLAS is found; by hand:
  *   gcc -O2 -std=gnu11 -fopenmp -I. -Iinclude bench/gemm_backends.c build-DIR/libamp.a \

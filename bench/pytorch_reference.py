@@ -84,8 +84,9 @@ def make_model(name):
                          nn.ReLU(), nn.Linear(2048, 10))
 
 
-def autocast(enabled):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
+def autocast(dtype):
+    """torch.autocast on the CPU in dtype (None: off)."""
+    return torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 @torch.no_grad()
@@ -113,6 +114,8 @@ def parse_args(argv):
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--mean", type=float, default=FASHION_MNIST_MEAN)
     p.add_argument("--std", type=float, default=FASHION_MNIST_STD)
+    p.add_argument("--autocast-fp16", action="store_true",
+                   help="forward and loss under torch.autocast('cpu', dtype=torch.float16)")
     p.add_argument("--autocast-bf16", action="store_true",
                    help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     p.add_argument("--json", action="store_true", help="end with one JSON summary line")
@@ -130,10 +133,15 @@ def main(argv):
     x_test, y_test = load_split(a.data, False, a.mean, a.std)
     model = make_model(a.model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    if a.autocast_fp16 and a.autocast_bf16:
+        sys.exit("pytorch_reference.py: --autocast-fp16 and --autocast-bf16 exclude each other")
+    amp_dtype = torch.float16 if a.autocast_fp16 else torch.bfloat16 if a.autocast_bf16 else None
+    # fp16 needs loss scaling (torch.amp.GradScaler); bf16 and fp32 do not.
+    scaler = torch.amp.GradScaler("cpu", enabled=a.autocast_fp16)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"pytorch-reference: {a.model}, {n_params} parameters, sgd, lr {a.lr:g}, "
           f"batch {a.batch_size}, torch {torch.__version__}, {a.threads} threads"
-          f"{', autocast bf16' if a.autocast_bf16 else ''}", flush=True)
+          f"{', autocast ' + str(amp_dtype) if amp_dtype else ''}", flush=True)
 
     shuffle_gen = torch.Generator().manual_seed(a.seed)
     n = x_train.shape[0]
@@ -151,17 +159,18 @@ def main(argv):
                 break
             idx = order[start:start + a.batch_size]
             xb, yb = x_train.index_select(0, idx), y_train.index_select(0, idx)
-            with autocast(a.autocast_bf16):
+            with autocast(amp_dtype):
                 loss = F.cross_entropy(model(xb), yb)
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad(set_to_none=True)
             loss_sum += loss.item()
             n_loss += 1
             steps += 1
             samples += xb.shape[0]
         train_seconds += time.perf_counter() - t0
-        accuracy = evaluate(model, x_test, y_test, a.autocast_bf16)
+        accuracy = evaluate(model, x_test, y_test, amp_dtype)
         epoch_loss = loss_sum / n_loss if n_loss else 0.0
         epochs_run = epoch
         print(f"epoch {epoch}: train loss {epoch_loss:.9g}, test accuracy {100 * accuracy:.2f} %, "
@@ -174,7 +183,7 @@ def main(argv):
             "test_accuracy": accuracy,
             "samples_per_sec": round(samples / train_seconds, 2) if train_seconds > 0 else 0.0,
             "backend": "pytorch-cpu", "torch": torch.__version__, "threads": a.threads,
-            "autocast_bf16": a.autocast_bf16,
+            "autocast": str(amp_dtype) if amp_dtype else None,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
     return 0
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Mixed-precision throughput and memory on the CPU: amp-train at O0, O1, O2 (fp16 and bf16) and O3
-# bf16 next to PyTorch fp32 and PyTorch with torch.autocast('cpu', bfloat16), back to back, for the
-# ConvNet and the MLP. Prints a markdown table (samples/s, peak RSS, ratios).
+# bf16 next to PyTorch fp32 and PyTorch with torch.autocast('cpu', bfloat16 / float16 + GradScaler),
+# back to back, for the ConvNet and the MLP. Prints a markdown table (samples/s, peak RSS, ratios).
+# PyTorch's CPU fp16 autocast is slow (tens of samples/s on the MLP), so it runs TORCH_FP16_STEPS
+# (default 20) steps only.
 #
 #   bench/run_mixed.sh                 200 steps per run, 2 threads
 #   STEPS=400 THREADS=2 bench/run_mixed.sh
@@ -33,6 +35,8 @@ for model in convnet mlp; do
     common=(--model "$model" --epochs 1 --max-steps "$steps" --seed "$seed" --threads "$threads" --json)
     run "torch-fp32-$model" "$python" bench/pytorch_reference.py "${common[@]}"
     run "torch-bf16-$model" "$python" bench/pytorch_reference.py "${common[@]}" --autocast-bf16
+    run "torch-fp16-$model" "$python" bench/pytorch_reference.py --model "$model" --epochs 1 \
+        --max-steps "${TORCH_FP16_STEPS:-20}" --seed "$seed" --threads "$threads" --json --autocast-fp16
     for cfg in O0:fp16 O1:fp16 O1:bf16 O2:fp16 O2:bf16 O3:bf16; do
         run "amp-${cfg/:/-}-$model" "$amp_train" --cpu "${common[@]}" --opt-level "${cfg%:*}" --half "${cfg#*:}"
     done
@@ -50,7 +54,8 @@ for model in ("convnet", "mlp"):
     print(f"\n**{model}** ({o0['steps']} steps, batch {o0['batch_size']}, {t32['threads']} threads)\n")
     print("| configuration | samples/s | peak RSS MB | vs libamp O0 | vs PyTorch fp32 | vs PyTorch bf16 autocast |")
     print("|---|---:|---:|---:|---:|---:|")
-    rows = [("PyTorch fp32", t32), ("PyTorch bf16 autocast", tbf)]
+    rows = [("PyTorch fp32", t32), ("PyTorch fp16 autocast + GradScaler", load(f"torch-fp16-{model}")),
+            ("PyTorch bf16 autocast", tbf)]
     for cfg in ("O0-fp16", "O1-fp16", "O1-bf16", "O2-fp16", "O2-bf16", "O3-bf16"):
         label = "libamp O0 (fp32)" if cfg == "O0-fp16" else "libamp " + cfg.replace("-", " ")
         rows.append((label, load(f"amp-{cfg}-{model}")))

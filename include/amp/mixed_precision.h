@@ -16,7 +16,9 @@
  *   O2     half             no        yes                  yes             dynamic
  *   O3     half             no        no                   no              1.0
  * "half" is half_type: f16 (default) or bf16. bf16 has f32's range, so with bf16 the default loss
- * scale is 1.0 with no overflow checks (an explicit loss_scale turns them on). */
+ * scale is 1.0 with no overflow checks (an explicit AMP_LOSS_SCALE_DYNAMIC turns scaling and its
+ * checks on). A static scale other than 1 with f16 also checks (and skips), where Apex checks
+ * nothing: a skipped step beats a model full of NaN. */
 #ifndef AMP_MIXED_PRECISION_H
 #define AMP_MIXED_PRECISION_H
 
@@ -65,7 +67,8 @@ typedef struct amp_options {
     bool quiet;     /* no options block, no overflow lines (Apex's verbosity=0) */
 } amp_options;
 
-/* The resolved options of a level with no overrides. */
+/* The resolved options of a level with no overrides (an unknown level gives O1's, Apex's default;
+ * amp_initialize rejects it). */
 amp_options amp_options_for_level(amp_opt_level level);
 
 amp_status amp_initialize(amp_model *m, amp_optimizer *opt, amp_opt_level level);

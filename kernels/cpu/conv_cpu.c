@@ -3,7 +3,7 @@
  * Tensors arrive plain (NCHW activations, OIHW weights). oneDNN's direct kernels want channel-
  * blocked layouts (nChw16c, OIhw16i16o, ...), so each plan lets oneDNN choose its layouts
  * (format_tag_any) and reorders the operands in and the result out through the thread's scratch
- * arena. Measured on the MNIST ConvNet layers at batch 128 with 2 threads (bench/RESULTS-gemm.md),
+ * arena. Measured on the MNIST ConvNet layers at batch 128 with 2 threads (bench/RESULTS.md),
  * the blocked kernel plus reorders is 2.5-20x faster than oneDNN's plain-layout kernel (im2col +
  * GEMM), except backward data with very few input channels: the blocked diff_src pads C to a
  * block of 16 and spends most of its time on padding (1 channel, f32: 2.0 ms plain vs 6.4 ms

@@ -9,14 +9,16 @@
  *    norm's (weight, bias, running statistics) under keep_batchnorm_fp32 (Apex convert_network);
  *    the input is cast to half on entry and the model's output to f32 (the default
  *    cast_model_outputs of _initialize's output_caster);
- *  - O1 leaves the weights f32 and casts the inputs of GEMMs and convolutions to half
- *    (lists/torch_overrides.py FP16_FUNCS); batch norm, relu and max-pool are on no list, so they
- *    run in their input's dtype; losses produce f32 (FP32_FUNCS). An O1 model's output is not
- *    cast (no output caster) unless cast_model_outputs is given (_initialize's elif branch);
+ *  - O1 leaves the weights f32 and casts the inputs of linear and conv2d to half (FP16_FUNCS);
+ *    batch norm (which "handles fp16 in/out with fp32 weights", functional_overrides.py), relu
+ *    and max-pool are on no list, so they run in their input's dtype; cross_entropy is an
+ *    FP32_FUNC: the loss is f32. An O1 model's output is not cast (no output caster) unless
+ *    cast_model_outputs is given (_initialize's elif branch);
  *  - gradients have their parameter's dtype; f32 master weights exist only with master_weights
  *    (O2); the loss is f32 at every level.
  * The op sequence of each preset (without casts) is written here too, so that a missing layer
- * cannot make a check pass vacuously. */
+ * cannot make a check pass vacuously. Then: O1 casts each weight once per step (torch autocast's
+ * weight cache), and O2's masters start at the f32 weights and round onto the half weights. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,8 +91,8 @@ static const preset g_convnet = {
     .make = amp_model_convnet_mnist,
     .n_params = 10,
     .params = {"layer1.0.weight", "layer1.0.bias", "layer1.1.weight", "layer1.1.bias",
-               "layer2.0.weight", "layer2.0.bias", "layer2.1.weight", "layer2.1.bias",
-               "fc.weight", "fc.bias"},
+               "layer2.0.weight", "layer2.0.bias", "layer2.1.weight", "layer2.1.bias", "fc.weight",
+               "fc.bias"},
     .is_bn = {false, false, true, true, false, false, true, true, false, false},
     .is_weight = {true, false, false, false, true, false, false, false, true, false},
     .n_buffers = 4,
@@ -121,7 +123,7 @@ typedef struct expect {
     bool io_cast;      /* the input cast to half on entry (cast_model_type half) */
     bool per_op_cast;  /* O1: GEMM/conv inputs cast by autocast */
     bool masters;
-    bool dynamic;      /* loss scaler */
+    bool dynamic; /* loss scaler */
     float scale;
     bool check_overflow;
 } expect;
@@ -138,39 +140,50 @@ typedef struct row {
  * scale checks for overflow with f16 (amp/initialize.c: libamp's choice; Apex's static scaler
  * checks nothing) and not with bf16 (Apex). */
 static const row g_rows[] = {
-    {"O0", {.opt_level = AMP_O0},
-     {F32, F32, F32, F32, false, false, false, false, 1.0f, false}},
-    {"O0 loss_scale=dynamic", {.opt_level = AMP_O0, .loss_scale = DYN},
+    {"O0", {.opt_level = AMP_O0}, {F32, F32, F32, F32, false, false, false, false, 1.0f, false}},
+    {"O0 loss_scale=dynamic",
+     {.opt_level = AMP_O0, .loss_scale = DYN},
      {F32, F32, F32, F32, false, false, false, true, 65536.0f, true}},
-    {"O1 f16", {.opt_level = AMP_O1, .half_type = AMP_HALF_F16},
+    {"O1 f16",
+     {.opt_level = AMP_O1, .half_type = AMP_HALF_F16},
      {F32, F32, F16, F16, false, true, false, true, 65536.0f, true}},
-    {"O1 bf16", {.opt_level = AMP_O1, .half_type = AMP_HALF_BF16},
+    {"O1 bf16",
+     {.opt_level = AMP_O1, .half_type = AMP_HALF_BF16},
      {F32, F32, BF16, BF16, false, true, false, false, 1.0f, false}},
-    {"O1 f16 loss_scale=128", {.opt_level = AMP_O1, .loss_scale = 128.0f},
+    {"O1 f16 loss_scale=128",
+     {.opt_level = AMP_O1, .loss_scale = 128.0f},
      {F32, F32, F16, F16, false, true, false, false, 128.0f, true}},
-    {"O1 bf16 loss_scale=128", {.opt_level = AMP_O1, .half_type = AMP_HALF_BF16, .loss_scale = 128.0f},
+    {"O1 bf16 loss_scale=128",
+     {.opt_level = AMP_O1, .half_type = AMP_HALF_BF16, .loss_scale = 128.0f},
      {F32, F32, BF16, BF16, false, true, false, false, 128.0f, false}},
-    {"O1 f16 cast_model_outputs=f32", {.opt_level = AMP_O1, .cast_model_outputs = AMP_CAST_F32},
+    /* Apex's _initialize casts the output of a model it does not cast too (its elif branch). */
+    {"O1 f16 cast_model_outputs=f32",
+     {.opt_level = AMP_O1, .cast_model_outputs = AMP_CAST_F32},
      {F32, F32, F16, F32, false, true, false, true, 65536.0f, true}},
-    {"O2 f16", {.opt_level = AMP_O2},
+    {"O2 f16",
+     {.opt_level = AMP_O2},
      {F16, F32, F16, F32, true, false, true, true, 65536.0f, true}},
-    {"O2 bf16", {.opt_level = AMP_O2, .half_type = AMP_HALF_BF16},
+    {"O2 bf16",
+     {.opt_level = AMP_O2, .half_type = AMP_HALF_BF16},
      {BF16, F32, BF16, F32, true, false, true, false, 1.0f, false}},
-    {"O2 f16 keep_batchnorm_fp32=False", {.opt_level = AMP_O2, .keep_batchnorm_fp32 = AMP_OPT_FALSE},
+    {"O2 f16 keep_batchnorm_fp32=False",
+     {.opt_level = AMP_O2, .keep_batchnorm_fp32 = AMP_OPT_FALSE},
      {F16, F16, F16, F32, true, false, true, true, 65536.0f, true}},
     {"O2 bf16 keep_batchnorm_fp32=False",
      {.opt_level = AMP_O2, .half_type = AMP_HALF_BF16, .keep_batchnorm_fp32 = AMP_OPT_FALSE},
      {BF16, BF16, BF16, F32, true, false, true, false, 1.0f, false}},
-    {"O2 f16 master_weights=False", {.opt_level = AMP_O2, .master_weights = AMP_OPT_FALSE},
+    {"O2 f16 master_weights=False",
+     {.opt_level = AMP_O2, .master_weights = AMP_OPT_FALSE},
      {F16, F32, F16, F32, true, false, false, true, 65536.0f, true}},
     {"O2 bf16 master_weights=False",
      {.opt_level = AMP_O2, .half_type = AMP_HALF_BF16, .master_weights = AMP_OPT_FALSE},
      {BF16, F32, BF16, F32, true, false, false, false, 1.0f, false}},
-    {"O3 f16", {.opt_level = AMP_O3},
-     {F16, F16, F16, F32, true, false, false, false, 1.0f, false}},
-    {"O3 bf16", {.opt_level = AMP_O3, .half_type = AMP_HALF_BF16},
+    {"O3 f16", {.opt_level = AMP_O3}, {F16, F16, F16, F32, true, false, false, false, 1.0f, false}},
+    {"O3 bf16",
+     {.opt_level = AMP_O3, .half_type = AMP_HALF_BF16},
      {BF16, BF16, BF16, F32, true, false, false, false, 1.0f, false}},
-    {"O3 f16 keep_batchnorm_fp32=True", {.opt_level = AMP_O3, .keep_batchnorm_fp32 = AMP_OPT_TRUE},
+    {"O3 f16 keep_batchnorm_fp32=True",
+     {.opt_level = AMP_O3, .keep_batchnorm_fp32 = AMP_OPT_TRUE},
      {F16, F32, F16, F32, true, false, false, false, 1.0f, false}},
     {"O3 bf16 keep_batchnorm_fp32=True",
      {.opt_level = AMP_O3, .half_type = AMP_HALF_BF16, .keep_batchnorm_fp32 = AMP_OPT_TRUE},
@@ -189,8 +202,10 @@ static float rand_unit(void) {
 static void make_batch(amp_ctx *ctx, amp_tensor **x, amp_tensor **y) {
     static float xs[BATCH * 28 * 28];
     int32_t ys[BATCH];
-    for (int i = 0; i < BATCH * 28 * 28; i++) xs[i] = rand_unit();
-    for (int i = 0; i < BATCH; i++) ys[i] = (int32_t)(rand_unit() * 10.0f) % 10;
+    for (int i = 0; i < BATCH * 28 * 28; i++)
+        xs[i] = rand_unit();
+    for (int i = 0; i < BATCH; i++)
+        ys[i] = (int32_t)(rand_unit() * 10.0f) % 10;
     *x = *y = NULL;
     CHECK_OK(amp_tensor_from_host(ctx, F32, 4, (int64_t[]){BATCH, 1, 28, 28}, xs, x));
     CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 1, (int64_t[]){BATCH}, ys, y));
@@ -221,7 +236,8 @@ static void check_storage(const char *cfg, const preset *p, const amp_model *m, 
         CHECK_MSG(t->dtype == want, "%s: %s is %s, want %s", cfg, p->params[i],
                   amp_dtype_name(t->dtype), amp_dtype_name(want));
     }
-    CHECK_MSG(amp_model_n_buffers(m) == p->n_buffers, "%s: %d buffers", cfg, amp_model_n_buffers(m));
+    CHECK_MSG(amp_model_n_buffers(m) == p->n_buffers, "%s: %d buffers", cfg,
+              amp_model_n_buffers(m));
     for (int i = 0; i < p->n_buffers && i < amp_model_n_buffers(m); i++) {
         const amp_tensor *t = amp_model_buffer(m, i);
         CHECK_MSG(!strcmp(amp_model_buffer_name(m, i), p->buffers[i]), "%s: buffer %d is %s", cfg,
@@ -249,7 +265,8 @@ static void check_trace(const char *cfg, const preset *p, const amp_model *m, co
                  * weight cache); here each is used once, so a second cast is a second copy. */
                 if (e->per_op_cast) {
                     CHECK_MSG(pi < MAX_PARAMS && p->is_weight[pi] && !weight_cast[pi],
-                              "%s: cast of %s (weights only, once)", cfg, amp_model_param_name(m, pi));
+                              "%s: cast of %s (weights only, once)", cfg,
+                              amp_model_param_name(m, pi));
                     if (pi < MAX_PARAMS) weight_cast[pi] = true;
                     CHECK_MSG(t->out_dt == half, "%s: %s cast to %s", cfg,
                               amp_model_param_name(m, pi), amp_dtype_name(t->out_dt));
@@ -272,8 +289,8 @@ static void check_trace(const char *cfg, const preset *p, const amp_model *m, co
         if (!strcmp(t->op, "conv2d") || !strcmp(t->op, "linear"))
             CHECK_MSG(t->in_dt[1] == half, "%s: %s weight operand %s, want %s", cfg, t->op,
                       amp_dtype_name(t->in_dt[1]), amp_dtype_name(half));
-        if (!strcmp(t->op, "batchnorm2d") || !strcmp(t->op, "relu") || !strcmp(t->op, "maxpool2d") ||
-            !strcmp(t->op, "reshape"))
+        if (!strcmp(t->op, "batchnorm2d") || !strcmp(t->op, "relu") ||
+            !strcmp(t->op, "maxpool2d") || !strcmp(t->op, "reshape"))
             CHECK_MSG(t->out_dt == t->in_dt[0], "%s: %s %s -> %s, want its input's dtype", cfg,
                       t->op, amp_dtype_name(t->in_dt[0]), amp_dtype_name(t->out_dt));
         if (!strcmp(t->op, "cross_entropy")) {
@@ -287,13 +304,15 @@ static void check_trace(const char *cfg, const preset *p, const amp_model *m, co
               amp_dtype_name(logits->dtype), amp_dtype_name(e->logits));
     CHECK_MSG(loss->dtype == F32, "%s: loss %s", cfg, amp_dtype_name(loss->dtype));
     bool out_cast = e->logits != half;
-    if (half == F32) CHECK_MSG(n_param_casts + n_other_casts == 0, "%s: %d casts in f32", cfg,
-                               n_param_casts + n_other_casts);
+    if (half == F32)
+        CHECK_MSG(n_param_casts + n_other_casts == 0, "%s: %d casts in f32", cfg,
+                  n_param_casts + n_other_casts);
     if (e->per_op_cast) {
         /* Each conv/linear weight once, the input once (before the first GEMM), the output once
          * when cast_model_outputs asks for it. */
         int n_weights = 0;
-        for (int i = 0; i < p->n_params; i++) n_weights += p->is_weight[i];
+        for (int i = 0; i < p->n_params; i++)
+            n_weights += p->is_weight[i];
         CHECK_MSG(n_param_casts == n_weights, "%s: %d weight casts, want %d", cfg, n_param_casts,
                   n_weights);
         CHECK_MSG(n_other_casts == 1 + out_cast, "%s: %d activation casts, want %d", cfg,
@@ -317,7 +336,8 @@ static void check_trace(const char *cfg, const preset *p, const amp_model *m, co
 static void check_grads(const char *cfg, const amp_model *m) {
     for (int i = 0; i < amp_model_n_params(m); i++) {
         const amp_tensor *t = amp_model_param(m, i);
-        CHECK_MSG(t->grad && t->grad_written, "%s: %s has no gradient", cfg, amp_model_param_name(m, i));
+        CHECK_MSG(t->grad && t->grad_written, "%s: %s has no gradient", cfg,
+                  amp_model_param_name(m, i));
         if (t->grad)
             CHECK_MSG(t->grad->dtype == t->dtype, "%s: grad of %s is %s, param %s", cfg,
                       amp_model_param_name(m, i), amp_dtype_name(t->grad->dtype),
@@ -346,7 +366,8 @@ static void check_optimizer(const char *cfg, const amp_model *m, const amp_optim
     int n_state = amp_optimizer_n_state(opt);
     CHECK(n_state >= 1);
     for (int i = 0; i < amp_model_n_params(m); i++) {
-        CHECK_MSG(amp_optimizer_has_state(opt, i), "%s: %s has no state", cfg, amp_model_param_name(m, i));
+        CHECK_MSG(amp_optimizer_has_state(opt, i), "%s: %s has no state", cfg,
+                  amp_model_param_name(m, i));
         for (int j = 0; j < n_state; j++) {
             amp_tensor *st = NULL;
             CHECK_OK(amp_optimizer_state_tensor(opt, i, amp_optimizer_state_name(opt, j), &st));
@@ -377,7 +398,8 @@ static void print_table(const char *cfg, const amp_model *m, const amp_optimizer
                st ? amp_dtype_name(st->dtype) : "-");
     }
     for (int i = 0; i < amp_model_n_buffers(m); i++)
-        printf("  %-24s %-6s\n", amp_model_buffer_name(m, i), amp_dtype_name(amp_model_buffer(m, i)->dtype));
+        printf("  %-24s %-6s\n", amp_model_buffer_name(m, i),
+               amp_dtype_name(amp_model_buffer(m, i)->dtype));
 }
 
 static void run_row(const row *r, const preset *p, bool adam, bool print) {
@@ -389,8 +411,10 @@ static void run_row(const row *r, const preset *p, bool adam, bool print) {
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 7}, &ctx));
     if (!ctx) return;
     CHECK_OK(p->make(ctx, &m));
-    if (adam) CHECK_OK(amp_adam_create(m, &(amp_adam_opts){.lr = 1e-3f}, &opt));
-    else CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &opt));
+    if (adam)
+        CHECK_OK(amp_adam_create(m, &(amp_adam_opts){.lr = 1e-3f}, &opt));
+    else
+        CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &opt));
     amp_options o = r->opts;
     o.quiet = true;
     amp_status s = opt ? amp_initialize_ex(m, opt, &o) : AMP_ERR_STATE;
@@ -445,7 +469,8 @@ static void test_table(void) {
     for (int r = 0; r < N_ROWS; r++)
         for (int p = 0; p < 2; p++)
             for (int a = 0; a < 2; a++)
-                run_row(&g_rows[r], presets[p], a, !strcmp(g_rows[r].name, "O2 f16") && p == 0 && !a);
+                run_row(&g_rows[r], presets[p], a,
+                        !strcmp(g_rows[r].name, "O2 f16") && p == 0 && !a);
 }
 
 /* ---- O1's weight cast: once per step ---- */
@@ -466,7 +491,8 @@ static void test_o1_cast_count(void) {
     CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.1f}, &opt));
     CHECK_OK(amp_initialize_ex(m, opt, &(amp_options){.opt_level = AMP_O1, .quiet = true}));
     float xs[4 * 6];
-    for (int i = 0; i < 24; i++) xs[i] = rand_unit() - 0.5f;
+    for (int i = 0; i < 24; i++)
+        xs[i] = rand_unit() - 0.5f;
     amp_tensor *x = NULL, *out = NULL;
     CHECK_OK(amp_tensor_from_host(ctx, F32, 2, (int64_t[]){4, 6}, xs, &x));
     static trace_log log;
@@ -479,7 +505,8 @@ static void test_o1_cast_count(void) {
     for (int i = 0; i < log.n; i++) {
         if (strcmp(log.ops[i].op, "cast")) continue;
         casts++;
-        weight_casts += log.ops[i].in[0] == amp_model_param(m, 0) || log.ops[i].in[0] == amp_model_param(m, 2);
+        weight_casts +=
+            log.ops[i].in[0] == amp_model_param(m, 0) || log.ops[i].in[0] == amp_model_param(m, 2);
     }
     CHECK_MSG(casts == 3 && weight_casts == 2, "%d casts, %d of weights", casts, weight_casts);
     CHECK_OK(amp_zero_grad(opt));
@@ -496,6 +523,7 @@ static void test_o1_cast_count(void) {
         CHECK_OK(amp_initialize_ex(sq, sq_opt, &(amp_options){.opt_level = AMP_O1, .quiet = true}));
     amp_tensor *x2 = NULL;
     if (ctx2) CHECK_OK(amp_tensor_from_host(ctx2, F32, 2, (int64_t[]){4, 6}, xs, &x2));
+    uint16_t prev_half[36] = {0}; /* step 0's cast weight */
     for (int step = 0; step < 2 && sq_opt && x2; step++) {
         amp_tensor *w = amp_model_param(sq, 0), *b = amp_model_param(sq, 1);
         amp_tensor *h1 = NULL, *h2 = NULL, *h3 = NULL, *loss = NULL;
@@ -516,8 +544,10 @@ static void test_o1_cast_count(void) {
                 n_cast++;
                 n_w += t->in[0] == w;
             }
-            if (!strcmp(t->op, "linear") && w_half[0]) w_half[1] = t->in[1];
-            else if (!strcmp(t->op, "linear")) w_half[0] = t->in[1];
+            if (!strcmp(t->op, "linear") && w_half[0])
+                w_half[1] = t->in[1];
+            else if (!strcmp(t->op, "linear"))
+                w_half[0] = t->in[1];
         }
         CHECK_MSG(n_cast == 2 && n_w == 1, "step %d: %d casts, %d of the weight (want 2, 1)", step,
                   n_cast, n_w);
@@ -528,8 +558,13 @@ static void test_o1_cast_count(void) {
             CHECK_OK(amp_tensor_to_host(w, wv, sizeof wv));
             CHECK_OK(amp_tensor_to_host(w_half[0], hv, sizeof hv));
             int bad = 0;
-            for (int i = 0; i < 36; i++) bad += hv[i] != amp_f32_to_f16_bits(wv[i]);
-            CHECK_MSG(bad == 0, "step %d: %d cast weights differ from the rounded weights", step, bad);
+            for (int i = 0; i < 36; i++)
+                bad += hv[i] != amp_f32_to_f16_bits(wv[i]);
+            CHECK_MSG(bad == 0, "step %d: %d cast weights differ from the rounded weights", step,
+                      bad);
+            if (step == 1) /* the update moved the weight: a stale cast would fail above */
+                CHECK(memcmp(prev_half, hv, sizeof hv) != 0);
+            memcpy(prev_half, hv, sizeof hv);
         }
         CHECK_OK(amp_backward(loss));
         bool stepped = false;
@@ -547,8 +582,85 @@ static void test_o1_cast_count(void) {
     amp_ctx_free(ctx);
 }
 
+/* ---- O2's master weights ---- */
+
+static uint16_t round_half(float v, amp_dtype dt) {
+    return dt == F16 ? amp_f32_to_f16_bits(v) : amp_f32_to_bf16_bits(v);
+}
+
+/* Parameter i against f32 reference values: an f32 parameter equal bit for bit, a half one
+ * their round-to-nearest-even. Returns the elements that are not. */
+static int64_t count_not_rounding(const amp_tensor *p, const float *ref, amp_dtype half) {
+    int64_t bad = 0;
+    for (int64_t k = 0; k < p->numel; k++)
+        bad += p->dtype == F32 ? ((const float *)p->data)[k] != ref[k] /* CPU: host memory */
+                               : ((const uint16_t *)p->data)[k] != round_half(ref[k], half);
+    return bad;
+}
+
+/* The masters start at the model's f32 values before the cast, bit for bit (libamp copies them
+ * before casting, amp/initialize.c; Apex copies them from the already-cast model, so its
+ * masters start rounded), and the half weights are their rounding. After a step every half
+ * weight is the rounding of its new master and batch norm's f32 weights equal their masters. */
+static void test_o2_masters(amp_half_type half_type) {
+    amp_dtype half = half_type == AMP_HALF_BF16 ? BF16 : F16;
+    amp_ctx *ctx = NULL;
+    amp_model *m = NULL;
+    amp_optimizer *opt = NULL;
+    amp_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    float *before[MAX_PARAMS] = {0};
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 21}, &ctx));
+    if (ctx) CHECK_OK(amp_model_convnet_mnist(ctx, &m));
+    if (m) CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.05f, .momentum = 0.9f}, &opt));
+    if (!opt) goto done;
+    int n = amp_model_n_params(m);
+    CHECK(n == g_convnet.n_params);
+    for (int i = 0; i < n && i < MAX_PARAMS; i++) {
+        size_t nbytes = amp_tensor_nbytes(amp_model_param(m, i));
+        before[i] = malloc(nbytes);
+        if (before[i]) CHECK_OK(amp_tensor_to_host(amp_model_param(m, i), before[i], nbytes));
+    }
+    amp_options o = {
+        .opt_level = AMP_O2, .half_type = half_type, .init_scale = 1024.0f, .quiet = true};
+    CHECK_OK(amp_initialize_ex(m, opt, &o));
+    for (int i = 0; i < n && i < MAX_PARAMS && before[i]; i++) {
+        const amp_tensor *p = amp_model_param(m, i), *mw = amp_optimizer_master(opt, i);
+        CHECK_MSG(mw && memcmp(mw->data, before[i], (size_t)p->numel * 4) == 0,
+                  "%s: the master is not the f32 weight", amp_model_param_name(m, i));
+        int64_t bad = count_not_rounding(p, before[i], half);
+        CHECK_MSG(bad == 0, "%s: %lld elements are not the rounding of the f32 weights",
+                  amp_model_param_name(m, i), (long long)bad);
+    }
+    make_batch(ctx, &x, &y);
+    bool stepped = false;
+    if (x && y) CHECK_OK(amp_model_forward(m, x, &logits));
+    if (logits) CHECK_OK(amp_cross_entropy(logits, y, &loss));
+    if (loss) CHECK_OK(amp_backward(loss));
+    if (loss) CHECK_OK(amp_step(opt, &stepped));
+    CHECK(stepped);
+    int moved = 0;
+    for (int i = 0; i < n && i < MAX_PARAMS && before[i]; i++) {
+        const amp_tensor *p = amp_model_param(m, i), *mw = amp_optimizer_master(opt, i);
+        if (!mw) continue;
+        moved += memcmp(mw->data, before[i], (size_t)p->numel * 4) != 0;
+        int64_t bad = count_not_rounding(p, mw->data, half);
+        CHECK_MSG(bad == 0, "after the step, %s: %lld elements are not the rounding of the master",
+                  amp_model_param_name(m, i), (long long)bad);
+    }
+    CHECK_MSG(moved == n, "%d of %d masters moved", moved, n);
+done:
+    for (int i = 0; i < MAX_PARAMS; i++) free(before[i]);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_optimizer_free(opt);
+    amp_model_free(m);
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
     test_table();
     test_o1_cast_count();
+    test_o2_masters(AMP_HALF_F16);
+    test_o2_masters(AMP_HALF_BF16);
     return test_summary("test_opt_levels");
 }
