@@ -82,6 +82,10 @@ static void test_ctx_and_tensor(void) {
     CHECK_FAILS(amp_ctx_create(&(amp_ctx_opts){.device = 7}, &ctx), AMP_ERR_INVALID_ARG, "device");
 
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU}, &ctx));
+    amp_trace_enable(ctx, true); /* AMP_TRACE's switch: every op then reports to the logger */
+    CHECK(ctx->trace != NULL);
+    amp_trace_enable(ctx, false);
+    CHECK(ctx->trace == NULL);
     float host[6] = {1, -2, 3.5f, 0, 1e-3f, 65504};
     amp_tensor *t;
     CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (int64_t[]){2, 3}, host, &t));
