@@ -203,6 +203,11 @@ typedef struct amp_backend {
     amp_status (*sum_squares)(amp_dtype dt, int64_t n, const void *x, float *out);
 } amp_backend;
 
+/* The argument checks of the unscale entry, shared by every backend (core/backend_check.c):
+ * AMP_OK, or the error naming fn and the culprit. AMP_OK with n == 0 means nothing to do. */
+amp_status amp_backend_check_unscale(const char *fn, amp_dtype g_dt, int64_t n, const void *grad,
+                                     float inv_scale, const float *out, const float *found_inf);
+
 /* The CPU backend: always present. */
 const amp_backend *amp_backend_cpu(void);
 /* The CUDA backend when built and a device answers, else NULL with amp_last_error saying why. */

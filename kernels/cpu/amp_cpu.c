@@ -15,12 +15,6 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/unscale.h"
 
-static amp_status check_float(const char *fn, const char *what, amp_dtype dt) {
-    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
-    return amp_fail(AMP_ERR_DTYPE, "%s: %s dtype %s, want f32, f16 or bf16", fn, what,
-                    amp_dtype_name(dt));
-}
-
 /* out[i] = unscaled in[i] for [0, n); returns 1 when an input was inf/NaN. in may equal out
  * (same index read before written). Two loops so that the test of inv_scale stays out of them. */
 static uint32_t unscale_f32_range(const float *in, float inv_scale, float *out, int64_t n) {
@@ -43,25 +37,8 @@ static uint32_t unscale_f32_range(const float *in, float inv_scale, float *out, 
 
 amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                            float *out, float *found_inf) {
-    AMP_TRY(check_float(__func__, "gradient", g_dt));
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unscale: n = %lld < 0", (long long)n);
-    if (!(inv_scale > 0.0f) || isinf(inv_scale))
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_cpu_unscale: inv_scale = %g, want a finite value > 0",
-                        (double)inv_scale);
-    AMP_CHECK_ARG(found_inf);
+    AMP_TRY(amp_backend_check_unscale("amp_cpu_unscale", g_dt, n, grad, inv_scale, out, found_inf));
     if (n == 0) return AMP_OK;
-    AMP_CHECK_ARG(grad);
-    AMP_CHECK_ARG(out);
-    /* out may be grad itself (f32 in place); any other overlap would read unscaled values
-     * back as gradients. */
-    uintptr_t g0 = (uintptr_t)grad, g1 = g0 + (uintptr_t)n * amp_dtype_size(g_dt);
-    uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)n * sizeof(float);
-    bool same = g_dt == AMP_F32 && g0 == o0;
-    if (!same && o0 < g1 && g0 < o1)
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_cpu_unscale: out overlaps grad (%s) without being the same f32 buffer",
-                        amp_dtype_name(g_dt));
     /* Chunks of AMP_CPU_REDUCE_CHUNK: a half chunk is widened into out and unscaled there while
      * it is still in L1 (16 KiB of f32). */
     int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;

@@ -152,23 +152,8 @@ static amp_status check_float(const char *fn, const char *what, amp_dtype dt) {
 
 extern "C" amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad,
                                        float inv_scale, float *out, float *found_inf) {
-    AMP_TRY(check_float("amp_cuda_unscale", "gradient", g_dt));
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_unscale: n = %lld < 0", (long long)n);
-    if (!(inv_scale > 0.0f) || isinf(inv_scale))
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_cuda_unscale: inv_scale = %g, want a finite value > 0",
-                        (double)inv_scale);
-    AMP_CHECK_ARG(found_inf);
+    AMP_TRY(amp_backend_check_unscale("amp_cuda_unscale", g_dt, n, grad, inv_scale, out, found_inf));
     if (n == 0) return AMP_OK;
-    AMP_CHECK_ARG(grad);
-    AMP_CHECK_ARG(out);
-    uintptr_t g0 = (uintptr_t)grad, g1 = g0 + (uintptr_t)n * amp_dtype_size(g_dt);
-    uintptr_t o0 = (uintptr_t)out, o1 = o0 + (uintptr_t)n * sizeof(float);
-    bool same = g_dt == AMP_F32 && g0 == o0;
-    if (!same && o0 < g1 && g0 < o1)
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_cuda_unscale: out overlaps grad (%s) without being the same f32 buffer",
-                        amp_dtype_name(g_dt));
     return amp_cuda_unscale_launch(g_dt, n, grad, inv_scale, out, found_inf, amp_cuda_stream());
 }
 
