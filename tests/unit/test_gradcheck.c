@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "amp/amp.h"
+#include "core/half.h"
 #include "amp/rng.h"
 #include "core/philox.h"
 #include "gradcheck_ref.h"
@@ -754,6 +755,41 @@ static void test_convnet(void) {
     amp_ctx_free(ctx);
 }
 
+/* cast is not smooth (it rounds), so no finite differences: its gradient is the upstream gradient
+ * converted back, checked exactly. x f32 -> f16 -> f32, L = mean(z * r): dL/dx = round_f16(r/n). */
+static void test_cast_grad(amp_ctx *ctx) {
+    enum { N = 257 };
+    float xv[N], rv[N];
+    for (int i = 0; i < N; i++) {
+        xv[i] = 0.37f * (float)(i - 128);
+        rv[i] = 1.0f + 0.01f * (float)i;
+    }
+    amp_tensor *x = NULL, *r = NULL, *h, *z, *zr, *loss, *g;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, (const int64_t[]){N}, xv, &x));
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, (const int64_t[]){N}, rv, &r));
+    CHECK_OK(amp_tensor_set_requires_grad(x, true));
+    CHECK_OK(amp_cast(x, AMP_F16, &h));
+    CHECK(h->dtype == AMP_F16);
+    CHECK_OK(amp_cast(h, AMP_F32, &z));
+    CHECK_OK(amp_mul(z, r, &zr));
+    CHECK_OK(amp_mean(zr, &loss));
+    CHECK_OK(amp_backward(loss));
+    CHECK_OK(amp_tensor_get_grad(x, &g));
+    float gv[N], zv[N];
+    CHECK_OK(amp_tensor_to_host(g, gv, sizeof gv));
+    CHECK_OK(amp_tensor_to_host(z, zv, sizeof zv));
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        float want = amp_f16_bits_to_f32(amp_f32_to_f16_bits(rv[i] * (1.0f / N)));
+        bad += gv[i] != want;
+        bad += zv[i] != amp_f16_bits_to_f32(amp_f32_to_f16_bits(xv[i]));
+    }
+    CHECK_MSG(bad == 0, "cast: %d gradient or value mismatches", bad);
+    amp_tensor_free(x);
+    amp_tensor_free(r);
+    amp_ctx_reset_step(ctx);
+}
+
 int main(void) {
     amp_ctx *ctx;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1234}, &ctx));
@@ -766,6 +802,7 @@ int main(void) {
     }
     test_bn_running_and_eval(ctx);
     test_dropout_mask(ctx);
+    test_cast_grad(ctx);
     amp_ctx_free(ctx);
     test_convnet();
     return test_summary("test_gradcheck");
