@@ -25,7 +25,7 @@ done
 # files); jansson (JSON); Open MPI (DDP bootstrap, mpi tests); Fashion-MNIST under
 # /usr/share/datasets/fashion-mnist for amp-train and the end-to-end tests.
 packages=(cmake gcc g++ make libdnnl-dev libopenblas-dev zlib1g-dev libjansson-dev
-    libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+    libopenmpi-dev openmpi-bin dataset-fashion-mnist ocl-icd-opencl-dev)
 
 missing=()
 for p in "${packages[@]}"; do
