@@ -2,8 +2,7 @@
  * random values in f32, f16 or bf16 storage, plain element loads and stores through core/half.h
  * (the scalar conversions test_half.c checks against double references, independent of the
  * backends' vector casts), and the ulp distance between two floats. Each test seeds the generator
- * at the start of main, so its data is the same on every run. Under cudacpu (CUDACPU defined):
- * device buffers with a guard zone after them. */
+ * at the start of main, so its data is the same on every run. */
 #ifndef AMP_TEST_DATA_H
 #define AMP_TEST_DATA_H
 
@@ -64,28 +63,5 @@ static inline int64_t test_ulp_diff(float a, float b) {
     if (ib < 0) ib = INT32_MIN - ib;
     return ia > ib ? ia - ib : ib - ia;
 }
-
-#ifdef CUDACPU
-/* Guard bytes after each device buffer: a kernel writing past its n elements is caught. */
-#define TEST_GUARD 64
-#define TEST_GUARD_BYTE 0xa5
-
-static inline void *test_dev_alloc(size_t nbytes) {
-    void *p = NULL;
-    if (cudaMalloc(&p, nbytes + TEST_GUARD) != cudaSuccess) {
-        fprintf(stderr, "cudaMalloc(%zu) failed\n", nbytes);
-        exit(1);
-    }
-    memset((char *)p + nbytes, TEST_GUARD_BYTE, TEST_GUARD);
-    return p;
-}
-
-static inline bool test_guard_intact(const void *p, size_t nbytes) {
-    const uint8_t *g = (const uint8_t *)p + nbytes;
-    for (size_t i = 0; i < TEST_GUARD; i++)
-        if (g[i] != TEST_GUARD_BYTE) return false;
-    return true;
-}
-#endif
 
 #endif

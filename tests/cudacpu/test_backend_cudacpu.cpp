@@ -1,7 +1,10 @@
 /* The CUDA backend's host side under ../shared/cudacpu, which answers as one device: the probe and
  * table (cuda_backend.c), the caching allocator (cuda_alloc.c), copies, and cast/fill through the
  * table. cuBLASLt needs a driver, so gemm_cublaslt.c is not built here: its two functions are
- * stubs below, and GEMM is checked by tests/unit/test_cuda_backend.c on a GPU. */
+ * stubs below, and GEMM is checked by tests/unit/test_cuda_backend.c on a GPU. Host code reaches
+ * device memory through the runtime's memset/copies only, as on a GPU; device work goes on the
+ * backend's stream (non-blocking), which the backend's copy_to_host waits for. Run with
+ * CUDACPU_STREAMS=random as well. */
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +27,22 @@ extern "C" const char *amp_dtype_name(amp_dtype dt) {
 }
 
 static const amp_backend *gpu;
+
+/* Sets n bytes of a block to `byte` on the backend's stream: the allocator hands a freed block
+ * again safely only to work on that stream (cuda_alloc.c). */
+static void device_memset(void *p, uint8_t byte, size_t n) {
+    CHECK(cudaMemsetAsync(p, byte, n, amp_cuda_stream()) == cudaSuccess);
+}
+
+/* Bytes of p[0, n) that do not hold `byte`, read back through copy_to_host (which waits for the
+ * stream). */
+static size_t count_not(const void *p, uint8_t byte, size_t n) {
+    std::vector<uint8_t> h(n);
+    CHECK_OK(gpu->copy_to_host(h.data(), p, n));
+    size_t bad = 0;
+    for (uint8_t b : h) bad += b != byte;
+    return bad;
+}
 
 static void test_table(void) {
     CHECK(gpu != nullptr);
@@ -54,7 +73,10 @@ static void test_allocator_classes(void) {
         size_t use = 0;
         amp_cuda_alloc_stats(&use, &cached);
         CHECK_MSG(use - base_use == c.cls, "alloc(%zu): class %zu, want %zu", c.ask, use - base_use, c.cls);
-        if (c.ask) memset(p, 0xab, c.ask); /* the whole request is usable (ASan would tell) */
+        if (c.ask) { /* the whole request is usable: set and read back, all of it */
+            device_memset(p, 0xab, c.ask);
+            CHECK_MSG(count_not(p, 0xab, c.ask) == 0, "alloc(%zu): block lost a byte", c.ask);
+        }
         gpu->free(p);
         amp_cuda_alloc_stats(&use, &cached);
         CHECK(use == base_use && cached == c.cls);
@@ -74,25 +96,28 @@ static void test_allocator_random(void) {
     std::vector<live> blocks;
     uint64_t s = 12345;
     auto rnd = [&s]() { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
-    int corrupt = 0;
+    size_t corrupt = 0;
     for (int it = 0; it < 2000; it++) {
         if (blocks.empty() || rnd() % 3) {
             size_t n = rnd() % 25 == 0 ? (size_t)(rnd() % (2u << 20)) : (size_t)(rnd() % 5000);
             void *p = nullptr;
             CHECK_OK(gpu->alloc(n, &p));
             uint8_t tag = (uint8_t)(it | 1);
-            memset(p, tag, n);
+            device_memset(p, tag, n);
             blocks.push_back({(uint8_t *)p, n, tag});
         } else {
             size_t k = (size_t)(rnd() % blocks.size());
-            for (size_t i = 0; i < blocks[k].n; i++) corrupt += blocks[k].p[i] != blocks[k].tag;
+            corrupt += count_not(blocks[k].p, blocks[k].tag, blocks[k].n);
             gpu->free(blocks[k].p);
             blocks[k] = blocks.back();
             blocks.pop_back();
         }
     }
-    CHECK_MSG(corrupt == 0, "%d bytes of live blocks were overwritten", corrupt);
-    for (auto &b : blocks) gpu->free(b.p);
+    for (auto &b : blocks) {
+        corrupt += count_not(b.p, b.tag, b.n);
+        gpu->free(b.p);
+    }
+    CHECK_MSG(corrupt == 0, "%zu bytes of live blocks were overwritten", corrupt);
     size_t use = 0, cached = 0;
     amp_cuda_alloc_stats(&use, &cached);
     CHECK(use == 0);
@@ -126,7 +151,11 @@ static void test_copies_and_casts(void) {
     for (int i = 0; i < N; i++) bad += back[i] != amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(h[i]));
     CHECK_MSG(bad == 0, "f32 -> bf16 -> f32: %d wrong", bad);
     CHECK_OK(gpu->fill(d16, AMP_F16, N, -2.0f));
-    CHECK(((uint16_t *)d16)[N - 1] == 0xc000);
+    std::vector<uint16_t> h16(N);
+    CHECK_OK(gpu->copy_to_host(h16.data(), d16, N * 2));
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += h16[i] != 0xc000;
+    CHECK_MSG(bad == 0, "fill f16 -2: %d wrong", bad);
     CHECK_OK(gpu->sync());
     CHECK_OK(gpu->copy(nullptr, nullptr, 0));
     CHECK_FAILS(gpu->copy_to_host(nullptr, d1, 4), AMP_ERR_INVALID_ARG, "'host'");

@@ -7,16 +7,19 @@
  * f32 a half pattern maps to, every midpoint between consecutive halves (the ties), one f32 ulp
  * either side of both, and 10^5 random f32 (uniform bits, the subnormal-half range and the
  * overflow threshold). Also i32 <-> f32, fill, fill_scalar, the strided cast with bias, argument
- * errors and a guard zone after each output. Run with CUDACPU_SCHEDULE=random:7 as well. */
+ * errors and a guard zone after each output. Host code reaches device memory through cudaMemcpy
+ * only (dev_buffer.h), as on a GPU. Run with CUDACPU_SCHEDULE=random:7 and CUDACPU_STREAMS=random
+ * as well. */
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/half.h"
+#include "dev_buffer.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "test_data.h"
 #include "test_util.h"
 
 /* What cast.cu needs from the rest of the library, which is not built here. */
@@ -44,16 +47,13 @@ static float nv_bf16_to_f32(uint16_t h) {
 template <typename D, typename S>
 static std::vector<D> run_cast(amp_dtype dst_dt, const std::vector<S> &src, amp_dtype src_dt) {
     size_t n = src.size();
-    void *ds = test_dev_alloc(n * sizeof(S)), *dd = test_dev_alloc(n * sizeof(D));
-    cudaMemcpy(ds, src.data(), n * sizeof(S), cudaMemcpyHostToDevice);
-    CHECK_OK(amp_cuda_cast(dd, dst_dt, ds, src_dt, (int64_t)n));
-    CHECK(cudaDeviceSynchronize() == cudaSuccess);
-    std::vector<D> out(n);
-    cudaMemcpy(out.data(), dd, n * sizeof(D), cudaMemcpyDeviceToHost);
-    CHECK_MSG(test_guard_intact(dd, n * sizeof(D)), "cast %d -> %d wrote past n", src_dt, dst_dt);
-    cudaFree(ds);
-    cudaFree(dd);
-    return out;
+    dev_buf ds(n * sizeof(S)), dd(n * sizeof(D));
+    ds.upload(src.data());
+    CHECK_OK(amp_cuda_cast(dd.ptr, dst_dt, ds.ptr, src_dt, (int64_t)n));
+    CHECK(dev_sync());
+    dd.download();
+    CHECK_MSG(dd.guard_intact(), "cast %d -> %d wrote past n", src_dt, dst_dt);
+    return std::vector<D>(dd.h<D>(), dd.h<D>() + n);
 }
 
 /* Every half pattern widened: bit-exact with core/half.h; with NVIDIA too, except that a NaN only
@@ -176,41 +176,40 @@ static void test_same_dtype_copies(void) {
  * grid-stride loop. */
 static void test_fill(amp_dtype dt, int64_t n, float value) {
     size_t es = amp_dtype_size(dt), nbytes = (size_t)n * es;
-    void *d = test_dev_alloc(nbytes);
-    CHECK_OK(amp_cuda_fill(d, dt, n, value));
+    dev_buf d(nbytes);
+    CHECK_OK(amp_cuda_fill(d.ptr, dt, n, value));
+    CHECK(dev_sync());
+    d.download();
     uint32_t want = dt == AMP_F32   ? amp_f32_bits(value)
                     : dt == AMP_F16 ? nv_f32_to_f16(value)
                                     : nv_f32_to_bf16(value);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t got = es == 4 ? ((uint32_t *)d)[i] : ((uint16_t *)d)[i];
+        uint32_t got = es == 4 ? d.h<uint32_t>()[i] : d.h<uint16_t>()[i];
         bad += got != want;
     }
     CHECK_MSG(bad == 0, "fill %s n=%lld value %g: %lld wrong", amp_dtype_name(dt), (long long)n,
               value, (long long)bad);
-    CHECK_MSG(test_guard_intact(d, nbytes), "fill %s n=%lld wrote past n", amp_dtype_name(dt),
-              (long long)n);
-    cudaFree(d);
+    CHECK_MSG(d.guard_intact(), "fill %s n=%lld wrote past n", amp_dtype_name(dt), (long long)n);
 }
 
 static void test_fill_scalar(amp_dtype dt) {
     const int64_t n = 3000;
     float scalar = 0.1f, scale = -3.0f;
-    float *ds = (float *)test_dev_alloc(sizeof(float));
-    cudaMemcpy(ds, &scalar, 4, cudaMemcpyHostToDevice);
-    void *d = test_dev_alloc((size_t)n * amp_dtype_size(dt));
-    CHECK_OK(amp_cuda_fill_scalar(d, dt, n, ds, scale));
+    dev_buf ds(sizeof(float)), d((size_t)n * amp_dtype_size(dt));
+    ds.upload(&scalar);
+    CHECK_OK(amp_cuda_fill_scalar(d.ptr, dt, n, ds.dev<float>(), scale));
+    CHECK(dev_sync());
+    d.download();
     float v = scale * scalar;
     uint32_t want = dt == AMP_F32   ? amp_f32_bits(v)
                     : dt == AMP_F16 ? nv_f32_to_f16(v)
                                     : nv_f32_to_bf16(v);
     int bad = 0;
     for (int64_t i = 0; i < n; i++)
-        bad += (dt == AMP_F32 ? ((uint32_t *)d)[i] : ((uint16_t *)d)[i]) != want;
+        bad += (dt == AMP_F32 ? d.h<uint32_t>()[i] : d.h<uint16_t>()[i]) != want;
     CHECK_MSG(bad == 0, "fill_scalar %s: %d wrong", amp_dtype_name(dt), bad);
-    CHECK(test_guard_intact(d, (size_t)n * amp_dtype_size(dt)));
-    cudaFree(d);
-    cudaFree(ds);
+    CHECK(d.guard_intact());
 }
 
 static float load_ref(const void *p, amp_dtype dt, int64_t i) {
@@ -226,19 +225,29 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
     const int64_t rows = 37, cols = 50, lds = 61, ldd = in_place ? lds : 53;
     const float scale = with_src ? 0.75f : 1.0f;
     size_t ses = amp_dtype_size(src_dt), des = amp_dtype_size(dst_dt);
-    void *src = test_dev_alloc((size_t)(rows * lds) * ses);
+    dev_buf src((size_t)(rows * lds) * ses);
     for (int64_t i = 0; i < rows * lds; i++) {
         float x = (float)((int32_t)rnd32() % 20000) / 64.0f;
-        if (src_dt == AMP_F32) ((float *)src)[i] = x;
-        else ((uint16_t *)src)[i] = src_dt == AMP_F16 ? nv_f32_to_f16(x) : nv_f32_to_bf16(x);
+        if (src_dt == AMP_F32) src.h<float>()[i] = x;
+        else src.h<uint16_t>()[i] = src_dt == AMP_F16 ? nv_f32_to_f16(x) : nv_f32_to_bf16(x);
     }
-    std::vector<uint8_t> src_copy((uint8_t *)src, (uint8_t *)src + (size_t)(rows * lds) * ses);
-    void *dst = in_place ? src : test_dev_alloc((size_t)(rows * ldd) * des);
-    if (!in_place) memset(dst, 0x5a, (size_t)(rows * ldd) * des);
-    float *bias = (float *)test_dev_alloc((size_t)cols * 4);
-    for (int64_t j = 0; j < cols; j++) bias[j] = (float)j * 0.3f - 7.0f;
-    CHECK_OK(amp_cuda_cast_rows_launch(dst, dst_dt, ldd, with_src ? src : nullptr, src_dt, lds, rows,
-                                       cols, scale, with_bias ? bias : nullptr, 0));
+    src.upload();
+    std::vector<uint8_t> src_copy = src.host;
+    std::optional<dev_buf> own_dst;
+    if (!in_place) {
+        own_dst.emplace((size_t)(rows * ldd) * des);
+        memset(own_dst->host.data(), 0x5a, own_dst->nbytes);
+        own_dst->upload();
+    }
+    dev_buf &dst = in_place ? src : *own_dst;
+    dev_buf bias((size_t)cols * 4);
+    for (int64_t j = 0; j < cols; j++) bias.h<float>()[j] = (float)j * 0.3f - 7.0f;
+    bias.upload();
+    CHECK_OK(amp_cuda_cast_rows_launch(dst.ptr, dst_dt, ldd, with_src ? src.ptr : nullptr, src_dt,
+                                       lds, rows, cols, scale,
+                                       with_bias ? bias.dev<float>() : nullptr, 0));
+    CHECK(dev_sync());
+    dst.download();
     int bad = 0, pad_bad = 0;
     for (int64_t i = 0; i < rows; i++) {
         for (int64_t j = 0; j < ldd; j++) {
@@ -246,25 +255,24 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
             if (j >= cols) { /* padding: untouched (sentinel, or the source in place) */
                 const uint8_t *orig = in_place ? &src_copy[off] : nullptr;
                 uint8_t sentinel[4] = {0x5a, 0x5a, 0x5a, 0x5a};
-                pad_bad += memcmp((uint8_t *)dst + off, orig ? orig : sentinel, des) != 0;
+                pad_bad += memcmp(&dst.host[off], orig ? orig : sentinel, des) != 0;
                 continue;
             }
             float x = with_src ? load_ref(src_copy.data(), src_dt, i * lds + j) : 0.0f;
-            float v = std::fma(scale, x, with_bias ? bias[j] : 0.0f);
+            float v = std::fma(scale, x, with_bias ? bias.h<float>()[j] : 0.0f);
             uint32_t want = dst_dt == AMP_F32   ? amp_f32_bits(v)
                             : dst_dt == AMP_F16 ? nv_f32_to_f16(v)
                                                 : nv_f32_to_bf16(v);
-            uint32_t got = des == 4 ? ((uint32_t *)dst)[i * ldd + j] : ((uint16_t *)dst)[i * ldd + j];
+            int64_t k = i * ldd + j;
+            uint32_t got = des == 4 ? dst.h<uint32_t>()[k] : dst.h<uint16_t>()[k];
             bad += got != want;
         }
     }
     CHECK_MSG(bad == 0 && pad_bad == 0, "cast_rows %s -> %s src=%d bias=%d in_place=%d: %d wrong, "
               "%d padding touched", amp_dtype_name(src_dt), amp_dtype_name(dst_dt), with_src,
               with_bias, in_place, bad, pad_bad);
-    if (!in_place) CHECK(test_guard_intact(dst, (size_t)(rows * ldd) * des));
-    if (!in_place) cudaFree(dst);
-    cudaFree(src);
-    cudaFree(bias);
+    /* In place the window lies inside src, whose guard is checked as well. */
+    CHECK(dst.guard_intact());
 }
 
 /* i32 <-> f32 against plain definitions written here: truncation toward zero, NaN -> 0, values past
@@ -294,18 +302,25 @@ static void test_i32(void) {
     std::vector<int32_t> same = run_cast<int32_t>(AMP_I32, ints, AMP_I32);
     CHECK(same == ints);
 
-    int32_t *d = (int32_t *)test_dev_alloc(100 * 4);
-    CHECK_OK(amp_cuda_fill(d, AMP_I32, 100, -3.7f));
-    CHECK(d[0] == -3 && d[99] == -3 && test_guard_intact(d, 400));
-    CHECK_OK(amp_cuda_fill(d, AMP_I32, 100, 1e10f));
-    CHECK(d[0] == INT32_MAX && d[99] == INT32_MAX);
-    float *scalar = (float *)test_dev_alloc(4);
-    *scalar = NAN;
-    d[7] = 5;
-    CHECK_OK(amp_cuda_fill_scalar(d, AMP_I32, 100, scalar, 2.0f));
-    CHECK(d[7] == 0 && d[99] == 0);
-    cudaFree(scalar);
-    cudaFree(d);
+    dev_buf d(100 * 4);
+    const int32_t *h = d.h<int32_t>();
+    CHECK_OK(amp_cuda_fill(d.ptr, AMP_I32, 100, -3.7f));
+    CHECK(dev_sync());
+    d.download();
+    CHECK(h[0] == -3 && h[99] == -3 && d.guard_intact());
+    CHECK_OK(amp_cuda_fill(d.ptr, AMP_I32, 100, 1e10f));
+    CHECK(dev_sync());
+    d.download();
+    CHECK(h[0] == INT32_MAX && h[99] == INT32_MAX);
+    dev_buf scalar(4);
+    const float nan = NAN;
+    scalar.upload(&nan);
+    d.h<int32_t>()[7] = 5;
+    d.upload();
+    CHECK_OK(amp_cuda_fill_scalar(d.ptr, AMP_I32, 100, scalar.dev<float>(), 2.0f));
+    CHECK(dev_sync());
+    d.download();
+    CHECK(h[7] == 0 && h[99] == 0);
 }
 
 static void test_errors(void) {

@@ -7,7 +7,9 @@
  * not written at all for a clean tensor; f32 in place; guard words after each output.
  * sum_squares: bit-exact against a model of the kernels' fixed order (grid from n, per-thread
  * index-order sums, warp butterflies, cross-warp step, one final block), which must not move with
- * the schedule, and within the final f32 rounding of a long double sum; inf/NaN propagate. */
+ * the schedule, and within the final f32 rounding of a long double sum; inf/NaN propagate.
+ * Host code reaches device memory through cudaMemcpy only (dev_buffer.h), as on a GPU; run with
+ * CUDACPU_STREAMS=random as well. */
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,8 +17,8 @@
 #include <vector>
 
 #include "core/half.h"
+#include "dev_buffer.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "test_data.h"
 #include "test_util.h"
 
 /* What unscale.cu and cuda_alloc.c need from the rest of the library, which is not built here. */
@@ -62,14 +64,23 @@ static double rnd_uniform(void) {
     return (double)(rng_state >> 11) * 0x1p-53;
 }
 
-/* A device buffer of n random gradients over 20 binades below max_abs. */
-static void *random_grads(amp_dtype dt, int64_t n, double max_abs) {
-    void *p = test_dev_alloc((size_t)n * amp_dtype_size(dt));
+/* A device buffer of n random gradients over 20 binades below max_abs, uploaded; the mirror
+ * keeps them for the references. */
+static dev_buf random_grads(amp_dtype dt, int64_t n, double max_abs) {
+    dev_buf b((size_t)n * amp_dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
         double m = max_abs * std::exp2(-20.0 * rnd_uniform());
-        nv_store(p, dt, i, (float)(rnd_uniform() < 0.5 ? -m : m));
+        nv_store(b.host.data(), dt, i, (float)(rnd_uniform() < 0.5 ? -m : m));
     }
-    return p;
+    b.upload();
+    return b;
+}
+
+/* One float in a device buffer (found_inf, a sum): set, and read back. */
+static void set_scalar(dev_buf &b, float v) { b.upload(&v); }
+static float get_scalar(dev_buf &b) {
+    b.download();
+    return b.h<float>()[0];
 }
 
 /* Outputs that differ from the plain reference. */
@@ -93,20 +104,18 @@ static void test_unscale_values(void) {
     for (amp_dtype dt : dts)
         for (int64_t n : ns)
             for (float inv : invs) {
-                void *g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e6);
-                float *out = (float *)test_dev_alloc((size_t)n * 4),
-                      *found = (float *)test_dev_alloc(4);
-                *found = 0.0f;
-                CHECK_OK(amp_cuda_unscale(dt, n, g, inv, out, found));
-                CHECK(cudaDeviceSynchronize() == cudaSuccess);
-                int64_t bad = count_wrong(g, dt, n, inv, out);
-                CHECK_MSG(bad == 0 && amp_f32_bits(*found) == 0, "unscale %s n=%lld inv=%g: %lld "
+                dev_buf g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e6);
+                dev_buf out((size_t)n * 4), found(4);
+                set_scalar(found, 0.0f);
+                CHECK_OK(amp_cuda_unscale(dt, n, g.ptr, inv, out.dev<float>(), found.dev<float>()));
+                CHECK(dev_sync());
+                out.download();
+                float flag = get_scalar(found);
+                int64_t bad = count_wrong(g.host.data(), dt, n, inv, out.h<float>());
+                CHECK_MSG(bad == 0 && amp_f32_bits(flag) == 0, "unscale %s n=%lld inv=%g: %lld "
                           "wrong, found_inf %g", amp_dtype_name(dt), (long long)n, (double)inv,
-                          (long long)bad, (double)*found);
-                CHECK(test_guard_intact(out, (size_t)n * 4));
-                cudaFree(g);
-                cudaFree(out);
-                cudaFree(found);
+                          (long long)bad, (double)flag);
+                CHECK(out.guard_intact());
             }
 }
 
@@ -117,58 +126,69 @@ static void test_unscale_flags(void) {
     const int64_t where[] = {0, n / 2, n - 1};
     const float poison[] = {INFINITY, NAN, -INFINITY};
     for (amp_dtype dt : {AMP_F16, AMP_F32}) {
-        void *g = random_grads(dt, n, 1000.0);
-        float *out = (float *)test_dev_alloc((size_t)n * 4), *found = (float *)test_dev_alloc(4);
+        dev_buf g = random_grads(dt, n, 1000.0);
+        dev_buf out((size_t)n * 4), found(4);
         for (int w = 0; w < 3; w++) {
-            float keep = nv_load(g, dt, where[w]);
-            nv_store(g, dt, where[w], poison[w]);
-            *found = 0.0f;
-            CHECK_OK(amp_cuda_unscale(dt, n, g, 0.5f, out, found));
-            int64_t bad = count_wrong(g, dt, n, 0.5f, out);
-            CHECK_MSG(*found == 1.0f && bad == 0, "%s %g at %lld: found_inf %g, %lld wrong",
-                      amp_dtype_name(dt), (double)poison[w], (long long)where[w], (double)*found,
+            float keep = nv_load(g.host.data(), dt, where[w]);
+            nv_store(g.host.data(), dt, where[w], poison[w]);
+            g.upload();
+            set_scalar(found, 0.0f);
+            CHECK_OK(amp_cuda_unscale(dt, n, g.ptr, 0.5f, out.dev<float>(), found.dev<float>()));
+            CHECK(dev_sync());
+            out.download();
+            float flag = get_scalar(found);
+            int64_t bad = count_wrong(g.host.data(), dt, n, 0.5f, out.h<float>());
+            CHECK_MSG(flag == 1.0f && bad == 0, "%s %g at %lld: found_inf %g, %lld wrong",
+                      amp_dtype_name(dt), (double)poison[w], (long long)where[w], (double)flag,
                       (long long)bad);
-            /* Never cleared by a clean tensor afterwards. */
-            nv_store(g, dt, where[w], keep);
-            CHECK_OK(amp_cuda_unscale(dt, n, g, 0.5f, out, found));
-            CHECK(*found == 1.0f);
+            /* Never cleared by a clean tensor afterwards (the flag is not re-uploaded). */
+            nv_store(g.host.data(), dt, where[w], keep);
+            g.upload();
+            CHECK_OK(amp_cuda_unscale(dt, n, g.ptr, 0.5f, out.dev<float>(), found.dev<float>()));
+            CHECK(dev_sync());
+            CHECK(get_scalar(found) == 1.0f);
         }
-        CHECK(test_guard_intact(out, (size_t)n * 4));
-        cudaFree(g);
-        cudaFree(out);
-        cudaFree(found);
+        CHECK(out.guard_intact());
     }
     /* Clean: the flag is not written (any value stays). Input tested, not the product. */
-    float *g = (float *)test_dev_alloc(3 * 4), *out = (float *)test_dev_alloc(3 * 4),
-          *found = (float *)test_dev_alloc(4);
-    g[0] = 3e38f, g[1] = -1.0f, g[2] = 0.0f;
-    *found = 7.5f;
-    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g, 4.0f, out, found));
-    CHECK(*found == 7.5f && std::isinf(out[0]) && out[1] == -4.0f && out[2] == 0.0f);
-    g[2] = INFINITY;
-    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g, 1.0f, out, found));
-    CHECK(*found == 1.0f && std::isinf(out[2]));
-    cudaFree(g);
-    cudaFree(out);
-    cudaFree(found);
+    dev_buf g(3 * 4), out(3 * 4), found(4);
+    float *gh = g.h<float>();
+    const float *oh = out.h<float>();
+    gh[0] = 3e38f, gh[1] = -1.0f, gh[2] = 0.0f;
+    g.upload();
+    set_scalar(found, 7.5f);
+    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g.ptr, 4.0f, out.dev<float>(), found.dev<float>()));
+    CHECK(dev_sync());
+    out.download();
+    CHECK(get_scalar(found) == 7.5f && std::isinf(oh[0]) && oh[1] == -4.0f && oh[2] == 0.0f);
+    gh[2] = INFINITY;
+    g.upload();
+    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g.ptr, 1.0f, out.dev<float>(), found.dev<float>()));
+    CHECK(dev_sync());
+    out.download();
+    CHECK(get_scalar(found) == 1.0f && std::isinf(oh[2]));
 }
 
 static void test_unscale_in_place(void) {
     const int64_t n = 50001;
-    float *g = (float *)random_grads(AMP_F32, n, 5e4);
-    g[123] = NAN;
-    std::vector<float> copy(g, g + n);
-    float *found = (float *)test_dev_alloc(4);
-    *found = 0.0f;
-    CHECK_OK(amp_cuda_unscale(AMP_F32, n, g, 1.0f / 1024.0f, g, found));
-    CHECK(count_wrong(copy.data(), AMP_F32, n, 1.0f / 1024.0f, g) == 0 && *found == 1.0f);
-    CHECK(test_guard_intact(g, (size_t)n * 4));
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 100, g, 0.5f, g + 1, found), AMP_ERR_INVALID_ARG,
-                "out overlaps grad (f32)");
-    CHECK_FAILS(amp_cuda_unscale(AMP_BF16, 100, g, 0.5f, g, found), AMP_ERR_INVALID_ARG,
-                "out overlaps grad (bf16)");
-    cudaFree(g);
-    cudaFree(found);
+    dev_buf g = random_grads(AMP_F32, n, 5e4);
+    g.h<float>()[123] = NAN;
+    g.upload();
+    std::vector<float> copy(g.h<float>(), g.h<float>() + n);
+    dev_buf found(4);
+    set_scalar(found, 0.0f);
+    float *gd = g.dev<float>();
+    CHECK_OK(amp_cuda_unscale(AMP_F32, n, gd, 1.0f / 1024.0f, gd, found.dev<float>()));
+    CHECK(dev_sync());
+    g.download();
+    CHECK(count_wrong(copy.data(), AMP_F32, n, 1.0f / 1024.0f, g.h<float>()) == 0 &&
+          get_scalar(found) == 1.0f);
+    CHECK(g.guard_intact());
+    /* Rejected before any launch: the pointers are compared, not read. */
+    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 100, gd, 0.5f, gd + 1, found.dev<float>()),
+                AMP_ERR_INVALID_ARG, "out overlaps grad (f32)");
+    CHECK_FAILS(amp_cuda_unscale(AMP_BF16, 100, gd, 0.5f, gd, found.dev<float>()),
+                AMP_ERR_INVALID_ARG, "out overlaps grad (bf16)");
 }
 
 /* The kernels' order, written out: per-thread grid-stride sums, then in each block the warp
@@ -220,39 +240,42 @@ static void test_sum_squares(void) {
     const int64_t ns[] = {0, 1, 255, 256, 257, 70001, 1024 * 256 + 3001};
     for (amp_dtype dt : dts)
         for (int64_t n : ns) {
-            void *x = random_grads(dt, n, 100.0);
-            float *out = (float *)test_dev_alloc(4);
-            *out = -1.0f;
-            CHECK_OK(amp_cuda_sum_squares(dt, n, x, out));
-            CHECK(cudaDeviceSynchronize() == cudaSuccess);
-            float model = sum_squares_model(x, dt, n);
+            dev_buf x = random_grads(dt, n, 100.0);
+            dev_buf out(4);
+            set_scalar(out, -1.0f);
+            CHECK_OK(amp_cuda_sum_squares(dt, n, x.ptr, out.dev<float>()));
+            CHECK(dev_sync());
+            float got = get_scalar(out);
+            float model = sum_squares_model(x.host.data(), dt, n);
             long double ref = 0;
             for (int64_t i = 0; i < n; i++) {
-                long double v = nv_load(x, dt, i);
+                long double v = nv_load(x.host.data(), dt, i);
                 ref += v * v;
             }
-            CHECK_MSG(amp_f32_bits(*out) == amp_f32_bits(model),
+            CHECK_MSG(amp_f32_bits(got) == amp_f32_bits(model),
                       "sum_squares %s n=%lld: %.9g, order model %.9g",
-                      amp_dtype_name(dt), (long long)n, (double)*out, (double)model);
+                      amp_dtype_name(dt), (long long)n, (double)got, (double)model);
             double want = (double)ref;
-            CHECK_MSG(std::fabs(*out - want) <= 0x1p-24 * want * 1.0001 + 1e-37,
+            CHECK_MSG(std::fabs(got - want) <= 0x1p-24 * want * 1.0001 + 1e-37,
                       "sum_squares %s n=%lld: %.9g vs %.12g", amp_dtype_name(dt), (long long)n,
-                      (double)*out, want);
-            CHECK(test_guard_intact(out, 4));
+                      (double)got, want);
+            CHECK(out.guard_intact());
             int64_t want_blocks = n == 0 ? 1 : (n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024;
             CHECK(amp_cuda_sum_squares_blocks(n) == want_blocks);
-            cudaFree(x);
-            cudaFree(out);
         }
-    float *v = (float *)test_dev_alloc(4 * 4), *out = (float *)test_dev_alloc(4);
-    v[0] = 1.0f, v[1] = -INFINITY, v[2] = 2.0f, v[3] = 0.0f;
-    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v, out));
-    CHECK(std::isinf(*out) && *out > 0);
-    v[2] = NAN;
-    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v, out));
-    CHECK(std::isnan(*out));
-    cudaFree(v);
-    cudaFree(out);
+    dev_buf v(4 * 4), out(4);
+    float *vh = v.h<float>();
+    vh[0] = 1.0f, vh[1] = -INFINITY, vh[2] = 2.0f, vh[3] = 0.0f;
+    v.upload();
+    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v.dev<float>(), out.dev<float>()));
+    CHECK(dev_sync());
+    float got = get_scalar(out);
+    CHECK(std::isinf(got) && got > 0);
+    vh[2] = NAN;
+    v.upload();
+    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v.dev<float>(), out.dev<float>()));
+    CHECK(dev_sync());
+    CHECK(std::isnan(get_scalar(out)));
 }
 
 static void test_errors(void) {
