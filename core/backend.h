@@ -99,6 +99,9 @@ typedef struct amp_sgd_desc {
     bool nesterov, first_step;
     void *half_copy;      /* when set: half_copy[i] = (half_dtype) p[i] after the update, in the */
     amp_dtype half_dtype; /* same pass (the model's f16/bf16 weights next to f32 masters, O2) */
+    float grad_scale;     /* each gradient is multiplied by it as it is loaded: the loss scale's
+                             inverse, times a clipping coefficient (Apex's fused optimizers'
+                             `scale`); 0 or 1: the gradient as is */
 } amp_sgd_desc;
 
 /* Adam/AdamW exactly as torch.optim.Adam/AdamW (amsgrad=False), step t >= 1:
@@ -111,6 +114,7 @@ typedef struct amp_adam_desc {
     int64_t step;
     void *half_copy;      /* as in amp_sgd_desc */
     amp_dtype half_dtype;
+    float grad_scale;     /* as in amp_sgd_desc */
 } amp_adam_desc;
 
 typedef struct amp_backend {
@@ -126,6 +130,10 @@ typedef struct amp_backend {
     amp_status (*copy_to_host)(void *host, const void *src, size_t nbytes);
     amp_status (*copy_from_host)(void *dst, const void *host, size_t nbytes);
     amp_status (*sync)(void);
+    /* Bytes handed out by alloc and not freed, and their peak since the last reset (process-wide
+     * for the backend). */
+    void (*memory_stats)(size_t *in_use, size_t *peak);
+    void (*memory_reset_peak)(void);
 
     /* dst[i] = (dst_dt) src[i], round to nearest even, NaN stays NaN, overflow to inf. */
     amp_status (*cast)(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt, int64_t n);
@@ -188,7 +196,9 @@ typedef struct amp_backend {
     amp_status (*dropout_bwd)(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
                               float p, void *dx);
 
-    /* Optimizer updates of one f32 tensor of n elements; grad may be f32, f16 or bf16 (g_dt). */
+    /* Optimizer updates of one tensor of n elements; grad may be f32, f16 or bf16 (g_dt). param
+     * is the f32 parameter (or master). It may be NULL when half_copy is set: the half tensor is
+     * then the parameter itself (O3), widened, updated in f32 and rounded back in one pass. */
     amp_status (*sgd_update)(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
                              amp_dtype g_dt, float *momentum_buf);
     amp_status (*adam_update)(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
@@ -201,12 +211,19 @@ typedef struct amp_backend {
     amp_status (*unscale)(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale, float *out,
                           float *found_inf);
     amp_status (*sum_squares)(amp_dtype dt, int64_t n, const void *x, float *out);
+    /* The check of unscale alone, for steps that need no unscale pass (scale 1 without master
+     * weights, or O3, whose optimizer unscales as it loads): *found_inf = 1.0f when any x[i]
+     * (f32/f16/bf16) is inf or NaN; never cleared; nothing else written. */
+    amp_status (*nonfinite)(amp_dtype dt, int64_t n, const void *x, float *found_inf);
 } amp_backend;
 
 /* The argument checks of the unscale entry, shared by every backend (core/backend_check.c):
  * AMP_OK, or the error naming fn and the culprit. AMP_OK with n == 0 means nothing to do. */
 amp_status amp_backend_check_unscale(const char *fn, amp_dtype g_dt, int64_t n, const void *grad,
                                      float inv_scale, const float *out, const float *found_inf);
+/* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */
+amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
+                                       const float *found_inf);
 
 /* The CPU backend: always present. */
 const amp_backend *amp_backend_cpu(void);

@@ -45,7 +45,8 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     ctx->rng = (amp_rng_state){.seed = o.seed};
     ctx->grad_enabled = true;
     ctx->autocast.half = AMP_F16;
-    amp_arena_init(&ctx->host_arena, amp_host_alloc, free);
+    amp_arena_init(&ctx->host_arenas[0], amp_host_alloc, free);
+    amp_arena_init(&ctx->host_arenas[1], amp_host_alloc, free);
     amp_arena_init(&ctx->data_arena, be->alloc, be->free);
     if (o.n_threads > 0) omp_set_num_threads(o.n_threads);
     const char *trace = getenv("AMP_TRACE");
@@ -56,8 +57,9 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
 
 void amp_ctx_free(amp_ctx *ctx) {
     if (!ctx) return;
-    if (ctx->amp_free) ctx->amp_free(ctx->amp);
-    amp_arena_destroy(&ctx->host_arena);
+    if (ctx->amp_hooks) ctx->amp_hooks->free(ctx->amp);
+    amp_arena_destroy(&ctx->host_arenas[0]);
+    amp_arena_destroy(&ctx->host_arenas[1]);
     amp_arena_destroy(&ctx->data_arena);
     free(ctx->tape);
     free(ctx);
@@ -70,17 +72,19 @@ void amp_ctx_reset_step(amp_ctx *ctx) {
     if (!ctx) return;
     ctx->n_tape = 0;
     ctx->autocast.n_cache = 0;
-    amp_arena_reset(&ctx->host_arena);
+    ctx->step_gen++;
+    amp_arena_reset(&ctx->host_arenas[ctx->step_gen & 1]); /* the step before last's structs */
     amp_arena_reset(&ctx->data_arena);
 }
 
 size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak) {
-    if (peak) *peak = ctx->host_arena.peak + ctx->data_arena.peak;
-    return ctx->host_arena.in_use + ctx->data_arena.in_use;
+    const amp_arena *h = ctx->host_arenas;
+    if (peak) *peak = h[0].peak + h[1].peak + ctx->data_arena.peak;
+    return h[0].in_use + h[1].in_use + ctx->data_arena.in_use;
 }
 
 amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out) {
-    AMP_TRY(amp_arena_alloc(&ctx->host_arena, nbytes, out));
+    AMP_TRY(amp_arena_alloc(&ctx->host_arenas[ctx->step_gen & 1], nbytes, out));
     memset(*out, 0, nbytes);
     return AMP_OK;
 }
@@ -95,4 +99,17 @@ amp_status amp_ctx_tape_push(amp_ctx *ctx, struct amp_tape_node *node) {
     }
     ctx->tape[ctx->n_tape++] = node;
     return AMP_OK;
+}
+
+amp_status amp_ctx_memory(const amp_ctx *ctx, size_t *in_use, size_t *peak) {
+    AMP_CHECK_ARG(ctx);
+    if (!ctx->backend->memory_stats)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "amp_ctx_memory: backend %s does not count its memory",
+                        ctx->backend->name);
+    ctx->backend->memory_stats(in_use, peak);
+    return AMP_OK;
+}
+
+void amp_ctx_memory_reset_peak(amp_ctx *ctx) {
+    if (ctx && ctx->backend->memory_reset_peak) ctx->backend->memory_reset_peak();
 }

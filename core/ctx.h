@@ -29,7 +29,11 @@ typedef void (*amp_trace_fn)(void *user, const char *op, const amp_tensor *const
 
 struct amp_ctx {
     const amp_backend *backend;
-    amp_arena host_arena; /* tensor structs and tape nodes of the step */
+    /* Tensor structs and tape nodes of the step, in two arenas used in turn: the structs of the
+     * step just ended stay readable through the next one, so a tensor kept past amp_zero_grad is
+     * recognised as stale (its step_gen) instead of being read from reused memory. */
+    amp_arena host_arenas[2];
+    uint32_t step_gen; /* steps ended so far; host_arenas[step_gen & 1] is the current one */
     amp_arena data_arena; /* tensor data of the step, in backend memory */
     struct amp_tape_node **tape; /* nodes in execution order: a topological order */
     int n_tape, cap_tape;
@@ -38,9 +42,23 @@ struct amp_ctx {
     amp_autocast_state autocast;
     amp_trace_fn trace;
     void *trace_user;
-    void *amp;                      /* the amp layer's state after amp_initialize (amp/amp_state.h) */
-    void (*amp_free)(void *amp);
+    void *amp;                      /* the amp layer's state after amp_initialize (precision/amp_state.h) */
+    const struct amp_layer_hooks *amp_hooks; /* set with it; NULL without */
 };
+
+struct amp_optimizer;
+/* How the layers below reach the amp layer without including it (Apex patches optimizer.step and
+ * zero_grad the same way): optim/ and nn/ call these through ctx->amp_hooks when it is set. */
+typedef struct amp_layer_hooks {
+    /* amp_optimizer_step: *handled is set when the amp layer manages opt (it then ran amp_step). */
+    amp_status (*optimizer_step)(void *amp, struct amp_optimizer *opt, bool *handled);
+    /* After an optimizer's gradients were marked empty: drops the amp layer's per-step state of
+     * that optimizer (flags, sums of earlier backwards, a pending skip). */
+    void (*optimizer_zero_grad)(void *amp, struct amp_optimizer *opt);
+    /* A model or optimizer is being freed: the amp layer forgets it. */
+    void (*forget)(void *amp, const void *object);
+    void (*free)(void *amp); /* amp_ctx_free */
+} amp_layer_hooks;
 
 /* Memory for a step object (struct, node) that reset releases. Zero-filled. */
 amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out);

@@ -120,6 +120,7 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
     amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
     AMP_TRY(amp_arena_alloc(&ctx->data_arena, (size_t)numel * amp_dtype_size(dt), &t->data));
     t->flags = AMP_TENSOR_STEP;
+    t->step_gen = ctx->step_gen;
     *out = t;
     return AMP_OK;
 }
@@ -135,6 +136,13 @@ void amp_tensor_free(amp_tensor *t) {
     free(t);
 }
 
+amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_tensor *t) {
+    if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", who, arg);
+    if (!(t->flags & AMP_TENSOR_STEP) || t->step_gen == t->ctx->step_gen) return AMP_OK;
+    return amp_fail(AMP_ERR_STATE, "%s: %s was made in a step that has ended (amp_zero_grad or "
+                    "amp_ctx_reset_step released it); recompute it in this step", who, arg);
+}
+
 size_t amp_tensor_nbytes(const amp_tensor *t) { return (size_t)t->numel * amp_dtype_size(t->dtype); }
 
 static amp_status amp_nbytes_check(const char *who, const amp_tensor *t, size_t nbytes) {
@@ -145,21 +153,21 @@ static amp_status amp_nbytes_check(const char *who, const amp_tensor *t, size_t 
 }
 
 amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes) {
-    AMP_CHECK_ARG(t);
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
     return t->backend->copy_to_host(host, t->data, nbytes);
 }
 
 amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes) {
-    AMP_CHECK_ARG(t);
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
     return t->backend->copy_from_host(t->data, host, nbytes);
 }
 
 amp_status amp_tensor_item(const amp_tensor *t, float *out) {
-    AMP_CHECK_ARG(t);
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_CHECK_ARG(out);
     unsigned char raw[4]; /* element 0 only: a host copy and a widening, no kernel */
     AMP_TRY(t->backend->copy_to_host(raw, t->data, amp_dtype_size(t->dtype)));

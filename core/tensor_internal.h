@@ -19,6 +19,9 @@ amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor
 /* A heap struct viewing `data` (not owned); freed with amp_tensor_free (data untouched). */
 amp_status amp_tensor_view(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, void *data,
                            amp_tensor **out);
+/* AMP_ERR_STATE naming `who` and `arg` when t is a step tensor of a step that has ended (its
+ * memory released by amp_ctx_reset_step); AMP_ERR_INVALID_ARG when t is NULL. */
+amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_tensor *t);
 /* Checks 1 <= ndim <= AMP_MAX_DIMS and every extent >= 1; writes the element count. */
 amp_status amp_shape_check(const char *who, int ndim, const int64_t *shape, int64_t *numel);
 /* "[128, 1, 28, 28]" into buf (for messages). */

@@ -36,7 +36,11 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
         return AMP_OK;
     }
     amp_ctx *ctx = x->ctx;
+    /* A cast made with gradients off has no tape node: reused by a later forward that records,
+     * it would cut the parameter off from its gradient. So only recording casts are cached (a
+     * no-grad forward may still reuse them: same values). */
     bool cacheable = ctx->autocast.enabled && x->requires_grad && !x->node;
+    bool cache_new = cacheable && ctx->grad_enabled;
     amp_tensor **hit = cacheable ? amp_cast_cache_find(ctx, x, dt) : NULL;
     if (hit) {
         *out = *hit;
@@ -48,7 +52,7 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
     amp_autocast_state *ac = &ctx->autocast;
-    if (cacheable && ac->n_cache < AMP_CAST_CACHE_MAX)
+    if (cache_new && ac->n_cache < AMP_CAST_CACHE_MAX)
         ac->cache[ac->n_cache++] = (amp_cast_cache_entry){.src = x, .cast = y};
     *out = y;
     return AMP_OK;

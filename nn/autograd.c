@@ -69,22 +69,24 @@ amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha
     return AMP_OK;
 }
 
-amp_status amp_autograd_backward(amp_tensor *loss, float seed_value) {
-    AMP_CHECK_ARG(loss);
+amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph) {
+    AMP_TRY(amp_tensor_check_live("amp_backward", "loss", loss));
     if (loss->numel != 1)
         return amp_fail(AMP_ERR_SHAPE, "amp_backward: loss has %lld elements, want 1 (reduce it first)",
                         (long long)loss->numel);
-    if (loss->requires_grad && !loss->node && loss->grad_written)
+    if (loss->requires_grad && !loss->node && (loss->flags & AMP_TENSOR_STEP))
         return amp_fail(AMP_ERR_STATE, "amp_backward: the graph of this loss was released by an "
-                                       "earlier amp_backward (backward twice)");
+                                       "earlier amp_backward (backward twice: pass retain_graph "
+                                       "to the first to keep it)");
     if (!loss->requires_grad || !loss->node)
         return amp_fail(AMP_ERR_STATE, "amp_backward: loss does not require grad (no parameter or "
                                        "input that requires grad reached it, or grads are disabled)");
     amp_ctx *ctx = loss->ctx;
-    amp_tensor *seed;
+    /* Gradients of intermediate tensors belong to one backward: a retained graph's earlier
+     * backward must not leak into this one. Leaves (parameters) keep accumulating. */
+    for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->grad_written = false;
     AMP_TRY(amp_grad_ensure(loss));
-    seed = loss->grad;
-    AMP_TRY(AMP_BE(loss->backend, fill, seed->data, seed->dtype, 1, seed_value));
+    AMP_TRY(AMP_BE(loss->backend, fill, loss->grad->data, loss->grad->dtype, 1, seed_value));
     loss->grad_written = true;
     amp_status s = AMP_OK;
     for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {
@@ -93,6 +95,7 @@ amp_status amp_autograd_backward(amp_tensor *loss, float seed_value) {
         s = n->backward(n, n->out->grad);
         if (s != AMP_OK) s = amp_fail_context(s, "backward of %s", n->op);
     }
+    if (retain_graph) return s;
     for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->node = NULL;
     ctx->n_tape = 0; /* a second backward through the same graph is an error, as in PyTorch */
     ctx->autocast.n_cache = 0; /* cached casts belonged to that graph */
@@ -131,7 +134,7 @@ amp_status amp_tensor_get_grad(const amp_tensor *t, amp_tensor **out) {
 }
 
 amp_status amp_check_tensor(const char *op, const char *arg, const amp_tensor *t, int ndim) {
-    if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", op, arg);
+    AMP_TRY(amp_tensor_check_live(op, arg, t));
     if (ndim > 0 && t->ndim != ndim) {
         char b[64];
         return amp_fail(AMP_ERR_SHAPE, "%s: %s has shape %s, want %d dimensions", op, arg,

@@ -32,8 +32,9 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
                       amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
 
 /* Back-propagates from a one-element loss whose gradient is seed_value (1, or the loss scale),
- * then clears the tape. amp_backward (amp layer) calls it. */
-amp_status amp_autograd_backward(amp_tensor *loss, float seed_value);
+ * then clears the tape unless retain_graph (PyTorch's: a second loss of the same forward can then
+ * be back-propagated). amp_backward (amp layer) calls it. */
+amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph);
 
 /* Where one gradient contribution for `t` goes. buf is NULL when t needs no gradient. */
 typedef struct amp_grad_sink {

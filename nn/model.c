@@ -93,6 +93,7 @@ amp_status amp_model_build(amp_model *m) {
 
 void amp_model_free(amp_model *m) {
     if (!m) return;
+    if (m->ctx->amp_hooks) m->ctx->amp_hooks->forget(m->ctx->amp, m);
     const amp_backend *be = m->ctx->backend;
     for (int i = 0; i < m->n_params; i++) amp_tensor_free(m->params[i].t);
     for (int i = 0; i < m->n_buffers; i++) amp_tensor_free(m->buffers[i].t);

@@ -28,64 +28,123 @@ void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype
     m->out_dtype = out_dtype;
 }
 
-/* Re-homes list[0..n) into a new block in dtypes dts[]; with grads, their gradients too. The
- * values are converted first and the tensors rebound only when every conversion worked, so a
- * failure leaves the model as it was. */
-static amp_status amp_recarve(amp_model *m, amp_named_tensor *list, int n, const amp_dtype *dts,
-                              void **block, void **grad_block) {
-    const amp_backend *be = m->ctx->backend;
+/* A list's new home: one block of values and, for parameters, one of zeroed gradients laid out
+ * the same way. Both NULL when the list is empty (nothing moves). */
+typedef struct amp_cast_block {
+    void *data, *grads;
+} amp_cast_block;
+
+static void amp_cast_block_free(const amp_backend *be, amp_cast_block *b) {
+    if (b->data) be->free(b->data);
+    if (b->grads) be->free(b->grads);
+    b->data = b->grads = NULL;
+}
+
+/* Allocates list[0..n)'s new block in dtypes dts[] (with a gradient block when with_grads) and
+ * converts the values into it; the tensors themselves are not touched. On failure nothing stays
+ * allocated. */
+static amp_status amp_cast_fill(const amp_backend *be, const amp_named_tensor *list, int n,
+                                const amp_dtype *dts, bool with_grads, amp_cast_block *out) {
+    *out = (amp_cast_block){0};
     size_t total = 0;
     for (int i = 0; i < n; i++) total += amp_aligned_bytes(list[i].t, dts[i]);
     if (total == 0) return AMP_OK;
-    void *nb = NULL, *ng = NULL;
-    amp_status s = be->alloc(total, &nb);
-    if (s == AMP_OK && grad_block) s = be->alloc(total, &ng);
-    if (s == AMP_OK && grad_block) s = be->memset_zero(ng, total);
+    amp_status s = be->alloc(total, &out->data);
+    if (s == AMP_OK && with_grads) s = be->alloc(total, &out->grads);
+    if (s == AMP_OK && with_grads) s = be->memset_zero(out->grads, total);
     for (size_t i = 0, off = 0; s == AMP_OK && i < (size_t)n; i++) {
         const amp_tensor *t = list[i].t;
-        s = AMP_BE(be, cast, (char *)nb + off, dts[i], t->data, t->dtype, t->numel);
+        s = AMP_BE(be, cast, (char *)out->data + off, dts[i], t->data, t->dtype, t->numel);
         off += amp_aligned_bytes(t, dts[i]);
     }
-    if (s != AMP_OK) {
-        if (nb) be->free(nb);
-        if (ng) be->free(ng);
-        return amp_fail_context(s, "amp_model_cast");
-    }
+    if (s != AMP_OK) amp_cast_block_free(be, out);
+    return s;
+}
+
+/* Points list[0..n) (and their gradients, with a gradient block) at the filled block b, then
+ * frees the old blocks. Cannot fail: it runs only once every new block is ready. */
+static void amp_cast_rebind(const amp_backend *be, amp_named_tensor *list, int n,
+                            const amp_dtype *dts, amp_cast_block *b, void **block,
+                            void **grad_block) {
+    if (!b->data) return; /* an empty list keeps its (empty) block */
     for (size_t i = 0, off = 0; i < (size_t)n; i++) {
         amp_tensor *t = list[i].t;
-        t->data = (char *)nb + off;
+        t->data = (char *)b->data + off;
         t->dtype = dts[i];
-        if (grad_block && t->grad) {
-            t->grad->data = (char *)ng + off;
+        if (b->grads && t->grad) {
+            t->grad->data = (char *)b->grads + off;
             t->grad->dtype = dts[i];
             t->grad_written = false;
         }
         off += amp_aligned_bytes(t, dts[i]);
     }
-    be->free(*block);
-    *block = nb;
+    if (*block) be->free(*block);
+    *block = b->data;
     if (grad_block) {
-        be->free(*grad_block);
-        *grad_block = ng;
+        if (*grad_block) be->free(*grad_block);
+        *grad_block = b->grads;
     }
-    return AMP_OK;
 }
 
-amp_status amp_model_cast(amp_model *m, amp_dtype half, bool keep_norm_f32) {
+/* All or nothing: both new homes (parameters with their gradients, then buffers) are allocated
+ * and filled before any tensor is rebound, so a failure in either (out of memory, a cast the
+ * backend refuses) frees what was made and leaves every tensor's data, dtype and gradient as it
+ * was; a half-cast model would have its parameters in one dtype and its buffers in another.
+ * Prepare and commit are apart so that several models can be cast all or nothing together. */
+amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f32,
+                                  amp_model_cast_plan *plan) {
     AMP_CHECK_ARG(m);
+    AMP_CHECK_ARG(plan);
+    *plan = (amp_model_cast_plan){0};
     if (half != AMP_F16 && half != AMP_BF16 && half != AMP_F32)
         return amp_fail(AMP_ERR_DTYPE, "amp_model_cast: target %s is not a float type",
                         amp_dtype_name(half));
     AMP_TRY(amp_model_build(m));
-    int n = m->n_params > m->n_buffers ? m->n_params : m->n_buffers;
+    const amp_backend *be = m->ctx->backend;
+    int n = m->n_params + m->n_buffers;
     amp_dtype *dts = malloc((size_t)(n ? n : 1) * sizeof *dts);
     if (!dts) return amp_fail(AMP_ERR_OOM, "amp_model_cast: out of memory");
+    amp_dtype *param_dts = dts, *buffer_dts = dts + m->n_params;
     for (int i = 0; i < m->n_params; i++)
-        dts[i] = keep_norm_f32 && amp_model_param_is_norm(m, i) ? AMP_F32 : half;
-    amp_status s = amp_recarve(m, m->params, m->n_params, dts, &m->param_block, &m->grad_block);
+        param_dts[i] = keep_norm_f32 && amp_model_param_is_norm(m, i) ? AMP_F32 : half;
     /* Every buffer today is a batch-norm running statistic. */
-    for (int i = 0; i < m->n_buffers; i++) dts[i] = keep_norm_f32 ? AMP_F32 : half;
-    if (s == AMP_OK) s = amp_recarve(m, m->buffers, m->n_buffers, dts, &m->buffer_block, NULL);
-    free(dts);
-    return s;
+    for (int i = 0; i < m->n_buffers; i++) buffer_dts[i] = keep_norm_f32 ? AMP_F32 : half;
+
+    amp_cast_block pb, bb = {0};
+    amp_status s = amp_cast_fill(be, m->params, m->n_params, param_dts, true, &pb);
+    if (s == AMP_OK) s = amp_cast_fill(be, m->buffers, m->n_buffers, buffer_dts, false, &bb);
+    if (s != AMP_OK) {
+        amp_cast_block_free(be, &pb);
+        free(dts);
+        return amp_fail_context(s, "amp_model_cast");
+    }
+    *plan = (amp_model_cast_plan){.dts = dts, .params = pb.data, .grads = pb.grads,
+                                  .buffers = bb.data};
+    return AMP_OK;
+}
+
+void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan) {
+    const amp_backend *be = m->ctx->backend;
+    amp_cast_block pb = {plan->params, plan->grads}, bb = {plan->buffers, NULL};
+    amp_cast_rebind(be, m->params, m->n_params, plan->dts, &pb, &m->param_block, &m->grad_block);
+    amp_cast_rebind(be, m->buffers, m->n_buffers, plan->dts + m->n_params, &bb, &m->buffer_block,
+                    NULL);
+    free(plan->dts);
+    *plan = (amp_model_cast_plan){0};
+}
+
+void amp_model_cast_abort(amp_model *m, amp_model_cast_plan *plan) {
+    const amp_backend *be = m->ctx->backend;
+    amp_cast_block pb = {plan->params, plan->grads}, bb = {plan->buffers, NULL};
+    amp_cast_block_free(be, &pb);
+    amp_cast_block_free(be, &bb);
+    free(plan->dts);
+    *plan = (amp_model_cast_plan){0};
+}
+
+amp_status amp_model_cast(amp_model *m, amp_dtype half, bool keep_norm_f32) {
+    amp_model_cast_plan plan;
+    AMP_TRY(amp_model_cast_prepare(m, half, keep_norm_f32, &plan));
+    amp_model_cast_commit(m, &plan);
+    return AMP_OK;
 }

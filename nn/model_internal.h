@@ -52,6 +52,17 @@ amp_status amp_model_add_buffer(amp_model *m, const char *layer, const char *wha
 /* Converts parameters and buffers to `half` (f16/bf16), except batch norm's when keep_norm_f32,
  * re-carving the blocks (nn/model_cast.c). Gradients follow their parameters' dtype. */
 amp_status amp_model_cast(amp_model *m, amp_dtype half, bool keep_norm_f32);
+/* The same in two halves: prepare allocates and fills the new blocks without touching the model
+ * (on failure nothing stays allocated); then exactly one of commit (rebinds, frees the old
+ * blocks; cannot fail) or abort (frees the new blocks). */
+typedef struct amp_model_cast_plan {
+    amp_dtype *dts; /* n_params then n_buffers */
+    void *params, *grads, *buffers;
+} amp_model_cast_plan;
+amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f32,
+                                  amp_model_cast_plan *plan);
+void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan);
+void amp_model_cast_abort(amp_model *m, amp_model_cast_plan *plan);
 /* Sets the boundary casts (AMP_I32: none). */
 void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype);
 /* Whether parameter i belongs to a normalisation layer. */

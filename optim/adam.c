@@ -1,4 +1,4 @@
-/* torch.optim.Adam and AdamW: options (PyTorch's defaults for zeros, then checked as torch
+/* torch.optim.Adam and AdamW: options (the header's shorthand resolved, then checked as torch
  * checks them) and the update of one parameter through its backend's adam_update. Each
  * parameter counts its own steps (torch's state['step']): one without a gradient on some step
  * does not advance, and its bias corrections use its own count. */
@@ -8,25 +8,40 @@
 #include "core/log.h"
 #include "optim/optimizer_internal.h"
 
-/* torch.optim.Adam's defaults: lr=1e-3, betas=(0.9, 0.999), eps=1e-8. */
+/* torch.optim.Adam's defaults: lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0. */
 #define AMP_ADAM_DEFAULT_LR 1e-3f
 #define AMP_ADAM_DEFAULT_BETA1 0.9f
 #define AMP_ADAM_DEFAULT_BETA2 0.999f
 #define AMP_ADAM_DEFAULT_EPS 1e-8f
 
-static amp_adam_opts amp_adam_fill_defaults(const amp_adam_opts *in) {
+amp_adam_opts amp_adam_defaults(void) {
+    return (amp_adam_opts){.lr = AMP_ADAM_DEFAULT_LR,
+                           .beta1 = AMP_ADAM_DEFAULT_BETA1,
+                           .beta2 = AMP_ADAM_DEFAULT_BETA2,
+                           .eps = AMP_ADAM_DEFAULT_EPS,
+                           .exact = true};
+}
+
+/* The shorthand of a zero-initialised struct: its zeros are the defaults. The result is exact,
+ * so that options read back from the optimizer mean what it runs with. */
+static amp_adam_opts amp_adam_resolve(const amp_adam_opts *in) {
     amp_adam_opts o = *in;
-    if (o.lr == 0.0f) o.lr = AMP_ADAM_DEFAULT_LR;
-    if (o.beta1 == 0.0f) o.beta1 = AMP_ADAM_DEFAULT_BETA1;
-    if (o.beta2 == 0.0f) o.beta2 = AMP_ADAM_DEFAULT_BETA2;
-    if (o.eps == 0.0f) o.eps = AMP_ADAM_DEFAULT_EPS;
+    if (!o.exact) {
+        if (o.lr == 0.0f) o.lr = AMP_ADAM_DEFAULT_LR;
+        if (o.beta1 == 0.0f) o.beta1 = AMP_ADAM_DEFAULT_BETA1;
+        if (o.beta2 == 0.0f) o.beta2 = AMP_ADAM_DEFAULT_BETA2;
+        if (o.eps == 0.0f) o.eps = AMP_ADAM_DEFAULT_EPS;
+        o.exact = true;
+    }
     return o;
 }
 
+/* torch.optim.Adam's checks (lr >= 0, eps >= 0, 0 <= beta < 1, weight_decay >= 0), and finite:
+ * torch lets a NaN through its comparisons, which would only poison every parameter. */
 static amp_status amp_adam_check_opts(const amp_adam_opts *o) {
     const char *who = "amp_adam_create";
-    if (!(o->lr > 0.0f) || !isfinite(o->lr))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.lr = %g must be > 0 and finite", who,
+    if (!(o->lr >= 0.0f) || !isfinite(o->lr))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.lr = %g must be >= 0 and finite", who,
                         (double)o->lr);
     if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.beta1 = %g must be in [0, 1)", who,
@@ -49,7 +64,7 @@ amp_status amp_adam_create_params(amp_tensor *const *params, const char *const *
     AMP_CHECK_ARG(out);
     *out = NULL;
     AMP_CHECK_ARG(opts);
-    amp_adam_opts o = amp_adam_fill_defaults(opts);
+    amp_adam_opts o = amp_adam_resolve(opts);
     AMP_TRY(amp_adam_check_opts(&o));
     AMP_TRY(amp_optimizer_create_common("amp_adam_create", AMP_OPTIM_ADAM, params, names, n, 2,
                                         out));
@@ -75,6 +90,7 @@ amp_status amp_adam_step_param(amp_optimizer *opt, int i) {
         .step = step,
         .half_copy = t.half_copy,
         .half_dtype = t.half_dtype,
+        .grad_scale = t.grad_scale,
     };
     float *m = opt->state[i * 2]->data, *v = opt->state[i * 2 + 1]->data;
     AMP_TRY(opt->backend->adam_update(&d, opt->params[i]->numel, t.param, t.grad, t.grad_dtype,

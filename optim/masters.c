@@ -14,11 +14,10 @@
  * few hundred floats) but break the moment the amp layer or a checkpoint load replaces the
  * parameter's storage.
  *
- * O3 (not persistent): Apex has no master weights and torch.optim updates the half parameters
- * themselves. Here the f32 block is per-step scratch: the half parameter is widened into it
- * (exact), updated in f32 with the same fused kernel, and rounded back in the same pass, which
- * is one rounding per step where torch's half ops round after every op. The master-gradient
- * block is used in both modes: the amp layer unscales into f32 before any update. */
+ * O3 has no master weights here, as in Apex, where torch.optim updates the half parameters
+ * themselves: the update kernel widens each chunk of a half parameter, updates it in f32 and
+ * rounds it back in the same pass (core/backend.h), which is one rounding per step where torch's
+ * half ops round after every op, and no f32 copy of the model exists at any time. */
 #include <string.h>
 
 #include "core/error.h"
@@ -27,7 +26,7 @@
 
 static bool amp_optim_is_half(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16; }
 
-amp_status amp_optimizer_make_masters(amp_optimizer *opt, bool persistent) {
+amp_status amp_optimizer_make_masters(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     if (opt->masters != AMP_OPTIM_MASTERS_NONE)
         return amp_fail(AMP_ERR_STATE, "%s: the optimizer has master weights already", __func__);
@@ -60,7 +59,7 @@ amp_status amp_optimizer_make_masters(amp_optimizer *opt, bool persistent) {
     opt->master_views = views;
     opt->master_grad_data = grad_data;
     opt->master_grads = grads;
-    opt->masters = persistent ? AMP_OPTIM_MASTERS_PERSISTENT : AMP_OPTIM_MASTERS_SCRATCH;
+    opt->masters = AMP_OPTIM_MASTERS_PERSISTENT;
     return AMP_OK;
 }
 
@@ -83,8 +82,7 @@ amp_tensor *amp_optimizer_master(const amp_optimizer *opt, int i) {
 }
 
 float *amp_optimizer_master_grad(amp_optimizer *opt, int i) {
-    if (!opt || opt->masters == AMP_OPTIM_MASTERS_NONE || i < 0 || i >= opt->n_params)
-        return NULL;
+    if (!amp_optimizer_has_masters(opt) || i < 0 || i >= opt->n_params) return NULL;
     return opt->master_grads[i]->data;
 }
 
@@ -133,26 +131,31 @@ amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const ch
 
 amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t) {
     amp_tensor *p = opt->params[i];
-    *t = (amp_optim_target){.half_dtype = AMP_F32};
-    if (opt->masters == AMP_OPTIM_MASTERS_NONE) {
-        t->param = p->data;
+    *t = (amp_optim_target){.half_dtype = AMP_F32, .grad_scale = 1.0f};
+    if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT) {
+        t->grad = opt->master_grads[i]->data;
+        t->grad_dtype = AMP_F32;
+        t->param = opt->master_views[i]->data; /* an f32 parameter gets it in update_end */
+        if (amp_optim_is_half(p->dtype)) {
+            t->half_copy = p->data;
+            t->half_dtype = p->dtype;
+        }
+        return AMP_OK;
+    }
+    if (opt->grad_source && opt->grad_source[i]) {
+        t->grad = opt->grad_source[i];
+        t->grad_dtype = AMP_F32;
+    } else {
         t->grad = p->grad->data;
         t->grad_dtype = p->grad->dtype;
-        return AMP_OK;
+        if (amp_optim_is_half(t->grad_dtype)) t->grad_scale = opt->half_grad_scale;
     }
-    t->grad = opt->master_grads[i]->data;
-    t->grad_dtype = AMP_F32;
-    if (!amp_optim_is_half(p->dtype)) {
-        /* f32 parameter: O2 steps the master (copied back in update_end), O3 the parameter. */
-        t->param = opt->masters == AMP_OPTIM_MASTERS_PERSISTENT ? opt->master_views[i]->data
-                                                                : p->data;
-        return AMP_OK;
+    if (amp_optim_is_half(p->dtype)) { /* O3: the half parameter is the only copy */
+        t->half_copy = p->data;
+        t->half_dtype = p->dtype;
+    } else {
+        t->param = p->data;
     }
-    t->param = opt->master_views[i]->data;
-    t->half_copy = p->data;
-    t->half_dtype = p->dtype;
-    if (opt->masters == AMP_OPTIM_MASTERS_SCRATCH)
-        AMP_TRY(opt->backend->cast(t->param, AMP_F32, p->data, p->dtype, p->numel));
     return AMP_OK;
 }
 

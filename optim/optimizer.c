@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ctx.h"
 #include "core/error.h"
 #include "core/tensor_internal.h"
 #include "optim/optimizer_internal.h"
@@ -116,6 +117,7 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
     opt->backend = params[0]->backend;
     opt->n_params = n;
     opt->n_state = n_state;
+    opt->half_grad_scale = 1.0f;
     opt->params = malloc((size_t)n * sizeof *opt->params);
     opt->names = calloc((size_t)n, sizeof *opt->names);
     opt->has_state = calloc((size_t)n, sizeof *opt->has_state);
@@ -141,6 +143,7 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
 
 void amp_optimizer_free(amp_optimizer *opt) {
     if (!opt) return;
+    if (opt->ctx && opt->ctx->amp_hooks) opt->ctx->amp_hooks->forget(opt->ctx->amp, opt);
     amp_optimizer_free_views(opt, opt->n_state, opt->state_data, opt->state);
     amp_optimizer_free_views(opt, 1, opt->master_data, opt->master_views);
     amp_optimizer_free_views(opt, 1, opt->master_grad_data, opt->master_grads);
@@ -152,37 +155,46 @@ void amp_optimizer_free(amp_optimizer *opt) {
 }
 
 /* PyTorch steps a parameter only when its .grad is not None; here that is a gradient written
- * since the last amp_zero_grad. With master weights the gradient read is the master gradient,
- * which the amp layer fills for every parameter whose grad_written is set. */
+ * since the last amp_zero_grad. With master weights (or a grad_source) the gradient read is the
+ * amp layer's f32 one, which it fills for every parameter whose grad_written is set. */
 bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i) {
     const amp_tensor *p = opt->params[i];
-    if (opt->masters != AMP_OPTIM_MASTERS_NONE) return p->grad_written;
+    if (opt->masters != AMP_OPTIM_MASTERS_NONE || (opt->grad_source && opt->grad_source[i]))
+        return p->grad_written;
     return p->grad && p->grad_written;
 }
 
-/* Parameter i's own .grad, read when there are no master weights. */
+static bool amp_optim_is_float(amp_dtype dt) {
+    return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
+}
+
+/* Parameter i's own .grad, read when there are no master weights. An f16/bf16 parameter is
+ * updated in place through f32 (O3, or a half model without amp). */
 static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, int i, const char *label) {
     const amp_tensor *p = opt->params[i], *g = p->grad;
-    if (p->dtype != AMP_F32)
-        return amp_fail(AMP_ERR_DTYPE,
-                        "amp_optimizer_step: parameter %s is %s and the optimizer has no master "
-                        "weights (amp_optimizer_make_masters); without them it updates f32 "
-                        "parameters only",
-                        label, amp_dtype_name(p->dtype));
+    if (!amp_optim_is_float(p->dtype))
+        return amp_fail(AMP_ERR_DTYPE, "amp_optimizer_step: parameter %s is %s, want f32, f16 or "
+                        "bf16", label, amp_dtype_name(p->dtype));
+    if (!p->data)
+        return amp_fail(AMP_ERR_STATE, "amp_optimizer_step: parameter %s has no storage", label);
+    if (p->backend != opt->backend)
+        return amp_fail(AMP_ERR_STATE, "amp_optimizer_step: parameter %s left backend %s", label,
+                        opt->backend->name);
+    if (opt->grad_source && opt->grad_source[i]) return AMP_OK; /* the amp layer's f32 sums */
     if (g->numel != p->numel || !amp_same_shape(g, p)) {
         char ps[64], gs[64];
         return amp_fail(AMP_ERR_SHAPE, "amp_optimizer_step: parameter %s is %s, its grad %s",
                         label, amp_shape_str(p, ps, sizeof ps), amp_shape_str(g, gs, sizeof gs));
     }
-    if (g->dtype != AMP_F32 && g->dtype != AMP_F16 && g->dtype != AMP_BF16)
+    if (!amp_optim_is_float(g->dtype))
         return amp_fail(AMP_ERR_DTYPE, "amp_optimizer_step: parameter %s has a %s gradient",
                         label, amp_dtype_name(g->dtype));
     if (!g->data)
         return amp_fail(AMP_ERR_STATE, "amp_optimizer_step: parameter %s's grad has no storage",
                         label);
-    if (p->backend != opt->backend || g->backend != opt->backend)
+    if (g->backend != opt->backend)
         return amp_fail(AMP_ERR_STATE,
-                        "amp_optimizer_step: parameter %s or its grad left backend %s", label,
+                        "amp_optimizer_step: parameter %s's grad left backend %s", label,
                         opt->backend->name);
     return AMP_OK;
 }
@@ -199,7 +211,8 @@ static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
     } else {
         AMP_TRY(amp_optim_check_param_grad(opt, i, label));
     }
-    amp_dtype g_dt = masters ? AMP_F32 : opt->params[i]->grad->dtype;
+    bool f32_source = masters || (opt->grad_source && opt->grad_source[i]);
+    amp_dtype g_dt = f32_source ? AMP_F32 : opt->params[i]->grad->dtype;
     bool sgd = opt->kind == AMP_OPTIM_SGD;
     amp_be_op op = sgd ? AMP_BE_SGD : AMP_BE_ADAM;
     const char *entry = sgd ? "sgd_update" : "adam_update";
@@ -213,7 +226,7 @@ static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
                         "(parameter %s)",
                         opt->backend->name, entry, amp_dtype_name(g_dt), label);
     amp_dtype p_dt = opt->params[i]->dtype;
-    if (masters && p_dt != AMP_F32 && opt->backend->supports && !opt->backend->supports(op, p_dt))
+    if (p_dt != AMP_F32 && opt->backend->supports && !opt->backend->supports(op, p_dt))
         return amp_fail(AMP_ERR_UNSUPPORTED,
                         "amp_optimizer_step: backend %s's '%s' cannot write a %s copy "
                         "(parameter %s)",
@@ -221,7 +234,7 @@ static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
     return AMP_OK;
 }
 
-amp_status amp_optimizer_step(amp_optimizer *opt) {
+amp_status amp_optimizer_apply(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     for (int i = 0; i < opt->n_params; i++)
         if (amp_optimizer_param_stepped(opt, i)) AMP_TRY(amp_optim_check_grad(opt, i));
@@ -239,10 +252,34 @@ amp_status amp_optimizer_step(amp_optimizer *opt) {
     return AMP_OK;
 }
 
-amp_status amp_zero_grad(amp_optimizer *opt) {
+void amp_optimizer_step_done(amp_optimizer *opt) {
+    opt->grad_source = NULL;
+    opt->half_grad_scale = 1.0f;
+}
+
+amp_status amp_optimizer_step(amp_optimizer *opt) {
+    AMP_CHECK_ARG(opt);
+    /* After amp_initialize the gradients are scaled (or their unscaled copies are the master
+     * gradients): Apex patches optimizer.step so that the plain call does amp's step; so do we. */
+    if (opt->ctx->amp_hooks) {
+        bool handled = false;
+        amp_status s = opt->ctx->amp_hooks->optimizer_step(opt->ctx->amp, opt, &handled);
+        if (handled) return s;
+    }
+    return amp_optimizer_apply(opt);
+}
+
+amp_status amp_optimizer_zero_grad(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     /* No memset: the next backward overwrites a gradient whose grad_written is false. */
     for (int i = 0; i < opt->n_params; i++) opt->params[i]->grad_written = false;
+    amp_optimizer_step_done(opt);
+    if (opt->ctx->amp_hooks) opt->ctx->amp_hooks->optimizer_zero_grad(opt->ctx->amp, opt);
+    return AMP_OK;
+}
+
+amp_status amp_zero_grad(amp_optimizer *opt) {
+    AMP_TRY(amp_optimizer_zero_grad(opt));
     amp_ctx_reset_step(opt->ctx);
     return AMP_OK;
 }
@@ -254,9 +291,10 @@ float amp_optimizer_lr(const amp_optimizer *opt) {
 
 amp_status amp_optimizer_set_lr(amp_optimizer *opt, float lr) {
     AMP_CHECK_ARG(opt);
-    if (!(lr > 0.0f) || !isfinite(lr))
+    /* torch takes lr >= 0 (schedules start or end at 0); finite, as at creation. */
+    if (!(lr >= 0.0f) || !isfinite(lr))
         return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_optimizer_set_lr: lr = %g must be > 0 and finite", (double)lr);
+                        "amp_optimizer_set_lr: lr = %g must be >= 0 and finite", (double)lr);
     if (opt->kind == AMP_OPTIM_SGD) opt->sgd.lr = lr;
     else opt->adam.lr = lr;
     return AMP_OK;

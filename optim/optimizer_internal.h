@@ -21,9 +21,9 @@ typedef enum amp_optim_kind { AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM = 1 } amp_optim_
 
 /* Where the step's f32 values live (optim/masters.c says why each exists). */
 typedef enum amp_optim_masters {
-    AMP_OPTIM_MASTERS_NONE = 0,       /* f32 parameters updated in place from their .grad */
+    AMP_OPTIM_MASTERS_NONE = 0,       /* parameters updated in place (an f16/bf16 one through f32
+                                         chunks: O3, or no amp at all) */
     AMP_OPTIM_MASTERS_PERSISTENT = 1, /* O2: f32 masters are the weights; the model holds copies */
-    AMP_OPTIM_MASTERS_SCRATCH = 2,    /* O3: half parameters; the f32 block is per-step scratch */
 } amp_optim_masters;
 
 /* Fields are for the files of optim/; other modules use the functions below. */
@@ -48,6 +48,11 @@ struct amp_optimizer {
     void *master_grad_data;     /* one block behind every master-gradient view */
     amp_tensor **master_views;  /* n_params f32 views shaped like the parameters */
     amp_tensor **master_grads;  /* n_params f32 views */
+    /* Set by the amp layer for one step, cleared by amp_optimizer_step_done: */
+    float **grad_source;        /* NULL, or n_params f32 gradients read instead of .grad (the
+                                   sums of several backwards, each unscaled at once) */
+    float half_grad_scale;      /* multiplies an f16/bf16 gradient read without masters (O3:
+                                   unscaled by the update as it loads it; 1 = as is) */
 };
 
 /* An optimizer over n f32 parameters (borrowed; they must outlive it), all on one backend.
@@ -80,34 +85,29 @@ void amp_optimizer_free_views(const amp_optimizer *opt, int per_param, void *blo
 /* ---- master weights (optim/masters.c), called by the amp layer ----
  *
  * amp_optimizer_make_masters: once, while every parameter is still f32 and before the amp layer
- * casts any of them to half. Allocates one f32 master block holding a copy of every parameter's
- * current values (full precision) and one zeroed f32 master-gradient block, each carved into
- * per-parameter views. From then on a step updates parameter i only when its grad_written is
- * set, and reads its gradient from amp_optimizer_master_grad(opt, i) (f32, written by the amp
- * layer's unscale pass), never from its .grad. The amp layer may then change a parameter's
- * dtype to f16/bf16 (its data pointing into a half block of the same shape); one left f32
- * (batch norm under keep_batchnorm_fp32) keeps working.
- *   persistent (Apex O2's master weights): the masters are the weights. A step updates the
- *     master and the f32 optimizer state and writes round-to-nearest-even of the new master into
- *     a half parameter in the same kernel pass; an f32 parameter gets a copy of its master.
- *   !persistent (Apex O3, no master weights): the f32 block is scratch. A step widens the half
- *     parameter into it, updates, and rounds back: one f32 update from the half value. An f32
- *     parameter is updated in place. Apex keeps O3's optimizer state in the parameter's dtype;
- *     here it stays f32 (one state layout for every level, and it is what the fused kernel
- *     reads), which only makes the state more precise.
+ * casts any of them to half (Apex O2's master weights). Allocates one f32 master block holding a
+ * copy of every parameter's current values (full precision) and one zeroed f32 master-gradient
+ * block, each carved into per-parameter views. From then on a step updates parameter i only when
+ * its grad_written is set, and reads its gradient from amp_optimizer_master_grad(opt, i) (f32,
+ * written by the amp layer's unscale pass), never from its .grad. The amp layer may then change
+ * a parameter's dtype to f16/bf16 (its data pointing into a half block of the same shape); one
+ * left f32 (batch norm under keep_batchnorm_fp32) keeps working. The masters are the weights: a
+ * step updates the master and the f32 optimizer state and writes round-to-nearest-even of the
+ * new master into a half parameter in the same kernel pass; an f32 parameter gets a copy of its
+ * master. (O3 has no masters: its half parameters are updated in place, see amp_optim_masters.)
  * AMP_ERR_STATE when masters exist already, AMP_ERR_DTYPE naming a parameter that is not f32. */
-amp_status amp_optimizer_make_masters(amp_optimizer *opt, bool persistent);
+amp_status amp_optimizer_make_masters(amp_optimizer *opt);
 /* Releases the masters and master gradients: the optimizer is back to stepping f32 parameters
  * from their .grad (a failed amp_initialize undoes make_masters with it). No-op without masters. */
 void amp_optimizer_drop_masters(amp_optimizer *opt);
-/* True once persistent masters exist (they belong in checkpoints); false for O3's scratch. */
+/* True once masters exist (they belong in checkpoints). */
 bool amp_optimizer_has_masters(const amp_optimizer *opt);
 /* Parameter i's f32 master: a writable view owned by the optimizer (a checkpoint load copies
  * into it, then calls amp_optimizer_masters_to_params). NULL without persistent masters or for
  * an index out of range. */
 amp_tensor *amp_optimizer_master(const amp_optimizer *opt, int i);
 /* Parameter i's f32 master gradient, numel of the parameter, 64-byte aligned, backend memory:
- * what the step reads. Present in both modes of make_masters; NULL before or out of range. */
+ * what the step reads. NULL without masters or out of range. */
 float *amp_optimizer_master_grad(amp_optimizer *opt, int i);
 /* Writes every parameter's data from its master: rounded to nearest even into a half parameter,
  * copied into an f32 one (after a checkpoint load into the masters, or to fill a freshly cast
@@ -116,11 +116,19 @@ amp_status amp_optimizer_masters_to_params(amp_optimizer *opt);
 
 /* ---- inside a step (optimizer.c, sgd.c, adam.c) ---- */
 
+/* The update of every parameter with a gradient, validated first (a bad parameter leaves every
+ * parameter and the state as they were). amp_optimizer_step calls it, or amp_step for an
+ * optimizer the amp layer manages. */
+amp_status amp_optimizer_apply(amp_optimizer *opt);
+/* Ends the amp layer's per-step settings (grad_source, half_grad_scale). */
+void amp_optimizer_step_done(amp_optimizer *opt);
+
 /* What one parameter's update kernel reads and writes. */
 typedef struct amp_optim_target {
-    float *param;       /* the f32 values updated in place */
+    float *param;       /* the f32 values updated in place; NULL: half_copy is the parameter */
     const void *grad;
     amp_dtype grad_dtype;
+    float grad_scale;   /* the desc's grad_scale */
     void *half_copy;    /* NULL, or the half parameter written in the same pass */
     amp_dtype half_dtype;
 } amp_optim_target;
@@ -130,7 +138,7 @@ bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i);
 /* Checks, before anything moves, what the master-weight path needs of parameter i (dtype,
  * shape, storage, backend entries); `label` names it. */
 amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const char *label);
-/* Sets up parameter i's target (O3: widens the half parameter into its scratch master). */
+/* Sets up parameter i's target. */
 amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t);
 /* After the kernel: copies an f32 parameter's new master into it (O2). */
 amp_status amp_optimizer_update_end(amp_optimizer *opt, int i);

@@ -1,39 +1,72 @@
-/* The amp layer's state, created by amp_initialize and hung on the context (ctx->amp), where
- * amp_backward finds it from the loss and amp_step from the optimizer's model. */
-#ifndef AMP_AMP_STATE_H
-#define AMP_AMP_STATE_H
+/* The amp layer's state, created by amp_initialize and hung on the context (ctx->amp, with the
+ * hooks through which optim/ and nn/ reach it), where amp_backward finds it from the loss and
+ * amp_step from the optimizer.
+ *
+ * Two ways to unscale, chosen once at amp_initialize:
+ *  - deferred (one loss, one optimizer: torch.amp.GradScaler's order): backward leaves the
+ *    gradients scaled; amp_unscale (or amp_clip_grad_norm, or amp_step) unscales them once, in one
+ *    pass that also checks for inf/NaN; amp_step decides, steps, then moves the scale;
+ *  - at each backward (several losses or several optimizers: Apex's order): every backward is
+ *    unscaled at once with the scale it used and summed into f32 per-parameter sums, its loss's
+ *    scaler is updated right away from its own overflow flag, and an overflow marks every
+ *    optimizer whose gradients it reached to skip its next step (Apex's patched step). */
+#ifndef AMP_PRECISION_AMP_STATE_H
+#define AMP_PRECISION_AMP_STATE_H
 
 #include "amp/mixed_precision.h"
-#include "amp/scaler.h"
 #include "core/ctx.h"
+#include "precision/scaler.h"
 
 #define AMP_MAX_LOSSES 16
+#define AMP_MAX_MODELS 8     /* Apex's lists are short: a GAN has two of each */
+#define AMP_MAX_OPTIMIZERS 8
+
+/* What the amp layer keeps per optimizer for the step in progress. */
+typedef struct amp_opt_state {
+    amp_optimizer *opt;
+    bool unscaled;     /* deferred: this step's gradients are unscaled (or checked) already */
+    bool skip;         /* at each backward: a backward of this step overflowed */
+    bool reached;      /* at each backward: the backward being flushed wrote a gradient here */
+    /* At each backward: per-parameter f32 sums of the unscaled gradients. With masters they are
+     * the master gradients; without, views into accum_block. */
+    void *accum_block;
+    float **accum;
+    bool *accum_has;   /* parameter i has a sum this step */
+} amp_opt_state;
 
 typedef struct amp_state {
     amp_options opts;
-    amp_model *model;
-    amp_optimizer *opt;
     amp_ctx *ctx;
-    bool masters;                 /* the optimizer reads f32 master gradients (O2, O3) */
+    amp_model *models[AMP_MAX_MODELS];
+    int n_models;
+    amp_opt_state opts_state[AMP_MAX_OPTIMIZERS];
+    int n_opts;
+    bool at_each_backward;        /* the second way above */
+    bool masters;                 /* O2: the optimizers keep f32 master weights */
     amp_scaler *scalers[AMP_MAX_LOSSES];
     float *found_inf;             /* backend scalars, one per loss: 1.0f after an inf/NaN */
     float used_scale[AMP_MAX_LOSSES]; /* the scale each loss's backward used this step */
     bool backward_seen[AMP_MAX_LOSSES];
-    bool unscaled;                /* this step's gradients are unscaled already */
-    /* num_losses > 1: each backward is unscaled at once (Apex) and summed here, per parameter.
-     * With masters the sum is the master gradients; without, this f32 block. */
-    void *accum_block;
-    float **accum;                /* n_params views (f32) */
-    bool *accum_has;              /* parameter i received a gradient this step */
+    int64_t nonfinite_skips;      /* steps skipped by skip_nonfinite alone (log rate limit) */
 } amp_state;
 
-/* amp/options.c */
+/* precision/options.c */
 amp_status amp_options_resolve(const amp_options *user, amp_options *out);
 void amp_options_log(const amp_options *o);
 
-/* The state of the optimizer's context, or AMP_ERR_STATE naming `who` when amp_initialize was not
- * called for it. */
-amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **out);
-void amp_state_free(void *state);
+/* precision/initialize.c: the state of the optimizer's context and the optimizer's entry in it,
+ * or AMP_ERR_STATE naming `who` when amp_initialize was not called for this optimizer. */
+amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **st,
+                        amp_opt_state **os);
+/* Drops an optimizer's per-step state (amp_zero_grad, and after each amp_step). */
+void amp_opt_state_reset(amp_state *st, amp_opt_state *os);
+
+/* precision/backward.c: the overflow flags of loss_id, read back and cleared. */
+amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);
+/* Whether an inf/NaN skips the step for loss_id: its scaler checks overflow, or skip_nonfinite. */
+bool amp_loss_checks(const amp_state *st, int loss_id);
+
+/* precision/step.c */
+amp_status amp_step_hook(void *amp, amp_optimizer *opt, bool *handled);
 
 #endif

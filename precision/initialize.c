@@ -1,13 +1,14 @@
 /* amp_initialize: resolves the options, creates f32 master weights before anything is cast,
- * casts the model (O2/O3), switches autocast on (O1), creates one loss scaler per loss. */
+ * casts the models (O2/O3), switches autocast on (O1), creates one loss scaler per loss, and
+ * hooks the amp layer into the context; amp_deinitialize undoes all of it. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/amp_state.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
+#include "precision/amp_state.h"
 
 static amp_dtype amp_half_dtype(amp_half_type h) { return h == AMP_HALF_BF16 ? AMP_BF16 : AMP_F16; }
 
@@ -15,26 +16,80 @@ static amp_dtype amp_cast_dtype(amp_cast_type c, amp_half_type h) {
     return c == AMP_CAST_HALF ? amp_half_dtype(h) : c == AMP_CAST_F32 ? AMP_F32 : AMP_I32;
 }
 
-void amp_state_free(void *p) {
+static void amp_opt_state_free(amp_state *st, amp_opt_state *os) {
+    if (os->accum_block) st->ctx->backend->free(os->accum_block);
+    free(os->accum);
+    free(os->accum_has);
+    *os = (amp_opt_state){0};
+}
+
+static void amp_state_free(void *p) {
     amp_state *st = p;
     if (!st) return;
     for (int i = 0; i < AMP_MAX_LOSSES; i++) amp_scaler_free(st->scalers[i]);
-    const amp_backend *be = st->ctx->backend;
-    if (st->found_inf) be->free(st->found_inf);
-    if (st->accum_block) be->free(st->accum_block);
-    free(st->accum);
-    free(st->accum_has);
+    for (int i = 0; i < st->n_opts; i++) amp_opt_state_free(st, &st->opts_state[i]);
+    if (st->found_inf) st->ctx->backend->free(st->found_inf);
     free(st);
 }
 
-amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **out) {
+static amp_opt_state *amp_opt_state_find(amp_state *st, const amp_optimizer *opt) {
+    for (int i = 0; st && i < st->n_opts; i++)
+        if (st->opts_state[i].opt == opt) return &st->opts_state[i];
+    return NULL;
+}
+
+amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **st_out,
+                        amp_opt_state **os_out) {
     if (!opt) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'opt' is NULL", who);
     amp_state *st = opt->ctx ? opt->ctx->amp : NULL;
-    if (!st || st->opt != opt)
+    amp_opt_state *os = amp_opt_state_find(st, opt);
+    if (!os)
         return amp_fail(AMP_ERR_STATE, "%s: amp_initialize was not called for this optimizer", who);
-    *out = st;
+    *st_out = st;
+    if (os_out) *os_out = os;
     return AMP_OK;
 }
+
+void amp_opt_state_reset(amp_state *st, amp_opt_state *os) {
+    os->unscaled = os->skip = os->reached = false;
+    if (os->accum_has) memset(os->accum_has, 0, (size_t)os->opt->n_params * sizeof *os->accum_has);
+    amp_optimizer_step_done(os->opt);
+    if (!st->at_each_backward) st->backward_seen[0] = false; /* one loss, one optimizer */
+}
+
+/* ---- the hooks through which optim/ and nn/ reach this layer (core/ctx.h) ---- */
+
+static void amp_hook_zero_grad(void *amp, amp_optimizer *opt) {
+    amp_state *st = amp;
+    amp_opt_state *os = amp_opt_state_find(st, opt);
+    if (!os) return;
+    amp_opt_state_reset(st, os);
+    /* A discarded backward's overflow must not skip the next clean step. */
+    if (!st->at_each_backward) (void)st->ctx->backend->memset_zero(st->found_inf, sizeof(float));
+}
+
+static void amp_hook_forget(void *amp, const void *object) {
+    amp_state *st = amp;
+    for (int i = 0; i < st->n_models; i++)
+        if (st->models[i] == object) {
+            st->models[i] = st->models[--st->n_models];
+            return;
+        }
+    amp_opt_state *os = amp_opt_state_find(st, object);
+    if (!os) return;
+    amp_opt_state_free(st, os);
+    *os = st->opts_state[--st->n_opts];
+    st->opts_state[st->n_opts] = (amp_opt_state){0};
+}
+
+static const amp_layer_hooks amp_hooks = {
+    .optimizer_step = amp_step_hook,
+    .optimizer_zero_grad = amp_hook_zero_grad,
+    .forget = amp_hook_forget,
+    .free = amp_state_free,
+};
+
+/* ---- creation ---- */
 
 static amp_status amp_state_create_scalers(amp_state *st) {
     const amp_options *o = &st->opts;
@@ -63,23 +118,25 @@ static amp_status amp_state_create_scalers(amp_state *st) {
     return be->memset_zero(st->found_inf, nbytes);
 }
 
-/* num_losses > 1 without masters: an f32 block that sums each loss's unscaled gradients. */
-static amp_status amp_state_create_accum(amp_state *st) {
-    amp_optimizer *opt = st->opt;
-    int n = opt->n_params;
-    st->accum = calloc((size_t)n, sizeof *st->accum);
-    st->accum_has = calloc((size_t)n, sizeof *st->accum_has);
-    if (!st->accum || !st->accum_has) return amp_fail(AMP_ERR_OOM, "amp_initialize: out of memory");
+/* At each backward: the f32 sums of one optimizer's parameters (the master gradients when there
+ * are masters, else one block of 64-byte aligned views; sizes and offsets in size_t). */
+static amp_status amp_opt_state_create_accum(amp_state *st, amp_opt_state *os) {
+    amp_optimizer *opt = os->opt;
+    size_t n = (size_t)opt->n_params;
+    os->accum = calloc(n, sizeof *os->accum);
+    os->accum_has = calloc(n, sizeof *os->accum_has);
+    if (!os->accum || !os->accum_has) return amp_fail(AMP_ERR_OOM, "amp_initialize: out of memory");
     if (st->masters) {
-        for (int i = 0; i < n; i++) st->accum[i] = amp_optimizer_master_grad(opt, i);
+        for (size_t i = 0; i < n; i++) os->accum[i] = amp_optimizer_master_grad(opt, (int)i);
         return AMP_OK;
     }
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += ((size_t)opt->params[i]->numel * 4 + 63) / 64 * 64;
-    AMP_TRY(st->ctx->backend->alloc(total ? total : 64, &st->accum_block));
-    for (int i = 0, off = 0; i < n; i++) {
-        st->accum[i] = (float *)((char *)st->accum_block + off);
-        off += (int)(((size_t)opt->params[i]->numel * 4 + 63) / 64 * 64);
+    for (size_t i = 0; i < n; i++) total += ((size_t)opt->params[i]->numel * 4 + 63) / 64 * 64;
+    AMP_TRY(st->ctx->backend->alloc(total ? total : 64, &os->accum_block));
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        os->accum[i] = (float *)((char *)os->accum_block + off);
+        off += ((size_t)opt->params[i]->numel * 4 + 63) / 64 * 64;
     }
     return AMP_OK;
 }
@@ -93,6 +150,119 @@ static amp_status amp_check_model_fp32(const amp_model *m) {
     return AMP_OK;
 }
 
+/* The lists Apex's amp.initialize takes: every model on one context, every optimizer over one of
+ * the models, no duplicates. */
+static amp_status amp_check_lists(amp_model *const *models, int n_models,
+                                  amp_optimizer *const *opts, int n_opts) {
+    const char *who = "amp_initialize";
+    AMP_CHECK_ARG(models);
+    AMP_CHECK_ARG(opts);
+    if (n_models < 1 || n_models > AMP_MAX_MODELS)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: %d models, want 1..%d", who, n_models,
+                        AMP_MAX_MODELS);
+    if (n_opts < 1 || n_opts > AMP_MAX_OPTIMIZERS)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: %d optimizers, want 1..%d", who, n_opts,
+                        AMP_MAX_OPTIMIZERS);
+    for (int i = 0; i < n_models; i++) {
+        if (!models[i]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: model #%d is NULL", who, i);
+        if (amp_model_ctx(models[i]) != amp_model_ctx(models[0]))
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: model #%d is on another context than model "
+                            "#0; every model of one amp_initialize shares one context", who, i);
+        for (int j = 0; j < i; j++)
+            if (models[j] == models[i])
+                return amp_fail(AMP_ERR_INVALID_ARG, "%s: model #%d is also #%d", who, i, j);
+    }
+    for (int i = 0; i < n_opts; i++) {
+        if (!opts[i]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: optimizer #%d is NULL", who, i);
+        bool found = false;
+        for (int k = 0; k < n_models; k++) found |= opts[i]->model == models[k];
+        if (!found)
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: optimizer #%d was not created for any of "
+                            "the models given", who, i);
+        for (int j = 0; j < i; j++)
+            if (opts[j] == opts[i])
+                return amp_fail(AMP_ERR_INVALID_ARG, "%s: optimizer #%d is also #%d", who, i, j);
+    }
+    return AMP_OK;
+}
+
+/* Everything that may fail before any model is touched. */
+static amp_status amp_state_build(amp_state *st, amp_optimizer *const *opts, int n_opts,
+                                  bool half_model) {
+    st->masters = half_model && st->opts.master_weights == AMP_OPT_TRUE;
+    for (int i = 0; i < n_opts; i++) {
+        st->opts_state[i].opt = opts[i];
+        st->n_opts = i + 1;
+        /* Masters first, from the f32 weights (Apex copies them from the already-cast model,
+         * which rounds them to half once for nothing). */
+        if (st->masters) AMP_TRY(amp_optimizer_make_masters(opts[i]));
+    }
+    AMP_TRY(amp_state_create_scalers(st));
+    st->at_each_backward = st->opts.num_losses > 1 || n_opts > 1;
+    for (int i = 0; st->at_each_backward && i < n_opts; i++)
+        AMP_TRY(amp_opt_state_create_accum(st, &st->opts_state[i]));
+    return AMP_OK;
+}
+
+/* Every model's new blocks are made before any model is rebound: a failure in the last one
+ * leaves all of them as they were. */
+static amp_status amp_models_cast(amp_state *st, amp_dtype to) {
+    bool keep_bn = st->opts.keep_batchnorm_fp32 == AMP_OPT_TRUE;
+    amp_model_cast_plan plans[AMP_MAX_MODELS];
+    for (int k = 0; k < st->n_models; k++) {
+        amp_status s = amp_model_cast_prepare(st->models[k], to, keep_bn, &plans[k]);
+        if (s == AMP_OK) continue;
+        for (int j = 0; j < k; j++) amp_model_cast_abort(st->models[j], &plans[j]);
+        return s;
+    }
+    for (int k = 0; k < st->n_models; k++) amp_model_cast_commit(st->models[k], &plans[k]);
+    return AMP_OK;
+}
+
+amp_status amp_initialize_multi(amp_model *const *models, int n_models,
+                                 amp_optimizer *const *opts, int n_opts,
+                                 const amp_options *options) {
+    AMP_CHECK_ARG(options);
+    AMP_TRY(amp_check_lists(models, n_models, opts, n_opts));
+    amp_ctx *ctx = amp_model_ctx(models[0]);
+    if (ctx->amp)
+        return amp_fail(AMP_ERR_STATE, "amp_initialize: called a second time for this context; "
+                        "call it once, after building the models and the optimizers (or "
+                        "amp_deinitialize first)");
+    amp_options o;
+    AMP_TRY(amp_options_resolve(options, &o));
+    for (int i = 0; i < n_models; i++) {
+        AMP_TRY(amp_model_build(models[i]));
+        AMP_TRY(amp_check_model_fp32(models[i]));
+    }
+    amp_state *st = calloc(1, sizeof *st);
+    if (!st) return amp_fail(AMP_ERR_OOM, "amp_initialize: out of memory");
+    *st = (amp_state){.opts = o, .ctx = ctx, .n_models = n_models};
+    for (int i = 0; i < n_models; i++) st->models[i] = models[i];
+    amp_dtype cast_to = amp_cast_dtype(o.cast_model_type, o.half_type);
+    bool half_model = cast_to == AMP_F16 || cast_to == AMP_BF16;
+    amp_status s = amp_state_build(st, opts, n_opts, half_model);
+    if (s == AMP_OK && half_model) s = amp_models_cast(st, cast_to);
+    if (s != AMP_OK) { /* every model and optimizer as it was */
+        for (int i = 0; st->masters && i < st->n_opts; i++)
+            amp_optimizer_drop_masters(st->opts_state[i].opt);
+        amp_state_free(st);
+        return s;
+    }
+    /* Apex: a cast model takes its inputs in its own type; cast_model_outputs applies at any
+     * level (its default is f32 for a cast model, none otherwise). */
+    for (int i = 0; i < n_models; i++)
+        amp_model_set_io_cast(models[i], half_model ? cast_to : AMP_I32,
+                              amp_cast_dtype(o.cast_model_outputs, o.half_type));
+    ctx->autocast.enabled = o.autocast == AMP_OPT_TRUE;
+    ctx->autocast.half = amp_half_dtype(o.half_type);
+    ctx->autocast.n_cache = 0;
+    ctx->amp = st;
+    ctx->amp_hooks = &amp_hooks;
+    amp_options_log(&o);
+    return AMP_OK;
+}
+
 amp_status amp_initialize_ex(amp_model *m, amp_optimizer *opt, const amp_options *opts) {
     AMP_CHECK_ARG(m);
     AMP_CHECK_ARG(opt);
@@ -100,45 +270,7 @@ amp_status amp_initialize_ex(amp_model *m, amp_optimizer *opt, const amp_options
     if (opt->model != m)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_initialize: the optimizer was not created for "
                         "this model");
-    amp_ctx *ctx = amp_model_ctx(m);
-    if (ctx->amp)
-        return amp_fail(AMP_ERR_STATE, "amp_initialize: called a second time for this model's "
-                        "context; call it once, after building the model and the optimizer");
-    amp_options o;
-    AMP_TRY(amp_options_resolve(opts, &o));
-    AMP_TRY(amp_model_build(m));
-    AMP_TRY(amp_check_model_fp32(m));
-    amp_state *st = calloc(1, sizeof *st);
-    if (!st) return amp_fail(AMP_ERR_OOM, "amp_initialize: out of memory");
-    *st = (amp_state){.opts = o, .model = m, .opt = opt, .ctx = ctx};
-    amp_dtype cast_to = amp_cast_dtype(o.cast_model_type, o.half_type);
-    bool half_model = cast_to == AMP_F16 || cast_to == AMP_BF16;
-    amp_status s = AMP_OK;
-    /* Masters first, from the f32 weights (Apex copies them from the already-cast model, which
-     * rounds them to half once for nothing). O3's "no master weights" still needs f32 scratch. */
-    if (half_model) {
-        s = amp_optimizer_make_masters(opt, o.master_weights == AMP_OPT_TRUE);
-        st->masters = s == AMP_OK;
-    }
-    if (s == AMP_OK) s = amp_state_create_scalers(st);
-    if (s == AMP_OK && o.num_losses > 1) s = amp_state_create_accum(st);
-    if (s == AMP_OK && half_model)
-        s = amp_model_cast(m, cast_to, o.keep_batchnorm_fp32 == AMP_OPT_TRUE);
-    if (s != AMP_OK) {
-        if (st->masters && opt->params[0]->dtype == AMP_F32) amp_optimizer_drop_masters(opt);
-        amp_state_free(st);
-        return s;
-    }
-    /* Apex: a cast model takes its inputs in its own type; cast_model_outputs applies at any
-     * level (its default is f32 for a cast model, none otherwise). */
-    amp_model_set_io_cast(m, half_model ? cast_to : AMP_I32,
-                          amp_cast_dtype(o.cast_model_outputs, o.half_type));
-    ctx->autocast.enabled = o.autocast == AMP_OPT_TRUE;
-    ctx->autocast.half = amp_half_dtype(o.half_type);
-    ctx->amp = st;
-    ctx->amp_free = amp_state_free;
-    amp_options_log(&o);
-    return AMP_OK;
+    return amp_initialize_multi(&m, 1, &opt, 1, opts);
 }
 
 amp_status amp_initialize(amp_model *m, amp_optimizer *opt, amp_opt_level level) {
@@ -146,10 +278,44 @@ amp_status amp_initialize(amp_model *m, amp_optimizer *opt, amp_opt_level level)
     return amp_initialize_ex(m, opt, &o);
 }
 
+/* ---- teardown ---- */
+
+/* A model back to f32: from its optimizer's masters when it has them (the exact values), else
+ * by widening its half values (exact for what they hold). */
+static amp_status amp_model_uncast(amp_state *st, amp_model *m) {
+    AMP_TRY(amp_model_cast(m, AMP_F32, false));
+    for (int i = 0; i < st->n_opts; i++) {
+        amp_optimizer *opt = st->opts_state[i].opt;
+        if (opt->model != m || !amp_optimizer_has_masters(opt)) continue;
+        AMP_TRY(amp_optimizer_masters_to_params(opt));
+        amp_optimizer_drop_masters(opt);
+    }
+    amp_model_set_io_cast(m, AMP_I32, AMP_I32);
+    return AMP_OK;
+}
+
+amp_status amp_deinitialize(amp_ctx *ctx) {
+    AMP_CHECK_ARG(ctx);
+    amp_state *st = ctx->amp;
+    if (!st) return amp_fail(AMP_ERR_STATE, "amp_deinitialize: amp_initialize was not called "
+                             "for this context");
+    if (amp_cast_dtype(st->opts.cast_model_type, st->opts.half_type) != AMP_I32)
+        for (int i = 0; i < st->n_models; i++) AMP_TRY(amp_model_uncast(st, st->models[i]));
+    else
+        for (int i = 0; i < st->n_models; i++) amp_model_set_io_cast(st->models[i], AMP_I32, AMP_I32);
+    for (int i = 0; i < st->n_opts; i++) amp_optimizer_step_done(st->opts_state[i].opt);
+    ctx->autocast.enabled = false;
+    ctx->autocast.n_cache = 0;
+    ctx->amp = NULL;
+    ctx->amp_hooks = NULL;
+    amp_state_free(st);
+    return AMP_OK;
+}
+
 amp_status amp_get_options(const amp_optimizer *opt, amp_options *out) {
     AMP_CHECK_ARG(out);
     amp_state *st;
-    AMP_TRY(amp_state_of(__func__, opt, &st));
+    AMP_TRY(amp_state_of(__func__, opt, &st, NULL));
     *out = st->opts;
     return AMP_OK;
 }

@@ -1,6 +1,6 @@
 /* Opt levels as data (Apex's O0-O3 presets, property for property), the resolution of overrides,
  * the consistency checks Apex makes in its Properties setters, and the options log block. */
-#include "amp/amp_state.h"
+#include "precision/amp_state.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -50,6 +50,8 @@ static void amp_fill_scaler_defaults(amp_options *o) {
     if (o->backoff_factor == 0.0f) o->backoff_factor = AMP_DEFAULT_BACKOFF;
     if (o->growth_interval == 0) o->growth_interval = AMP_DEFAULT_INTERVAL;
     if (o->hysteresis == 0) o->hysteresis = 1;
+    if (o->skip_nonfinite == AMP_OPT_DEFAULT || o->skip_nonfinite == AMP_OPT_NONE)
+        o->skip_nonfinite = o->opt_level == AMP_O0 ? AMP_OPT_FALSE : AMP_OPT_TRUE;
 }
 
 amp_options amp_options_for_level(amp_opt_level level) {
@@ -116,6 +118,7 @@ amp_status amp_options_resolve(const amp_options *user, amp_options *out) {
         {"autocast", (int)user->autocast, AMP_OPT_TRUE},
         {"keep_batchnorm_fp32", (int)user->keep_batchnorm_fp32, AMP_OPT_TRUE},
         {"master_weights", (int)user->master_weights, AMP_OPT_TRUE},
+        {"skip_nonfinite", (int)user->skip_nonfinite, AMP_OPT_TRUE},
     };
     for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++)
         if (enums[i].value < 0 || enums[i].value > enums[i].max)
@@ -138,6 +141,7 @@ amp_status amp_options_resolve(const amp_options *user, amp_options *out) {
     o.growth_interval = user->growth_interval;
     o.hysteresis = user->hysteresis;
     o.quiet = user->quiet;
+    o.skip_nonfinite = user->skip_nonfinite;
     /* bf16 has f32's exponent range: no scaling unless asked (torch.autocast bf16 needs no scaler). */
     if (user->loss_scale != 0.0f) o.loss_scale = user->loss_scale;
     else if (user->half_type == AMP_HALF_BF16) o.loss_scale = 1.0f;
@@ -172,10 +176,12 @@ void amp_options_log(const amp_options *o) {
             "  master_weights       : %s\n"
             "  loss_scale           : %s\n"
             "  min/max_loss_scale   : %g / %g\n"
-            "  num_losses           : %d",
+            "  num_losses           : %d\n"
+            "  skip_nonfinite       : %s",
             amp_level_briefs[o->opt_level], (int)o->opt_level,
             o->half_type == AMP_HALF_BF16 ? "bf16" : "f16",
             amp_cast_str(o->cast_model_type, o->half_type), amp_flag_str(o->autocast),
             amp_flag_str(o->keep_batchnorm_fp32), amp_flag_str(o->master_weights), scale,
-            (double)o->min_loss_scale, (double)o->max_loss_scale, o->num_losses);
+            (double)o->min_loss_scale, (double)o->max_loss_scale, o->num_losses,
+            amp_flag_str(o->skip_nonfinite));
 }

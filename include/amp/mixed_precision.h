@@ -59,12 +59,14 @@ typedef struct amp_options {
     float min_loss_scale;             /* dynamic only; 0: no floor */
     float max_loss_scale;             /* dynamic only; 0: 2^24 (Apex) */
     amp_cast_type cast_model_outputs; /* 0: f32 when the model is cast (Apex) */
-    int num_losses;                   /* 0: 1 */
+    int num_losses;                   /* 0: 1 (at most 16) */
     /* Dynamic scaler (0: PyTorch/Apex defaults 65536, 2.0, 0.5, 2000, 1). */
     float init_scale, growth_factor, backoff_factor;
     int growth_interval;
-    int hysteresis; /* overflows in a row before backing off (DeepSpeed's); each skips its step */
+    int hysteresis; /* overflows tolerated (each skips its step, keeping the scale) before the
+                       scale backs off; refilled when the scale grows (DeepSpeed's) */
     bool quiet;     /* no options block, no overflow lines (Apex's verbosity=0) */
+    amp_opt_flag skip_nonfinite; /* see above; AMP_OPT_DEFAULT: the level's */
 } amp_options;
 
 /* The resolved options of a level with no overrides (an unknown level gives O1's, Apex's default;
@@ -73,13 +75,36 @@ amp_options amp_options_for_level(amp_opt_level level);
 
 amp_status amp_initialize(amp_model *m, amp_optimizer *opt, amp_opt_level level);
 amp_status amp_initialize_ex(amp_model *m, amp_optimizer *opt, const amp_options *opts);
+/* Apex's amp.initialize([G, D], [optG, optD], num_losses=3): several models (all on one context)
+ * and optimizers (each over one of the models) under one set of options. With several losses or
+ * several optimizers each backward is unscaled right after it runs, with its own loss's scale,
+ * into f32 sums per parameter (Apex's order): its loss's scaler moves at once, and an overflow
+ * makes every optimizer the backward reached skip its next amp_step. On failure every model and
+ * optimizer is left as it was. */
+amp_status amp_initialize_multi(amp_model *const *models, int n_models,
+                                amp_optimizer *const *opts, int n_opts, const amp_options *options);
+/* Undoes amp_initialize for the context: cast models go back to f32 (from the masters where there
+ * are masters, so an O2 model gets its exact f32 weights back; else widened), the masters are
+ * released, autocast is off, the scalers are gone; optimizer state (momentum, Adam moments) stays.
+ * Models and optimizers may then be freed in any order, or amp_initialize called again. Freeing a
+ * model or optimizer under amp is also safe: the amp layer forgets it. */
+amp_status amp_deinitialize(amp_ctx *ctx);
 /* The options in force after amp_initialize (AMP_ERR_STATE before). */
 amp_status amp_get_options(const amp_optimizer *opt, amp_options *out);
 
 /* Backward of loss * (loss scale of loss_id); amp_backward uses loss 0. Without amp_initialize it
- * is plain backward. */
+ * is plain backward. The seed is formed in f32; a half loss is seeded with at most the largest
+ * power of two its dtype holds (2^15 for f16), and its gradients are unscaled by exactly the scale
+ * used. The graph is released afterwards unless retain_graph (PyTorch's), which lets a second loss
+ * of the same forward (a shared trunk, a GAN's generator loss through the discriminator) be
+ * back-propagated; gradients of parameters add up over backwards, as in PyTorch. */
+typedef struct amp_backward_opts {
+    int loss_id;
+    bool retain_graph;
+} amp_backward_opts;
 amp_status amp_backward(amp_tensor *loss);
 amp_status amp_backward_ex(amp_tensor *loss, int loss_id);
+amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts);
 /* Unscales every gradient in one pass and records whether one is inf/NaN; the next amp_step does
  * not unscale again. Call it before clipping. */
 amp_status amp_unscale(amp_optimizer *opt);
@@ -90,8 +115,10 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
 /* Unscale (unless done) + inf check; on overflow skips the step (parameters and optimizer state
  * untouched, step count not advanced) and backs the scale off, else steps the optimizer (masters
  * and half copies) and grows the scale after growth_interval clean steps. *stepped (may be NULL)
- * says which. amp_step_ex takes the loss_id whose scaler decides (every loss's gradients are
- * unscaled by the scale their backward used). */
+ * says which. The optimizer steps before the scaler moves: a failing step leaves parameters,
+ * optimizer state and scaler as they were. With several losses or optimizers each scaler moved
+ * at its backward already, and the step is skipped when a backward that reached this optimizer
+ * overflowed. amp_optimizer_step(opt) is the same call. */
 amp_status amp_step(amp_optimizer *opt, bool *stepped);
 
 /* The loss scaler's whole state, for checkpoints and schedules. */

@@ -12,34 +12,76 @@ extern "C" {
 
 typedef struct amp_optimizer amp_optimizer;
 
+/* Options, with torch.optim's ranges: lr >= 0, momentum >= 0, dampening any value (torch checks
+ * none), weight_decay >= 0, beta1 and beta2 in [0, 1), eps >= 0; every value must also be finite.
+ * A value out of range makes amp_*_create fail with AMP_ERR_INVALID_ARG and a message naming the
+ * field and its value ("opts.beta1 = 1 must be in [0, 1)").
+ *
+ * Two ways to fill them:
+ *   - exact (start from amp_sgd_defaults() / amp_adam_defaults(), which set .exact = true, then
+ *     change fields): every field is taken as written, zeros included, as torch.optim takes its
+ *     arguments. Adam betas = (0, 0.99), eps = 0, a learning rate of 0 are expressed this way.
+ *   - shorthand (.exact false, as in a compound literal that leaves it out):
+ *       Adam: a 0 in lr, beta1, beta2 or eps means PyTorch's default for that field (1e-3, 0.9,
+ *             0.999, 1e-8); weight_decay is taken as written.
+ *       SGD:  every field is taken as written, but lr = 0 is refused (a zero-initialised lr
+ *             would silently train nothing); the message says to set .exact = true or start
+ *             from amp_sgd_defaults().
+ * The optimizer keeps the resolved values with .exact = true, so options read back from it
+ * create the same optimizer again. amp_optimizer_set_lr takes any lr >= 0 whatever .exact was.
+ *
+ * Numerics with zeros, as torch's: lr = 0 leaves parameters bit for bit as they were (AdamW's
+ * decay factor is 1 - 0 * weight_decay = 1), except that adding a zero update may turn a -0
+ * into +0 and a NaN update stays NaN; the step still runs and advances momentum buffers, Adam's
+ * moments and step counts. beta1 = 0 makes exp_avg the gradient (bias correction 1 - 0^t = 1).
+ * eps = 0 where the second moment is 0 gives 0 / 0 = NaN in that element, as torch does. */
 typedef struct amp_sgd_opts {
-    float lr; /* > 0 */
-    float momentum, dampening, weight_decay; /* >= 0; torch.optim.SGD defaults are 0 */
+    float lr;                                /* >= 0; 0 needs .exact (see above) */
+    float momentum, dampening, weight_decay; /* torch.optim.SGD defaults are 0 */
     bool nesterov;                           /* needs momentum > 0 and dampening == 0 */
+    bool exact;                              /* fields taken as written (see above) */
 } amp_sgd_opts;
 
 typedef struct amp_adam_opts {
-    float lr;           /* 0 means PyTorch's default 1e-3 */
-    float beta1, beta2; /* 0 means 0.9 and 0.999; each must be in [0, 1) */
-    float eps;          /* 0 means 1e-8 */
-    float weight_decay; /* L2 added to the gradient (Adam) or decoupled (AdamW) */
+    float lr;           /* >= 0; without .exact, 0 means PyTorch's default 1e-3 */
+    float beta1, beta2; /* in [0, 1); without .exact, 0 means 0.9 and 0.999 */
+    float eps;          /* >= 0; without .exact, 0 means 1e-8 */
+    float weight_decay; /* L2 added to the gradient (Adam) or decoupled (AdamW); 0 is none */
     bool decoupled;     /* AdamW (torch.optim.AdamW; its default weight_decay 1e-2 is not applied
                            here: say it) */
+    bool exact;         /* fields taken as written (see above) */
 } amp_adam_opts;
+
+/* torch.optim.SGD's defaults (torch 2.x: lr 1e-3, momentum, dampening and weight_decay 0, no
+ * nesterov) with .exact = true. */
+amp_sgd_opts amp_sgd_defaults(void);
+/* torch.optim.Adam's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0) with
+ * .exact = true. For AdamW set .decoupled and .weight_decay (torch.optim.AdamW's is 1e-2). */
+amp_adam_opts amp_adam_defaults(void);
 
 amp_status amp_sgd_create(amp_model *m, const amp_sgd_opts *opts, amp_optimizer **out);
 amp_status amp_adam_create(amp_model *m, const amp_adam_opts *opts, amp_optimizer **out);
 void amp_optimizer_free(amp_optimizer *opt); /* NULL is a no-op */
 
-/* One update of every parameter from its .grad (or, after amp_initialize with a half model, from
- * its f32 master gradient) (a parameter whose grad was not written since the
- * last zero_grad is skipped, as PyTorch skips a None grad). */
+/* One update of every parameter from its .grad (a parameter whose grad was not written since the
+ * last zero_grad is skipped, as PyTorch skips a None grad). An f16/bf16 parameter is updated in
+ * f32 and rounded back in the same pass. After amp_initialize it is amp_step(opt, NULL): unscale,
+ * inf/NaN check, step or skip, new loss scale (Apex patches optimizer.step the same way). */
 amp_status amp_optimizer_step(amp_optimizer *opt);
 /* Marks every gradient empty (the next backward overwrites it) and releases the step's tensors
- * (amp_ctx_reset_step). */
+ * (amp_ctx_reset_step): tensors returned by ops are invalid afterwards. After amp_initialize it
+ * also drops the amp layer's per-step state of this optimizer (sums of earlier backwards, an
+ * overflow seen in them), so a discarded batch leaves no trace in the next step. */
 amp_status amp_zero_grad(amp_optimizer *opt);
+/* PyTorch's optimizer.zero_grad(): the gradients (and the amp state above) only; the step's
+ * tensors and the autograd graph stay. For several optimizers over one graph (a GAN: clear the
+ * discriminator's gradients between two backwards of the same forward). */
+amp_status amp_optimizer_zero_grad(amp_optimizer *opt);
 
 float amp_optimizer_lr(const amp_optimizer *opt);
+/* Sets the learning rate of the next steps (a scheduler's job): any finite lr >= 0, 0 included
+ * (a warm-up that starts at 0, a cosine schedule that ends at 0); a negative, NaN or infinite lr
+ * is AMP_ERR_INVALID_ARG and leaves the rate as it was. */
 amp_status amp_optimizer_set_lr(amp_optimizer *opt, float lr);
 int64_t amp_optimizer_step_count(const amp_optimizer *opt);
 amp_model *amp_optimizer_model(const amp_optimizer *opt);

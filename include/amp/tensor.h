@@ -47,6 +47,7 @@ typedef struct amp_tensor {
     bool requires_grad;
     bool grad_written; /* internal: grad holds a value this step (else the next write overwrites) */
     uint8_t flags;     /* internal: AMP_TENSOR_* ownership bits */
+    uint32_t step_gen; /* internal: the context's step a step tensor was made in */
     struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
 } amp_tensor;
 
@@ -60,10 +61,18 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out);
 void amp_ctx_free(amp_ctx *ctx); /* NULL is a no-op */
 amp_device amp_ctx_device(const amp_ctx *ctx);
 const char *amp_ctx_backend_name(const amp_ctx *ctx);
-/* Releases every step tensor and the autograd tape. Tensors returned by ops become invalid. */
+/* Releases every step tensor and the autograd tape. Tensors returned by ops become invalid: an
+ * op, amp_backward or a copy given one of them fails with AMP_ERR_STATE (at least until the step
+ * after the next; older ones may be overwritten by then, like any freed memory). */
 void amp_ctx_reset_step(amp_ctx *ctx);
 /* Bytes the step arena holds now and at most since creation. */
 size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak);
+/* Bytes of backend memory (parameters, gradients, master weights, optimizer state, step arenas,
+ * scratch) held now and at most since the last amp_ctx_memory_reset_peak, for the context's
+ * backend in this process (every context on it together; on CUDA the caching allocator's blocks
+ * in use, cached free blocks not counted). Either pointer may be NULL. */
+amp_status amp_ctx_memory(const amp_ctx *ctx, size_t *in_use, size_t *peak);
+void amp_ctx_memory_reset_peak(amp_ctx *ctx);
 
 /* Logs every op with its input and output dtypes and shapes, one line each, so a user can see
  * what ran in half; AMP_TRACE=1 in the environment turns it on for every new context. */

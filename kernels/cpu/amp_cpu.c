@@ -6,6 +6,9 @@
  * and only when an inf/NaN was seen. A flag that is already 1 is never cleared: one flag zeroed
  * at the start of a step covers every tensor of the step, as torch's found_inf does.
  *
+ * nonfinite is the same test without the writes, on the stored bits: a half is inf/NaN exactly
+ * when its exponent field is all ones, so it needs no widening.
+ *
  * The scaler's other pass, sum_squares, is a reduction: it lives in reduce_cpu.c and shares the
  * deterministic chunked driver of sum there. */
 #include <math.h>
@@ -53,6 +56,36 @@ amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float in
             in = out + i0;
         }
         bad |= unscale_f32_range(in, inv_scale, out + i0, len);
+    }
+    if (bad) *found_inf = 1.0f;
+    return AMP_OK;
+}
+
+/* 1 when one of the n elements is inf or NaN: an OR over the exponent test, which vectorises. */
+static uint32_t nonfinite_f32_range(const uint32_t *x, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
+    return bad;
+}
+
+static uint32_t nonfinite_half_range(const uint16_t *x, int64_t n, uint16_t exp_mask) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= (uint16_t)(x[i] & exp_mask) == exp_mask;
+    return bad;
+}
+
+amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf) {
+    AMP_TRY(amp_backend_check_nonfinite("amp_cpu_nonfinite", dt, n, x, found_inf));
+    if (n == 0) return AMP_OK;
+    int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
+    uint16_t exp_mask = dt == AMP_F16 ? 0x7c00u : 0x7f80u; /* f16: 5 exponent bits, bf16: 8 */
+    uint32_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        int64_t i0 = c * AMP_CPU_REDUCE_CHUNK;
+        int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
+        bad |= dt == AMP_F32 ? nonfinite_f32_range((const uint32_t *)x + i0, len)
+                             : nonfinite_half_range((const uint16_t *)x + i0, len, exp_mask);
     }
     if (bad) *found_inf = 1.0f;
     return AMP_OK;

@@ -18,6 +18,8 @@ static const amp_backend amp_cpu_backend = {
     .supports = amp_cpu_supports,
     .alloc = amp_cpu_alloc,
     .free = amp_cpu_free,
+    .memory_stats = amp_cpu_memory_stats,
+    .memory_reset_peak = amp_cpu_memory_reset_peak,
     .memset_zero = amp_cpu_memset_zero,
     .copy = amp_cpu_copy,
     .copy_to_host = amp_cpu_copy_host,
@@ -50,6 +52,7 @@ static const amp_backend amp_cpu_backend = {
     .adam_update = amp_cpu_adam_update,
     .unscale = amp_cpu_unscale,
     .sum_squares = amp_cpu_sum_squares,
+    .nonfinite = amp_cpu_nonfinite,
 };
 
 const amp_backend *amp_backend_cpu(void) { return &amp_cpu_backend; }

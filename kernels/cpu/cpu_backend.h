@@ -15,6 +15,8 @@
 
 amp_status amp_cpu_alloc(size_t nbytes, void **out);
 void amp_cpu_free(void *p);
+void amp_cpu_memory_stats(size_t *in_use, size_t *peak);
+void amp_cpu_memory_reset_peak(void);
 amp_status amp_cpu_memset_zero(void *p, size_t nbytes);
 amp_status amp_cpu_copy(void *dst, const void *src, size_t nbytes);
 amp_status amp_cpu_sync(void);
@@ -75,5 +77,6 @@ amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, 
 amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                            float *out, float *found_inf);
 amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
+amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
 
 #endif

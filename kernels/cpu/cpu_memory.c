@@ -10,6 +10,8 @@
  *    then patches NaN lanes to the core/half.h bits (the instructions keep and quieten payloads);
  *    the portable fallback is the core/half.h loop.
  * The x86 paths are chosen at run time by __builtin_cpu_supports, so one binary runs everywhere. */
+#include <malloc.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +35,27 @@
  * threads; f16 <-> bf16 goes through an f32 stack buffer of this size. */
 #define CAST_BLOCK 4096
 
+/* Bytes of backend memory held now and at most since the last reset (amp_ctx_memory): what a
+ * training step keeps in tensors, gradients, masters, optimizer state and step arenas, without
+ * the allocator's or the libraries' own overheads. Counted in usable bytes, which free() can ask
+ * for again (glibc's malloc_usable_size), so no header is needed. */
+static _Atomic size_t g_cpu_in_use, g_cpu_peak;
+
+static void amp_cpu_count(size_t add, size_t sub) {
+    if (sub) atomic_fetch_sub(&g_cpu_in_use, sub);
+    if (!add) return;
+    size_t now = atomic_fetch_add(&g_cpu_in_use, add) + add;
+    size_t peak = atomic_load(&g_cpu_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&g_cpu_peak, &peak, now)) {}
+}
+
+void amp_cpu_memory_stats(size_t *in_use, size_t *peak) {
+    if (in_use) *in_use = atomic_load(&g_cpu_in_use);
+    if (peak) *peak = atomic_load(&g_cpu_peak);
+}
+
+void amp_cpu_memory_reset_peak(void) { atomic_store(&g_cpu_peak, atomic_load(&g_cpu_in_use)); }
+
 amp_status amp_cpu_alloc(size_t nbytes, void **out) {
     AMP_CHECK_ARG(out);
     *out = NULL;
@@ -43,11 +66,14 @@ amp_status amp_cpu_alloc(size_t nbytes, void **out) {
     void *p = aligned_alloc(CPU_ALIGN, rounded);
     if (!p)
         return amp_fail(AMP_ERR_OOM, "amp_cpu_alloc: out of memory allocating %zu bytes", nbytes);
+    amp_cpu_count(malloc_usable_size(p), 0);
     *out = p;
     return AMP_OK;
 }
 
 void amp_cpu_free(void *p) {
+    if (!p) return;
+    amp_cpu_count(0, malloc_usable_size(p));
     free(p);
 }
 

@@ -1,13 +1,17 @@
 /* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h.
- * Parameters and state are f32; the gradient is f32, f16 or bf16, widened exactly on load. The
- * gradient dtype is chosen once per call, outside the element loop. Each element is independent,
+ * Parameters and state are f32; the gradient is f32, f16 or bf16, widened exactly on load and
+ * multiplied by grad_scale (the unscale, fused). The gradient dtype is chosen once per call,
+ * outside the element loop. Each element is independent,
  * so the result does not depend on the thread count.
  *
  * With a half copy (O2's model weights next to the f32 masters), each chunk of updated f32
  * values is rounded into the copy right after its update, while it is still in L1 (a chunk is
  * 16 KiB of f32), through the backend's cast (F16C / vectorised bf16, the bits of core/half.h):
- * one pass over the parameters instead of an update pass and a cast pass. */
+ * one pass over the parameters instead of an update pass and a cast pass. Without an f32
+ * parameter (O3: the half parameter is the only copy) each chunk is widened into a stack buffer
+ * first, so the update still runs in f32 with one rounding per step. */
 #include <assert.h>
+#include <math.h>
 #include <stddef.h>
 
 #include "core/error.h"
@@ -43,14 +47,17 @@ static inline float amp_ld_bf16(const void *g, int64_t i) {
 #define AMP_CPU_OPTIM_CHUNK 4096
 
 /* One range loop per gradient dtype, each with its load inlined. */
+/* One range loop per gradient dtype, each with its load inlined. Pointers start at the range's
+ * first element; gs multiplies each gradient as it is loaded (1: exact, the gradient as is). */
 #define AMP_SGD_RANGE(suffix)                                                                      \
-    AMP_OPTIM_CLONES static void amp_sgd_range_##suffix(const amp_sgd_coefs *cp, int64_t lo,     \
-                                                        int64_t hi, float *restrict param,         \
+    AMP_OPTIM_CLONES static void amp_sgd_range_##suffix(const amp_sgd_coefs *cp, float gs,       \
+                                                        int64_t n, float *restrict param,          \
                                                         const void *restrict grad,                 \
                                                         float *restrict buf) {                     \
         const amp_sgd_coefs c = *cp; /* a local copy: no store can alias it */                     \
-        for (int64_t i = lo; i < hi; i++)                                                          \
-            amp_sgd_update_elem(&c, param + i, amp_ld_##suffix(grad, i), buf ? buf + i : NULL);    \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            amp_sgd_update_elem(&c, param + i, amp_ld_##suffix(grad, i) * gs,                      \
+                                buf ? buf + i : NULL);                                             \
     }
 AMP_SGD_RANGE(f32)
 AMP_SGD_RANGE(f16)
@@ -58,11 +65,11 @@ AMP_SGD_RANGE(bf16)
 
 #define AMP_ADAM_RANGE(suffix)                                                                     \
     AMP_OPTIM_CLONES static void amp_adam_range_##suffix(                                        \
-        const amp_adam_coefs *cp, int64_t lo, int64_t hi, float *restrict param,                  \
+        const amp_adam_coefs *cp, float gs, int64_t n, float *restrict param,                     \
         const void *restrict grad, float *restrict m, float *restrict v) {                        \
         const amp_adam_coefs c = *cp; /* a local copy: no store can alias it */                    \
-        for (int64_t i = lo; i < hi; i++)                                                          \
-            amp_adam_update_elem(&c, param + i, amp_ld_##suffix(grad, i), m + i, v + i);          \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            amp_adam_update_elem(&c, param + i, amp_ld_##suffix(grad, i) * gs, m + i, v + i);     \
     }
 AMP_ADAM_RANGE(f32)
 AMP_ADAM_RANGE(f16)
@@ -85,14 +92,35 @@ static amp_status amp_optim_check_half_copy(const char *who, const void *half_co
                     amp_dtype_name(half_dt));
 }
 
-/* half[lo, hi) = round-to-nearest-even of param[lo, hi). A chunk is below AMP_CPU_PARALLEL_MIN,
- * so the cast runs on the calling thread. It cannot fail: its arguments were checked. */
-static inline void amp_optim_write_half(void *half, amp_dtype half_dt, const float *param,
-                                        int64_t lo, int64_t hi) {
-    if (!half) return;
-    amp_status s = amp_cpu_cast((uint16_t *)half + lo, half_dt, param + lo, AMP_F32, hi - lo);
+static amp_status amp_optim_check_grad_scale(const char *who, float gs) {
+    if (gs == 0.0f || (gs > 0.0f && isfinite(gs))) return AMP_OK;
+    return amp_fail(AMP_ERR_INVALID_ARG, "%s: grad_scale = %g, want a finite value > 0", who,
+                    (double)gs);
+}
+
+/* The f32 values one chunk updates: the parameter's own, or (no f32 parameter: O3's half model)
+ * the half values widened exactly into `local`. A chunk is below AMP_CPU_PARALLEL_MIN, so the
+ * casts run on the calling thread. They cannot fail: their arguments were checked. */
+static inline float *amp_optim_chunk_values(float *param, const void *half, amp_dtype half_dt,
+                                            int64_t lo, int64_t hi, float *local) {
+    if (param) return param + lo;
+    amp_status s = amp_cpu_cast(local, AMP_F32, (const uint16_t *)half + lo, half_dt, hi - lo);
     assert(s == AMP_OK);
     (void)s;
+    return local;
+}
+
+/* half[lo, hi) = round-to-nearest-even of the chunk's updated values. */
+static inline void amp_optim_write_half(void *half, amp_dtype half_dt, const float *values,
+                                        int64_t lo, int64_t hi) {
+    if (!half) return;
+    amp_status s = amp_cpu_cast((uint16_t *)half + lo, half_dt, values, AMP_F32, hi - lo);
+    assert(s == AMP_OK);
+    (void)s;
+}
+
+static inline const void *amp_optim_grad_at(const void *grad, amp_dtype g_dt, int64_t lo) {
+    return (const char *)grad + (size_t)lo * amp_dtype_size(g_dt);
 }
 
 amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
@@ -101,8 +129,11 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sgd_update: n = %lld", (long long)n);
     AMP_TRY(amp_optim_check_grad_dtype("amp_cpu_sgd_update", g_dt));
     AMP_TRY(amp_optim_check_half_copy("amp_cpu_sgd_update", d->half_copy, d->half_dtype));
+    AMP_TRY(amp_optim_check_grad_scale("amp_cpu_sgd_update", d->grad_scale));
     if (n == 0) return AMP_OK;
-    AMP_CHECK_ARG(param);
+    if (!param && !d->half_copy)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sgd_update: no parameter (param and "
+                        "half_copy are both NULL)");
     AMP_CHECK_ARG(grad);
     if (d->momentum != 0.0f && !momentum_buf)
         return amp_fail(AMP_ERR_INVALID_ARG,
@@ -111,17 +142,20 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
     amp_sgd_coefs c = amp_sgd_coefs_make(d->lr, d->momentum, d->dampening, d->weight_decay,
                                          d->nesterov, d->first_step);
     float *buf = d->momentum != 0.0f ? momentum_buf : NULL;
-    void (*range)(const amp_sgd_coefs *, int64_t, int64_t, float *, const void *, float *) =
+    void (*range)(const amp_sgd_coefs *, float, int64_t, float *, const void *, float *) =
         g_dt == AMP_F16    ? amp_sgd_range_f16
         : g_dt == AMP_BF16 ? amp_sgd_range_bf16
                            : amp_sgd_range_f32;
     void *half = d->half_copy;
     amp_dtype half_dt = d->half_dtype;
+    float gs = d->grad_scale == 0.0f ? 1.0f : d->grad_scale;
 #pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
     for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK) {
         int64_t hi = amp_optim_chunk_end(lo, n);
-        range(&c, lo, hi, param, grad, buf);
-        amp_optim_write_half(half, half_dt, param, lo, hi);
+        float local[AMP_CPU_OPTIM_CHUNK];
+        float *p = amp_optim_chunk_values(param, half, half_dt, lo, hi, local);
+        range(&c, gs, hi - lo, p, amp_optim_grad_at(grad, g_dt, lo), buf ? buf + lo : NULL);
+        amp_optim_write_half(half, half_dt, p, lo, hi);
     }
     return AMP_OK;
 }
@@ -135,24 +169,31 @@ amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, 
                         (long long)d->step);
     AMP_TRY(amp_optim_check_grad_dtype("amp_cpu_adam_update", g_dt));
     AMP_TRY(amp_optim_check_half_copy("amp_cpu_adam_update", d->half_copy, d->half_dtype));
+    AMP_TRY(amp_optim_check_grad_scale("amp_cpu_adam_update", d->grad_scale));
     if (n == 0) return AMP_OK;
-    AMP_CHECK_ARG(param);
+    if (!param && !d->half_copy)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_adam_update: no parameter (param and "
+                        "half_copy are both NULL)");
     AMP_CHECK_ARG(grad);
     AMP_CHECK_ARG(exp_avg);
     AMP_CHECK_ARG(exp_avg_sq);
     amp_adam_coefs c = amp_adam_coefs_make(d->lr, d->beta1, d->beta2, d->eps, d->weight_decay,
                                            d->decoupled, d->step);
-    void (*range)(const amp_adam_coefs *, int64_t, int64_t, float *, const void *, float *,
+    void (*range)(const amp_adam_coefs *, float, int64_t, float *, const void *, float *,
                   float *) = g_dt == AMP_F16    ? amp_adam_range_f16
                              : g_dt == AMP_BF16 ? amp_adam_range_bf16
                                                 : amp_adam_range_f32;
     void *half = d->half_copy;
     amp_dtype half_dt = d->half_dtype;
+    float gs = d->grad_scale == 0.0f ? 1.0f : d->grad_scale;
 #pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
     for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK) {
         int64_t hi = amp_optim_chunk_end(lo, n);
-        range(&c, lo, hi, param, grad, exp_avg, exp_avg_sq);
-        amp_optim_write_half(half, half_dt, param, lo, hi);
+        float local[AMP_CPU_OPTIM_CHUNK];
+        float *p = amp_optim_chunk_values(param, half, half_dt, lo, hi, local);
+        range(&c, gs, hi - lo, p, amp_optim_grad_at(grad, g_dt, lo), exp_avg + lo,
+              exp_avg_sq + lo);
+        amp_optim_write_half(half, half_dt, p, lo, hi);
     }
     return AMP_OK;
 }

@@ -44,7 +44,7 @@ typedef struct block {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *g_free[N_CLASSES];
 static block *g_live[N_LIVE_BUCKETS];
-static size_t g_in_use, g_cached;
+static size_t g_in_use, g_cached, g_peak;
 
 /* The class of a request and its rounded size; false when the size cannot be rounded. */
 static bool size_class(size_t nbytes, int *cls, size_t *rounded) {
@@ -126,6 +126,7 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
     b->next = g_live[h];
     g_live[h] = b;
     g_in_use += b->size;
+    if (g_in_use > g_peak) g_peak = g_in_use;
     *out = b->ptr;
     return AMP_OK;
 }
@@ -167,5 +168,18 @@ void amp_cuda_alloc_stats(size_t *in_use, size_t *cached) {
     pthread_mutex_lock(&g_lock);
     if (in_use) *in_use = g_in_use;
     if (cached) *cached = g_cached;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void amp_cuda_memory_stats(size_t *in_use, size_t *peak) {
+    pthread_mutex_lock(&g_lock);
+    if (in_use) *in_use = g_in_use;
+    if (peak) *peak = g_peak;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void amp_cuda_memory_reset_peak(void) {
+    pthread_mutex_lock(&g_lock);
+    g_peak = g_in_use;
     pthread_mutex_unlock(&g_lock);
 }

@@ -79,6 +79,8 @@ static const amp_backend amp_cuda_backend = {
     .supports = amp_cuda_supports,
     .alloc = amp_cuda_alloc,
     .free = amp_cuda_free,
+    .memory_stats = amp_cuda_memory_stats,
+    .memory_reset_peak = amp_cuda_memory_reset_peak,
     .memset_zero = amp_cuda_memset_zero,
     .copy = amp_cuda_copy,
     .copy_to_host = amp_cuda_copy_to_host,
@@ -90,6 +92,7 @@ static const amp_backend amp_cuda_backend = {
     .gemm = amp_cuda_gemm,
     .unscale = amp_cuda_unscale,
     .sum_squares = amp_cuda_sum_squares,
+    .nonfinite = amp_cuda_nonfinite,
 };
 
 static void amp_cuda_probe(void) {

@@ -49,6 +49,9 @@ void amp_cuda_free(void *p);
 amp_status amp_cuda_alloc_release_cached(void);
 /* Bytes handed out and bytes held in free lists (sizes after rounding to the block class). */
 void amp_cuda_alloc_stats(size_t *in_use, size_t *cached);
+/* The table's memory_stats: bytes handed out (cached free blocks not counted) and their peak. */
+void amp_cuda_memory_stats(size_t *in_use, size_t *peak);
+void amp_cuda_memory_reset_peak(void);
 
 /* Memory entries (cuda_backend.c). */
 amp_status amp_cuda_memset_zero(void *p, size_t nbytes);
@@ -83,6 +86,9 @@ amp_status amp_cuda_gemm(const amp_gemm_desc *d);
 amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                             float *out, float *found_inf);
 amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
+amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
+amp_status amp_cuda_nonfinite_launch(amp_dtype dt, int64_t n, const void *x, float *found_inf,
+                                     cudaStream_t stream);
 amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                                    float *out, float *found_inf, cudaStream_t stream);
 amp_status amp_cuda_sum_squares_launch(amp_dtype dt, int64_t n, const void *x, float *out,

@@ -8,6 +8,7 @@
  * threads may store at the same time, but they all store the same value and nothing in the kernel
  * reads it, so the race is benign and the result is 1.0f whatever the order. A clean gradient
  * never writes the flag, so a flag zeroed once per step covers every tensor of the step.
+ * nonfinite is the same test and the same flag store without the writes of out.
  *
  * sum_squares is deterministic without float atomics, in two passes:
  *   1. SUMSQ_BLOCKS(n) blocks; each thread sums the squares (exact in double) of its grid-stride
@@ -53,6 +54,15 @@ static __global__ void unscale_kernel(const void *grad, int64_t n, float inv_sca
         out[i] = amp_unscale_elem(g, inv_scale);
     }
     if (bad) *found_inf = 1.0f; /* benign same-value race: see the header */
+}
+
+template <amp_dtype D>
+static __global__ void nonfinite_kernel(const void *x, int64_t n, float *found_inf) {
+    uint32_t bad = 0;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        bad |= amp_unscale_nonfinite(amp_load_f32(x, D, i));
+    if (bad) *found_inf = 1.0f; /* benign same-value race, as in unscale_kernel */
 }
 
 /* The sum of v over the block, valid in thread 0. Every thread of the block must call it. Each
@@ -123,6 +133,25 @@ extern "C" amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const v
     return AMP_OK;
 }
 
+extern "C" amp_status amp_cuda_nonfinite_launch(amp_dtype dt, int64_t n, const void *x,
+                                                float *found_inf, cudaStream_t stream) {
+    if (n <= 0) return AMP_OK;
+    unsigned grid = grid_for(n);
+    switch (dt) {
+    case AMP_F16:
+        nonfinite_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, n, found_inf);
+        break;
+    case AMP_BF16:
+        nonfinite_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, n, found_inf);
+        break;
+    default:
+        nonfinite_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, n, found_inf);
+        break;
+    }
+    AMP_CUDA_TRY(cudaGetLastError());
+    return AMP_OK;
+}
+
 extern "C" amp_status amp_cuda_sum_squares_launch(amp_dtype dt, int64_t n, const void *x,
                                                   float *out, double *partials,
                                                   cudaStream_t stream) {
@@ -169,4 +198,10 @@ extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *
     amp_status s = amp_cuda_sum_squares_launch(dt, n, x, out, partials, amp_cuda_stream());
     amp_cuda_free(partials); /* reused only by work queued after these kernels (one stream) */
     return s;
+}
+
+extern "C" amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x,
+                                         float *found_inf) {
+    AMP_TRY(amp_backend_check_nonfinite("amp_cuda_nonfinite", dt, n, x, found_inf));
+    return amp_cuda_nonfinite_launch(dt, n, x, found_inf, amp_cuda_stream());
 }

@@ -20,11 +20,16 @@
  *       for n, p in m.named_parameters(): print(n, list(p.shape))
  *       for n, b in m.named_buffers(): print(n, list(b.shape))"
  * which prints 29034 and 5824522 parameters and the names and shapes in the tables below (the
- * buffers also list num_batches_tracked, which libamp does not keep: momentum is always set). */
+ * buffers also list num_batches_tracked, which libamp does not keep: momentum is always set).
+ * Also: amp_model_cast is all or nothing when an allocation or a conversion fails. */
 #include <stdint.h>
 #include <string.h>
 
 #include "amp/amp.h"
+#include "core/backend.h"
+#include "core/ctx.h"
+#include "core/error.h"
+#include "nn/model_internal.h"
 #include "gradcheck_ref.h"
 #include "test_util.h"
 
@@ -395,10 +400,147 @@ static void test_mlp_forward(void) {
     amp_ctx_free(ctx);
 }
 
+/* ---- amp_model_cast: all or nothing ---- */
+
+/* The CPU backend with an alloc and a cast that fail on a chosen call (0: never), counting the
+ * blocks it hands out and the blocks it is given back. */
+typedef struct flaky_state {
+    int alloc_calls, cast_calls, fail_alloc_at, fail_cast_at;
+    int n_alloc, n_free;
+} flaky_state;
+static flaky_state g_flaky;
+
+static amp_status flaky_alloc(size_t nbytes, void **out) {
+    if (++g_flaky.alloc_calls == g_flaky.fail_alloc_at) {
+        *out = NULL;
+        return amp_fail(AMP_ERR_OOM, "flaky_alloc: call %d fails", g_flaky.alloc_calls);
+    }
+    amp_status s = amp_backend_cpu()->alloc(nbytes, out);
+    if (s == AMP_OK) g_flaky.n_alloc++;
+    return s;
+}
+
+static void flaky_free(void *p) {
+    if (p) g_flaky.n_free++;
+    amp_backend_cpu()->free(p);
+}
+
+static amp_status flaky_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                             int64_t n) {
+    if (++g_flaky.cast_calls == g_flaky.fail_cast_at)
+        return amp_fail(AMP_ERR_BACKEND, "flaky_cast: call %d fails", g_flaky.cast_calls);
+    return amp_backend_cpu()->cast(dst, dst_dt, src, src_dt, n);
+}
+
+/* Everything amp_model_cast may change: blocks, and per tensor its data, dtype, gradient and
+ * values (bytes as stored). */
+#define CAST_SNAP_MAX 8
+#define CAST_SNAP_BYTES 1024
+typedef struct cast_snapshot {
+    void *param_block, *grad_block, *buffer_block;
+    void *data[CAST_SNAP_MAX], *grad_data[CAST_SNAP_MAX];
+    amp_dtype dtype[CAST_SNAP_MAX], grad_dtype[CAST_SNAP_MAX];
+    const amp_tensor *tensor[CAST_SNAP_MAX], *grad[CAST_SNAP_MAX];
+    bool grad_written[CAST_SNAP_MAX];
+    unsigned char values[CAST_SNAP_BYTES];
+} cast_snapshot;
+
+static void cast_snap(const amp_model *m, cast_snapshot *sn) {
+    memset(sn, 0, sizeof *sn);
+    sn->param_block = m->param_block;
+    sn->grad_block = m->grad_block;
+    sn->buffer_block = m->buffer_block;
+    size_t at = 0;
+    for (int i = 0; i < m->n_params + m->n_buffers && i < CAST_SNAP_MAX; i++) {
+        const amp_tensor *t = i < m->n_params ? m->params[i].t : m->buffers[i - m->n_params].t;
+        sn->tensor[i] = t;
+        sn->data[i] = t->data;
+        sn->dtype[i] = t->dtype;
+        sn->grad[i] = t->grad;
+        sn->grad_data[i] = t->grad ? t->grad->data : NULL;
+        sn->grad_dtype[i] = t->grad ? t->grad->dtype : AMP_F32;
+        sn->grad_written[i] = t->grad_written;
+        size_t nb = (size_t)t->numel * amp_dtype_size(t->dtype);
+        CHECK(at + nb <= CAST_SNAP_BYTES);
+        if (at + nb <= CAST_SNAP_BYTES) CHECK_OK(amp_tensor_to_host(t, sn->values + at, nb));
+        at += nb;
+    }
+}
+
+/* A small model with both parameters and batch-norm buffers (parameters then buffers are what
+ * amp_model_cast moves, in that order), its buffers and gradients set to values of their own. */
+static amp_model *make_cast_model(amp_ctx *ctx) {
+    amp_model *m = NULL;
+    CHECK_OK(amp_seq_create(ctx, &m));
+    if (!m) return NULL;
+    CHECK_OK(amp_seq_add_conv2d(m, NULL, 1, 2, 3, 1, 0, true));
+    CHECK_OK(amp_seq_add_batchnorm2d(m, NULL, 2));
+    CHECK_OK(amp_seq_add_flatten(m, NULL));
+    CHECK_OK(amp_seq_add_linear(m, NULL, 18, 4, true));
+    CHECK_OK(amp_model_build(m));
+    for (int i = 0; i < m->n_buffers; i++) {
+        float v[2] = {0.25f * (float)(i + 1), -1.5f + (float)i};
+        CHECK_OK(amp_tensor_copy_from_host(m->buffers[i].t, v, sizeof v));
+    }
+    m->params[0].t->grad_written = true;
+    return m;
+}
+
+/* Every allocation and every conversion of amp_model_cast is made to fail in turn, the buffers'
+ * included (they come after the parameters): each failure must leave every tensor as it was
+ * and give back exactly the blocks it took; the first call that gets through casts it all. */
+static void test_cast_all_or_nothing(void) {
+    amp_ctx *ctx = new_ctx(3);
+    if (!ctx) return;
+    amp_backend flaky = *amp_backend_cpu();
+    flaky.name = "flaky";
+    flaky.alloc = flaky_alloc;
+    flaky.free = flaky_free;
+    flaky.cast = flaky_cast;
+    for (int what = 0; what < 2; what++) { /* 0: an alloc fails, 1: a cast fails */
+        amp_model *m = make_cast_model(ctx);
+        if (!m) break;
+        int n_tensors = m->n_params + m->n_buffers, failures = 0;
+        cast_snapshot before, after;
+        cast_snap(m, &before);
+        const amp_backend *cpu = ctx->backend;
+        ctx->backend = &flaky;
+        for (int k = 1; k <= 64; k++) {
+            g_flaky = (flaky_state){0};
+            if (what == 0) g_flaky.fail_alloc_at = k;
+            else g_flaky.fail_cast_at = k;
+            amp_status s = amp_model_cast(m, AMP_F16, false);
+            if (s == AMP_OK) break;
+            failures++;
+            CHECK_MSG(s == (what == 0 ? AMP_ERR_OOM : AMP_ERR_BACKEND) &&
+                          strstr(amp_last_error(), "amp_model_cast") != NULL,
+                      "failing %s %d: status %d, '%s'", what == 0 ? "alloc" : "cast", k, (int)s,
+                      amp_last_error());
+            cast_snap(m, &after);
+            CHECK_MSG(memcmp(&before, &after, sizeof before) == 0,
+                      "a failing %s %d left the model changed", what == 0 ? "alloc" : "cast", k);
+            CHECK_MSG(g_flaky.n_free == g_flaky.n_alloc,
+                      "a failing %s %d: %d blocks allocated, %d freed",
+                      what == 0 ? "alloc" : "cast", k, g_flaky.n_alloc, g_flaky.n_free);
+        }
+        ctx->backend = cpu;
+        /* Three blocks (parameters, gradients, buffers); one conversion per tensor. */
+        CHECK_MSG(failures == (what == 0 ? 3 : n_tensors), "%d failure points, want %d",
+                  failures, what == 0 ? 3 : n_tensors);
+        CHECK(g_flaky.n_alloc == 3 && g_flaky.n_free == 3);
+        for (int i = 0; i < m->n_params; i++)
+            CHECK(m->params[i].t->dtype == AMP_F16 && m->params[i].t->grad->dtype == AMP_F16);
+        for (int i = 0; i < m->n_buffers; i++) CHECK(m->buffers[i].t->dtype == AMP_F16);
+        amp_model_free(m);
+    }
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
     test_layouts();
     test_init_and_seed();
     test_convnet_forward();
     test_mlp_forward();
+    test_cast_all_or_nothing();
     return test_summary("test_model");
 }

@@ -1,7 +1,8 @@
 /* SGD, Adam and AdamW against torch.optim (tests/ref/optim_ref.h, written by
  * tests/ref/gen_optim_ref.py with torch, foreach=False) and against plain double references
- * written here; gradient dtypes, the parallel CPU loop, skipped parameters, option checks and
- * the state accessors that checkpoints use.
+ * written here; gradient dtypes, the parallel CPU loop, skipped parameters, option checks, the
+ * edges of torch's ranges (lr 0, betas 0, eps 0, a negative dampening) and the state accessors
+ * that checkpoints use.
  *
  * Tolerance against torch: the math headers spell out the fused multiply-adds that ATen performs
  * and leave no other a*b+c for a compiler to contract, so SGD must match torch bit for bit, and so
@@ -86,15 +87,19 @@ static const optim_ref_case *find_case(const char *name) {
     exit(1);
 }
 
+/* A case's values are torch.optim's arguments, so they are taken as written (.exact): a zero
+ * beta or eps is a zero, not a default. */
 static amp_status create_for_case(const optim_ref_case *rc, amp_tensor *params[],
                                   amp_optimizer **opt) {
     if (rc->kind == OPTIM_REF_SGD) {
         amp_sgd_opts o = {.lr = rc->lr, .momentum = rc->momentum, .dampening = rc->dampening,
-                          .weight_decay = rc->weight_decay, .nesterov = rc->nesterov};
+                          .weight_decay = rc->weight_decay, .nesterov = rc->nesterov,
+                          .exact = true};
         return amp_sgd_create_params(params, g_names, OPTIM_REF_N_PARAMS, &o, opt);
     }
     amp_adam_opts o = {.lr = rc->lr, .beta1 = rc->beta1, .beta2 = rc->beta2, .eps = rc->eps,
-                       .weight_decay = rc->weight_decay, .decoupled = rc->kind == OPTIM_REF_ADAMW};
+                       .weight_decay = rc->weight_decay, .decoupled = rc->kind == OPTIM_REF_ADAMW,
+                       .exact = true};
     return amp_adam_create_params(params, g_names, OPTIM_REF_N_PARAMS, &o, opt);
 }
 
@@ -216,31 +221,207 @@ static void check_close_rel(const char *what, const char *name, int s, const flo
     }
 }
 
+/* One case (only its options are read) against the double reference, every step. */
+static void check_case_double(const optim_ref_case *rc) {
+    amp_tensor *params[OPTIM_REF_N_PARAMS];
+    amp_optimizer *opt = NULL;
+    dref r = {0};
+    for (int k = 0; k < OPTIM_REF_NUMEL; k++) r.p[k] = optim_ref_init[k];
+    make_params(AMP_F32, params);
+    CHECK_OK(create_for_case(rc, params, &opt));
+    for (int s = 0; opt && s < OPTIM_REF_N_STEPS; s++) {
+        CHECK_OK(amp_zero_grad(opt));
+        write_grads(params, s);
+        CHECK_OK(amp_optimizer_step(opt));
+        dref_step(rc, &r, s);
+        float p[OPTIM_REF_NUMEL], a[OPTIM_REF_NUMEL], b[OPTIM_REF_NUMEL];
+        read_all(opt, params, p, a, b);
+        check_close_rel("param", rc->name, s, p, r.p);
+        check_close_rel("state_a", rc->name, s, a, r.a);
+        check_close_rel("state_b", rc->name, s, b, r.b);
+    }
+    amp_optimizer_free(opt);
+    free_params(params);
+}
+
 static void test_against_double_reference(void) {
     int n_cases = (int)(sizeof optim_ref_cases / sizeof optim_ref_cases[0]);
-    for (int c = 0; c < n_cases; c++) {
-        const optim_ref_case *rc = &optim_ref_cases[c];
-        amp_tensor *params[OPTIM_REF_N_PARAMS];
-        amp_optimizer *opt = NULL;
-        dref r = {0};
-        for (int k = 0; k < OPTIM_REF_NUMEL; k++) r.p[k] = optim_ref_init[k];
-        make_params(AMP_F32, params);
-        CHECK_OK(create_for_case(rc, params, &opt));
-        if (!opt) continue;
-        for (int s = 0; s < OPTIM_REF_N_STEPS; s++) {
-            CHECK_OK(amp_zero_grad(opt));
-            write_grads(params, s);
-            CHECK_OK(amp_optimizer_step(opt));
-            dref_step(rc, &r, s);
-            float p[OPTIM_REF_NUMEL], a[OPTIM_REF_NUMEL], b[OPTIM_REF_NUMEL];
-            read_all(opt, params, p, a, b);
-            check_close_rel("param", rc->name, s, p, r.p);
-            check_close_rel("state_a", rc->name, s, a, r.a);
-            check_close_rel("state_b", rc->name, s, b, r.b);
+    for (int c = 0; c < n_cases; c++) check_case_double(&optim_ref_cases[c]);
+}
+
+/* Values torch.optim accepts that a zero-means-default reading would hide: Adam's betas
+ * (0, 0.99) as GANs use them (exp_avg is then the gradient), betas (0, 0) (the update is
+ * lr * g / |g|), AdamW with beta1 0, and SGD with a negative dampening (torch checks none). */
+static void test_edge_values_double(void) {
+    static const optim_ref_case cases[] = {
+        {.name = "adam_beta1_zero", .kind = OPTIM_REF_ADAM, .lr = 0.01f, .beta1 = 0.0f,
+         .beta2 = 0.99f, .eps = 1e-8f},
+        {.name = "adam_betas_zero", .kind = OPTIM_REF_ADAM, .lr = 0.01f, .beta1 = 0.0f,
+         .beta2 = 0.0f, .eps = 1e-8f},
+        {.name = "adamw_beta1_zero", .kind = OPTIM_REF_ADAMW, .lr = 0.02f, .beta1 = 0.0f,
+         .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.05f},
+        {.name = "sgd_negative_dampening", .kind = OPTIM_REF_SGD, .lr = 0.05f, .momentum = 0.8f,
+         .dampening = -0.5f},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_case_double(&cases[c]);
+}
+
+/* eps = 0, which torch accepts. Gradients of about 1e-9 make sqrt(v) about 1e-9, so an eps of
+ * 1e-8 in its place would shrink the update a hundredfold; an element whose gradient is 0 has
+ * m = v = 0 and gets 0 / 0 = NaN, as torch's addcdiv gives it. Double reference per element. */
+static void test_adam_eps_zero(void) {
+    enum { N = 4, STEPS = 3 };
+    static const float init[N] = {0.5f, -1.0f, 0.25f, 2.0f};
+    static const float grad[STEPS][N] = {{1e-9f, -3e-10f, 2e-9f, 0.0f},
+                                         {-2e-9f, 5e-10f, 1e-9f, 0.0f},
+                                         {4e-10f, -1e-9f, 3e-9f, 0.0f}};
+    amp_tensor *p = NULL;
+    amp_optimizer *opt = NULL;
+    CHECK_OK(amp_tensor_from_host(g_ctx, AMP_F32, 1, (int64_t[]){N}, init, &p));
+    if (!p) return;
+    CHECK_OK(amp_tensor_create(g_ctx, AMP_F32, 1, (int64_t[]){N}, &p->grad));
+    p->requires_grad = true;
+    amp_adam_opts o = amp_adam_defaults();
+    o.lr = 0.01f;
+    o.eps = 0.0f;
+    CHECK_OK(amp_adam_create_params(&p, NULL, 1, &o, &opt));
+    double rp[N], ra[N] = {0}, rb[N] = {0};
+    for (int k = 0; k < N; k++) rp[k] = init[k];
+    for (int s = 0; opt && s < STEPS; s++) {
+        CHECK_OK(amp_tensor_copy_from_host(p->grad, grad[s], sizeof grad[s]));
+        p->grad_written = p->grad->grad_written = true;
+        CHECK_OK(amp_optimizer_step(opt));
+        double t = s + 1, bc1 = 1.0 - pow((double)0.9f, t), bc2 = 1.0 - pow((double)0.999f, t);
+        float got[N];
+        CHECK_OK(amp_tensor_to_host(p, got, sizeof got));
+        for (int k = 0; k < N; k++) {
+            double g = grad[s][k];
+            ra[k] = (double)0.9f * ra[k] + (1.0 - (double)0.9f) * g;
+            rb[k] = (double)0.999f * rb[k] + (1.0 - (double)0.999f) * g * g;
+            if (g == 0.0) {
+                CHECK_MSG(isnan(got[k]), "eps 0, zero gradient: step %d [%d] = %g, want NaN", s,
+                          k, (double)got[k]);
+                continue;
+            }
+            rp[k] -= 0.01 / bc1 * ra[k] / (sqrt(rb[k]) / sqrt(bc2));
+            CHECK_MSG(fabs(got[k] - rp[k]) <= 1e-5 * fabs(rp[k]),
+                      "eps 0: step %d [%d] = %.9g, double ref %.9g", s, k, (double)got[k], rp[k]);
         }
-        amp_optimizer_free(opt);
-        free_params(params);
     }
+    amp_optimizer_free(opt);
+    amp_tensor_free(p);
+}
+
+/* Steps one case's gradients with lr 0 and checks that the parameters keep their bits while
+ * the state advances as in torch's run `torch_case` of the same momentum or betas: without
+ * (L2) weight decay neither SGD's momentum buffer nor Adam's moments and step counts depend on
+ * lr, so they must equal torch's bit for bit. */
+static void check_zero_lr(const char *what, amp_optimizer *opt, amp_tensor *params[],
+                          const optim_ref_case *torch_case) {
+    for (int s = 0; opt && s < OPTIM_REF_N_STEPS; s++) {
+        CHECK_OK(amp_zero_grad(opt));
+        write_grads(params, s);
+        CHECK_OK(amp_optimizer_step(opt));
+        float p[OPTIM_REF_NUMEL], a[OPTIM_REF_NUMEL], b[OPTIM_REF_NUMEL];
+        read_all(opt, params, p, a, b);
+        CHECK_MSG(memcmp(p, optim_ref_init, sizeof p) == 0, "%s: lr 0 moved a parameter on step %d",
+                  what, s);
+        check_close_ulp("state_a", what, s, a, torch_case->state_a[s], 0);
+        check_close_ulp("state_b", what, s, b, torch_case->state_b[s], 0);
+        for (int i = 0; i < OPTIM_REF_N_PARAMS; i++) {
+            int64_t st = 0;
+            CHECK(amp_optimizer_has_state(opt, i) == (bool)torch_case->has_state[s][i]);
+            if (torch_case->kind != OPTIM_REF_SGD) {
+                CHECK_OK(amp_optimizer_state_step(opt, i, &st));
+                CHECK_MSG(st == torch_case->step[s][i], "%s step %d param %d: step %lld", what,
+                          s, i, (long long)st);
+            }
+        }
+    }
+    amp_optimizer_free(opt);
+    free_params(params);
+}
+
+/* A learning rate of 0 (the first step of a warm-up, the last of a cosine schedule), at
+ * creation through the exact form and later through amp_optimizer_set_lr. */
+static void test_zero_lr(void) {
+    amp_tensor *params[OPTIM_REF_N_PARAMS];
+    amp_optimizer *opt = NULL;
+
+    amp_adam_opts ao = amp_adam_defaults();
+    ao.lr = 0.0f;
+    make_params(AMP_F32, params);
+    CHECK_OK(amp_adam_create_params(params, g_names, OPTIM_REF_N_PARAMS, &ao, &opt));
+    check_zero_lr("adam lr 0", opt, params, find_case("adam_default_ieee_sqrt"));
+
+    /* AdamW: the decay factor is 1 - 0 * wd = 1, and decoupled decay leaves the moments alone. */
+    ao.decoupled = true;
+    ao.weight_decay = 0.1f;
+    make_params(AMP_F32, params);
+    CHECK_OK(amp_adam_create_params(params, g_names, OPTIM_REF_N_PARAMS, &ao, &opt));
+    check_zero_lr("adamw lr 0", opt, params, find_case("adam_default_ieee_sqrt"));
+
+    amp_sgd_opts so = amp_sgd_defaults();
+    so.lr = 0.0f;
+    so.momentum = 0.9f;
+    make_params(AMP_F32, params);
+    CHECK_OK(amp_sgd_create_params(params, g_names, OPTIM_REF_N_PARAMS, &so, &opt));
+    check_zero_lr("sgd lr 0", opt, params, find_case("sgd_momentum"));
+
+    /* Created with lr 0.1 (the shorthand), then set to 0 by a schedule. */
+    make_params(AMP_F32, params);
+    CHECK_OK(amp_sgd_create_params(params, g_names, OPTIM_REF_N_PARAMS,
+                                   &(amp_sgd_opts){.lr = 0.1f, .momentum = 0.9f}, &opt));
+    CHECK_OK(amp_optimizer_set_lr(opt, 0.0f));
+    CHECK(amp_optimizer_lr(opt) == 0.0f);
+    check_zero_lr("sgd set_lr 0", opt, params, find_case("sgd_momentum"));
+}
+
+/* The two ways to fill options (include/amp/optim.h): defaults, exact zeros, the shorthand. */
+static void test_option_forms(void) {
+    amp_adam_opts ad = amp_adam_defaults();
+    CHECK(ad.lr == 1e-3f && ad.beta1 == 0.9f && ad.beta2 == 0.999f && ad.eps == 1e-8f);
+    CHECK(ad.weight_decay == 0.0f && !ad.decoupled && ad.exact);
+    amp_sgd_opts sd = amp_sgd_defaults();
+    CHECK(sd.lr == 1e-3f && sd.momentum == 0.0f && sd.dampening == 0.0f);
+    CHECK(sd.weight_decay == 0.0f && !sd.nesterov && sd.exact);
+
+    amp_tensor *params[OPTIM_REF_N_PARAMS];
+    amp_optimizer *opt = NULL, *again = NULL;
+    const int n = OPTIM_REF_N_PARAMS;
+    make_params(AMP_F32, params);
+    /* Exact: every zero is kept (torch.optim.Adam(lr=0, betas=(0, 0), eps=0) is valid). */
+    CHECK_OK(amp_adam_create_params(params, g_names, n, &(amp_adam_opts){.exact = true}, &opt));
+    if (opt) {
+        const amp_adam_opts *o = amp_optimizer_adam_opts(opt);
+        CHECK(o->lr == 0.0f && o->beta1 == 0.0f && o->beta2 == 0.0f && o->eps == 0.0f);
+    }
+    amp_optimizer_free(opt);
+    opt = NULL;
+    /* The shorthand is resolved and kept exact: options read back create the same optimizer. */
+    CHECK_OK(amp_adam_create_params(params, g_names, n, &(amp_adam_opts){.lr = 0.01f}, &opt));
+    if (opt) {
+        CHECK(amp_optimizer_adam_opts(opt)->exact);
+        CHECK_OK(amp_adam_create_params(params, g_names, n, amp_optimizer_adam_opts(opt), &again));
+        if (again)
+            CHECK(memcmp(amp_optimizer_adam_opts(opt), amp_optimizer_adam_opts(again),
+                         sizeof(amp_adam_opts)) == 0);
+    }
+    amp_optimizer_free(again);
+    amp_optimizer_free(opt);
+    opt = NULL;
+    /* SGD: an exact zero rate is accepted, a forgotten one is refused and says how to ask. */
+    CHECK_OK(amp_sgd_create_params(params, g_names, n, &(amp_sgd_opts){.exact = true}, &opt));
+    CHECK(opt && amp_optimizer_lr(opt) == 0.0f);
+    amp_optimizer_free(opt);
+    opt = NULL;
+    CHECK_FAILS(amp_sgd_create_params(params, g_names, n, &(amp_sgd_opts){.momentum = 0.9f},
+                                      &opt),
+                AMP_ERR_INVALID_ARG, "exact");
+    CHECK_FAILS(amp_sgd_create_params(params, g_names, n, &(amp_sgd_opts){.lr = 0.0f}, &opt),
+                AMP_ERR_INVALID_ARG, "amp_sgd_defaults()");
+    CHECK(opt == NULL);
+    free_params(params);
 }
 
 /* f16/bf16 gradients are widened exactly, so they must give the very bits that f32 gradients
@@ -345,15 +526,18 @@ static void test_bad_options(void) {
     make_params(AMP_F32, params);
     const int n = OPTIM_REF_N_PARAMS;
     CHECK_FAILS(amp_sgd_create_params(params, g_names, n, &(amp_sgd_opts){.lr = 0.0f}, &opt),
-                AMP_ERR_INVALID_ARG, "opts.lr");
+                AMP_ERR_INVALID_ARG, "opts.lr = 0 without opts.exact");
     CHECK_FAILS(amp_sgd_create_params(params, g_names, n, &(amp_sgd_opts){.lr = NAN}, &opt),
                 AMP_ERR_INVALID_ARG, "opts.lr");
+    CHECK_FAILS(amp_sgd_create_params(params, g_names, n,
+                                      &(amp_sgd_opts){.lr = -0.1f, .exact = true}, &opt),
+                AMP_ERR_INVALID_ARG, "opts.lr = -0.1");
     CHECK_FAILS(amp_sgd_create_params(params, g_names, n,
                                       &(amp_sgd_opts){.lr = 0.1f, .momentum = -0.5f}, &opt),
                 AMP_ERR_INVALID_ARG, "opts.momentum = -0.5");
     CHECK_FAILS(amp_sgd_create_params(params, g_names, n,
-                                      &(amp_sgd_opts){.lr = 0.1f, .dampening = -1.0f}, &opt),
-                AMP_ERR_INVALID_ARG, "opts.dampening");
+                                      &(amp_sgd_opts){.lr = 0.1f, .dampening = INFINITY}, &opt),
+                AMP_ERR_INVALID_ARG, "opts.dampening = inf");
     CHECK_FAILS(amp_sgd_create_params(params, g_names, n,
                                       &(amp_sgd_opts){.lr = 0.1f, .weight_decay = -0.01f}, &opt),
                 AMP_ERR_INVALID_ARG, "opts.weight_decay");
@@ -376,6 +560,12 @@ static void test_bad_options(void) {
                 AMP_ERR_INVALID_ARG, "opts.beta2 = 1.5");
     CHECK_FAILS(amp_adam_create_params(params, g_names, n, &(amp_adam_opts){.eps = -1e-8f}, &opt),
                 AMP_ERR_INVALID_ARG, "opts.eps");
+    CHECK_FAILS(amp_adam_create_params(params, g_names, n,
+                                       &(amp_adam_opts){.lr = NAN, .exact = true}, &opt),
+                AMP_ERR_INVALID_ARG, "opts.lr = nan");
+    CHECK_FAILS(amp_adam_create_params(params, g_names, n,
+                                       &(amp_adam_opts){.beta2 = 1.0f, .exact = true}, &opt),
+                AMP_ERR_INVALID_ARG, "opts.beta2 = 1");
     CHECK_FAILS(amp_adam_create_params(params, g_names, n,
                                        &(amp_adam_opts){.weight_decay = -1.0f}, &opt),
                 AMP_ERR_INVALID_ARG, "opts.weight_decay");
@@ -407,8 +597,12 @@ static void test_bad_options(void) {
         CHECK(amp_optimizer_adam_opts(opt)->beta2 == 0.999f);
         CHECK(amp_optimizer_adam_opts(opt)->eps == 1e-8f);
         CHECK(amp_optimizer_sgd_opts(opt) == NULL);
-        CHECK_FAILS(amp_optimizer_set_lr(opt, 0.0f), AMP_ERR_INVALID_ARG, "lr = 0");
+        CHECK_FAILS(amp_optimizer_set_lr(opt, -1.0f), AMP_ERR_INVALID_ARG, "lr = -1");
+        CHECK_FAILS(amp_optimizer_set_lr(opt, NAN), AMP_ERR_INVALID_ARG, "lr = nan");
         CHECK_FAILS(amp_optimizer_set_lr(opt, INFINITY), AMP_ERR_INVALID_ARG, "lr = inf");
+        CHECK(amp_optimizer_lr(opt) == 1e-3f);
+        CHECK_OK(amp_optimizer_set_lr(opt, 0.0f));
+        CHECK(amp_optimizer_lr(opt) == 0.0f);
         CHECK_OK(amp_optimizer_set_lr(opt, 0.5f));
         CHECK(amp_optimizer_lr(opt) == 0.5f);
         CHECK_FAILS(amp_optimizer_state_tensor(opt, 0, "momentum_buffer", &(amp_tensor *){0}),
@@ -563,6 +757,10 @@ int main(void) {
     int64_t worst = test_against_torch();
     printf("test_optim: largest distance to torch.optim: %lld ulp\n", (long long)worst);
     test_against_double_reference();
+    test_edge_values_double();
+    test_adam_eps_zero();
+    test_zero_lr();
+    test_option_forms();
     test_half_grads();
     test_parallel_loop();
     test_bad_options();

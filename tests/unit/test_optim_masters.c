@@ -7,8 +7,10 @@
  *  - O2 (persistent): an f32-only optimizer over plain f32 copies of the parameters, stepped with
  *    the same f32 gradients; its parameters must equal the masters bit for bit, its state the
  *    state, and every half parameter must be core/half.h's rounding of its master;
- *  - O3 (scratch): the same f32-only optimizer, its parameters reset before each step to the
- *    widened half values, then rounded: one f32 update from the half value per step;
+ *  - O3 (no masters: the half parameters are updated in place from their half gradients, which
+ *    the update unscales as it loads them): the same f32-only optimizer, its parameters reset
+ *    before each step to the widened half values and its gradients the widened half gradients
+ *    times the unscale factor, then rounded: one f32 update from the half value per step;
  *  - the kernels' half copy: the scalar core/half.h conversion of the updated f32 values, which
  *    themselves must not change when the copy is asked for. */
 #include <math.h>
@@ -293,7 +295,7 @@ static void test_o2(int kind, amp_dtype half_dt) {
     if (!mo || !ro) goto done;
     CHECK(!amp_optimizer_has_masters(mo) && amp_optimizer_master(mo, 0) == NULL);
     CHECK(amp_optimizer_master_grad(mo, 0) == NULL);
-    CHECK_OK(amp_optimizer_make_masters(mo, true));
+    CHECK_OK(amp_optimizer_make_masters(mo));
     CHECK(amp_optimizer_has_masters(mo));
     for (int i = 0; i < N_PARAMS; i++)
         if (i != BN_PARAM) cast_like_amp(mp[i], half_dt);
@@ -378,23 +380,31 @@ static void test_o3(int kind, amp_dtype half_dt) {
     CHECK_OK(create_opt(kind, mp, &mo));
     CHECK_OK(create_opt(kind, rp, &ro));
     if (!mo || !ro) goto done;
-    CHECK_OK(amp_optimizer_make_masters(mo, false));
-    CHECK(!amp_optimizer_has_masters(mo) && amp_optimizer_master(mo, 0) == NULL);
-    CHECK(amp_optimizer_master_grad(mo, 0) != NULL);
+    CHECK(!amp_optimizer_has_masters(mo) && amp_optimizer_master_grad(mo, 0) == NULL);
     CHECK_FAILS(amp_optimizer_masters_to_params(mo), AMP_ERR_STATE, "no master weights");
     for (int i = 0; i < N_PARAMS; i++)
         if (i != BN_PARAM) cast_like_amp(mp[i], half_dt);
+    const float scale = 1024.0f, inv = 1.0f / 1024.0f; /* the loss scale, unscaled by the update */
 
     for (int s = 0; s < N_STEPS; s++) {
         CHECK_OK(amp_zero_grad(mo));
         CHECK_OK(amp_zero_grad(ro));
-        write_grads(mo, mp, rp, s);
-        /* The reference starts from what the half model holds. */
+        mo->half_grad_scale = inv;
         for (int i = 0; i < N_PARAMS; i++) {
-            if (i == BN_PARAM) continue;
-            const uint16_t *h = mp[i]->data;
-            float *r = rp[i]->data;
-            for (int64_t k = 0; k < rp[i]->numel; k++) r[k] = widen_half(h[k], half_dt);
+            bool present = grad_present(s, i);
+            float *rg = rp[i]->grad->data, *r = rp[i]->data;
+            for (int64_t k = 0; k < rp[i]->numel; k++) {
+                float g = grad_value(s, i, k);
+                if (i == BN_PARAM) { /* an f32 gradient: read as is */
+                    ((float *)mp[i]->grad->data)[k] = rg[k] = g;
+                    continue;
+                }
+                uint16_t h = present ? round_half(g * scale, half_dt) : 0x7e00; /* stale: NaN */
+                ((uint16_t *)mp[i]->grad->data)[k] = h;
+                rg[k] = widen_half(h, half_dt) * inv;
+                r[k] = widen_half(((const uint16_t *)mp[i]->data)[k], half_dt);
+            }
+            mp[i]->grad_written = rp[i]->grad_written = present;
         }
         uint16_t before[4101];
         for (int i = 0; i < N_PARAMS; i++)
@@ -432,13 +442,15 @@ static void test_errors(void) {
     CHECK_OK(create_opt(0, p, &opt));
     if (!opt) goto done;
 
-    /* Without masters a half parameter cannot be stepped, and there is nothing to rebuild. */
+    /* Without masters there is nothing to rebuild, and an i32 parameter cannot be stepped. */
     CHECK_FAILS(amp_optimizer_masters_to_params(opt), AMP_ERR_STATE, "no master weights");
-    cast_like_amp(p[0], AMP_F16);
+    p[0]->dtype = AMP_I32;
     p[0]->grad_written = true;
-    CHECK_FAILS(amp_optimizer_step(opt), AMP_ERR_DTYPE, "'fc1.weight' is f16");
+    CHECK_FAILS(amp_optimizer_step(opt), AMP_ERR_DTYPE, "'fc1.weight' is i32");
+    p[0]->dtype = AMP_F32;
+    cast_like_amp(p[0], AMP_F16);
     /* make_masters after the cast: refused, naming the parameter, the optimizer unchanged. */
-    CHECK_FAILS(amp_optimizer_make_masters(opt, true), AMP_ERR_DTYPE, "'fc1.weight' is already f16");
+    CHECK_FAILS(amp_optimizer_make_masters(opt), AMP_ERR_DTYPE, "'fc1.weight' is already f16");
     CHECK(!amp_optimizer_has_masters(opt) && amp_optimizer_master_grad(opt, 0) == NULL);
     amp_optimizer_free(opt);
     opt = NULL;
@@ -447,12 +459,12 @@ static void test_errors(void) {
     make_params(p);
     CHECK_OK(create_opt(2, p, &opt));
     if (!opt) goto done;
-    CHECK_OK(amp_optimizer_make_masters(opt, true));
-    CHECK_FAILS(amp_optimizer_make_masters(opt, false), AMP_ERR_STATE, "already");
+    CHECK_OK(amp_optimizer_make_masters(opt));
+    CHECK_FAILS(amp_optimizer_make_masters(opt), AMP_ERR_STATE, "already");
     CHECK(amp_optimizer_has_masters(opt));
     amp_optimizer_drop_masters(opt);
     CHECK(!amp_optimizer_has_masters(opt) && amp_optimizer_master(opt, 0) == NULL);
-    CHECK_OK(amp_optimizer_make_masters(opt, true));
+    CHECK_OK(amp_optimizer_make_masters(opt));
     CHECK(amp_optimizer_has_masters(opt) && amp_optimizer_master_grad(opt, 2) != NULL);
     cast_like_amp(p[0], AMP_BF16);
     cast_like_amp(p[2], AMP_BF16);
@@ -487,14 +499,15 @@ static void test_errors(void) {
     CHECK(is_rounding_of(p[0], amp_optimizer_master(opt, 0)->data));
     CHECK(!same_bits(m0, amp_optimizer_master(opt, 0)->data, sizeof m0));
     /* Dropping the masters (a failed amp_initialize) leaves an optimizer that can make them
-     * again once the model is f32 again, and steps f32 parameters from .grad meanwhile. */
+     * again once the model is f32 again, and steps its parameters from .grad meanwhile (a bf16
+     * one in place). */
     amp_optimizer_drop_masters(opt);
     CHECK(!amp_optimizer_has_masters(opt) && amp_optimizer_master_grad(opt, 0) == NULL);
-    CHECK_FAILS(amp_optimizer_step(opt), AMP_ERR_DTYPE, "'fc1.weight' is bf16");
+    CHECK_OK(amp_optimizer_step(opt));
     amp_optimizer_drop_masters(opt);
     amp_optimizer_drop_masters(NULL);
-    CHECK_FAILS(amp_optimizer_make_masters(opt, false), AMP_ERR_DTYPE, "already bf16");
-    CHECK_FAILS(amp_optimizer_make_masters(NULL, true), AMP_ERR_INVALID_ARG, "opt");
+    CHECK_FAILS(amp_optimizer_make_masters(opt), AMP_ERR_DTYPE, "already bf16");
+    CHECK_FAILS(amp_optimizer_make_masters(NULL), AMP_ERR_INVALID_ARG, "opt");
     CHECK(!amp_optimizer_has_masters(NULL) && amp_optimizer_master_grad(NULL, 0) == NULL);
 done:
     amp_optimizer_free(opt);

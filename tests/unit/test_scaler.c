@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "amp/scaler.h"
+#include "precision/scaler.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "ref/scaler_ref.h"
 #include "test_data.h"
