@@ -26,14 +26,15 @@ typedef struct rig {
 } rig;
 
 static uint32_t g_lcg;
-static float rand_unit(void) {
+static inline float rand_unit(void) {
     g_lcg = g_lcg * 1664525u + 1013904223u;
     return (float)(g_lcg >> 8) / 16777216.0f;
 }
 
 /* TINY: Linear(16, 12) + ReLU + Linear(12, 4) on [4, 16]; CONVNET: the tutorial preset on
  * [4, 1, 28, 28]. Same seed, same weights and batch. Options NULL: no amp_initialize. */
-static bool rig_make(rig *r, model_kind kind, bool adam, const amp_options *o, uint64_t seed) {
+static inline bool rig_make(rig *r, model_kind kind, bool adam, const amp_options *o,
+                            uint64_t seed) {
     *r = (rig){0};
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = seed}, &r->ctx));
     if (!r->ctx) return false;
@@ -76,7 +77,7 @@ static bool rig_make(rig *r, model_kind kind, bool adam, const amp_options *o, u
     return r->x && r->y;
 }
 
-static void rig_free(rig *r) {
+static inline void rig_free(rig *r) {
     amp_tensor_free(r->x);
     amp_tensor_free(r->y);
     amp_optimizer_free(r->opt);
@@ -85,13 +86,13 @@ static void rig_free(rig *r) {
     *r = (rig){0};
 }
 
-static amp_status forward_loss(rig *r, amp_tensor *x, amp_tensor **loss) {
+static inline amp_status forward_loss(rig *r, amp_tensor *x, amp_tensor **loss) {
     amp_tensor *logits;
     amp_status s = amp_model_forward(r->m, x, &logits);
     return s == AMP_OK ? amp_cross_entropy(logits, r->y, loss) : s;
 }
 
-static bool forward_backward(rig *r) {
+static inline bool forward_backward(rig *r) {
     amp_tensor *loss = NULL;
     CHECK_OK(forward_loss(r, r->x, &loss));
     if (!loss) return false;
@@ -100,13 +101,14 @@ static bool forward_backward(rig *r) {
     return s == AMP_OK;
 }
 
-static int n_params(const rig *r) { return amp_model_n_params(r->m); }
-static amp_tensor *param(const rig *r, int i) { return amp_model_param(r->m, i); }
+static inline int n_params(const rig *r) { return amp_model_n_params(r->m); }
+static inline amp_tensor *param(const rig *r, int i) { return amp_model_param(r->m, i); }
 
 /* Every byte a skipped step must leave alone: parameters, masters, optimizer state (tensors,
  * has_state, Adam's steps). Caller frees. */
-static uint8_t *snapshot(const rig *r, size_t *size) {
+static inline uint8_t *snapshot(const rig *r, size_t *size) {
     size_t total = 0;
+    *size = 0;
     int n_state = amp_optimizer_n_state(r->opt);
     for (int i = 0; i < n_params(r); i++) /* the parameter, then f32 master and state */
         total += amp_tensor_nbytes(param(r, i)) +
@@ -138,7 +140,7 @@ static uint8_t *snapshot(const rig *r, size_t *size) {
     return buf;
 }
 
-static float elem_f32(const amp_tensor *t, int64_t k) {
+static inline float elem_f32(const amp_tensor *t, int64_t k) {
     if (t->dtype == AMP_F32) return ((const float *)t->data)[k]; /* CPU backend: host memory */
     uint16_t h = ((const uint16_t *)t->data)[k];
     return t->dtype == AMP_F16 ? amp_f16_bits_to_f32(h) : amp_bf16_bits_to_f32(h);
