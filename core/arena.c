@@ -34,6 +34,7 @@ amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out) {
             c->used += need;
             a->in_use += need;
             if (a->in_use > a->peak) a->peak = a->in_use;
+            if (a->in_use > a->step_peak) a->step_peak = a->in_use;
             return AMP_OK;
         }
         a->current++;
@@ -48,19 +49,22 @@ amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out) {
 
 void amp_arena_reset(amp_arena *a) {
     if (a->n_chunks > 1) {
-        /* Coalesce: next step fits in one chunk. On failure keep the old chunks. */
-        size_t total = 0;
-        for (int i = 0; i < a->n_chunks; i++) total += a->chunks[i].size;
+        /* Coalesce into one chunk of the step's peak: the doubling chunks sum to up to twice
+         * that. Freed first (nothing is live), so the two never coexist; if the allocation fails
+         * the arena simply starts empty and grows again. */
+        for (int i = 0; i < a->n_chunks; i++) a->free(a->chunks[i].base);
+        a->n_chunks = 0;
         void *base = NULL;
-        if (a->alloc(total, &base) == AMP_OK) {
-            for (int i = 0; i < a->n_chunks; i++) a->free(a->chunks[i].base);
-            a->chunks[0] = (amp_arena_chunk){.base = base, .size = total};
+        size_t size = a->step_peak < AMP_ARENA_MIN_CHUNK ? AMP_ARENA_MIN_CHUNK : a->step_peak;
+        if (a->alloc(size, &base) == AMP_OK) {
+            a->chunks[0] = (amp_arena_chunk){.base = base, .size = size};
             a->n_chunks = 1;
         }
     }
     for (int i = 0; i < a->n_chunks; i++) a->chunks[i].used = 0;
     a->current = 0;
     a->in_use = 0;
+    a->step_peak = 0;
 }
 
 void amp_arena_destroy(amp_arena *a) {

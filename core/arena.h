@@ -1,7 +1,8 @@
 /* Step arena: a bump allocator for the tensors of one training step, released all at once.
  * Memory comes in chunks from an allocation function (host malloc, or a backend's alloc). After a
- * step that needed several chunks, reset() replaces them with one chunk of the total size, so the
- * steady-state step allocates nothing. */
+ * step that needed several chunks, reset() replaces them with one chunk the size of that step's
+ * peak use (the old chunks are freed first: nothing in them is live after a reset), so the
+ * steady-state step allocates nothing and holds no more than it uses. */
 #ifndef AMP_CORE_ARENA_H
 #define AMP_CORE_ARENA_H
 
@@ -23,6 +24,7 @@ typedef struct amp_arena {
     amp_arena_chunk *chunks;
     int n_chunks, cap_chunks, current;
     size_t in_use, peak;
+    size_t step_peak; /* the largest in_use since the last reset */
 } amp_arena;
 
 void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *));

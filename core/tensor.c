@@ -136,6 +136,17 @@ void amp_tensor_free(amp_tensor *t) {
     free(t);
 }
 
+size_t amp_block_layout(const int64_t *numel, int n, size_t elem_size, size_t align,
+                        size_t *offsets) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (offsets) offsets[i] = total;
+        size_t nbytes = (size_t)numel[i] * elem_size;
+        total += (nbytes + align - 1) / align * align;
+    }
+    return total;
+}
+
 amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_tensor *t) {
     if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", who, arg);
     if (!(t->flags & AMP_TENSOR_STEP) || t->step_gen == t->ctx->step_gen) return AMP_OK;

@@ -22,6 +22,11 @@ amp_status amp_tensor_view(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
 /* AMP_ERR_STATE naming `who` and `arg` when t is a step tensor of a step that has ended (its
  * memory released by amp_ctx_reset_step); AMP_ERR_INVALID_ARG when t is NULL. */
 amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_tensor *t);
+/* The layout of one block carved into n views of numel[i] elements of elem_size bytes, each view
+ * starting on an `align`-byte boundary: offsets[i] in bytes (may be NULL), returns the total.
+ * All in size_t: a block may pass 2 GiB (and 4 GiB) long before a single view does. */
+size_t amp_block_layout(const int64_t *numel, int n, size_t elem_size, size_t align,
+                        size_t *offsets);
 /* Checks 1 <= ndim <= AMP_MAX_DIMS and every extent >= 1; writes the element count. */
 amp_status amp_shape_check(const char *who, int ndim, const int64_t *shape, int64_t *numel);
 /* "[128, 1, 28, 28]" into buf (for messages). */

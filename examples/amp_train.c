@@ -117,8 +117,12 @@ int main(int argc, char **argv) {
         TRY(amp_adam_create(model, &(amp_adam_opts){.lr = a.lr}, &opt));
     amp_options amp_opts = {.opt_level = (amp_opt_level)a.opt_level,
                             .half_type = a.bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
-                            .loss_scale = a.loss_scale};
+                            .loss_scale = a.loss_scale,
+                            .skip_nonfinite = a.skip_nonfinite > 0   ? AMP_OPT_TRUE
+                                              : a.skip_nonfinite < 0 ? AMP_OPT_FALSE
+                                                                     : AMP_OPT_DEFAULT};
     TRY(amp_initialize_ex(model, opt, &amp_opts));
+    amp_ctx_memory_reset_peak(ctx); /* peak_backend_mb: what training holds, not the cast */
     TRY(amp_get_options(opt, &amp_opts));
     printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d %s, backend %s\n",
            a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
@@ -160,8 +164,9 @@ int main(int argc, char **argv) {
     }
     amp_scaler_state sc;
     TRY(amp_scaler_get_state(opt, 0, &sc));
-    size_t peak_arena = 0;
+    size_t peak_arena = 0, peak_backend = 0;
     amp_ctx_arena_bytes(ctx, &peak_arena);
+    (void)amp_ctx_memory(ctx, NULL, &peak_backend);
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage); /* ru_maxrss: KiB on Linux */
     if (a.json) {
@@ -173,12 +178,14 @@ int main(int argc, char **argv) {
                "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
                "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
                "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
-               "\"backend\": \"%s\"}\n",
+               "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\"}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
                train_seconds > 0 ? (double)samples / train_seconds : 0.0, a.opt_level,
                a.bf16 ? "bf16" : "fp16", scale, (double)sc.scale, (long long)sc.skipped_steps,
-               peak_arena, (double)usage.ru_maxrss / 1024.0, amp_ctx_backend_name(ctx));
+               peak_arena, (double)usage.ru_maxrss / 1024.0, (double)peak_backend / 1048576.0,
+               amp_opts.skip_nonfinite == AMP_OPT_TRUE ? "true" : "false",
+               amp_ctx_backend_name(ctx));
     }
     exit_code = 0;
 fail:

@@ -23,6 +23,7 @@ static void train_usage(FILE *f) {
             "  --opt-level O0|O1|O2|O3  mixed precision level, as Apex's (default O0)\n"
             "  --half fp16|bf16         half type of O1-O3 (default fp16)\n"
             "  --loss-scale dynamic|N   override the level's loss scale\n"
+            "  --skip-nonfinite on|off  skip steps with inf/NaN gradients (default: on at O1-O3)\n"
             "  --cpu                    use the CPU even when a GPU is present\n"
             "  --json                   end with one line holding a JSON summary\n");
 }
@@ -51,7 +52,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"max-steps", required_argument, 0, 'x'}, {"threads", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'},            {"cpu", no_argument, 0, 'c'},
         {"opt-level", required_argument, 0, 'O'}, {"half", required_argument, 0, 'H'},
-        {"loss-scale", required_argument, 0, 'S'},
+        {"loss-scale", required_argument, 0, 'S'}, {"skip-nonfinite", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -80,6 +81,13 @@ int train_args_parse(int argc, char **argv, train_args *a) {
                 return -1;
             }
             a->bf16 = strcmp(optarg, "bf16") == 0;
+            break;
+        case 'N':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "amp-train: --skip-nonfinite '%s': want on or off\n", optarg);
+                return -1;
+            }
+            a->skip_nonfinite = strcmp(optarg, "on") == 0 ? 1 : -1;
             break;
         case 'S':
             if (strcmp(optarg, "dynamic") == 0) a->loss_scale = -1.0f;

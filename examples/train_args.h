@@ -19,6 +19,7 @@ typedef struct train_args {
     int opt_level;         /* 0..3 */
     bool bf16;             /* --half bf16 (default fp16) */
     float loss_scale;      /* 0: the level's; -1: dynamic; > 0: static */
+    int skip_nonfinite;    /* 0: the level's; 1: on; -1: off */
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tensor_internal.h"
 #include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
 #include "precision/amp_state.h"
@@ -130,15 +131,17 @@ static amp_status amp_opt_state_create_accum(amp_state *st, amp_opt_state *os) {
         for (size_t i = 0; i < n; i++) os->accum[i] = amp_optimizer_master_grad(opt, (int)i);
         return AMP_OK;
     }
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += ((size_t)opt->params[i]->numel * 4 + 63) / 64 * 64;
-    AMP_TRY(st->ctx->backend->alloc(total ? total : 64, &os->accum_block));
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        os->accum[i] = (float *)((char *)os->accum_block + off);
-        off += ((size_t)opt->params[i]->numel * 4 + 63) / 64 * 64;
-    }
-    return AMP_OK;
+    int64_t *numel = malloc(n * sizeof *numel);
+    size_t *offsets = malloc(n * sizeof *offsets);
+    amp_status s = numel && offsets ? AMP_OK : amp_fail(AMP_ERR_OOM, "amp_initialize: out of memory");
+    for (size_t i = 0; s == AMP_OK && i < n; i++) numel[i] = opt->params[i]->numel;
+    size_t total = s == AMP_OK ? amp_block_layout(numel, (int)n, sizeof(float), 64, offsets) : 0;
+    if (s == AMP_OK) s = st->ctx->backend->alloc(total ? total : 64, &os->accum_block);
+    for (size_t i = 0; s == AMP_OK && i < n; i++)
+        os->accum[i] = (float *)((char *)os->accum_block + offsets[i]);
+    free(numel);
+    free(offsets);
+    return s;
 }
 
 static amp_status amp_check_model_fp32(const amp_model *m) {
@@ -280,17 +283,24 @@ amp_status amp_initialize(amp_model *m, amp_optimizer *opt, amp_opt_level level)
 
 /* ---- teardown ---- */
 
-/* A model back to f32: from its optimizer's masters when it has them (the exact values), else
- * by widening its half values (exact for what they hold). */
-static amp_status amp_model_uncast(amp_state *st, amp_model *m) {
-    AMP_TRY(amp_model_cast(m, AMP_F32, false));
+/* The models back to f32, all or nothing (every new block is made before any model moves); then
+ * each model with masters gets their exact values, and the masters go. */
+static amp_status amp_models_uncast(amp_state *st) {
+    amp_model_cast_plan plans[AMP_MAX_MODELS];
+    for (int k = 0; k < st->n_models; k++) {
+        amp_status s = amp_model_cast_prepare(st->models[k], AMP_F32, false, &plans[k]);
+        if (s == AMP_OK) continue;
+        for (int j = 0; j < k; j++) amp_model_cast_abort(st->models[j], &plans[j]);
+        return amp_fail_context(s, "amp_deinitialize");
+    }
+    for (int k = 0; k < st->n_models; k++) amp_model_cast_commit(st->models[k], &plans[k]);
     for (int i = 0; i < st->n_opts; i++) {
         amp_optimizer *opt = st->opts_state[i].opt;
-        if (opt->model != m || !amp_optimizer_has_masters(opt)) continue;
-        AMP_TRY(amp_optimizer_masters_to_params(opt));
+        if (!amp_optimizer_has_masters(opt)) continue;
+        amp_status s = amp_optimizer_masters_to_params(opt); /* f32 parameters: plain copies */
+        if (s != AMP_OK) return amp_fail_context(s, "amp_deinitialize");
         amp_optimizer_drop_masters(opt);
     }
-    amp_model_set_io_cast(m, AMP_I32, AMP_I32);
     return AMP_OK;
 }
 
@@ -300,9 +310,8 @@ amp_status amp_deinitialize(amp_ctx *ctx) {
     if (!st) return amp_fail(AMP_ERR_STATE, "amp_deinitialize: amp_initialize was not called "
                              "for this context");
     if (amp_cast_dtype(st->opts.cast_model_type, st->opts.half_type) != AMP_I32)
-        for (int i = 0; i < st->n_models; i++) AMP_TRY(amp_model_uncast(st, st->models[i]));
-    else
-        for (int i = 0; i < st->n_models; i++) amp_model_set_io_cast(st->models[i], AMP_I32, AMP_I32);
+        AMP_TRY(amp_models_uncast(st));
+    for (int i = 0; i < st->n_models; i++) amp_model_set_io_cast(st->models[i], AMP_I32, AMP_I32);
     for (int i = 0; i < st->n_opts; i++) amp_optimizer_step_done(st->opts_state[i].opt);
     ctx->autocast.enabled = false;
     ctx->autocast.n_cache = 0;

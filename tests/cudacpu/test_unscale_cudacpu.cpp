@@ -34,6 +34,7 @@ extern "C" amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *gr
                                        float inv_scale, float *out, float *found_inf);
 extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 extern "C" int amp_cuda_sum_squares_blocks(int64_t n);
+extern "C" amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
 
 
 /* NVIDIA's own conversions (cuda_fp16.h / cuda_bf16.h host code): independent of core/half.h. */
@@ -278,6 +279,42 @@ static void test_sum_squares(void) {
     CHECK(std::isnan(get_scalar(out)));
 }
 
+/* nonfinite: the flag of unscale without its writes, for every dtype, past the grid (threads
+ * loop), one special value at the start, the middle and the end; never cleared. */
+static void test_nonfinite(void) {
+    const int64_t n = (int64_t)AMP_CUDA_MAX_BLOCKS * AMP_CUDA_BLOCK + 777;
+    const int64_t where[] = {0, n / 2, n - 1};
+    const float specials[] = {INFINITY, NAN, -INFINITY, 65504.0f, 1e-40f};
+    for (amp_dtype dt : dts) {
+        dev_buf g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e30);
+        dev_buf found(4);
+        for (float v : specials)
+            for (int w = 0; w < 3; w++) {
+                float keep = nv_load(g.host.data(), dt, where[w]);
+                nv_store(g.host.data(), dt, where[w], v);
+                g.upload();
+                set_scalar(found, 0.0f);
+                CHECK_OK(amp_cuda_nonfinite(dt, n, g.ptr, found.dev<float>()));
+                CHECK(dev_sync());
+                bool want = !std::isfinite(nv_load(g.host.data(), dt, where[w]));
+                float flag = get_scalar(found);
+                CHECK_MSG((flag == 1.0f) == want && (flag == 0.0f || flag == 1.0f),
+                          "nonfinite %s: %g at %lld: flag %g", amp_dtype_name(dt), (double)v,
+                          (long long)where[w], (double)flag);
+                nv_store(g.host.data(), dt, where[w], keep);
+                g.upload();
+                set_scalar(found, 1.0f);
+                CHECK_OK(amp_cuda_nonfinite(dt, n, g.ptr, found.dev<float>()));
+                CHECK(get_scalar(found) == 1.0f);
+            }
+        CHECK(g.guard_intact());
+    }
+    float x = 0.0f, f = 0.0f;
+    CHECK_FAILS(amp_cuda_nonfinite(AMP_I32, 1, &x, &f), AMP_ERR_DTYPE, "dtype i32");
+    CHECK_FAILS(amp_cuda_nonfinite(AMP_F32, 1, &x, nullptr), AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_OK(amp_cuda_nonfinite(AMP_F16, 0, nullptr, &f));
+}
+
 static void test_errors(void) {
     float x[4] = {0}, o[4], found = 0.0f;
     CHECK_FAILS(amp_cuda_unscale(AMP_I32, 4, x, 1.0f, o, &found), AMP_ERR_DTYPE,
@@ -297,6 +334,7 @@ static void test_errors(void) {
 }
 
 int main(void) {
+    test_nonfinite();
     test_unscale_values();
     test_unscale_flags();
     test_unscale_in_place();

@@ -30,7 +30,7 @@ typedef enum entry {
     E_CAST, E_FILL, E_FILL_SCALAR, E_GEMM, E_CONV_FWD, E_CONV_BWD_DATA, E_CONV_BWD_WEIGHT,
     E_BN_TRAIN, E_BN_EVAL, E_BN_BWD, E_POOL_FWD, E_POOL_BWD, E_UNARY, E_BINARY, E_AXPY, E_SUM,
     E_SUM_ROWS, E_XENT_FWD, E_XENT_BWD, E_MSE_FWD, E_MSE_BWD, E_DROPOUT_FWD, E_DROPOUT_BWD,
-    E_SGD, E_ADAM, E_UNSCALE, E_SUM_SQUARES, E_N
+    E_SGD, E_ADAM, E_UNSCALE, E_SUM_SQUARES, E_NONFINITE, E_N
 } entry;
 
 /* Row variants. */
@@ -478,6 +478,15 @@ static amp_status run_sum_squares(const op_row *r, const amp_backend *be, void *
     return be->sum_squares(r->dt, r->s[0], p[0], p[1]);
 }
 
+/* nonfinite: s = {n}; x (dt) with specials where the row asks, the found_inf flag as unscale's. */
+static void setup_nonfinite(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0]);
+    in_range(c, 1, "found_inf", ROLE_INOUT, EK_F32, 1, 0, 0);
+}
+static amp_status run_nonfinite(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->nonfinite(r->dt, r->s[0], p[0], p[1]);
+}
+
 /* ---- The entry table ------------------------------------------------------------------------ */
 
 typedef struct entry_info {
@@ -520,6 +529,7 @@ static const entry_info entries[E_N] = {
     ENTRY(E_ADAM, adam_update, AMP_BE_ADAM, false, adam),
     ENTRY(E_UNSCALE, unscale, AMP_BE_UNSCALE, false, unscale),
     ENTRY(E_SUM_SQUARES, sum_squares, AMP_BE_UNSCALE, false, sum_squares),
+    ENTRY(E_NONFINITE, nonfinite, AMP_BE_UNSCALE, false, nonfinite),
 };
 
 /* ---- The rows ------------------------------------------------------------------------------- */
@@ -675,6 +685,9 @@ static const op_row rows[] = {
     {"unscale_f32_specials", E_UNSCALE, {ACT_L1}, F32, .f = {1.0f / 65536}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"unscale_f16", E_UNSCALE, {10007}, F16, .f = {1.0f / 1024}, .tol = EXACT, .lo = -60000, .hi = 60000},
     {"unscale_bf16_specials", E_UNSCALE, {10007}, BF16, .f = {0.125f}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"nonfinite_f32_specials", E_NONFINITE, {ACT_L1}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"nonfinite_f16_clean", E_NONFINITE, {10007}, F16, .tol = EXACT, .lo = -60000, .hi = 60000},
+    {"nonfinite_bf16_specials", E_NONFINITE, {10007}, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"sum_squares_f32", E_SUM_SQUARES, {ACT_L1}, F32, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
     {"sum_squares_f16", E_SUM_SQUARES, {10007}, F16, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
     {"adam_bf16_step3", E_ADAM, {10007, 3}, BF16, .f = {3e-4f, 0.8f, 0.99f, 1e-6f, 0}, .tol = TOL(1e-6, 1e-6), .lo = -1, .hi = 1},

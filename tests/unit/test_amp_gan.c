@@ -12,6 +12,8 @@
 #include <math.h>
 
 #include "amp_rig.h"
+#include "core/ctx.h"
+#include "flaky_backend.h"
 
 #define ZDIM 4
 #define XDIM 8
@@ -237,7 +239,72 @@ static void test_free_under_amp(void) {
     gan_free(&n);
 }
 
+/* Every allocation amp_initialize_multi makes through the context (scalers' flags, sums, the
+ * models' half blocks; with O2's masters already made when they fail), made to fail in turn: each failure leaves both models' parameters f32 with
+ * their bits, no masters, no amp state, every block given back; the first try that gets through
+ * initialises. */
+static void test_initialize_rolls_back(void) {
+    const amp_opt_level levels[2] = {AMP_O2, AMP_O3};
+    for (int l = 0; l < 2; l++) {
+        gan n;
+        if (!gan_make(&n, 26)) {
+            gan_free(&n);
+            continue;
+        }
+        amp_model *models[2] = {n.g, n.d};
+        amp_optimizer *opts[2] = {n.opt_g, n.opt_d};
+        amp_options o = {.opt_level = levels[l], .num_losses = 2, .quiet = true};
+        size_t nbytes = 0;
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < amp_model_n_params(models[k]); i++)
+                nbytes += amp_tensor_nbytes(amp_model_param(models[k], i));
+        uint8_t *before = malloc(nbytes);
+        if (!before) break;
+        size_t at = 0;
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < amp_model_n_params(models[k]); i++) {
+                amp_tensor *p = amp_model_param(models[k], i);
+                memcpy(before + at, p->data, amp_tensor_nbytes(p));
+                at += amp_tensor_nbytes(p);
+            }
+        amp_backend flaky = flaky_backend();
+        const amp_backend *cpu = n.ctx->backend;
+        n.ctx->backend = &flaky; /* the amp state's and the models' blocks (masters: the optimizers') */
+        int failures = 0;
+        amp_status s = AMP_ERR_OOM;
+        for (int k = 1; k <= 64 && s != AMP_OK; k++) {
+            g_flaky = (flaky_state){.fail_alloc_at = k};
+            s = amp_initialize_multi(models, 2, opts, 2, &o);
+            if (s == AMP_OK) break;
+            failures++;
+            at = 0;
+            bool same = true;
+            for (int m = 0; m < 2; m++)
+                for (int i = 0; i < amp_model_n_params(models[m]); i++) {
+                    amp_tensor *p = amp_model_param(models[m], i);
+                    same &= p->dtype == AMP_F32 && !memcmp(before + at, p->data, amp_tensor_nbytes(p));
+                    at += amp_tensor_nbytes(p);
+                }
+            CHECK_MSG(s == AMP_ERR_OOM && same && n.ctx->amp == NULL &&
+                          !amp_optimizer_has_masters(n.opt_g) && !amp_optimizer_has_masters(n.opt_d) &&
+                          g_flaky.n_alloc == g_flaky.n_free,
+                      "O%d, allocation %d failing: status %d, models unchanged %d, amp state %p, "
+                      "%d blocks taken, %d given back", (int)levels[l], k, (int)s, same,
+                      n.ctx->amp, g_flaky.n_alloc, g_flaky.n_free);
+        }
+        CHECK_MSG(s == AMP_OK && failures >= 3, "O%d: %d failure points, then status %d",
+                  (int)levels[l], failures, (int)s);
+        CHECK(amp_model_param(n.g, 0)->dtype == AMP_F16);
+        g_flaky = (flaky_state){0};
+        CHECK_OK(amp_deinitialize(n.ctx));
+        n.ctx->backend = cpu;
+        free(before);
+        gan_free(&n);
+    }
+}
+
 int main(void) {
+    test_initialize_rolls_back();
     test_gan_trains(AMP_O1, AMP_HALF_F16);
     test_gan_trains(AMP_O2, AMP_HALF_F16);
     test_gan_trains(AMP_O2, AMP_HALF_BF16);

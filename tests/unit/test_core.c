@@ -1,5 +1,7 @@
 /* Core pieces: the step arena (alignment, growth, coalescing, peak), the RNG (reproducible, state
- * save/restore exact, uniform range and mean), the context's CUDA fallback, tensor host round trips. */
+ * save/restore exact, uniform range and mean), the context's CUDA fallback, tensor host round trips,
+ * block layouts past 4 GiB, the backend's memory counters, step tensors refused once their step
+ * has ended. */
 #include <stdint.h>
 #include <string.h>
 
@@ -7,6 +9,7 @@
 #include "core/arena.h"
 #include "core/ctx.h"
 #include "core/rng.h"
+#include "core/tensor_internal.h"
 #include "test_util.h"
 
 static int n_allocs;
@@ -110,7 +113,65 @@ static void test_ctx_and_tensor(void) {
     amp_ctx_free(ctx);
 }
 
+/* Views of 2^30 f32 each (4 GiB): offsets past 2^31 and 2^32 exact (an int offset wraps at the
+ * first), nothing allocated. */
+static void test_block_layout(void) {
+    const int64_t numel[4] = {(int64_t)1 << 30, 1, (int64_t)1 << 30, 17};
+    size_t off[4];
+    size_t total = amp_block_layout(numel, 4, sizeof(float), 64, off);
+    CHECK(off[0] == 0 && off[1] == ((size_t)1 << 32) && off[2] == ((size_t)1 << 32) + 64);
+    CHECK(off[3] == ((size_t)1 << 33) + 64 && total == off[3] + 128);
+    CHECK(amp_block_layout(numel, 0, 4, 64, NULL) == 0);
+}
+
+/* amp_ctx_memory: a tensor's bytes show in use and in the peak; freeing returns them; a reset
+ * brings the peak down to what is in use. */
+static void test_memory_counters(void) {
+    amp_ctx *ctx = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU}, &ctx));
+    if (!ctx) return;
+    size_t use0, peak0, use1, peak1;
+    amp_ctx_memory_reset_peak(ctx);
+    CHECK_OK(amp_ctx_memory(ctx, &use0, &peak0));
+    CHECK(peak0 == use0);
+    amp_tensor *t = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (int64_t[]){1000, 1000}, &t));
+    CHECK_OK(amp_ctx_memory(ctx, &use1, &peak1));
+    CHECK(use1 >= use0 + 4000000 && use1 < use0 + 4100000 && peak1 == use1);
+    amp_tensor_free(t);
+    CHECK_OK(amp_ctx_memory(ctx, &use1, &peak1));
+    CHECK(use1 == use0 && peak1 >= use0 + 4000000);
+    amp_ctx_memory_reset_peak(ctx);
+    CHECK_OK(amp_ctx_memory(ctx, NULL, &peak1));
+    CHECK(peak1 == use0);
+    CHECK_FAILS(amp_ctx_memory(NULL, &use1, NULL), AMP_ERR_INVALID_ARG, "ctx");
+    amp_ctx_free(ctx);
+}
+
+/* A step tensor after amp_ctx_reset_step: refused by ops and copies with AMP_ERR_STATE, also
+ * after the next step made tensors of its own; caller-owned tensors are not affected. */
+static void test_stale_step_tensors(void) {
+    amp_ctx *ctx = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU}, &ctx));
+    if (!ctx) return;
+    amp_tensor *x = NULL, *y = NULL, *z = NULL, *w = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, (int64_t[]){3}, (float[]){1, -2, 3}, &x));
+    CHECK_OK(amp_relu(x, &y));
+    amp_ctx_reset_step(ctx);
+    CHECK_OK(amp_relu(x, &z)); /* the new step's first tensor */
+    float v[3];
+    CHECK_FAILS(amp_tensor_to_host(y, v, sizeof v), AMP_ERR_STATE, "step that has ended");
+    CHECK_FAILS(amp_relu(y, &w), AMP_ERR_STATE, "amp_relu: x was made in a step that has ended");
+    CHECK_OK(amp_tensor_to_host(z, v, sizeof v));
+    CHECK(v[0] == 1 && v[1] == 0 && v[2] == 3);
+    amp_tensor_free(x);
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
+    test_block_layout();
+    test_memory_counters();
+    test_stale_step_tensors();
     test_arena();
     test_rng();
     test_ctx_and_tensor();

@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "nn/model_internal.h"
 #include "gradcheck_ref.h"
+#include "flaky_backend.h"
 #include "test_util.h"
 
 #define TORCH_CONVNET_NUMEL 29034
@@ -402,36 +403,6 @@ static void test_mlp_forward(void) {
 
 /* ---- amp_model_cast: all or nothing ---- */
 
-/* The CPU backend with an alloc and a cast that fail on a chosen call (0: never), counting the
- * blocks it hands out and the blocks it is given back. */
-typedef struct flaky_state {
-    int alloc_calls, cast_calls, fail_alloc_at, fail_cast_at;
-    int n_alloc, n_free;
-} flaky_state;
-static flaky_state g_flaky;
-
-static amp_status flaky_alloc(size_t nbytes, void **out) {
-    if (++g_flaky.alloc_calls == g_flaky.fail_alloc_at) {
-        *out = NULL;
-        return amp_fail(AMP_ERR_OOM, "flaky_alloc: call %d fails", g_flaky.alloc_calls);
-    }
-    amp_status s = amp_backend_cpu()->alloc(nbytes, out);
-    if (s == AMP_OK) g_flaky.n_alloc++;
-    return s;
-}
-
-static void flaky_free(void *p) {
-    if (p) g_flaky.n_free++;
-    amp_backend_cpu()->free(p);
-}
-
-static amp_status flaky_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                             int64_t n) {
-    if (++g_flaky.cast_calls == g_flaky.fail_cast_at)
-        return amp_fail(AMP_ERR_BACKEND, "flaky_cast: call %d fails", g_flaky.cast_calls);
-    return amp_backend_cpu()->cast(dst, dst_dt, src, src_dt, n);
-}
-
 /* Everything amp_model_cast may change: blocks, and per tensor its data, dtype, gradient and
  * values (bytes as stored). */
 #define CAST_SNAP_MAX 8
@@ -492,11 +463,7 @@ static amp_model *make_cast_model(amp_ctx *ctx) {
 static void test_cast_all_or_nothing(void) {
     amp_ctx *ctx = new_ctx(3);
     if (!ctx) return;
-    amp_backend flaky = *amp_backend_cpu();
-    flaky.name = "flaky";
-    flaky.alloc = flaky_alloc;
-    flaky.free = flaky_free;
-    flaky.cast = flaky_cast;
+    amp_backend flaky = flaky_backend();
     for (int what = 0; what < 2; what++) { /* 0: an alloc fails, 1: a cast fails */
         amp_model *m = make_cast_model(ctx);
         if (!m) break;

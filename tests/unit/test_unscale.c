@@ -7,6 +7,8 @@
  * a clean tensor. One inf/NaN at the start, the middle (a chunk boundary) and the end of a large
  * tensor, so every thread's part is covered; f32 in place; 1 and 2 threads give the same bits;
  * a guard after each output stays untouched; argument errors.
+ * nonfinite: the same flag without writing anything: every special pattern of each dtype (inf,
+ * NaN, the largest finite, subnormals) placed at the start, a chunk boundary and the end.
  * sum_squares: against a long double reference (only the final f32 rounding is allowed), inf and
  * NaN propagate, and the bits do not depend on the thread count. */
 #include <math.h>
@@ -238,7 +240,42 @@ static void test_sum_squares(void) {
     CHECK_FAILS(amp_cpu_sum_squares(AMP_F32, 2, v, NULL), AMP_ERR_INVALID_ARG, "'out'");
 }
 
+/* A 3-chunk tensor with one special value at position `at`: flag exactly for inf/NaN. */
+static void test_nonfinite(void) {
+    const int64_t n = 3 * 4096 + 17;
+    const int64_t where[] = {0, 4096, n - 1};
+    const float specials[] = {INFINITY, -INFINITY, NAN, 65504.0f, 3.0e38f, 1e-40f, -0.0f};
+    for (int d = 0; d < 3; d++) {
+        amp_dtype dt = dts[d];
+        void *g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e30);
+        for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
+            for (int w = 0; w < 3; w++) {
+                float keep = test_load(g, dt, where[w]);
+                test_store(g, dt, where[w], specials[k]);
+                float stored = test_load(g, dt, where[w]); /* e.g. 3e38 is inf in f16 */
+                float found = 0.0f;
+                CHECK_OK(amp_cpu_nonfinite(dt, n, g, &found));
+                bool want = !isfinite(stored);
+                CHECK_MSG((found == 1.0f) == want && (found == 0.0f || found == 1.0f),
+                          "nonfinite %s: %g at %lld: flag %g", amp_dtype_name(dt),
+                          (double)stored, (long long)where[w], (double)found);
+                found = 1.0f; /* never cleared */
+                test_store(g, dt, where[w], keep);
+                CHECK_OK(amp_cpu_nonfinite(dt, n, g, &found));
+                CHECK(found == 1.0f);
+            }
+        free(g);
+    }
+    float x = 0.0f, found = 0.0f;
+    CHECK_FAILS(amp_cpu_nonfinite(AMP_I32, 1, &x, &found), AMP_ERR_DTYPE, "dtype i32");
+    CHECK_FAILS(amp_cpu_nonfinite(AMP_F32, -1, &x, &found), AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cpu_nonfinite(AMP_F32, 1, NULL, &found), AMP_ERR_INVALID_ARG, "'x'");
+    CHECK_FAILS(amp_cpu_nonfinite(AMP_F32, 1, &x, NULL), AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_OK(amp_cpu_nonfinite(AMP_F16, 0, NULL, &found));
+}
+
 int main(void) {
+    test_nonfinite();
     test_rng_seed(0x2545f4914f6cdd1dull);
     test_unscale_values();
     test_unscale_flags();
