@@ -11,6 +11,25 @@ list(APPEND AMP_PRIVATE_LIBS DNNL::dnnl ZLIB::ZLIB OpenMP::OpenMP_C Threads::Thr
 message(STATUS "libamp feature: oneDNN ${dnnl_VERSION} (CPU GEMM and convolution)")
 message(STATUS "libamp feature: OpenMP ${OpenMP_C_VERSION}, zlib ${ZLIB_VERSION_STRING}")
 
+# jansson (safetensors headers, checkpoint/). Linked by its absolute path, like cuDNN and NCCL, so
+# the static library's package config needs no find_dependency for it (cmake/AmpInstall.cmake).
+find_package(PkgConfig QUIET)
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(PC_JANSSON QUIET jansson)
+endif()
+find_path(AMP_JANSSON_INCLUDE_DIR jansson.h HINTS ${PC_JANSSON_INCLUDE_DIRS})
+find_library(AMP_JANSSON_LIB NAMES jansson HINTS ${PC_JANSSON_LIBRARY_DIRS})
+if(NOT AMP_JANSSON_INCLUDE_DIR OR NOT AMP_JANSSON_LIB)
+  message(FATAL_ERROR "jansson not found (checkpoints need it): install libjansson-dev "
+    "(scripts/setup.sh does)")
+endif()
+include_directories(${AMP_JANSSON_INCLUDE_DIR})
+list(APPEND AMP_PRIVATE_LIBS ${AMP_JANSSON_LIB})
+if(NOT PC_JANSSON_VERSION)
+  set(PC_JANSSON_VERSION "(version unknown)")
+endif()
+message(STATUS "libamp feature: jansson ${PC_JANSSON_VERSION} (safetensors checkpoints)")
+
 set(AMP_HAVE_CUDA OFF)
 if(NOT AMP_CUDA STREQUAL "OFF")
   include(CheckLanguage)

@@ -282,4 +282,11 @@ amp_status amp_loader_set_state(amp_loader *ld, const amp_loader_state *st) {
 }
 
 int64_t amp_loader_n_batches(const amp_loader *ld) { return ld ? ld->n_batches : 0; }
+
+amp_status amp_loader_get_opts(const amp_loader *ld, amp_loader_opts *out) {
+    AMP_CHECK_ARG(ld);
+    AMP_CHECK_ARG(out);
+    *out = ld->opts;
+    return AMP_OK;
+}
 int64_t amp_loader_n_samples(const amp_loader *ld) { return ld ? ld->n_samples : 0; }

@@ -1,5 +1,6 @@
 /* amp-train: the Apex MNIST tutorial in C. Trains the tutorial ConvNet (or an MLP) on
  * Fashion-MNIST and reports per-epoch train loss, test accuracy and throughput. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,13 @@
 #include "train_args.h"
 
 #define EVAL_BATCH 1000
+
+/* SIGTERM (a scheduler about to kill the job) or SIGINT: finish the step, save, exit 0. */
+static volatile sig_atomic_t g_stop;
+static void on_stop_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
 
 /* Prints the failing call and the library's message, then leaves main through `fail`. */
 #define TRY(call)                                                                                  \
@@ -111,31 +119,56 @@ int main(int argc, char **argv) {
                                                     .seed = a.seed}, &loader));
     TRY(strcmp(a.model, "mlp") == 0 ? amp_model_mlp_mnist(ctx, &model)
                                     : amp_model_convnet_mnist(ctx, &model));
-    if (strcmp(a.optimizer, "sgd") == 0)
-        TRY(amp_sgd_create(model, &(amp_sgd_opts){.lr = a.lr, .momentum = a.momentum}, &opt));
-    else
-        TRY(amp_adam_create(model, &(amp_adam_opts){.lr = a.lr}, &opt));
+    if (strcmp(a.optimizer, "sgd") == 0) {
+        amp_sgd_opts so = amp_sgd_defaults(); /* exact: --lr 0 means 0 */
+        so.lr = a.lr;
+        so.momentum = a.momentum;
+        TRY(amp_sgd_create(model, &so, &opt));
+    } else {
+        amp_adam_opts ao = amp_adam_defaults();
+        ao.lr = a.lr;
+        TRY(amp_adam_create(model, &ao, &opt));
+    }
     amp_options amp_opts = {.opt_level = (amp_opt_level)a.opt_level,
                             .half_type = a.bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
                             .loss_scale = a.loss_scale,
+                            .init_scale = a.init_scale,
                             .skip_nonfinite = a.skip_nonfinite > 0   ? AMP_OPT_TRUE
                                               : a.skip_nonfinite < 0 ? AMP_OPT_FALSE
                                                                      : AMP_OPT_DEFAULT};
     TRY(amp_initialize_ex(model, opt, &amp_opts));
     amp_ctx_memory_reset_peak(ctx); /* peak_backend_mb: what training holds, not the cast */
+    if (a.init_weights) TRY(amp_model_load_weights(model, opt, a.init_weights));
     TRY(amp_get_options(opt, &amp_opts));
     printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d %s, backend %s\n",
            a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
            (long long)a.batch_size, a.opt_level, a.bf16 ? "bf16" : "fp16", amp_ctx_backend_name(ctx));
 
-    int64_t steps = 0, samples = 0;
+    int64_t steps = 0, samples = 0, saved_at = -1;
     double train_seconds = 0, accuracy = 0, epoch_loss = 0;
-    int epochs_run = 0;
-    for (int epoch = 1; epoch <= a.epochs && !(a.max_steps && steps >= a.max_steps); epoch++) {
+    int epochs_run = 0, first_epoch = 1;
+    amp_checkpoint_opts ckpt = {.loader = loader, .keep = a.keep};
+    char ckpt_path[4096];
+    if (a.resume) {
+        const char *from = strcmp(a.resume, "latest") ? a.resume : a.checkpoint_dir;
+        TRY(amp_checkpoint_load(from, model, opt, &ckpt, &steps));
+        amp_loader_state ls;
+        TRY(amp_loader_get_state(loader, &ls));
+        first_epoch = (int)ls.epoch + 1;
+        saved_at = steps;
+        printf("amp-train: resumed from %s at step %lld (epoch %d)\n", from, (long long)steps,
+               first_epoch);
+    }
+    struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigaction(SIGTERM, &stop, NULL);
+    sigaction(SIGINT, &stop, NULL);
+    for (int epoch = first_epoch; epoch <= a.epochs && !(a.max_steps && steps >= a.max_steps) &&
+                                  !g_stop;
+         epoch++) {
         double loss_sum = 0, t0 = now_seconds();
         int64_t n_loss = 0, n_batches = amp_loader_n_batches(loader);
         amp_batch b;
-        while (!(a.max_steps && steps >= a.max_steps)) {
+        while (!(a.max_steps && steps >= a.max_steps) && !g_stop) {
             TRY(amp_loader_next(loader, &b));
             if (b.n == 0) break;
             amp_tensor *logits, *loss;
@@ -152,15 +185,25 @@ int main(int argc, char **argv) {
             steps++;
             samples += b.n;
             if (tty) progress(epoch, b.index, n_batches, loss_value);
+            if (a.checkpoint_dir && a.save_every && steps % a.save_every == 0) {
+                TRY(amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, NULL, 0));
+                saved_at = steps;
+            }
         }
+        if (g_stop) break; /* saved below; no evaluation of a partial epoch */
         train_seconds += now_seconds() - t0;
         if (tty) printf("\n");
-        TRY(evaluate(model, test, &accuracy));
+        if (!a.no_eval) TRY(evaluate(model, test, &accuracy));
         epoch_loss = n_loss ? loss_sum / (double)n_loss : 0;
         epochs_run = epoch;
         printf("epoch %d: train loss %.9g, test accuracy %.2f %%, %.1f samples/s\n", epoch,
                epoch_loss, 100.0 * accuracy, (double)samples / train_seconds);
         fflush(stdout);
+    }
+    if (a.checkpoint_dir && saved_at != steps) {
+        TRY(amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, ckpt_path,
+                                sizeof ckpt_path));
+        printf("amp-train: saved %s%s\n", ckpt_path, g_stop ? " (stopped by a signal)" : "");
     }
     amp_scaler_state sc;
     TRY(amp_scaler_get_state(opt, 0, &sc));

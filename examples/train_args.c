@@ -23,7 +23,13 @@ static void train_usage(FILE *f) {
             "  --opt-level O0|O1|O2|O3  mixed precision level, as Apex's (default O0)\n"
             "  --half fp16|bf16         half type of O1-O3 (default fp16)\n"
             "  --loss-scale dynamic|N   override the level's loss scale\n"
+            "  --init-scale N           a dynamic scaler's first scale (default 65536)\n"
             "  --skip-nonfinite on|off  skip steps with inf/NaN gradients (default: on at O1-O3)\n"
+            "  --checkpoint-dir DIR     save checkpoints there (at the end, on SIGTERM/SIGINT, and\n"
+            "                           every --save-every N steps); --keep K keeps the newest K\n"
+            "  --resume latest|PATH     go on from DIR's latest checkpoint or a step folder\n"
+            "  --no-eval                skip the test-set evaluation (accuracy reads 0)\n"
+            "  --init-weights FILE      start from these weights (a safetensors state_dict)\n"
             "  --cpu                    use the CPU even when a GPU is present\n"
             "  --json                   end with one line holding a JSON summary\n");
 }
@@ -53,6 +59,10 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"json", no_argument, 0, 'j'},            {"cpu", no_argument, 0, 'c'},
         {"opt-level", required_argument, 0, 'O'}, {"half", required_argument, 0, 'H'},
         {"loss-scale", required_argument, 0, 'S'}, {"skip-nonfinite", required_argument, 0, 'N'},
+        {"checkpoint-dir", required_argument, 0, 'C'}, {"save-every", required_argument, 0, 'E'},
+        {"keep", required_argument, 0, 'K'},      {"resume", required_argument, 0, 'R'},
+        {"init-scale", required_argument, 0, 'I'}, {"no-eval", no_argument, 0, 'V'},
+        {"init-weights", required_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -66,6 +76,13 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 'o': a->optimizer = optarg; break;
         case 'd': a->data_dir = optarg; break;
         case 'j': a->json = true; break;
+        case 'C': a->checkpoint_dir = optarg; break;
+        case 'V': a->no_eval = true; break;
+        case 'W': a->init_weights = optarg; break;
+        case 'I': if (parse_number(name, optarg, 1e-30, 1e30, &v)) return -1; a->init_scale = (float)v; break;
+        case 'R': a->resume = optarg; break;
+        case 'E': if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->save_every = (int64_t)v; break;
+        case 'K': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->keep = (int)v; break;
         case 'c': a->cpu = true; break;
         case 'h': train_usage(stdout); return 1;
         case 'O':
@@ -96,7 +113,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
             break;
         case 'e': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->epochs = (int)v; break;
         case 'b': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->batch_size = (int64_t)v; break;
-        case 'l': if (parse_number(name, optarg, 1e-12, 1e3, &v)) return -1; a->lr = (float)v; break;
+        case 'l': if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->lr = (float)v; break;
         case 'M': if (parse_number(name, optarg, 0, 1, &v)) return -1; a->momentum = (float)v; break;
         case 's': if (parse_number(name, optarg, 0, 1.8e19, &v)) return -1; a->seed = (uint64_t)v; break;
         case 'x': if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->max_steps = (int64_t)v; break;
@@ -117,6 +134,14 @@ int train_args_parse(int argc, char **argv, train_args *a) {
     }
     if (strcmp(a->optimizer, "sgd") && strcmp(a->optimizer, "adam")) {
         fprintf(stderr, "amp-train: --optimizer '%s': want sgd or adam\n", a->optimizer);
+        return -1;
+    }
+    if ((a->save_every || a->keep) && !a->checkpoint_dir) {
+        fprintf(stderr, "amp-train: --save-every and --keep need --checkpoint-dir\n");
+        return -1;
+    }
+    if (a->resume && !strcmp(a->resume, "latest") && !a->checkpoint_dir) {
+        fprintf(stderr, "amp-train: --resume latest needs --checkpoint-dir\n");
         return -1;
     }
     if (a->lr < 0) a->lr = strcmp(a->optimizer, "sgd") == 0 ? 0.05f : 0.001f;

@@ -16,10 +16,17 @@ typedef struct train_args {
     int64_t max_steps; /* 0: no limit */
     int threads;       /* 0: all cores */
     bool json, cpu;
+    bool no_eval;          /* skip the test-set evaluation after each epoch (tests, benchmarks) */
     int opt_level;         /* 0..3 */
     bool bf16;             /* --half bf16 (default fp16) */
     float loss_scale;      /* 0: the level's; -1: dynamic; > 0: static */
+    float init_scale;      /* dynamic scaler's first scale; 0: 65536 */
     int skip_nonfinite;    /* 0: the level's; 1: on; -1: off */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int64_t save_every;    /* steps between saves; 0: only at the end (and on SIGTERM/SIGINT) */
+    int keep;              /* newest step folders kept; 0: all */
+    const char *resume;    /* NULL, "latest" (in checkpoint_dir) or a step folder */
+    const char *init_weights; /* a safetensors file of weights to start from (PyTorch's, ...) */
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */

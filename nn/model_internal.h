@@ -22,6 +22,8 @@ typedef struct amp_layer {
     bool bias;
     int weight, bias_param;   /* parameter indices, -1 when absent */
     int running_mean, running_var; /* buffer indices */
+    int64_t num_batches_tracked;   /* batch norm: training forwards so far (PyTorch's buffer of
+                                      that name, an int64 scalar: checkpoints carry it) */
 } amp_layer;
 
 typedef struct amp_named_tensor {

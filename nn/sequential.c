@@ -133,14 +133,18 @@ amp_status amp_seq_add_dropout(amp_model *m, const char *name, float p) {
 
 static amp_tensor *amp_param_or_null(const amp_model *m, int i) { return i < 0 ? NULL : m->params[i].t; }
 
-static amp_status amp_layer_forward(amp_model *m, const amp_layer *l, amp_tensor *x, amp_tensor **y) {
+static amp_status amp_layer_forward(amp_model *m, amp_layer *l, amp_tensor *x, amp_tensor **y) {
     amp_tensor *w = amp_param_or_null(m, l->weight), *b = amp_param_or_null(m, l->bias_param);
     switch (l->kind) {
     case AMP_LAYER_LINEAR: return amp_linear(x, w, b, y);
     case AMP_LAYER_CONV2D: return amp_conv2d(x, w, b, l->stride, l->padding, y);
-    case AMP_LAYER_BATCHNORM2D:
-        return amp_batchnorm2d(x, w, b, m->buffers[l->running_mean].t, m->buffers[l->running_var].t,
-                               m->training, AMP_BN_MOMENTUM, AMP_BN_EPS, y);
+    case AMP_LAYER_BATCHNORM2D: {
+        amp_status s = amp_batchnorm2d(x, w, b, m->buffers[l->running_mean].t,
+                                       m->buffers[l->running_var].t, m->training, AMP_BN_MOMENTUM,
+                                       AMP_BN_EPS, y);
+        if (s == AMP_OK && m->training) l->num_batches_tracked++;
+        return s;
+    }
     case AMP_LAYER_RELU: return amp_relu(x, y);
     case AMP_LAYER_MAXPOOL2D: return amp_maxpool2d(x, l->kernel, l->stride, 0, y);
     case AMP_LAYER_FLATTEN: return amp_flatten(x, y);

@@ -2,8 +2,9 @@
 # Installs what building and testing libamp needs on Debian 12 (run as root, or with sudo).
 # Idempotent: packages already installed are not touched, and when nothing is missing apt is not
 # run at all, so a warm machine passes through in well under a second.
-#   scripts/setup.sh          system packages for the build, the tests and amp-train's data set
-#   scripts/setup.sh --bench  also the Python packages for bench/pytorch_reference.py (pip)
+#   scripts/setup.sh          system packages for the build, the tests and amp-train's data set,
+#                             and numpy + safetensors (pip) for the safetensors interop test
+#   scripts/setup.sh --bench  also torch for bench/pytorch_reference.py (pip)
 set -euo pipefail
 
 bench=0
@@ -11,7 +12,7 @@ for arg in "$@"; do
     case "$arg" in
         --bench) bench=1 ;;
         -h | --help)
-            sed -n '2,6p' "$0"
+            sed -n '2,7p' "$0"
             exit 0
             ;;
         *)
@@ -23,9 +24,10 @@ done
 
 # Compilers and build tools; oneDNN (CPU GEMM and convolution) and OpenBLAS; zlib (gzip'd IDX
 # files); jansson (JSON); Open MPI (DDP bootstrap, mpi tests); Fashion-MNIST under
-# /usr/share/datasets/fashion-mnist for amp-train and the end-to-end tests.
+# /usr/share/datasets/fashion-mnist for amp-train and the end-to-end tests; clang and its
+# compiler-rt (libclang_rt.fuzzer, only a recommends of clang) for scripts/fuzz.sh.
 packages=(cmake gcc g++ make libdnnl-dev libopenblas-dev zlib1g-dev libjansson-dev
-    libopenmpi-dev openmpi-bin dataset-fashion-mnist ocl-icd-opencl-dev)
+    libopenmpi-dev openmpi-bin dataset-fashion-mnist ocl-icd-opencl-dev clang libclang-rt-dev)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -48,15 +50,34 @@ if ((${#missing[@]})); then
     "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
+# Python packages: numpy and safetensors for tests/python (which reports SKIPPED without them),
+# torch only for the PyTorch comparison (--bench), never needed to build or test libamp.
+python=${PYTHON:-python3}
+pip_want=(numpy safetensors)
 if ((bench)); then
-    # Only for the PyTorch comparison; never needed to build or test libamp.
-    python=${PYTHON:-python3}
-    pip_missing=()
-    for mod in torch numpy safetensors; do
+    pip_want+=(torch)
+fi
+pip_missing=()
+if command -v "$python" >/dev/null; then
+    for mod in "${pip_want[@]}"; do
         "$python" -c "import $mod" 2>/dev/null || pip_missing+=("$mod")
     done
-    if ((${#pip_missing[@]})); then
-        echo "setup.sh: pip installing ${pip_missing[*]}"
-        "$python" -m pip install "${pip_missing[@]}"
+fi
+if ((${#pip_missing[@]})); then
+    echo "setup.sh: pip installing ${pip_missing[*]}"
+    pip_flags=()
+    # A Debian-managed interpreter refuses pip (PEP 668) unless told; a pyenv or venv one does not.
+    if "$python" - <<'EOF'; then
+import os, sys, sysconfig
+marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
+sys.exit(0 if os.path.exists(marker) else 1)
+EOF
+        pip_flags+=(--break-system-packages)
+    fi
+    # Without them only the interop test is lost (SKIPPED, visibly): not worth failing the setup.
+    if ! "$python" -m pip install "${pip_flags[@]}" "${pip_missing[@]}"; then
+        echo "setup.sh: warning: pip could not install ${pip_missing[*]};" \
+            "tests/python reports SKIPPED" >&2
+        ((bench == 0)) || exit 1
     fi
 fi

@@ -9,5 +9,6 @@
 #include "amp/nn.h"
 #include "amp/optim.h"
 #include "amp/mixed_precision.h"
+#include "amp/checkpoint.h"
 
 #endif

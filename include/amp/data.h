@@ -130,6 +130,8 @@ amp_status amp_loader_get_state(const amp_loader *ld, amp_loader_state *st);
 /* AMP_ERR_INVALID_ARG unless 0 <= epoch < 2^32 and 0 <= batch <= n_batches. */
 amp_status amp_loader_set_state(amp_loader *ld, const amp_loader_state *st);
 int64_t amp_loader_n_batches(const amp_loader *ld); /* batches per epoch for this rank */
+/* The options the loader was created with (world_size 0 reads as 1). */
+amp_status amp_loader_get_opts(const amp_loader *ld, amp_loader_opts *out);
 int64_t amp_loader_n_samples(const amp_loader *ld); /* samples per epoch for this rank */
 
 #ifdef __cplusplus
