@@ -1,5 +1,5 @@
 # Finds what libamp links against and prints one line per feature (STYLE.md rule 5).
-# Sets AMP_PRIVATE_LIBS, AMP_DEFINITIONS and AMP_HAVE_CUDA.
+# Sets AMP_PRIVATE_LIBS, AMP_DEFINITIONS and AMP_HAVE_CUDA (AMP_CUDACPU=ON: cmake/AmpCudacpu.cmake).
 set(AMP_PRIVATE_LIBS "")
 set(AMP_DEFINITIONS "")
 
@@ -31,7 +31,9 @@ endif()
 message(STATUS "libamp feature: jansson ${PC_JANSSON_VERSION} (safetensors checkpoints)")
 
 set(AMP_HAVE_CUDA OFF)
-if(NOT AMP_CUDA STREQUAL "OFF")
+if(AMP_CUDACPU)
+  include(cmake/AmpCudacpu.cmake) # the CUDA backend against ../shared/cudacpu, no toolkit search
+elseif(NOT AMP_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   find_package(CUDAToolkit QUIET)

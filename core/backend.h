@@ -221,6 +221,13 @@ typedef struct amp_backend {
  * AMP_OK, or the error naming fn and the culprit. AMP_OK with n == 0 means nothing to do. */
 amp_status amp_backend_check_unscale(const char *fn, amp_dtype g_dt, int64_t n, const void *grad,
                                      float inv_scale, const float *out, const float *found_inf);
+/* f32, f16 or bf16, else AMP_ERR_DTYPE naming fn. */
+amp_status amp_backend_check_float(const char *fn, amp_dtype dt);
+/* xent's shape and pointer checks (the labels' range is each backend's: host or device memory). */
+amp_status amp_backend_check_xent(const char *fn, amp_dtype dt, int64_t rows, int64_t classes,
+                                  const int32_t *labels);
+/* dropout's dtype, n >= 0 and p in [0, 1). */
+amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, float p);
 /* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */
 amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
                                        const float *found_inf);

@@ -40,3 +40,27 @@ amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, 
     if (n > 0 && !x) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'x' is NULL", fn);
     return AMP_OK;
 }
+
+amp_status amp_backend_check_float(const char *fn, amp_dtype dt) {
+    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
+    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
+}
+
+amp_status amp_backend_check_xent(const char *fn, amp_dtype dt, int64_t rows, int64_t classes,
+                                  const int32_t *labels) {
+    AMP_TRY(amp_backend_check_float(fn, dt));
+    if (rows < 0 || classes < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: logits [%lld, %lld] need rows >= 0 and classes >= 1",
+                        fn, (long long)rows, (long long)classes);
+    if (rows > 0 && !labels)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'labels' is NULL", fn);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, float p) {
+    AMP_TRY(amp_backend_check_float(fn, dt));
+    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
+    if (!(p >= 0.0f && p < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: p = %g is outside [0, 1)", fn, (double)p);
+    return AMP_OK;
+}

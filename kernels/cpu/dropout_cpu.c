@@ -24,18 +24,9 @@ static void dropout_mask(uint8_t *mask, int64_t n, uint64_t seed, uint64_t first
     for (int64_t i = 0; i < n; i++) mask[i] = amp_dropout_keep(seed, first + (uint64_t)i, p);
 }
 
-static amp_status check_args(const char *fn, amp_dtype dt, int64_t n, float p) {
-    if (dt != AMP_F32 && dt != AMP_F16 && dt != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
-    if (!(p >= 0.0f && p < 1.0f))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: p = %g is outside [0, 1)", fn, (double)p);
-    return AMP_OK;
-}
-
 amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
                                uint64_t offset, void *y, uint8_t *mask) {
-    AMP_TRY(check_args(__func__, dt, n, p));
+    AMP_TRY(amp_backend_check_dropout(__func__, dt, n, p));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
@@ -62,7 +53,7 @@ amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, 
 
 amp_status amp_cpu_dropout_bwd(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
                                float p, void *dx) {
-    AMP_TRY(check_args(__func__, dt, n, p));
+    AMP_TRY(amp_backend_check_dropout(__func__, dt, n, p));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(mask);

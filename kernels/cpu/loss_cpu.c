@@ -17,19 +17,9 @@
 /* MSE chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
 #define MSE_GROUP 512
 
-static amp_status check_float(const char *fn, amp_dtype dt) {
-    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
-    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
-}
-
 static amp_status check_xent(const char *fn, amp_dtype dt, int64_t rows, int64_t classes,
                              const int32_t *labels) {
-    AMP_TRY(check_float(fn, dt));
-    if (rows < 0 || classes < 1)
-        return amp_fail(AMP_ERR_SHAPE, "%s: logits [%lld, %lld] need rows >= 0 and classes >= 1",
-                        fn, (long long)rows, (long long)classes);
-    if (rows > 0 && !labels)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'labels' is NULL", fn);
+    AMP_TRY(amp_backend_check_xent(fn, dt, rows, classes, labels));
     for (int64_t r = 0; r < rows; r++)
         if (labels[r] < 0 || labels[r] >= classes)
             return amp_fail(AMP_ERR_INVALID_ARG, "%s: label %d of row %lld is outside [0, %lld)",
@@ -103,7 +93,7 @@ amp_status amp_cpu_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const f
 }
 
 static amp_status check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a, const void *b) {
-    AMP_TRY(check_float(fn, dt));
+    AMP_TRY(amp_backend_check_float(fn, dt));
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
     if (n > 0 && (!a || !b))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, a ? "b" : "a");

@@ -6,7 +6,7 @@
  * (cudaErrorInsufficientDriver)"; the context then falls back to the CPU. The backend runs on the
  * calling thread's current device at the first call (a DDP rank calls cudaSetDevice before).
  *
- * Entries left NULL (convolution, batch norm, pooling, elementwise, losses, dropout, optimizers)
+ * Entries left NULL (convolution, batch norm, pooling, optimizers)
  * are reported AMP_ERR_UNSUPPORTED by the amp_be_* wrappers; supports() answers for the rest. */
 #include <pthread.h>
 #include <stdio.h>
@@ -28,7 +28,10 @@ cudaStream_t amp_cuda_stream(void) { return g_stream; }
 static bool amp_cuda_supports(amp_be_op op, amp_dtype dt) {
     bool is_float = dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
     if (op == AMP_BE_CAST && dt == AMP_I32) return true; /* cast.cu converts i32 <-> f32 */
-    return (op == AMP_BE_CAST || op == AMP_BE_GEMM || op == AMP_BE_UNSCALE) && is_float;
+    return (op == AMP_BE_CAST || op == AMP_BE_GEMM || op == AMP_BE_UNSCALE || op == AMP_BE_UNARY ||
+            op == AMP_BE_BINARY || op == AMP_BE_REDUCE || op == AMP_BE_XENT || op == AMP_BE_MSE ||
+            op == AMP_BE_DROPOUT) &&
+           is_float;
 }
 
 amp_status amp_cuda_memset_zero(void *p, size_t nbytes) {
@@ -93,6 +96,17 @@ static const amp_backend amp_cuda_backend = {
     .unscale = amp_cuda_unscale,
     .sum_squares = amp_cuda_sum_squares,
     .nonfinite = amp_cuda_nonfinite,
+    .unary = amp_cuda_unary,
+    .binary = amp_cuda_binary,
+    .axpy = amp_cuda_axpy,
+    .sum = amp_cuda_sum,
+    .sum_rows = amp_cuda_sum_rows,
+    .xent_fwd = amp_cuda_xent_fwd,
+    .xent_bwd = amp_cuda_xent_bwd,
+    .mse_fwd = amp_cuda_mse_fwd,
+    .mse_bwd = amp_cuda_mse_bwd,
+    .dropout_fwd = amp_cuda_dropout_fwd,
+    .dropout_bwd = amp_cuda_dropout_bwd,
 };
 
 static void amp_cuda_probe(void) {

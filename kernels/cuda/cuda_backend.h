@@ -1,7 +1,9 @@
 /* The CUDA backend's internals: the entries of its amp_backend table (core/backend.h states each
  * contract) and the launchers they share. cuda_backend.c gathers the table.
  * Files: cuda_backend.c (device probe, stream, copies, table), cuda_alloc.c (caching allocator),
- * cast.cu (cast, fill, strided cast with bias), gemm_cublaslt.c (GEMM through cuBLASLt).
+ * cast.cu (cast, fill, strided cast with bias), gemm_cublaslt.c (GEMM through cuBLASLt),
+ * elementwise.cu, reduce.cu, loss.cu, dropout.cu (their entries below), block_reduce.cuh (the
+ * deterministic block reductions of reduce.cu and loss.cu).
  *
  * Streams: every entry enqueues on the backend's one stream (amp_cuda_stream()) and returns
  * without waiting, except copy_to_host, copy_from_host and sync, which return when the host
@@ -94,6 +96,63 @@ amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const void *grad, 
 amp_status amp_cuda_sum_squares_launch(amp_dtype dt, int64_t n, const void *x, float *out,
                                        double *partials, cudaStream_t stream);
 int amp_cuda_sum_squares_blocks(int64_t n);
+
+/* Elementwise entries (elementwise.cu); same contracts as the table's unary, binary and axpy. The
+ * launchers take float dtypes, n >= 1 and ops other than copy. */
+amp_status amp_cuda_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
+                          void *y);
+amp_status amp_cuda_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
+                           const void *b, void *y);
+amp_status amp_cuda_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y);
+amp_status amp_cuda_unary_launch(amp_unary_op op, amp_dtype dt, int64_t n, const void *x,
+                                 float alpha, void *y, cudaStream_t stream);
+amp_status amp_cuda_binary_launch(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
+                                  const void *b, void *y, cudaStream_t stream);
+amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha, const void *x, void *y,
+                                cudaStream_t stream);
+
+/* Sums (reduce.cu); same contracts as the table's sum and sum_rows, deterministic without float
+ * atomics. sum's launcher needs amp_cuda_sum_blocks(n) doubles of device workspace; sum_rows'
+ * needs n_chunks * cols doubles, n_chunks from amp_cuda_sum_rows_plan (0 when rows = 0). */
+amp_status amp_cuda_sum(amp_dtype dt, int64_t n, const void *x, float alpha, float *out);
+amp_status amp_cuda_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x,
+                             float *out);
+int amp_cuda_sum_blocks(int64_t n);
+void amp_cuda_sum_rows_plan(int64_t rows, int64_t cols, int64_t *chunk_rows, int64_t *n_chunks);
+amp_status amp_cuda_sum_launch(amp_dtype dt, int64_t n, const void *x, float alpha, float *out,
+                               double *partials, cudaStream_t stream);
+amp_status amp_cuda_sum_rows_launch(amp_dtype dt, int64_t rows, int64_t cols, const void *x,
+                                    float *out, double *partials, cudaStream_t stream);
+
+/* Losses (loss.cu); same contracts as the table's xent_* and mse_*. Labels out of range: xent_fwd
+ * fails naming the row (it waits for the device once per call to learn it); xent_bwd does not
+ * wait: it writes NaN into that gradient row and the next xent_fwd reports the row. The xent_fwd
+ * launcher takes checked labels and rows >= 1; mse_fwd's needs amp_cuda_sum_blocks(n) doubles. */
+amp_status amp_cuda_xent_fwd(amp_dtype dt, int64_t rows, int64_t classes, const void *logits,
+                             const int32_t *labels, float *loss, float *logsoftmax);
+amp_status amp_cuda_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const float *logsoftmax,
+                             const int32_t *labels, const float *dloss, void *dlogits);
+amp_status amp_cuda_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss);
+amp_status amp_cuda_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
+                            const float *dloss, void *da);
+amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64_t classes,
+                                    const void *logits, const int32_t *labels, float *loss,
+                                    float *logsoftmax, cudaStream_t stream);
+amp_status amp_cuda_mse_fwd_launch(amp_dtype dt, int64_t n, const void *a, const void *b,
+                                   float *loss, double *partials, cudaStream_t stream);
+
+/* Dropout (dropout.cu); same contracts as the table's dropout_fwd/bwd, masks bit-identical to the
+ * CPU backend's. The launchers take p in (0, 1) and n >= 1. */
+amp_status amp_cuda_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
+                                uint64_t offset, void *y, uint8_t *mask);
+amp_status amp_cuda_dropout_bwd(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
+                                float p, void *dx);
+amp_status amp_cuda_dropout_fwd_launch(amp_dtype dt, int64_t n, const void *x, float p,
+                                       uint64_t seed, uint64_t offset, void *y, uint8_t *mask,
+                                       cudaStream_t stream);
+amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const void *dy,
+                                       const uint8_t *mask, float p, void *dx,
+                                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,20 @@ AMP_HD static inline float amp_sub(float a, float b) { return a - b; }
 AMP_HD static inline float amp_mul(float a, float b) { return a * b; }
 AMP_HD static inline float amp_scale(float x, float alpha) { return alpha * x; }
 
-/* y + alpha * x: gradient accumulation. */
-AMP_HD static inline float amp_axpy(float y, float alpha, float x) { return y + alpha * x; }
+/* a * b rounded on its own, never fused with an add that follows. The C files build with
+ * -ffp-contract=off, but nvcc contracts a * b + c into one fma by default: __fmul_rn is the
+ * product nvcc leaves alone, so both backends round the product and then the sum. */
+AMP_HD static inline float amp_mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+/* y + alpha * x: gradient accumulation (two roundings, the same on every backend). */
+AMP_HD static inline float amp_axpy(float y, float alpha, float x) {
+    return y + amp_mul_rn(alpha, x);
+}
 
 #endif

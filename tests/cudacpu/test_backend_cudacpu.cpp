@@ -50,7 +50,9 @@ static void test_table(void) {
     CHECK(strcmp(gpu->name, "cuda") == 0 && gpu->device == AMP_DEVICE_CUDA);
     CHECK(gpu->supports(AMP_BE_CAST, AMP_BF16) && gpu->supports(AMP_BE_GEMM, AMP_F16));
     CHECK(!gpu->supports(AMP_BE_GEMM, AMP_I32) && !gpu->supports(AMP_BE_SGD, AMP_F32));
-    CHECK(gpu->conv2d_fwd == nullptr && gpu->unary == nullptr && gpu->adam_update == nullptr);
+    CHECK(gpu->conv2d_fwd == nullptr && gpu->maxpool_fwd == nullptr && gpu->adam_update == nullptr);
+    CHECK(gpu->supports(AMP_BE_XENT, AMP_BF16) && gpu->supports(AMP_BE_DROPOUT, AMP_F16) &&
+          !gpu->supports(AMP_BE_UNARY, AMP_I32) && gpu->unary != nullptr && gpu->sum_rows != nullptr);
     CHECK(amp_cuda_stream() != nullptr);
 }
 

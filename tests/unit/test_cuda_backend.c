@@ -2,7 +2,9 @@
  * that amp_backend_cuda() says why in one line naming the CUDA error, then reports SKIPPED: the
  * rest needs a GPU. With a device: memory, copies, the caching allocator, cast and fill against
  * core/half.h and the CPU backend, and GEMM (every dtype, transpose, bias, beta, padded leading
- * dimensions) against a plain double-accumulation reference written here and the CPU backend. */
+ * dimensions) against a plain double-accumulation reference written here and the CPU backend.
+ * The device is found by the backend's own probe, so the cudacpu build (AMP_CUDACPU=ON), where
+ * ../shared/cudacpu answers as one device and emulates cuBLASLt, runs all of it on the CPU. */
 #include <stdint.h>
 #include <string.h>
 
