@@ -59,10 +59,7 @@ amp_status amp_ckpt_add_f32(amp_st_writer *w, amp_ckpt_bufs *b, const char *name
 }
 
 bool amp_ckpt_find(const amp_st_reader *r, const char *name, amp_st_tensor *out) {
-    size_t n = amp_st_reader_n(r);
-    for (size_t i = 0; i < n; i++)
-        if (amp_st_reader_at(r, i, out) == AMP_OK && !strcmp(out->name, name)) return true;
-    return false;
+    return amp_st_reader_find(r, name, out) == AMP_OK; /* a binary search over the names */
 }
 
 static amp_status amp_ckpt_scalar(const amp_st_reader *r, const char *name, amp_st_tensor *t) {

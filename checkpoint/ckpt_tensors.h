@@ -25,7 +25,8 @@ amp_status amp_ckpt_add_i64(amp_st_writer *w, amp_ckpt_bufs *b, const char *name
 amp_status amp_ckpt_add_u64(amp_st_writer *w, amp_ckpt_bufs *b, const char *name, uint64_t v);
 amp_status amp_ckpt_add_f32(amp_st_writer *w, amp_ckpt_bufs *b, const char *name, float v);
 
-/* The tensor called name, or false (no error set) when the file has none. */
+/* The tensor called name, or false when the file has none (a lookup that may miss: the callers
+ * collect what is missing and report it themselves). */
 bool amp_ckpt_find(const amp_st_reader *r, const char *name, amp_st_tensor *out);
 /* A scalar of the file (shape [] or [1]) as int64 (I64, I32, U64 that fits) or float (F32):
  * AMP_ERR_FORMAT naming the tensor and file when it is missing or of another kind. */

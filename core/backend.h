@@ -223,6 +223,11 @@ amp_status amp_backend_check_unscale(const char *fn, amp_dtype g_dt, int64_t n, 
                                      float inv_scale, const float *out, const float *found_inf);
 /* f32, f16 or bf16, else AMP_ERR_DTYPE naming fn. */
 amp_status amp_backend_check_float(const char *fn, amp_dtype dt);
+/* n >= 0, else AMP_ERR_INVALID_ARG naming fn. */
+amp_status amp_backend_check_n(const char *fn, int64_t n);
+/* mse's dtype, n and pointers. */
+amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a,
+                                 const void *b);
 /* xent's shape and pointer checks (the labels' range is each backend's: host or device memory). */
 amp_status amp_backend_check_xent(const char *fn, amp_dtype dt, int64_t rows, int64_t classes,
                                   const int32_t *labels);

@@ -64,3 +64,17 @@ amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, fl
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: p = %g is outside [0, 1)", fn, (double)p);
     return AMP_OK;
 }
+
+amp_status amp_backend_check_n(const char *fn, int64_t n) {
+    if (n >= 0) return AMP_OK;
+    return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
+}
+
+amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a,
+                                 const void *b) {
+    AMP_TRY(amp_backend_check_float(fn, dt));
+    AMP_TRY(amp_backend_check_n(fn, n));
+    if (n > 0 && (!a || !b))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, a ? "b" : "a");
+    return AMP_OK;
+}

@@ -61,7 +61,8 @@ amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **s
 /* Drops an optimizer's per-step state (amp_zero_grad, and after each amp_step). */
 void amp_opt_state_reset(amp_state *st, amp_opt_state *os);
 
-/* precision/backward.c: the overflow flags of loss_id, read back and cleared. */
+/* precision/backward.c: the overflow flag of loss_id, read back (peek), or read and cleared. */
+amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found);
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);
 /* Whether an inf/NaN skips the step for loss_id: its scaler checks overflow, or skip_nonfinite. */
 bool amp_loss_checks(const amp_state *st, int loss_id);

@@ -112,14 +112,6 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
     return AMP_OK;
 }
 
-/* The overflow flag of the one loss, read without clearing it (a failing step keeps it). */
-static amp_status amp_found_inf_peek(amp_state *st, bool *found) {
-    float f = 0.0f;
-    AMP_TRY(st->ctx->backend->copy_to_host(&f, st->found_inf, sizeof f));
-    *found = f != 0.0f;
-    return AMP_OK;
-}
-
 /* skip_nonfinite skipped a step its scaler would not have: one line, rate-limited as the
  * scaler's overflow lines are (the first 10, then every 100th). */
 static void amp_log_nonfinite_skip(amp_state *st) {
@@ -138,7 +130,7 @@ amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     bool deferred = !st->at_each_backward, seen = st->backward_seen[0];
     bool found = false, skip = os->skip;
     if (deferred && seen && amp_loss_checks(st, 0)) {
-        AMP_TRY(amp_found_inf_peek(st, &found));
+        AMP_TRY(amp_found_inf_peek(st, 0, &found)); /* not cleared: a failing step keeps it */
         skip = found;
     }
     /* The optimizer first: if it fails, nothing has moved (it validates every parameter before

@@ -16,16 +16,6 @@
 /* Elements per tile: three f32 tiles (a, b, y) take 12 KiB, which stays in L1 with the data. */
 #define EW_TILE 1024
 
-static amp_status check_float(const char *fn, amp_dtype dt) {
-    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
-    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
-}
-
-static amp_status check_n(const char *fn, int64_t n) {
-    if (n >= 0) return AMP_OK;
-    return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
-}
-
 static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, float *y) {
     switch (op) {
     case AMP_UNARY_RELU:
@@ -101,12 +91,12 @@ amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
     if (op == AMP_UNARY_COPY) {
         /* A copy keeps every bit (NaN payloads too), in any dtype, as torch.Tensor.copy_. */
-        if (dt != AMP_I32) AMP_TRY(check_float(__func__, dt));
-        AMP_TRY(check_n(__func__, n));
+        if (dt != AMP_I32) AMP_TRY(amp_backend_check_float(__func__, dt));
+        AMP_TRY(amp_backend_check_n(__func__, n));
         return amp_cpu_copy(y, x, (size_t)n * amp_dtype_size(dt));
     }
-    AMP_TRY(check_float(__func__, dt));
-    AMP_TRY(check_n(__func__, n));
+    AMP_TRY(amp_backend_check_float(__func__, dt));
+    AMP_TRY(amp_backend_check_n(__func__, n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
@@ -119,8 +109,8 @@ amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void 
     if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
         op != AMP_BINARY_RELU_BWD)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_binary: unknown op %d", (int)op);
-    AMP_TRY(check_float(__func__, dt));
-    AMP_TRY(check_n(__func__, n));
+    AMP_TRY(amp_backend_check_float(__func__, dt));
+    AMP_TRY(amp_backend_check_n(__func__, n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(a);
     AMP_CHECK_ARG(b);
@@ -130,8 +120,8 @@ amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void 
 }
 
 amp_status amp_cpu_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y) {
-    AMP_TRY(check_float(__func__, dt));
-    AMP_TRY(check_n(__func__, n));
+    AMP_TRY(amp_backend_check_float(__func__, dt));
+    AMP_TRY(amp_backend_check_n(__func__, n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);

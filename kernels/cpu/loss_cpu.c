@@ -92,16 +92,8 @@ amp_status amp_cpu_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const f
     return AMP_OK;
 }
 
-static amp_status check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a, const void *b) {
-    AMP_TRY(amp_backend_check_float(fn, dt));
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
-    if (n > 0 && (!a || !b))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, a ? "b" : "a");
-    return AMP_OK;
-}
-
 amp_status amp_cpu_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss) {
-    AMP_TRY(check_mse(__func__, dt, n, a, b));
+    AMP_TRY(amp_backend_check_mse(__func__, dt, n, a, b));
     AMP_CHECK_ARG(loss);
     int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
     double total = 0.0;
@@ -130,7 +122,7 @@ amp_status amp_cpu_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b
 
 amp_status amp_cpu_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
                            const float *dloss, void *da) {
-    AMP_TRY(check_mse(__func__, dt, n, a, b));
+    AMP_TRY(amp_backend_check_mse(__func__, dt, n, a, b));
     AMP_CHECK_ARG(dloss);
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(da);

@@ -19,11 +19,6 @@
 /* sum_rows works on column blocks this wide: one f32 tile and one double accumulator each. */
 #define ROWS_COL_BLOCK 256
 
-static amp_status check_float(const char *fn, amp_dtype dt) {
-    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
-    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
-}
-
 /* Sum of x[0, n) (of x[i]^2 when square is set) in double: 8 independent lanes (which the
  * compiler vectorises), combined in a fixed tree, then the tail. Inlined with a constant square,
  * so each variant is its own plain loop. */
@@ -59,7 +54,7 @@ static double chunked_sum(amp_dtype dt, int64_t n, const void *x, bool square) {
 }
 
 amp_status amp_cpu_sum(amp_dtype dt, int64_t n, const void *x, float alpha, float *out) {
-    AMP_TRY(check_float(__func__, dt));
+    AMP_TRY(amp_backend_check_float(__func__, dt));
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum: n = %lld < 0", (long long)n);
     AMP_CHECK_ARG(out);
     if (n > 0) AMP_CHECK_ARG(x);
@@ -94,7 +89,7 @@ static void sum_rows_block(amp_dtype dt, int64_t cols, const void *x, int64_t r0
 }
 
 amp_status amp_cpu_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x, float *out) {
-    AMP_TRY(check_float(__func__, dt));
+    AMP_TRY(amp_backend_check_float(__func__, dt));
     if (rows < 0 || cols < 0)
         return amp_fail(AMP_ERR_SHAPE, "amp_cpu_sum_rows: shape [%lld, %lld] has a negative size",
                         (long long)rows, (long long)cols);

@@ -139,22 +139,12 @@ extern "C" amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha,
     return AMP_OK;
 }
 
-static amp_status check_float(const char *fn, amp_dtype dt) {
-    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
-    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
-}
-
-static amp_status check_n(const char *fn, int64_t n) {
-    if (n >= 0) return AMP_OK;
-    return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
-}
-
 extern "C" amp_status amp_cuda_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x,
                                      float alpha, void *y) {
     if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op %d", (int)op);
-    if (op != AMP_UNARY_COPY || dt != AMP_I32) AMP_TRY(check_float("amp_cuda_unary", dt));
-    AMP_TRY(check_n("amp_cuda_unary", n));
+    if (op != AMP_UNARY_COPY || dt != AMP_I32) AMP_TRY(amp_backend_check_float("amp_cuda_unary", dt));
+    AMP_TRY(amp_backend_check_n("amp_cuda_unary", n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
@@ -172,8 +162,8 @@ extern "C" amp_status amp_cuda_binary(amp_binary_op op, amp_dtype dt, int64_t n,
     if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
         op != AMP_BINARY_RELU_BWD)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_binary: unknown op %d", (int)op);
-    AMP_TRY(check_float("amp_cuda_binary", dt));
-    AMP_TRY(check_n("amp_cuda_binary", n));
+    AMP_TRY(amp_backend_check_float("amp_cuda_binary", dt));
+    AMP_TRY(amp_backend_check_n("amp_cuda_binary", n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(a);
     AMP_CHECK_ARG(b);
@@ -182,8 +172,8 @@ extern "C" amp_status amp_cuda_binary(amp_binary_op op, amp_dtype dt, int64_t n,
 }
 
 extern "C" amp_status amp_cuda_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y) {
-    AMP_TRY(check_float("amp_cuda_axpy", dt));
-    AMP_TRY(check_n("amp_cuda_axpy", n));
+    AMP_TRY(amp_backend_check_float("amp_cuda_axpy", dt));
+    AMP_TRY(amp_backend_check_n("amp_cuda_axpy", n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);

@@ -255,14 +255,6 @@ extern "C" amp_status amp_cuda_xent_bwd(amp_dtype dt, int64_t rows, int64_t clas
     return AMP_OK;
 }
 
-static amp_status check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a, const void *b) {
-    AMP_TRY(amp_backend_check_float(fn, dt));
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
-    if (n > 0 && (!a || !b))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, a ? "b" : "a");
-    return AMP_OK;
-}
-
 template <amp_dtype D>
 static void mse_partial_launch(const void *a, const void *b, int64_t n, double *partials,
                                int blocks, cudaStream_t stream) {
@@ -288,7 +280,7 @@ extern "C" amp_status amp_cuda_mse_fwd_launch(amp_dtype dt, int64_t n, const voi
 
 extern "C" amp_status amp_cuda_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b,
                                        float *loss) {
-    AMP_TRY(check_mse("amp_cuda_mse_fwd", dt, n, a, b));
+    AMP_TRY(amp_backend_check_mse("amp_cuda_mse_fwd", dt, n, a, b));
     AMP_CHECK_ARG(loss);
     double *partials = NULL;
     AMP_TRY(amp_cuda_alloc(sizeof(double) * (size_t)amp_red_blocks(n), (void **)&partials));
@@ -299,7 +291,7 @@ extern "C" amp_status amp_cuda_mse_fwd(amp_dtype dt, int64_t n, const void *a, c
 
 extern "C" amp_status amp_cuda_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
                                        const float *dloss, void *da) {
-    AMP_TRY(check_mse("amp_cuda_mse_bwd", dt, n, a, b));
+    AMP_TRY(amp_backend_check_mse("amp_cuda_mse_bwd", dt, n, a, b));
     AMP_CHECK_ARG(dloss);
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(da);

@@ -136,14 +136,9 @@ extern "C" amp_status amp_cuda_sum_rows_launch(amp_dtype dt, int64_t rows, int64
     return AMP_OK;
 }
 
-static amp_status check_float(const char *fn, amp_dtype dt) {
-    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
-    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
-}
-
 extern "C" amp_status amp_cuda_sum(amp_dtype dt, int64_t n, const void *x, float alpha,
                                    float *out) {
-    AMP_TRY(check_float("amp_cuda_sum", dt));
+    AMP_TRY(amp_backend_check_float("amp_cuda_sum", dt));
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_sum: n = %lld < 0", (long long)n);
     AMP_CHECK_ARG(out);
     if (n > 0) AMP_CHECK_ARG(x);
@@ -156,7 +151,7 @@ extern "C" amp_status amp_cuda_sum(amp_dtype dt, int64_t n, const void *x, float
 
 extern "C" amp_status amp_cuda_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x,
                                         float *out) {
-    AMP_TRY(check_float("amp_cuda_sum_rows", dt));
+    AMP_TRY(amp_backend_check_float("amp_cuda_sum_rows", dt));
     if (rows < 0 || cols < 0)
         return amp_fail(AMP_ERR_SHAPE, "amp_cuda_sum_rows: shape [%lld, %lld] has a negative size",
                         (long long)rows, (long long)cols);

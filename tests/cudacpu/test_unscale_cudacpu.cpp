@@ -16,54 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/half.h"
-#include "dev_buffer.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "test_util.h"
-
-/* What unscale.cu and cuda_alloc.c need from the rest of the library, which is not built here. */
-extern "C" cudaStream_t amp_cuda_stream(void) { return 0; }
-extern "C" size_t amp_dtype_size(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16 ? 2 : 4; }
-extern "C" const char *amp_dtype_name(amp_dtype dt) {
-    static const char *names[] = {"f32", "f16", "bf16", "i32"};
-    return (unsigned)dt < 4 ? names[dt] : "unknown";
-}
-
-/* unscale.cu's entries and launchers. */
-extern "C" amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad,
-                                       float inv_scale, float *out, float *found_inf);
-extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
-extern "C" int amp_cuda_sum_squares_blocks(int64_t n);
-extern "C" amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
-
-
-/* NVIDIA's own conversions (cuda_fp16.h / cuda_bf16.h host code): independent of core/half.h. */
-static float nv_load(const void *p, amp_dtype dt, int64_t i) {
-    if (dt == AMP_F32) return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    if (dt == AMP_F16) {
-        __half_raw r;
-        r.x = h;
-        return __half2float(__half(r));
-    }
-    __nv_bfloat16_raw r;
-    r.x = h;
-    return __bfloat162float(__nv_bfloat16(r));
-}
-
-static void nv_store(void *p, amp_dtype dt, int64_t i, float v) {
-    if (dt == AMP_F32) ((float *)p)[i] = v;
-    else if (dt == AMP_F16) ((uint16_t *)p)[i] = ((__half_raw)__float2half_rn(v)).x;
-    else ((uint16_t *)p)[i] = ((__nv_bfloat16_raw)__float2bfloat16_rn(v)).x;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double rnd_uniform(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) * 0x1p-53;
-}
+#include "ops_ref.h" /* library stubs, NVIDIA conversions, random data, scalars */
 
 /* A device buffer of n random gradients over 20 binades below max_abs, uploaded; the mirror
  * keeps them for the references. */
@@ -75,13 +28,6 @@ static dev_buf random_grads(amp_dtype dt, int64_t n, double max_abs) {
     }
     b.upload();
     return b;
-}
-
-/* One float in a device buffer (found_inf, a sum): set, and read back. */
-static void set_scalar(dev_buf &b, float v) { b.upload(&v); }
-static float get_scalar(dev_buf &b) {
-    b.download();
-    return b.h<float>()[0];
 }
 
 /* Outputs that differ from the plain reference. */
