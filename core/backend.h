@@ -32,7 +32,7 @@ extern "C" {
 typedef enum amp_be_op {
     AMP_BE_CAST, AMP_BE_GEMM, AMP_BE_CONV2D, AMP_BE_BATCHNORM, AMP_BE_MAXPOOL, AMP_BE_UNARY,
     AMP_BE_BINARY, AMP_BE_REDUCE, AMP_BE_XENT, AMP_BE_MSE, AMP_BE_DROPOUT, AMP_BE_SGD, AMP_BE_ADAM,
-    AMP_BE_UNSCALE, AMP_BE_N_OPS
+    AMP_BE_UNSCALE, AMP_BE_LAMB, AMP_BE_N_OPS
 } amp_be_op;
 
 /* C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (+ bias[n] broadcast over rows, if set).
@@ -116,6 +116,46 @@ typedef struct amp_adam_desc {
     amp_dtype half_dtype;
     float grad_scale;     /* as in amp_sgd_desc */
 } amp_adam_desc;
+
+/* LAMB as Apex's FusedLAMB (kernels/math/lamb.h states the math and its conventions), one
+ * parameter group at step t >= 1. The entry computes the global gradient norm (for
+ * max_grad_norm), runs stage 1 over every element (moments), reduces ||x|| and ||u|| per tensor
+ * in a fixed order, and runs stage 2, recomputing u from the stored moments instead of keeping it
+ * (no extra buffer; the bits are those of a stored u). */
+typedef struct amp_lamb_desc {
+    float lr, beta1, beta2, eps, weight_decay;
+    bool decoupled;       /* Apex adam_w_mode (default true) */
+    bool bias_correction; /* default true */
+    bool grad_averaging;  /* default true */
+    bool adapt_all;       /* Apex use_nvlamb: trust ratio also where weight_decay is 0 */
+    float max_grad_norm;  /* global clipping before the moments; <= 0: off (Apex default 1.0) */
+    int64_t step;
+    float grad_scale;     /* as in amp_sgd_desc */
+} amp_lamb_desc;
+
+/* The tensors of one fused optimizer pass (multi-tensor apply, core/multi_tensor.h): n tensors,
+ * tensor i of numel[i] elements with its pointer in each array. Every array has n entries; an
+ * array that is NULL is absent. One dtype per list. */
+typedef struct amp_opt_tensors {
+    int64_t n;
+    const int64_t *numel;
+    void *const *grad;        /* f32, f16 or bf16 (grad_dtype) */
+    amp_dtype grad_dtype;
+    float *const *param;      /* f32 parameters or masters; NULL: `half` holds the parameters
+                                 (O3), widened, updated in f32 and rounded back in one pass */
+    void *const *half;        /* half copies (O2) or half parameters (O3); NULL: none */
+    amp_dtype half_dtype;
+    float *const *state1;     /* SGD momentum buffers (NULL: no momentum); Adam/LAMB exp_avg */
+    float *const *state2;     /* Adam/LAMB exp_avg_sq */
+} amp_opt_tensors;
+
+/* Scalars in backend memory that fused kernels read when they run, so that the host never waits
+ * for the device within a step (the sync-free step). NULL: not used. */
+typedef struct amp_step_scalars {
+    const float *grad_scale; /* replaces desc.grad_scale / inv_scale: gradients are multiplied by
+                                it as they are loaded (inverse loss scale times clip coefficient) */
+    const float *found_inf;  /* != 0 when the kernel runs: it writes nothing (a skipped step) */
+} amp_step_scalars;
 
 typedef struct amp_backend {
     const char *name;
@@ -215,6 +255,27 @@ typedef struct amp_backend {
      * weights, or O3, whose optimizer unscales as it loads): *found_inf = 1.0f when any x[i]
      * (f32/f16/bf16) is inf or NaN; never cleared; nothing else written. */
     amp_status (*nonfinite)(amp_dtype dt, int64_t n, const void *x, float *found_inf);
+    /* Multi-tensor entries: one fused pass over a list of tensors (Apex's multi_tensor_apply),
+     * planned with core/multi_tensor.h on both backends; what the per-tensor entries above do,
+     * for every tensor of the list, with the same bits. `scalars` may be NULL. */
+    amp_status (*sgd_multi)(const amp_sgd_desc *d, const amp_opt_tensors *t,
+                            const amp_step_scalars *scalars);
+    amp_status (*adam_multi)(const amp_adam_desc *d, const amp_opt_tensors *t,
+                             const amp_step_scalars *scalars);
+    amp_status (*lamb_multi)(const amp_lamb_desc *d, const amp_opt_tensors *t,
+                             const amp_step_scalars *scalars);
+    /* unscale over n tensors of one dtype: out[i][j] = grad[i][j] * inv_scale (or *scalars->
+     * grad_scale when given); found_inf as in unscale. out[i] may alias grad[i] for f32. */
+    amp_status (*unscale_multi)(amp_dtype g_dt, int64_t n, const int64_t *numel,
+                                const void *const *grad, float inv_scale, float *const *out,
+                                float *found_inf, const amp_step_scalars *scalars);
+    amp_status (*nonfinite_multi)(amp_dtype dt, int64_t n, const int64_t *numel,
+                                  const void *const *x, float *found_inf);
+    /* out[0] = sum over the list of x[i][j]^2 as f32: each chunk of the plan summed in f64, the
+     * chunks' partials added in plan order in f64, one rounding to f32. Deterministic on each
+     * backend; the backends may differ only where f64 sums in another order round differently. */
+    amp_status (*sum_squares_multi)(amp_dtype dt, int64_t n, const int64_t *numel,
+                                    const void *const *x, float *out);
 } amp_backend;
 
 /* The argument checks of the unscale entry, shared by every backend (core/backend_check.c):

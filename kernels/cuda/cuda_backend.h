@@ -154,6 +154,56 @@ amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const void *dy,
                                        const uint8_t *mask, float p, void *dx,
                                        cudaStream_t stream);
 
+/* Convolution (conv_cudnn.c over cuDNN's convolution API; conv_bias.cu for the f32 bias and its
+ * gradient, our own deterministic kernels); same contracts as the table's conv2d_*. */
+amp_status amp_cuda_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
+                               const float *bias, void *y);
+amp_status amp_cuda_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, const void *w,
+                                    void *dx);
+amp_status amp_cuda_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
+                                      void *dw, float *dbias);
+/* Deterministic algorithms only (cuDNN's ALGO_1 for the backward passes) from the next call on. */
+void amp_cuda_conv_set_deterministic(bool on);
+/* Releases the cuDNN handle and the cached algorithm choices (process exit, tests). */
+void amp_cuda_conv_shutdown(void);
+
+/* Batch norm (batchnorm.cu) and max pooling (pool.cu); same contracts as the table's entries. */
+amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
+                                 const float *beta, void *y, float *save_mean, float *save_invstd,
+                                 float *running_mean, float *running_var);
+amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
+                                const float *beta, const float *running_mean,
+                                const float *running_var, void *y);
+amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy,
+                           const float *gamma, const float *save_mean, const float *save_invstd,
+                           void *dx, float *dgamma, float *dbeta);
+amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
+amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
+                                void *dx);
+
+/* Optimizers (optim.cu: one generic multi-tensor launcher over core/multi_tensor.h plans, the
+ * per-element math of kernels/math/); same contracts as the table's entries. The per-tensor
+ * entries are one-tensor lists. */
+amp_status amp_cuda_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
+                               amp_dtype g_dt, float *momentum_buf);
+amp_status amp_cuda_adam_update(const amp_adam_desc *d, int64_t n, float *param,
+                                const void *grad, amp_dtype g_dt, float *exp_avg,
+                                float *exp_avg_sq);
+amp_status amp_cuda_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
+                              const amp_step_scalars *scalars);
+amp_status amp_cuda_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
+                               const amp_step_scalars *scalars);
+amp_status amp_cuda_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
+                               const amp_step_scalars *scalars);
+/* Multi-tensor loss-scaler passes (unscale_multi.cu). */
+amp_status amp_cuda_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
+                                  const void *const *grad, float inv_scale, float *const *out,
+                                  float *found_inf, const amp_step_scalars *scalars);
+amp_status amp_cuda_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
+                                    const void *const *x, float *found_inf);
+amp_status amp_cuda_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
+                                      const void *const *x, float *out);
+
 #ifdef __cplusplus
 }
 #endif
