@@ -84,9 +84,12 @@ def make_model(name):
                          nn.ReLU(), nn.Linear(2048, 10))
 
 
+DEVICE = "cpu"
+
+
 def autocast(dtype):
-    """torch.autocast on the CPU in dtype (None: off)."""
-    return torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+    """torch.autocast on the device in dtype (None: off)."""
+    return torch.autocast(DEVICE, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 @torch.no_grad()
@@ -118,6 +121,8 @@ def parse_args(argv):
                    help="forward and loss under torch.autocast('cpu', dtype=torch.float16)")
     p.add_argument("--autocast-bf16", action="store_true",
                    help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: model and data on the GPU (scripts/gpu.sh), cuDNN autotuning on")
     p.add_argument("--json", action="store_true", help="end with one JSON summary line")
     a = p.parse_args(argv)
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.max_steps < 0 or a.std <= 0:
@@ -127,17 +132,23 @@ def parse_args(argv):
 
 def main(argv):
     a = parse_args(argv)
+    global DEVICE
+    DEVICE = a.device
+    if DEVICE == "cuda":
+        torch.backends.cudnn.benchmark = True
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     x_train, y_train = load_split(a.data, True, a.mean, a.std)
     x_test, y_test = load_split(a.data, False, a.mean, a.std)
-    model = make_model(a.model)
+    model = make_model(a.model).to(DEVICE)
+    x_train, y_train = x_train.to(DEVICE), y_train.to(DEVICE)
+    x_test, y_test = x_test.to(DEVICE), y_test.to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     if a.autocast_fp16 and a.autocast_bf16:
         sys.exit("pytorch_reference.py: --autocast-fp16 and --autocast-bf16 exclude each other")
     amp_dtype = torch.float16 if a.autocast_fp16 else torch.bfloat16 if a.autocast_bf16 else None
     # fp16 needs loss scaling (torch.amp.GradScaler); bf16 and fp32 do not.
-    scaler = torch.amp.GradScaler("cpu", enabled=a.autocast_fp16)
+    scaler = torch.amp.GradScaler(DEVICE, enabled=a.autocast_fp16)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"pytorch-reference: {a.model}, {n_params} parameters, sgd, lr {a.lr:g}, "
           f"batch {a.batch_size}, torch {torch.__version__}, {a.threads} threads"
@@ -151,7 +162,7 @@ def main(argv):
     for epoch in range(1, a.epochs + 1):
         if a.max_steps and steps >= a.max_steps:
             break
-        order = torch.randperm(n, generator=shuffle_gen)
+        order = torch.randperm(n, generator=shuffle_gen).to(DEVICE)
         loss_sum, n_loss = 0.0, 0
         t0 = time.perf_counter()
         for start in range(0, n, a.batch_size):
@@ -182,7 +193,7 @@ def main(argv):
             "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed, "train_loss": epoch_loss,
             "test_accuracy": accuracy,
             "samples_per_sec": round(samples / train_seconds, 2) if train_seconds > 0 else 0.0,
-            "backend": "pytorch-cpu", "torch": torch.__version__, "threads": a.threads,
+            "backend": "pytorch-" + DEVICE, "torch": torch.__version__, "threads": a.threads,
             "autocast": str(amp_dtype) if amp_dtype else None,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
     return 0

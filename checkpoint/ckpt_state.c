@@ -29,7 +29,11 @@
 enum { ISSUE_MISSING, ISSUE_SHAPE, ISSUE_UNEXPECTED, ISSUE_OTHER };
 
 static const char *amp_ckpt_kind_name(const amp_optimizer *opt) {
-    return amp_optimizer_kind(opt) == AMP_OPTIM_SGD ? "sgd" : "adam";
+    switch (amp_optimizer_kind(opt)) {
+    case AMP_OPTIM_SGD: return "sgd";
+    case AMP_OPTIM_LAMB: return "lamb";
+    default: return "adam";
+    }
 }
 
 /* The parameter names, one per line: how a load checks that index i means the same tensor. */
@@ -54,6 +58,7 @@ static amp_status amp_ckpt_add_optimizer(amp_st_writer *w, amp_ckpt_bufs *b, amp
     amp_status s = amp_st_writer_set_meta(w, META_PARAMS, list);
     free(list);
     AMP_TRY(s);
+    AMP_TRY(amp_optimizer_refresh(opt)); /* step counts the device moved */
     AMP_TRY(amp_ckpt_add_i64(w, b, "optimizer.n_steps", amp_optimizer_step_count(opt)));
     AMP_TRY(amp_ckpt_add_f32(w, b, "optimizer.lr", amp_optimizer_lr(opt)));
     for (int i = 0; i < opt->n_params; i++) {
@@ -175,7 +180,7 @@ static void amp_ckpt_check_param_state(const amp_st_reader *r, const amp_optimiz
         snprintf(name, sizeof name, "optimizer.state.%d.%s", i, amp_optimizer_state_name(opt, j));
         present += amp_ckpt_find(r, name, &(amp_st_tensor){0});
     }
-    bool adam = amp_optimizer_kind(opt) == AMP_OPTIM_ADAM;
+    bool adam = amp_optim_kind_has_steps(amp_optimizer_kind(opt));
     char step_name[64];
     snprintf(step_name, sizeof step_name, "optimizer.state.%d.step", i);
     int64_t step = 0;
@@ -343,7 +348,7 @@ static amp_status amp_ckpt_apply_optimizer(const amp_st_reader *r, amp_optimizer
         }
         int64_t step = 0;
         snprintf(name, sizeof name, "optimizer.state.%d.step", i);
-        if (amp_optimizer_kind(opt) == AMP_OPTIM_ADAM && has) AMP_TRY(amp_ckpt_get_i64(r, name, &step));
+        if (amp_optim_kind_has_steps(amp_optimizer_kind(opt)) && has) AMP_TRY(amp_ckpt_get_i64(r, name, &step));
         AMP_TRY(amp_optimizer_state_restore(opt, i, has, step));
     }
     int64_t n_steps;

@@ -48,7 +48,9 @@ typedef struct amp_gemm_desc {
 } amp_gemm_desc;
 
 /* 2-D convolution, NCHW x OIHW, groups 1, dilation 1, symmetric zero padding. x, w, y share
- * `dtype`; bias and dbias are f32 of c_out (NULL when absent). */
+ * `dtype`; bias and dbias are f32 of c_out (NULL when absent). With an f16/bf16 y a backend may
+ * round the bias to y's dtype before adding it (cuDNN takes it so): y = round(conv + bias'), one
+ * rounding of the sum either way. */
 typedef struct amp_conv2d_desc {
     int64_t n, c_in, h_in, w_in;
     int64_t c_out, kh, kw;
@@ -147,15 +149,31 @@ typedef struct amp_opt_tensors {
     amp_dtype half_dtype;
     float *const *state1;     /* SGD momentum buffers (NULL: no momentum); Adam/LAMB exp_avg */
     float *const *state2;     /* Adam/LAMB exp_avg_sq */
+    int64_t *steps;           /* NULL: desc.step (Adam, LAMB) and desc.first_step (SGD) for every
+                                 tensor. Else a backend array of n per-tensor step counts
+                                 (torch's state['step'], kept on the device so a skipped step
+                                 needs no host decision): tensor i is updated at step
+                                 t = steps[i] + 1 (SGD: first_step = steps[i] == 0), its Adam/LAMB
+                                 coefficients formed from t where the update runs, and steps[i]
+                                 becomes t afterwards unless the update was skipped (found_inf).
+                                 A tensor of numel 0 is not updated and its count not touched,
+                                 so callers may pass a whole parameter list with the tensors not
+                                 in this call at numel 0, and index steps by parameter. */
 } amp_opt_tensors;
 
 /* Scalars in backend memory that fused kernels read when they run, so that the host never waits
  * for the device within a step (the sync-free step). NULL: not used. */
 typedef struct amp_step_scalars {
     const float *grad_scale; /* replaces desc.grad_scale / inv_scale: gradients are multiplied by
-                                it as they are loaded (inverse loss scale times clip coefficient) */
+                                it as they are loaded (inverse loss scale times clip coefficient),
+                                its value used as it is (0 zeroes them; only the descriptor's 0
+                                means none); unscale_multi reads only this field */
     const float *found_inf;  /* != 0 when the kernel runs: it writes nothing (a skipped step) */
 } amp_step_scalars;
+
+/* The loss scaler's device state and configuration (kernels/math/scaler.h). */
+typedef struct amp_scaler_dev amp_scaler_dev;
+typedef struct amp_scaler_params amp_scaler_params;
 
 typedef struct amp_backend {
     const char *name;
@@ -170,10 +188,24 @@ typedef struct amp_backend {
     amp_status (*copy_to_host)(void *host, const void *src, size_t nbytes);
     amp_status (*copy_from_host)(void *dst, const void *host, size_t nbytes);
     amp_status (*sync)(void);
+    /* Batches that do not make the host wait (PyTorch's pin_memory + non_blocking): upload_async
+     * copies `host` into pinned staging memory at the call (the caller may reuse it at once) and
+     * from there into dst on a copy stream, after the work the event `after` marks (NULL: no
+     * wait), and makes the compute stream wait for the copy; nothing waits on the host but, at
+     * worst, for a staging buffer's copy of several batches ago. dst must be a whole block from
+     * alloc (the allocator then keeps it from reuse until the copy has run). mark records, into
+     * *event (created at the first call), the compute work queued so far; event_free releases
+     * it (NULL: no-op). The CPU backend copies at once and has no events. */
+    amp_status (*upload_async)(void *dst, const void *host, size_t nbytes, void *after);
+    amp_status (*mark)(void **event);
+    void (*event_free)(void *event);
     /* Bytes handed out by alloc and not freed, and their peak since the last reset (process-wide
      * for the backend). */
     void (*memory_stats)(size_t *in_use, size_t *peak);
     void (*memory_reset_peak)(void);
+    /* Allocations made from the system (cudaMalloc; aligned_alloc on the CPU) since the process
+     * started: after warm-up a training loop makes none (the caching allocator, the step arenas). */
+    uint64_t (*system_allocs)(void);
 
     /* dst[i] = (dst_dt) src[i], round to nearest even, NaN stays NaN, overflow to inf. */
     amp_status (*cast)(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt, int64_t n);
@@ -276,6 +308,19 @@ typedef struct amp_backend {
      * backend; the backends may differ only where f64 sums in another order round differently. */
     amp_status (*sum_squares_multi)(amp_dtype dt, int64_t n, const int64_t *numel,
                                     const void *const *x, float *out);
+
+    /* The loss scaler in backend memory, so that no step waits for the host: each entry applies
+     * kernels/math/scaler.h's function to one amp_scaler_dev (CUDA: a one-thread kernel).
+     * scaler_seed: this step's used scale (min(scale, cap)), its reciprocal, no clipping yet.
+     * scaler_clip: the clip coefficient from the step's sums of squares (backend scalars, NULL
+     * read as 0): f32 gradients and still-scaled half ones.
+     * scaler_update: ends the step from *found_inf (NULL: none; zeroed after), `checks` (an
+     * inf/NaN skips the step) and `other_skip`; p is host memory, read at the call. */
+    amp_status (*scaler_seed)(amp_scaler_dev *s, float cap);
+    amp_status (*scaler_clip)(amp_scaler_dev *s, const float *sumsq_f32, const float *sumsq_half,
+                              float max_norm);
+    amp_status (*scaler_update)(amp_scaler_dev *s, const amp_scaler_params *p, float *found_inf,
+                                bool checks, bool other_skip);
 } amp_backend;
 
 /* The argument checks of the unscale entry, shared by every backend (core/backend_check.c):
@@ -297,6 +342,25 @@ amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, fl
 /* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */
 amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
                                        const float *found_inf);
+/* Batch norm's descriptor: d set, a float dtype, n, c, hw >= 1; with `training`, also at least 2
+ * values per channel (n * hw >= 2: the unbiased running variance divides by n * hw - 1). */
+amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool training);
+/* Max pooling's descriptor: d set, a float dtype, non-empty input, kernel and stride >= 1, pad in
+ * [0, kernel / 2], h_out and w_out as the window arithmetic gives them, a plane that an i32
+ * argmax can index. */
+amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d);
+/* The convolution descriptor of every conv2d entry: every size >= 1, stride >= 1, pad >= 0, the
+ * window fits the padded input, h_out/w_out are PyTorch's floor((in + 2 pad - k) / stride) + 1
+ * (AMP_ERR_SHAPE); dtype f32, f16 or bf16 (AMP_ERR_UNSUPPORTED). The pointers are each entry's. */
+amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d);
+
+/* The table's entries by name (core/backend_entries.c): how many there are, the name of entry i,
+ * whether `be` fills it, and the first entry `be` leaves NULL (NULL when it has them all). The
+ * sizes of all function pointers are assumed equal, as on every platform CUDA supports. */
+int amp_backend_n_entries(void);
+const char *amp_backend_entry_name(int i);
+bool amp_backend_has_entry(const amp_backend *be, int i);
+const char *amp_backend_missing_entry(const amp_backend *be);
 
 /* The CPU backend: always present. */
 const amp_backend *amp_backend_cpu(void);

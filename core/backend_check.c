@@ -78,3 +78,90 @@ amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const 
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, a ? "b" : "a");
     return AMP_OK;
 }
+
+amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool training) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dtype));
+    if (d->n < 1 || d->c < 1 || d->hw < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: shape [n %lld, c %lld, hw %lld] has an empty dimension",
+                        fn, (long long)d->n, (long long)d->c, (long long)d->hw);
+    /* The unbiased variance needs two values; PyTorch refuses the same batch ("Expected more
+     * than 1 value per channel when training"). */
+    if (training && d->n * d->hw < 2)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: 1 value per channel (n %lld x hw %lld); training needs more than 1",
+                        fn, (long long)d->n, (long long)d->hw);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dtype));
+    if (d->n < 1 || d->c < 1 || d->h_in < 1 || d->w_in < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: input [%lld, %lld, %lld, %lld] has an empty dimension",
+                        fn, (long long)d->n, (long long)d->c, (long long)d->h_in,
+                        (long long)d->w_in);
+    if (d->k < 1 || d->stride < 1)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: kernel %lld and stride %lld must be >= 1", fn,
+                        (long long)d->k, (long long)d->stride);
+    /* PyTorch: "pad should be at most half of effective kernel size"; it keeps every window
+     * non-empty. */
+    if (d->pad < 0 || d->pad > d->k / 2)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: pad %lld is outside [0, kernel/2 = %lld]", fn,
+                        (long long)d->pad, (long long)(d->k / 2));
+    int64_t h_out = (d->h_in + 2 * d->pad - d->k) / d->stride + 1;
+    int64_t w_out = (d->w_in + 2 * d->pad - d->k) / d->stride + 1;
+    if (d->h_in + 2 * d->pad < d->k || d->w_in + 2 * d->pad < d->k || d->h_out != h_out ||
+        d->w_out != w_out)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: output %lld x %lld does not match input %lld x %lld, kernel %lld, "
+                        "stride %lld, pad %lld",
+                        fn, (long long)d->h_out, (long long)d->w_out, (long long)d->h_in,
+                        (long long)d->w_in, (long long)d->k, (long long)d->stride,
+                        (long long)d->pad);
+    if (d->h_in * d->w_in > INT32_MAX)
+        return amp_fail(AMP_ERR_SHAPE, "%s: input plane %lld x %lld does not fit an i32 argmax", fn,
+                        (long long)d->h_in, (long long)d->w_in);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    if (d->n < 1 || d->c_in < 1 || d->h_in < 1 || d->w_in < 1 || d->c_out < 1 || d->kh < 1 ||
+        d->kw < 1)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: x [%lld, %lld, %lld, %lld], w [%lld, %lld, %lld, %lld]: every size "
+                        "must be >= 1",
+                        fn, (long long)d->n, (long long)d->c_in, (long long)d->h_in,
+                        (long long)d->w_in, (long long)d->c_out, (long long)d->c_in,
+                        (long long)d->kh, (long long)d->kw);
+    if (d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: stride (%lld, %lld) must be >= 1, pad (%lld, %lld) >= 0", fn,
+                        (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
+                        (long long)d->pad_w);
+    /* Bounds far beyond any real image that keep `in + 2 pad - k` below int64 overflow. */
+    const int64_t limit = (int64_t)1 << 60;
+    if (d->h_in > limit || d->w_in > limit || d->pad_h > limit || d->pad_w > limit)
+        return amp_fail(AMP_ERR_SHAPE, "%s: input %lldx%lld with pad (%lld, %lld) is too large",
+                        fn, (long long)d->h_in, (long long)d->w_in, (long long)d->pad_h,
+                        (long long)d->pad_w);
+    /* PyTorch's output size: floor((in + 2 pad - k) / stride) + 1, and the window must fit. */
+    int64_t span_h = d->h_in + 2 * d->pad_h - d->kh, span_w = d->w_in + 2 * d->pad_w - d->kw;
+    int64_t want_h = span_h < 0 ? 0 : span_h / d->stride_h + 1;
+    int64_t want_w = span_w < 0 ? 0 : span_w / d->stride_w + 1;
+    if (span_h < 0 || span_w < 0 || d->h_out != want_h || d->w_out != want_w)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: output %lldx%lld, but input %lldx%lld, kernel %lldx%lld, stride "
+                        "(%lld, %lld), pad (%lld, %lld) give %lldx%lld",
+                        fn, (long long)d->h_out, (long long)d->w_out, (long long)d->h_in,
+                        (long long)d->w_in, (long long)d->kh, (long long)d->kw,
+                        (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
+                        (long long)d->pad_w, (long long)want_h, (long long)want_w);
+    /* UNSUPPORTED rather than DTYPE: what the amp_be_* wrappers answer when supports() refuses
+     * a dtype, and what both backends' GEMMs answer for one. */
+    if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "%s: dtype %s: the convolution takes f32, f16 or bf16",
+                        fn, amp_dtype_name(d->dtype));
+    return AMP_OK;
+}

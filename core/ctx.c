@@ -18,13 +18,21 @@ static amp_status amp_ctx_pick_backend(amp_device want, const amp_backend **out)
         return AMP_OK;
     }
     const amp_backend *cuda = amp_backend_cuda();
-    if (cuda) {
+    /* AUTO takes CUDA only when it has every entry, so that no op of any model can fail for want
+     * of a kernel; CUDA asked for by name is given as it is (a missing entry then fails in the op
+     * that needs it, naming it). */
+    const char *missing = cuda ? amp_backend_missing_entry(cuda) : NULL;
+    if (cuda && (want == AMP_DEVICE_CUDA || !missing)) {
         *out = cuda;
         return AMP_OK;
     }
     if (want == AMP_DEVICE_CUDA)
         return amp_fail_context(AMP_ERR_NO_DEVICE, "amp_ctx_create: device CUDA was asked for");
-    amp_log(AMP_LOG_INFO, "%s; using the CPU backend", amp_last_error());
+    if (cuda)
+        amp_log(AMP_LOG_INFO, "the CUDA backend has no %s entry yet; using the CPU backend",
+                missing);
+    else
+        amp_log(AMP_LOG_INFO, "%s; using the CPU backend", amp_last_error());
     *out = amp_backend_cpu();
     return AMP_OK;
 }
@@ -107,6 +115,16 @@ amp_status amp_ctx_memory(const amp_ctx *ctx, size_t *in_use, size_t *peak) {
         return amp_fail(AMP_ERR_UNSUPPORTED, "amp_ctx_memory: backend %s does not count its memory",
                         ctx->backend->name);
     ctx->backend->memory_stats(in_use, peak);
+    return AMP_OK;
+}
+
+amp_status amp_ctx_system_allocs(const amp_ctx *ctx, uint64_t *n) {
+    AMP_CHECK_ARG(ctx);
+    AMP_CHECK_ARG(n);
+    if (!ctx->backend->system_allocs)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "amp_ctx_system_allocs: backend %s does not count "
+                        "its allocations", ctx->backend->name);
+    *n = ctx->backend->system_allocs();
     return AMP_OK;
 }
 

@@ -57,6 +57,9 @@ typedef struct amp_layer_hooks {
     void (*optimizer_zero_grad)(void *amp, struct amp_optimizer *opt);
     /* A model or optimizer is being freed: the amp layer forgets it. */
     void (*forget)(void *amp, const void *object);
+    /* Brings what the host knows of opt's steps up to date where the amp layer let the device
+     * decide them (a sync-free step skipped on the device): its step count. */
+    amp_status (*optimizer_settle)(void *amp, struct amp_optimizer *opt);
     void (*free)(void *amp); /* amp_ctx_free */
 } amp_layer_hooks;
 

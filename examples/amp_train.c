@@ -96,6 +96,23 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     return s;
 }
 
+/* One --log-every line: the step (1-based), its loss, the loss scale the next step will use
+ * (torch's scaler.get_scale() after update()) and whether this step was skipped. */
+static amp_status log_step_line(amp_optimizer *opt, int64_t step, float loss, bool skipped,
+                                bool json, bool tty) {
+    amp_scaler_state sc;
+    amp_status s = amp_scaler_get_state(opt, 0, &sc);
+    if (s != AMP_OK) return s;
+    if (tty) printf("\n");
+    if (json)
+        printf("{\"step\": %lld, \"loss\": %.9g, \"loss_scale\": %.9g, \"skipped\": %s}\n",
+               (long long)step, (double)loss, (double)sc.scale, skipped ? "true" : "false");
+    else
+        printf("step %lld: loss %.9g, loss scale %g%s\n", (long long)step, (double)loss,
+               (double)sc.scale, skipped ? ", skipped" : "");
+    return AMP_OK;
+}
+
 int main(int argc, char **argv) {
     train_args a;
     int rc = train_args_parse(argc, argv, &a);
@@ -106,17 +123,19 @@ int main(int argc, char **argv) {
     amp_loader *loader = NULL;
     amp_model *model = NULL;
     amp_optimizer *opt = NULL;
-    amp_tensor *x = NULL, *y = NULL;
+    amp_stager *stager = NULL; /* training batches: copied in while the previous step computes */
     int exit_code = 1;
     bool tty = isatty(STDOUT_FILENO);
     amp_mnist_opts norm = {.mean = AMP_FASHION_MNIST_MEAN, .std = AMP_FASHION_MNIST_STD};
 
-    TRY(amp_ctx_create(&(amp_ctx_opts){.device = a.cpu ? AMP_DEVICE_CPU : AMP_DEVICE_AUTO,
+    static const amp_device devices[] = {AMP_DEVICE_AUTO, AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
+    TRY(amp_ctx_create(&(amp_ctx_opts){.device = devices[a.device],
                                        .seed = a.seed, .n_threads = a.threads}, &ctx));
     TRY(amp_mnist_load_ex(a.data_dir, true, &norm, &train));
     TRY(amp_mnist_load_ex(a.data_dir, false, &norm, &test));
     TRY(amp_loader_create(train, &(amp_loader_opts){.batch_size = a.batch_size, .shuffle = true,
                                                     .seed = a.seed}, &loader));
+    TRY(amp_stager_create(ctx, &stager));
     TRY(strcmp(a.model, "mlp") == 0 ? amp_model_mlp_mnist(ctx, &model)
                                     : amp_model_convnet_mnist(ctx, &model));
     if (strcmp(a.optimizer, "sgd") == 0) {
@@ -145,6 +164,7 @@ int main(int argc, char **argv) {
            (long long)a.batch_size, a.opt_level, a.bf16 ? "bf16" : "fp16", amp_ctx_backend_name(ctx));
 
     int64_t steps = 0, samples = 0, saved_at = -1;
+    uint64_t allocs_warm = 0, allocs_end = 0; /* system allocations after the first 3 steps, end */
     double train_seconds = 0, accuracy = 0, epoch_loss = 0;
     int epochs_run = 0, first_epoch = 1;
     amp_checkpoint_opts ckpt = {.loader = loader, .keep = a.keep};
@@ -173,17 +193,22 @@ int main(int argc, char **argv) {
             if (b.n == 0) break;
             amp_tensor *logits, *loss;
             float loss_value;
-            TRY(upload_batch(ctx, &b, &x, &y));
-            TRY(amp_model_forward(model, x, &logits));
-            TRY(amp_cross_entropy(logits, y, &loss));
+            amp_tensor *bx, *by;
+            TRY(amp_stager_put(stager, &b, &bx, &by));
+            TRY(amp_model_forward(model, bx, &logits));
+            TRY(amp_cross_entropy(logits, by, &loss));
             TRY(amp_backward(loss));
-            TRY(amp_step(opt, NULL));
+            /* Whether the step was taken costs one 4-byte read: asked only when it is logged. */
+            bool log_step = a.log_every && (steps + 1) % a.log_every == 0, stepped = true;
+            TRY(amp_step(opt, log_step ? &stepped : NULL));
             TRY(amp_tensor_item(loss, &loss_value));
             TRY(amp_zero_grad(opt));
             loss_sum += loss_value;
             n_loss++;
             steps++;
             samples += b.n;
+            if (log_step) TRY(log_step_line(opt, steps, loss_value, !stepped, a.json, tty));
+            if (steps == 3) TRY(amp_ctx_system_allocs(ctx, &allocs_warm));
             if (tty) progress(epoch, b.index, n_batches, loss_value);
             if (a.checkpoint_dir && a.save_every && steps % a.save_every == 0) {
                 TRY(amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, NULL, 0));
@@ -207,6 +232,7 @@ int main(int argc, char **argv) {
     }
     amp_scaler_state sc;
     TRY(amp_scaler_get_state(opt, 0, &sc));
+    TRY(amp_ctx_system_allocs(ctx, &allocs_end));
     size_t peak_arena = 0, peak_backend = 0;
     amp_ctx_arena_bytes(ctx, &peak_arena);
     (void)amp_ctx_memory(ctx, NULL, &peak_backend);
@@ -221,19 +247,20 @@ int main(int argc, char **argv) {
                "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
                "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
                "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
-               "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\"}\n",
+               "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\", "
+               "\"system_allocs_steady\": %lld}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
                train_seconds > 0 ? (double)samples / train_seconds : 0.0, a.opt_level,
                a.bf16 ? "bf16" : "fp16", scale, (double)sc.scale, (long long)sc.skipped_steps,
                peak_arena, (double)usage.ru_maxrss / 1024.0, (double)peak_backend / 1048576.0,
                amp_opts.skip_nonfinite == AMP_OPT_TRUE ? "true" : "false",
-               amp_ctx_backend_name(ctx));
+               amp_ctx_backend_name(ctx),
+               steps > 3 ? (long long)(allocs_end - allocs_warm) : -1LL);
     }
     exit_code = 0;
 fail:
-    amp_tensor_free(x);
-    amp_tensor_free(y);
+    amp_stager_free(stager);
     amp_optimizer_free(opt);
     amp_model_free(model);
     amp_loader_free(loader);

@@ -30,7 +30,10 @@ static void train_usage(FILE *f) {
             "  --resume latest|PATH     go on from DIR's latest checkpoint or a step folder\n"
             "  --no-eval                skip the test-set evaluation (accuracy reads 0)\n"
             "  --init-weights FILE      start from these weights (a safetensors state_dict)\n"
-            "  --cpu                    use the CPU even when a GPU is present\n"
+            "  --device auto|cpu|cuda   where to train (default auto: CUDA when a device\n"
+            "                           answers and has every op, else the CPU); --cpu = cpu\n"
+            "  --log-every N            every N steps print step, loss, loss scale and whether\n"
+            "                           the step was skipped (with --json: one JSON object a line)\n"
             "  --json                   end with one line holding a JSON summary\n");
 }
 
@@ -62,7 +65,8 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"checkpoint-dir", required_argument, 0, 'C'}, {"save-every", required_argument, 0, 'E'},
         {"keep", required_argument, 0, 'K'},      {"resume", required_argument, 0, 'R'},
         {"init-scale", required_argument, 0, 'I'}, {"no-eval", no_argument, 0, 'V'},
-        {"init-weights", required_argument, 0, 'W'},
+        {"init-weights", required_argument, 0, 'W'}, {"device", required_argument, 0, 'D'},
+        {"log-every", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -83,7 +87,17 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 'R': a->resume = optarg; break;
         case 'E': if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->save_every = (int64_t)v; break;
         case 'K': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->keep = (int)v; break;
-        case 'c': a->cpu = true; break;
+        case 'c': a->device = 1; break;
+        case 'D':
+            if (!strcmp(optarg, "auto")) a->device = 0;
+            else if (!strcmp(optarg, "cpu")) a->device = 1;
+            else if (!strcmp(optarg, "cuda")) a->device = 2;
+            else {
+                fprintf(stderr, "amp-train: --device '%s': want auto, cpu or cuda\n", optarg);
+                return -1;
+            }
+            break;
+        case 'L': if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->log_every = (int64_t)v; break;
         case 'h': train_usage(stdout); return 1;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {

@@ -15,7 +15,9 @@ typedef struct train_args {
     uint64_t seed;
     int64_t max_steps; /* 0: no limit */
     int threads;       /* 0: all cores */
-    bool json, cpu;
+    bool json;
+    int device;            /* 0 auto (CUDA when a device answers), 1 cpu, 2 cuda */
+    int64_t log_every;     /* 0: no per-step log; N: loss, scale, skip flag every N steps */
     bool no_eval;          /* skip the test-set evaluation after each epoch (tests, benchmarks) */
     int opt_level;         /* 0..3 */
     bool bf16;             /* --half bf16 (default fp16) */

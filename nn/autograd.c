@@ -70,6 +70,11 @@ amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha
 }
 
 amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph) {
+    return amp_autograd_backward_seeded(loss, seed_value, NULL, retain_graph);
+}
+
+amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
+                                        const float *seed_scalar, bool retain_graph) {
     AMP_TRY(amp_tensor_check_live("amp_backward", "loss", loss));
     if (loss->numel != 1)
         return amp_fail(AMP_ERR_SHAPE, "amp_backward: loss has %lld elements, want 1 (reduce it first)",
@@ -86,7 +91,11 @@ amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain
      * backward must not leak into this one. Leaves (parameters) keep accumulating. */
     for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->grad_written = false;
     AMP_TRY(amp_grad_ensure(loss));
-    AMP_TRY(AMP_BE(loss->backend, fill, loss->grad->data, loss->grad->dtype, 1, seed_value));
+    if (seed_scalar)
+        AMP_TRY(AMP_BE(loss->backend, fill_scalar, loss->grad->data, loss->grad->dtype, 1,
+                       seed_scalar, 1.0f));
+    else
+        AMP_TRY(AMP_BE(loss->backend, fill, loss->grad->data, loss->grad->dtype, 1, seed_value));
     loss->grad_written = true;
     amp_status s = AMP_OK;
     for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {

@@ -35,6 +35,10 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
  * then clears the tape unless retain_graph (PyTorch's: a second loss of the same forward can then
  * be back-propagated). amp_backward (amp layer) calls it. */
 amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph);
+/* The same with the seed read from a backend scalar (an f32 in backend memory, e.g. the loss
+ * scaler's scale on the device) when seed_scalar is set: no host read of it. */
+amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
+                                        const float *seed_scalar, bool retain_graph);
 
 /* Where one gradient contribution for `t` goes. buf is NULL when t needs no gradient. */
 typedef struct amp_grad_sink {

@@ -1,5 +1,6 @@
 /* torch.optim.Adam and AdamW: options (the header's shorthand resolved, then checked as torch
- * checks them) and the update of one parameter through its backend's adam_update. Each
+ * checks them) and the update's descriptor (optim/fused_step.c runs it over every parameter at
+ * once). Each
  * parameter counts its own steps (torch's state['step']): one without a gradient on some step
  * does not advance, and its bias corrections use its own count. */
 #include <math.h>
@@ -75,12 +76,9 @@ amp_status amp_adam_create_params(amp_tensor *const *params, const char *const *
     return AMP_OK;
 }
 
-amp_status amp_adam_step_param(amp_optimizer *opt, int i) {
-    amp_optim_target t;
-    AMP_TRY(amp_optimizer_update_begin(opt, i, &t));
+amp_adam_desc amp_adam_make_desc(const amp_optimizer *opt, int64_t step) {
     const amp_adam_opts *o = &opt->adam;
-    int64_t step = opt->param_steps[i] + 1;
-    amp_adam_desc d = {
+    return (amp_adam_desc){
         .lr = o->lr,
         .beta1 = o->beta1,
         .beta2 = o->beta2,
@@ -88,14 +86,6 @@ amp_status amp_adam_step_param(amp_optimizer *opt, int i) {
         .weight_decay = o->weight_decay,
         .decoupled = o->decoupled,
         .step = step,
-        .half_copy = t.half_copy,
-        .half_dtype = t.half_dtype,
-        .grad_scale = t.grad_scale,
+        .half_dtype = AMP_F32,
     };
-    float *m = opt->state[i * 2]->data, *v = opt->state[i * 2 + 1]->data;
-    AMP_TRY(opt->backend->adam_update(&d, opt->params[i]->numel, t.param, t.grad, t.grad_dtype,
-                                      m, v));
-    opt->param_steps[i] = step;
-    opt->has_state[i] = true;
-    return amp_optimizer_update_end(opt, i);
 }

@@ -148,7 +148,10 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_targe
     } else {
         t->grad = p->grad->data;
         t->grad_dtype = p->grad->dtype;
-        if (amp_optim_is_half(t->grad_dtype)) t->grad_scale = opt->half_grad_scale;
+        if (amp_optim_is_half(t->grad_dtype)) {
+            t->grad_scale = opt->half_grad_scale;
+            t->half_scaled = true;
+        }
     }
     if (amp_optim_is_half(p->dtype)) { /* O3: the half parameter is the only copy */
         t->half_copy = p->data;

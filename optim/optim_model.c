@@ -67,3 +67,10 @@ amp_status amp_adam_create(amp_model *m, const amp_adam_opts *opts, amp_optimize
     amp_status s = amp_adam_create_params(p.params, p.names, p.n, opts, out);
     return amp_optim_model_attach(m, &p, s, out);
 }
+
+amp_status amp_lamb_create(amp_model *m, const amp_lamb_opts *opts, amp_optimizer **out) {
+    amp_model_params p;
+    AMP_TRY(amp_optim_model_params(__func__, m, out, &p));
+    amp_status s = amp_lamb_create_params(p.params, p.names, p.n, opts, out);
+    return amp_optim_model_attach(m, &p, s, out);
+}

@@ -1,6 +1,6 @@
-/* What SGD and Adam share: the parameter list, the state allocation (one block carved into
- * per-parameter views), the step loop that skips parameters without a gradient, zero_grad, and
- * the accessors. The update formulas live in kernels/math/{sgd,adam}.h; master weights in
+/* What the optimizers share: the parameter list, the state allocation (one block carved into
+ * per-parameter views), the checks of each parameter before a step, zero_grad, and the
+ * accessors. The update formulas live in kernels/math/{sgd,adam}.h; master weights in
  * masters.c. */
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +133,12 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
         s = amp_optimizer_alloc_views(opt, n_state, &opt->state_data, &opt->state);
         if (s != AMP_OK) s = amp_fail_context(s, "%s: optimizer state", who);
     }
+    if (s == AMP_OK) {
+        size_t bytes = (size_t)n * sizeof *opt->dev_steps;
+        s = opt->backend->alloc(bytes, (void **)&opt->dev_steps);
+        if (s == AMP_OK) s = opt->backend->memset_zero(opt->dev_steps, bytes);
+        if (s != AMP_OK) s = amp_fail_context(s, "%s: step counts", who);
+    }
     if (s != AMP_OK) {
         amp_optimizer_free(opt);
         return s;
@@ -151,7 +157,21 @@ void amp_optimizer_free(amp_optimizer *opt) {
     free(opt->names);
     free(opt->has_state);
     free(opt->param_steps);
+    if (opt->dev_steps) opt->backend->free(opt->dev_steps);
     free(opt);
+}
+
+amp_status amp_optimizer_refresh(amp_optimizer *opt) {
+    AMP_CHECK_ARG(opt);
+    if (opt->steps_stale) {
+        AMP_TRY(opt->backend->copy_to_host(opt->param_steps, opt->dev_steps,
+                                           (size_t)opt->n_params * sizeof *opt->param_steps));
+        for (int i = 0; i < opt->n_params; i++)
+            opt->has_state[i] = opt->n_state > 0 && opt->param_steps[i] > 0;
+        opt->steps_stale = false;
+    }
+    if (opt->ctx && opt->ctx->amp_hooks) AMP_TRY(opt->ctx->amp_hooks->optimizer_settle(opt->ctx->amp, opt));
+    return AMP_OK;
 }
 
 /* PyTorch steps a parameter only when its .grad is not None; here that is a gradient written
@@ -201,7 +221,7 @@ static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, int i, co
 
 /* Everything that could make a parameter's update fail, checked for all parameters before any
  * is touched: a bad gradient leaves parameters and state as they were. */
-static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
+amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i) {
     char label[160];
     amp_optimizer_param_label(opt, i, label, sizeof label);
     bool masters = opt->masters != AMP_OPTIM_MASTERS_NONE;
@@ -213,10 +233,16 @@ static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
     }
     bool f32_source = masters || (opt->grad_source && opt->grad_source[i]);
     amp_dtype g_dt = f32_source ? AMP_F32 : opt->params[i]->grad->dtype;
-    bool sgd = opt->kind == AMP_OPTIM_SGD;
-    amp_be_op op = sgd ? AMP_BE_SGD : AMP_BE_ADAM;
-    const char *entry = sgd ? "sgd_update" : "adam_update";
-    if (sgd ? !opt->backend->sgd_update : !opt->backend->adam_update)
+    amp_be_op op = opt->kind == AMP_OPTIM_SGD    ? AMP_BE_SGD
+                   : opt->kind == AMP_OPTIM_LAMB ? AMP_BE_LAMB
+                                                 : AMP_BE_ADAM;
+    const char *entry = opt->kind == AMP_OPTIM_SGD    ? "sgd_multi"
+                        : opt->kind == AMP_OPTIM_LAMB ? "lamb_multi"
+                                                      : "adam_multi";
+    bool have = opt->kind == AMP_OPTIM_SGD    ? opt->backend->sgd_multi != NULL
+                : opt->kind == AMP_OPTIM_LAMB ? opt->backend->lamb_multi != NULL
+                                              : opt->backend->adam_multi != NULL;
+    if (!have)
         return amp_fail(AMP_ERR_UNSUPPORTED,
                         "amp_optimizer_step: backend %s has no '%s' kernel (parameter %s)",
                         opt->backend->name, entry, label);
@@ -234,27 +260,12 @@ static amp_status amp_optim_check_grad(const amp_optimizer *opt, int i) {
     return AMP_OK;
 }
 
-amp_status amp_optimizer_apply(amp_optimizer *opt) {
-    AMP_CHECK_ARG(opt);
-    for (int i = 0; i < opt->n_params; i++)
-        if (amp_optimizer_param_stepped(opt, i)) AMP_TRY(amp_optim_check_grad(opt, i));
-    for (int i = 0; i < opt->n_params; i++) {
-        if (!amp_optimizer_param_stepped(opt, i)) continue;
-        amp_status s = opt->kind == AMP_OPTIM_SGD ? amp_sgd_step_param(opt, i)
-                                                  : amp_adam_step_param(opt, i);
-        if (s != AMP_OK) {
-            char label[160];
-            return amp_fail_context(s, "amp_optimizer_step: parameter %s",
-                                    amp_optimizer_param_label(opt, i, label, sizeof label));
-        }
-    }
-    opt->n_steps++;
-    return AMP_OK;
-}
-
 void amp_optimizer_step_done(amp_optimizer *opt) {
     opt->grad_source = NULL;
     opt->half_grad_scale = 1.0f;
+    opt->dev_found_inf = NULL;
+    opt->dev_half_grad_scale = NULL;
+    opt->outcome_on_device = false;
 }
 
 amp_status amp_optimizer_step(amp_optimizer *opt) {
@@ -286,7 +297,9 @@ amp_status amp_zero_grad(amp_optimizer *opt) {
 
 float amp_optimizer_lr(const amp_optimizer *opt) {
     if (!opt) return 0.0f;
-    return opt->kind == AMP_OPTIM_SGD ? opt->sgd.lr : opt->adam.lr;
+    return opt->kind == AMP_OPTIM_SGD    ? opt->sgd.lr
+           : opt->kind == AMP_OPTIM_LAMB ? opt->lamb.lr
+                                         : opt->adam.lr;
 }
 
 amp_status amp_optimizer_set_lr(amp_optimizer *opt, float lr) {
@@ -296,11 +309,18 @@ amp_status amp_optimizer_set_lr(amp_optimizer *opt, float lr) {
         return amp_fail(AMP_ERR_INVALID_ARG,
                         "amp_optimizer_set_lr: lr = %g must be >= 0 and finite", (double)lr);
     if (opt->kind == AMP_OPTIM_SGD) opt->sgd.lr = lr;
+    else if (opt->kind == AMP_OPTIM_LAMB) opt->lamb.lr = lr;
     else opt->adam.lr = lr;
     return AMP_OK;
 }
 
-int64_t amp_optimizer_step_count(const amp_optimizer *opt) { return opt ? opt->n_steps : 0; }
+/* The count where the amp layer left it to the device is settled first (one read); on failure
+ * the last settled count is returned and the error stays in amp_last_error. */
+int64_t amp_optimizer_step_count(const amp_optimizer *opt) {
+    if (!opt) return 0;
+    (void)amp_optimizer_refresh((amp_optimizer *)opt);
+    return opt->n_steps;
+}
 amp_model *amp_optimizer_model(const amp_optimizer *opt) { return opt ? opt->model : NULL; }
 
 /* ---- accessors for checkpoints ---- */
@@ -318,6 +338,10 @@ const amp_sgd_opts *amp_optimizer_sgd_opts(const amp_optimizer *opt) {
 
 const amp_adam_opts *amp_optimizer_adam_opts(const amp_optimizer *opt) {
     return opt && opt->kind == AMP_OPTIM_ADAM ? &opt->adam : NULL;
+}
+
+const amp_lamb_opts *amp_optimizer_lamb_opts(const amp_optimizer *opt) {
+    return opt && opt->kind == AMP_OPTIM_LAMB ? &opt->lamb : NULL;
 }
 
 int amp_optimizer_n_state(const amp_optimizer *opt) { return opt ? opt->n_state : 0; }
@@ -348,33 +372,45 @@ amp_status amp_optimizer_state_tensor(const amp_optimizer *opt, int i, const cha
         }
     }
     return amp_fail(AMP_ERR_INVALID_ARG, "%s: this %s optimizer holds no state tensor '%s'",
-                    __func__, opt->kind == AMP_OPTIM_SGD ? "SGD" : "Adam", name);
+                    __func__, opt->kind == AMP_OPTIM_SGD ? "SGD" : opt->kind == AMP_OPTIM_LAMB ? "LAMB" : "Adam", name);
+}
+
+/* The host mirror, read from the device first when the steps moved (one read; on failure the
+ * mirror as it was, the error in amp_last_error). */
+static void amp_optim_mirror(const amp_optimizer *opt) {
+    if (opt->steps_stale) (void)amp_optimizer_refresh((amp_optimizer *)opt);
 }
 
 bool amp_optimizer_has_state(const amp_optimizer *opt, int i) {
-    return opt && i >= 0 && i < opt->n_params && opt->has_state[i];
+    if (!opt || i < 0 || i >= opt->n_params) return false;
+    amp_optim_mirror(opt);
+    return opt->has_state[i];
 }
 
 amp_status amp_optimizer_state_step(const amp_optimizer *opt, int i, int64_t *step) {
     AMP_TRY(amp_optim_check_index(__func__, opt, i));
     AMP_CHECK_ARG(step);
-    if (opt->kind != AMP_OPTIM_ADAM)
+    if (!amp_optim_kind_has_steps(opt->kind))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: SGD keeps no per-parameter 'step'", __func__);
+    amp_optim_mirror(opt);
     *step = opt->param_steps[i];
     return AMP_OK;
 }
 
 amp_status amp_optimizer_state_restore(amp_optimizer *opt, int i, bool has_state, int64_t step) {
     AMP_TRY(amp_optim_check_index(__func__, opt, i));
-    if (opt->kind == AMP_OPTIM_ADAM && (has_state ? step < 1 : step != 0))
+    if (amp_optim_kind_has_steps(opt->kind) && (has_state ? step < 1 : step != 0))
         return amp_fail(AMP_ERR_INVALID_ARG,
                         "%s: parameter %d step = %lld does not fit has_state = %d", __func__, i,
                         (long long)step, (int)has_state);
     if (opt->kind == AMP_OPTIM_SGD && has_state && opt->n_state == 0)
         return amp_fail(AMP_ERR_INVALID_ARG,
                         "%s: SGD without momentum holds no state (parameter %d)", __func__, i);
+    /* SGD counts no step in torch's state: its momentum buffer exists from its first step on. */
+    int64_t count = amp_optim_kind_has_steps(opt->kind) ? step : has_state ? 1 : 0;
+    AMP_TRY(opt->backend->copy_from_host(opt->dev_steps + i, &count, sizeof count));
     opt->has_state[i] = has_state;
-    if (opt->kind == AMP_OPTIM_ADAM) opt->param_steps[i] = step;
+    opt->param_steps[i] = count;
     return AMP_OK;
 }
 
@@ -383,6 +419,7 @@ amp_status amp_optimizer_set_step_count(amp_optimizer *opt, int64_t n_steps) {
     if (n_steps < 0)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: n_steps = %lld must be >= 0", __func__,
                         (long long)n_steps);
+    AMP_TRY(amp_optimizer_refresh(opt)); /* steps the device took count before they go */
     opt->n_steps = n_steps;
     return AMP_OK;
 }

@@ -17,7 +17,16 @@
 #include "amp/optim.h"
 #include "core/backend.h"
 
-typedef enum amp_optim_kind { AMP_OPTIM_SGD = 0, AMP_OPTIM_ADAM = 1 } amp_optim_kind;
+typedef enum amp_optim_kind {
+    AMP_OPTIM_SGD = 0,
+    AMP_OPTIM_ADAM = 1,
+    AMP_OPTIM_LAMB = 2,
+} amp_optim_kind;
+
+/* Adam and LAMB count steps per parameter and hold exp_avg and exp_avg_sq. */
+static inline bool amp_optim_kind_has_steps(amp_optim_kind k) {
+    return k == AMP_OPTIM_ADAM || k == AMP_OPTIM_LAMB;
+}
 
 /* Where the step's f32 values live (optim/masters.c says why each exists). */
 typedef enum amp_optim_masters {
@@ -31,6 +40,7 @@ struct amp_optimizer {
     amp_optim_kind kind;
     amp_sgd_opts sgd;   /* kind SGD */
     amp_adam_opts adam; /* kind ADAM, PyTorch defaults filled in */
+    amp_lamb_opts lamb; /* kind LAMB, Apex defaults filled in */
     amp_model *model;   /* NULL when created from a tensor list */
     amp_ctx *ctx;       /* amp_zero_grad resets its step */
     const amp_backend *backend;
@@ -40,9 +50,16 @@ struct amp_optimizer {
     int n_state;          /* state tensors per parameter: 0 (plain SGD), 1 (SGD) or 2 (Adam) */
     void *state_data;     /* the one allocation behind every state view */
     amp_tensor **state;   /* n_params * n_state views; parameter i, tensor j at [i * n_state + j] */
-    bool *has_state;
-    int64_t *param_steps; /* Adam's per-parameter step */
-    int64_t n_steps;      /* amp_optimizer_step calls that succeeded */
+    bool *has_state;      /* host mirror: steps[i] > 0 (as of the last refresh) */
+    int64_t *param_steps; /* host mirror of dev_steps (as of the last refresh) */
+    int64_t *dev_steps;   /* backend memory, n_params: each parameter's step count (torch's
+                             state['step'], kept for SGD too: its first step makes the momentum
+                             buffer); the fused updates read and advance it on the device */
+    bool steps_stale;     /* dev_steps moved since the mirror was read */
+    int64_t n_steps;      /* amp_optimizer_step calls that succeeded (settled by the amp layer
+                             where the device decided) */
+    bool outcome_on_device; /* set by the amp layer for one apply: found_inf decides on the
+                               device, so apply does not count the step */
     amp_optim_masters masters;  /* NONE until amp_optimizer_make_masters */
     void *master_data;          /* one block behind every master view */
     void *master_grad_data;     /* one block behind every master-gradient view */
@@ -53,6 +70,11 @@ struct amp_optimizer {
                                    sums of several backwards, each unscaled at once) */
     float half_grad_scale;      /* multiplies an f16/bf16 gradient read without masters (O3:
                                    unscaled by the update as it loads it; 1 = as is) */
+    /* A sync-free step (set by the amp layer for one apply; backend scalars, NULL: not used):
+     * the overflow flag the fused kernels read (set: they write nothing), and the factor a
+     * still-scaled half gradient is multiplied by (replaces half_grad_scale). */
+    const float *dev_found_inf;
+    const float *dev_half_grad_scale;
 };
 
 /* An optimizer over n f32 parameters (borrowed; they must outlive it), all on one backend.
@@ -62,6 +84,8 @@ amp_status amp_sgd_create_params(amp_tensor *const *params, const char *const *n
                                  const amp_sgd_opts *opts, amp_optimizer **out);
 amp_status amp_adam_create_params(amp_tensor *const *params, const char *const *names, int n,
                                   const amp_adam_opts *opts, amp_optimizer **out);
+amp_status amp_lamb_create_params(amp_tensor *const *params, const char *const *names, int n,
+                                  const amp_lamb_opts *opts, amp_optimizer **out);
 
 /* Shared by sgd.c and adam.c: validates the list, allocates n_state zeroed state tensors per
  * parameter. `who` prefixes messages. */
@@ -70,9 +94,10 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
                                        int n_state, amp_optimizer **out);
 /* "'fc.weight'" or "#3": how messages name parameter i. */
 const char *amp_optimizer_param_label(const amp_optimizer *opt, int i, char *buf, size_t size);
-/* One parameter's update (its gradient checked by the caller). */
-amp_status amp_sgd_step_param(amp_optimizer *opt, int i);
-amp_status amp_adam_step_param(amp_optimizer *opt, int i);
+/* The descriptors of one fused update (optim/fused_step.c fills in the per-list fields). */
+amp_sgd_desc amp_sgd_make_desc(const amp_optimizer *opt, bool first_step);
+amp_adam_desc amp_adam_make_desc(const amp_optimizer *opt, int64_t step);
+amp_lamb_desc amp_lamb_make_desc(const amp_optimizer *opt, int64_t step);
 
 /* One zeroed backend block with per_param f32 views per parameter, each shaped like its
  * parameter and starting on a 64-byte boundary; views[i * per_param + j]. per_param 0 gives NULLs.
@@ -116,10 +141,13 @@ amp_status amp_optimizer_masters_to_params(amp_optimizer *opt);
 
 /* ---- inside a step (optimizer.c, sgd.c, adam.c) ---- */
 
-/* The update of every parameter with a gradient, validated first (a bad parameter leaves every
+/* The update of every parameter with a gradient (optim/fused_step.c), validated first (a bad parameter leaves every
  * parameter and the state as they were). amp_optimizer_step calls it, or amp_step for an
  * optimizer the amp layer manages. */
 amp_status amp_optimizer_apply(amp_optimizer *opt);
+/* Reads the device's step counts into the host mirror (param_steps, has_state) when they moved,
+ * and lets the amp layer settle n_steps: before anything reports or saves them. */
+amp_status amp_optimizer_refresh(amp_optimizer *opt);
 /* Ends the amp layer's per-step settings (grad_source, half_grad_scale). */
 void amp_optimizer_step_done(amp_optimizer *opt);
 
@@ -129,10 +157,15 @@ typedef struct amp_optim_target {
     const void *grad;
     amp_dtype grad_dtype;
     float grad_scale;   /* the desc's grad_scale */
+    bool half_scaled;   /* a half gradient still scaled by the loss scale (grad_scale is
+                           half_grad_scale) */
     void *half_copy;    /* NULL, or the half parameter written in the same pass */
     amp_dtype half_dtype;
 } amp_optim_target;
 
+/* Everything that could make parameter i's update fail (optimizer.c), checked for all before any
+ * is touched. */
+amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i);
 /* Whether parameter i takes part in this step (PyTorch: its .grad is not None). */
 bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i);
 /* Checks, before anything moves, what the master-weight path needs of parameter i (dtype,
@@ -150,6 +183,7 @@ amp_tensor *amp_optimizer_param(const amp_optimizer *opt, int i);
 /* NULL when the optimizer is not of that kind. */
 const amp_sgd_opts *amp_optimizer_sgd_opts(const amp_optimizer *opt);
 const amp_adam_opts *amp_optimizer_adam_opts(const amp_optimizer *opt);
+const amp_lamb_opts *amp_optimizer_lamb_opts(const amp_optimizer *opt);
 /* Names of the state tensors each parameter has (j < amp_optimizer_n_state). */
 int amp_optimizer_n_state(const amp_optimizer *opt);
 const char *amp_optimizer_state_name(const amp_optimizer *opt, int j);

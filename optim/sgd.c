@@ -1,5 +1,5 @@
 /* torch.optim.SGD: options (checked as torch checks them, plus the header's rule for a zero lr
- * without .exact) and the update of one parameter through its backend's sgd_update. The
+ * without .exact) and the update's descriptor (optim/fused_step.c runs it over every parameter at once). The
  * momentum buffer is created from the gradient on the first step the parameter has one, as torch
  * does (buf = grad.clone()), hence the per-parameter has_state. */
 #include <math.h>
@@ -63,24 +63,15 @@ amp_status amp_sgd_create_params(amp_tensor *const *params, const char *const *n
     return AMP_OK;
 }
 
-amp_status amp_sgd_step_param(amp_optimizer *opt, int i) {
-    amp_optim_target t;
-    AMP_TRY(amp_optimizer_update_begin(opt, i, &t));
+amp_sgd_desc amp_sgd_make_desc(const amp_optimizer *opt, bool first_step) {
     const amp_sgd_opts *o = &opt->sgd;
-    amp_sgd_desc d = {
+    return (amp_sgd_desc){
         .lr = o->lr,
         .momentum = o->momentum,
         .dampening = o->dampening,
         .weight_decay = o->weight_decay,
         .nesterov = o->nesterov,
-        .first_step = !opt->has_state[i],
-        .half_copy = t.half_copy,
-        .half_dtype = t.half_dtype,
-        .grad_scale = t.grad_scale,
+        .first_step = first_step,
+        .half_dtype = AMP_F32,
     };
-    float *buf = opt->n_state ? opt->state[i * opt->n_state]->data : NULL;
-    AMP_TRY(opt->backend->sgd_update(&d, opt->params[i]->numel, t.param, t.grad, t.grad_dtype,
-                                     buf));
-    if (opt->n_state) opt->has_state[i] = true;
-    return amp_optimizer_update_end(opt, i);
 }

@@ -45,7 +45,17 @@ typedef struct amp_state {
     bool masters;                 /* O2: the optimizers keep f32 master weights */
     amp_scaler *scalers[AMP_MAX_LOSSES];
     float *found_inf;             /* backend scalars, one per loss: 1.0f after an inf/NaN */
-    float used_scale[AMP_MAX_LOSSES]; /* the scale each loss's backward used this step */
+    float used_scale[AMP_MAX_LOSSES]; /* the scale each loss's backward used this step (host
+                                         mode) */
+    /* The device mode (one loss, one optimizer): the scaler lives in backend memory and a step
+     * never waits for the host (precision/scaler_sync.c). The host's amp_scaler is then a mirror
+     * read when someone asks (stale until then), and the optimizer's step count is settled from
+     * the device's count of taken steps. */
+    bool device_scaler;
+    amp_scaler_dev *scaler_dev;   /* backend memory, one per loss */
+    bool scaler_dev_stale[AMP_MAX_LOSSES]; /* moved since the mirror was read */
+    float seed_cap;               /* device mode: the cap of this step's first backward */
+    int64_t taken_seen;           /* device mode: the device's taken_steps last settled */
     bool backward_seen[AMP_MAX_LOSSES];
     int64_t nonfinite_skips;      /* steps skipped by skip_nonfinite alone (log rate limit) */
 } amp_state;
@@ -66,6 +76,15 @@ amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found);
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);
 /* Whether an inf/NaN skips the step for loss_id: its scaler checks overflow, or skip_nonfinite. */
 bool amp_loss_checks(const amp_state *st, int loss_id);
+
+/* precision/scaler_sync.c: the device scaler of the device mode. create allocates and fills it
+ * from the host scalers; push writes a host scaler's state to it (a state restore); pull reads it
+ * into the host mirror when it moved (logging what the device saw) and settles the optimizer's
+ * step count. */
+amp_status amp_scalers_dev_create(amp_state *st);
+amp_status amp_scaler_dev_push(amp_state *st, int loss_id);
+amp_status amp_scaler_dev_pull(amp_state *st, int loss_id);
+amp_status amp_optimizer_settle_hook(void *amp, amp_optimizer *opt);
 
 /* precision/step.c */
 amp_status amp_step_hook(void *amp, amp_optimizer *opt, bool *handled);

@@ -4,6 +4,8 @@
  * right away (precision/amp_state.h). */
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tensor_internal.h"
+#include "kernels/math/scaler.h"
 #include "nn/autograd.h"
 #include "optim/optimizer_internal.h"
 #include "precision/amp_state.h"
@@ -81,6 +83,32 @@ static amp_status amp_flush_backward(amp_state *st, int loss_id) {
     return AMP_OK;
 }
 
+/* The device mode: the seed is the device scaler's scale (capped for the loss's dtype) and no
+ * value comes back to the host. A second backward of the step whose dtype has another cap may
+ * get another scale: that is checked on the host (one read), as the host mode checks it. */
+static amp_status amp_backward_device(amp_state *st, amp_tensor *loss, float cap, bool retain) {
+    const amp_backend *be = st->ctx->backend;
+    amp_scaler_dev *dev = &st->scaler_dev[0];
+    if (st->backward_seen[0] && cap != st->seed_cap) {
+        AMP_TRY(amp_scaler_dev_pull(st, 0));
+        float scale = amp_scaler_scale(st->scalers[0]);
+        float now = scale < cap ? scale : cap, before = scale < st->seed_cap ? scale : st->seed_cap;
+        if (now != before)
+            return amp_fail(AMP_ERR_STATE, "amp_backward: this loss (%s) is seeded with scale %g, "
+                            "an earlier backward of this step with %g; gradients summed in place "
+                            "must share one scale (give each loss its own loss_id with "
+                            "num_losses)", amp_dtype_name(loss->dtype), (double)now,
+                            (double)before);
+    }
+    if (!st->backward_seen[0]) {
+        AMP_TRY(AMP_BE(be, scaler_seed, dev, cap));
+        st->seed_cap = cap;
+    }
+    AMP_TRY(amp_autograd_backward_seeded(loss, 0.0f, &dev->used_scale, retain));
+    st->backward_seen[0] = true;
+    return AMP_OK;
+}
+
 amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {
     AMP_CHECK_ARG(opts);
     AMP_TRY(amp_tensor_check_live("amp_backward", "loss", loss));
@@ -97,8 +125,9 @@ amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {
     if (!st->at_each_backward && st->opts_state[0].unscaled)
         return amp_fail(AMP_ERR_STATE, "amp_backward: the gradients were unscaled already this step "
                         "(amp_unscale or amp_clip_grad_norm); call amp_step or amp_zero_grad first");
-    float scale = amp_scaler_scale(st->scalers[loss_id]);
     float cap = amp_seed_cap(loss->dtype);
+    if (st->device_scaler) return amp_backward_device(st, loss, cap, opts->retain_graph);
+    float scale = amp_scaler_scale(st->scalers[loss_id]);
     if (scale > cap) scale = cap;
     if (!st->at_each_backward && st->backward_seen[0] && st->used_scale[0] != scale)
         return amp_fail(AMP_ERR_STATE, "amp_backward: this loss (%s) is seeded with scale %g, an "

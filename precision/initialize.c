@@ -30,6 +30,7 @@ static void amp_state_free(void *p) {
     for (int i = 0; i < AMP_MAX_LOSSES; i++) amp_scaler_free(st->scalers[i]);
     for (int i = 0; i < st->n_opts; i++) amp_opt_state_free(st, &st->opts_state[i]);
     if (st->found_inf) st->ctx->backend->free(st->found_inf);
+    if (st->scaler_dev) st->ctx->backend->free(st->scaler_dev);
     free(st);
 }
 
@@ -87,6 +88,7 @@ static const amp_layer_hooks amp_hooks = {
     .optimizer_step = amp_step_hook,
     .optimizer_zero_grad = amp_hook_zero_grad,
     .forget = amp_hook_forget,
+    .optimizer_settle = amp_optimizer_settle_hook,
     .free = amp_state_free,
 };
 
@@ -202,6 +204,8 @@ static amp_status amp_state_build(amp_state *st, amp_optimizer *const *opts, int
     }
     AMP_TRY(amp_state_create_scalers(st));
     st->at_each_backward = st->opts.num_losses > 1 || n_opts > 1;
+    st->device_scaler = !st->at_each_backward;
+    if (st->device_scaler) AMP_TRY(amp_scalers_dev_create(st));
     for (int i = 0; st->at_each_backward && i < n_opts; i++)
         AMP_TRY(amp_opt_state_create_accum(st, &st->opts_state[i]));
     return AMP_OK;

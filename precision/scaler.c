@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/math/scaler.h"
 
 /* torch.amp.GradScaler's defaults; Apex's ceiling. */
 #define DEFAULT_DYNAMIC_SCALE 65536.0f
@@ -91,6 +92,8 @@ float amp_scaler_inv_scale(const amp_scaler *s) { return (float)(1.0 / (double)s
 
 bool amp_scaler_checks_overflow(const amp_scaler *s) { return s->st.check_overflow; }
 
+bool amp_scaler_is_dynamic(const amp_scaler *s) { return s->st.dynamic; }
+
 /* Writes the scale as Python prints a float (Apex's line shows "32768.0"). */
 static void format_scale(char *buf, size_t size, float scale) {
     if (scale == floorf(scale) && scale < 1e16f) snprintf(buf, size, "%.1f", (double)scale);
@@ -111,51 +114,82 @@ static void log_overflow(amp_scaler *s, const char *what, float scale, const cha
             s->cfg.loss_id, what, num, note, count);
 }
 
-/* scale * factor in double, rounded to f32 once: ATen multiplies its f32 scale by a double
- * factor. With an f32 factor the double product is exact, so these are the bits of torch given
- * the same (f32-representable) factor. */
-static float scale_times(float scale, float factor) {
-    return (float)((double)scale * (double)factor);
+amp_scaler_params amp_scaler_params_of(const amp_scaler *s) {
+    const amp_scaler_config *c = &s->cfg;
+    return (amp_scaler_params){
+        .growth_factor = c->growth_factor,
+        .backoff_factor = c->backoff_factor,
+        .floor = c->min_scale > SCALE_FLOOR ? c->min_scale : SCALE_FLOOR,
+        .max_scale = c->max_scale,
+        .growth_interval = c->growth_interval,
+        .hysteresis = c->hysteresis,
+        .dynamic = s->st.dynamic,
+        .check_overflow = s->st.check_overflow,
+    };
 }
 
-static void backoff(amp_scaler *s) {
-    amp_scaler_state *st = &s->st;
-    st->growth_tracker = 0;
-    if (st->hysteresis_left > 1) { /* DeepSpeed's delayed shift: skip, keep the scale */
-        st->hysteresis_left--;
-        char note[64];
-        snprintf(note, sizeof note, " (hysteresis reduced to %d)", st->hysteresis_left);
-        log_overflow(s, "keeping loss scale at", st->scale, note);
+void amp_scaler_to_dev(const amp_scaler *s, amp_scaler_dev *d) {
+    *d = (amp_scaler_dev){
+        .scale = s->st.scale,
+        .used_scale = s->st.scale,
+        .inv_used_scale = amp_scaler_inv_scale(s),
+        .half_grad_scale = amp_scaler_inv_scale(s),
+        .clip_coef = 1.0f,
+        .hysteresis_left = s->st.hysteresis_left,
+        .growth_tracker = s->st.growth_tracker,
+        .total_steps = s->st.total_steps,
+        .skipped_steps = s->st.skipped_steps,
+        .overflows = s->n_overflows,
+        .taken_steps = s->st.total_steps - s->st.skipped_steps,
+    };
+}
+
+/* The overflow lines of what happened between the host's state and the device's: one line per
+ * overflow when there is one (the same words the update itself would have logged), else one
+ * line for the lot. */
+static void log_overflows_since(amp_scaler *s, const amp_scaler_state *before,
+                                const amp_scaler_dev *d) {
+    int64_t k = d->overflows - s->n_overflows;
+    if (k <= 0) return;
+    if (k > 1) {
+        s->n_overflows += k;
+        char num[48];
+        format_scale(num, sizeof num, d->scale);
+        if (!s->cfg.quiet)
+            amp_log(AMP_LOG_INFO, "Gradient overflow.  Skipped %lld steps since the last report, "
+                    "loss scaler %d's scale is now %s", (long long)k, s->cfg.loss_id, num);
         return;
     }
-    float lo = s->cfg.min_scale > SCALE_FLOOR ? s->cfg.min_scale : SCALE_FLOOR;
-    float next = scale_times(st->scale, s->cfg.backoff_factor);
-    st->scale = next < lo ? lo : next;
-    log_overflow(s, "reducing loss scale to", st->scale, "");
-}
-
-static void grow(amp_scaler *s) {
-    amp_scaler_state *st = &s->st;
-    if (++st->growth_tracker < s->cfg.growth_interval) return;
-    st->growth_tracker = 0;
-    st->hysteresis_left = s->cfg.hysteresis;
-    float next = scale_times(st->scale, s->cfg.growth_factor);
-    if (next > s->cfg.max_scale) next = s->cfg.max_scale;
-    if (!isinf(next)) st->scale = next; /* torch: do not grow past f32 to inf */
-}
-
-bool amp_scaler_update(amp_scaler *s, bool found_inf, bool step_skipped) {
-    amp_scaler_state *st = &s->st;
-    bool skip = found_inf && st->check_overflow;
-    st->total_steps++;
-    if (skip || step_skipped) st->skipped_steps++;
-    if (!st->dynamic) {
-        if (skip) log_overflow(s, "keeping static loss scale", st->scale, "");
-        return skip;
+    if (!s->st.dynamic) {
+        log_overflow(s, "keeping static loss scale", d->scale, "");
+    } else if (d->hysteresis_left < before->hysteresis_left && d->scale == before->scale) {
+        char note[64];
+        snprintf(note, sizeof note, " (hysteresis reduced to %d)", d->hysteresis_left);
+        log_overflow(s, "keeping loss scale at", d->scale, note);
+    } else {
+        log_overflow(s, "reducing loss scale to", d->scale, "");
     }
-    if (skip) backoff(s);
-    else grow(s);
-    return skip;
+}
+
+void amp_scaler_from_dev(amp_scaler *s, const amp_scaler_dev *d) {
+    amp_scaler_state before = s->st;
+    log_overflows_since(s, &before, d);
+    s->st.scale = d->scale;
+    s->st.growth_tracker = d->growth_tracker;
+    s->st.hysteresis_left = d->hysteresis_left;
+    s->st.total_steps = d->total_steps;
+    s->st.skipped_steps = d->skipped_steps;
+}
+
+/* The host's update is the device's arithmetic (kernels/math/scaler.h) on a copy. */
+bool amp_scaler_update(amp_scaler *s, bool found_inf, bool step_skipped) {
+    amp_scaler_params p = amp_scaler_params_of(s);
+    amp_scaler_dev d;
+    amp_scaler_to_dev(s, &d);
+    int skipped = amp_scaler_dev_update(&d, &p, found_inf, found_inf && s->st.check_overflow,
+                                        step_skipped);
+    amp_scaler_from_dev(s, &d);
+    return skipped && found_inf && s->st.check_overflow;
 }
 
 void amp_scaler_get(const amp_scaler *s, amp_scaler_state *out) { *out = s->st; }

@@ -69,6 +69,8 @@ float amp_scaler_scale(const amp_scaler *s);
 float amp_scaler_inv_scale(const amp_scaler *s);
 /* Whether an inf/NaN makes this scaler skip the step (dynamic, or static with check_overflow). */
 bool amp_scaler_checks_overflow(const amp_scaler *s);
+/* Whether the scale moves (a static scale is known on the host at all times). */
+bool amp_scaler_is_dynamic(const amp_scaler *s);
 
 /* Ends a step. found_inf: this scaler's loss had an inf/NaN gradient. step_skipped: the step was
  * skipped for another reason too (another loss's scaler overflowed; false with one loss).
@@ -78,6 +80,16 @@ bool amp_scaler_checks_overflow(const amp_scaler *s);
 bool amp_scaler_update(amp_scaler *s, bool found_inf, bool step_skipped);
 
 void amp_scaler_get(const amp_scaler *s, amp_scaler_state *out);
+
+/* The same state machine on the device (kernels/math/scaler.h; the host's update above is that
+ * arithmetic on a copy): the configuration it reads, the host state as a device struct, and the
+ * device struct back into the host state, logging the overflows it saw since (each in the words
+ * amp_scaler_update uses, or one line for several). */
+struct amp_scaler_dev;
+struct amp_scaler_params;
+struct amp_scaler_params amp_scaler_params_of(const amp_scaler *s);
+void amp_scaler_to_dev(const amp_scaler *s, struct amp_scaler_dev *d);
+void amp_scaler_from_dev(amp_scaler *s, const struct amp_scaler_dev *d);
 /* Replaces the whole state (checkpoint resume, schedules), including dynamic/check_overflow.
  * Rejects, with AMP_ERR_INVALID_ARG naming the field and leaving s unchanged: a scale that is
  * not finite and >= 2^-126 (1/scale must be finite), or outside [min_scale, max_scale] when dynamic; growth_tracker < 0 or, when

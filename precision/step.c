@@ -12,32 +12,59 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tensor_internal.h"
+#include "kernels/math/scaler.h"
 #include "optim/optimizer_internal.h"
 #include "precision/amp_state.h"
+#include "precision/grad_lists.h"
 
 static bool amp_is_half(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16; }
 
-/* One loss, one optimizer: the pass over the gradients of the step's backwards. */
+/* One loss, one optimizer: the pass over the gradients of the step's backwards, one fused call
+ * per gradient dtype and kind of pass. */
 static amp_status amp_unscale_deferred(amp_state *st, amp_opt_state *os) {
     amp_optimizer *opt = os->opt;
-    float inv = (float)(1.0 / (double)st->used_scale[0]); /* torch: double reciprocal */
+    /* The device mode multiplies by the device's reciprocal; the host knows it only for a static
+     * scale (1 needs no pass at all). */
+    const amp_scaler *sc = st->scalers[0];
+    bool dev = st->device_scaler;
+    bool scale_one = dev ? !amp_scaler_is_dynamic(sc) && amp_scaler_scale(sc) == 1.0f
+                         : st->used_scale[0] == 1.0f;
+    float inv = dev ? amp_scaler_inv_scale(sc) : (float)(1.0 / (double)st->used_scale[0]);
+    amp_step_scalars inv_dev = {.grad_scale = dev ? &st->scaler_dev[0].inv_used_scale : NULL};
     bool check = amp_loss_checks(st, 0);
     float *found = st->found_inf;
-    for (int i = 0; i < opt->n_params; i++) {
+    const amp_backend *be = st->ctx->backend;
+    amp_grad_lists unscale, nonfinite;
+    AMP_TRY(amp_grad_lists_init(&unscale, opt->n_params));
+    amp_status s = amp_grad_lists_init(&nonfinite, opt->n_params);
+    if (s != AMP_OK) {
+        amp_grad_lists_free(&unscale);
+        return s;
+    }
+    for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
         amp_tensor *p = opt->params[i];
         if (!p->grad || !p->grad_written) continue;
-        const amp_backend *be = p->backend;
         amp_dtype g_dt = p->grad->dtype;
         if (st->masters)
-            AMP_TRY(AMP_BE(be, unscale, g_dt, p->numel, p->grad->data, inv,
-                           amp_optimizer_master_grad(opt, i), found));
-        else if (g_dt == AMP_F32 && inv != 1.0f)
-            AMP_TRY(AMP_BE(be, unscale, g_dt, p->numel, p->grad->data, inv, p->grad->data, found));
+            s = amp_grad_lists_add(&unscale, g_dt, p->numel, p->grad->data,
+                                   amp_optimizer_master_grad(opt, i));
+        else if (g_dt == AMP_F32 && !scale_one)
+            s = amp_grad_lists_add(&unscale, g_dt, p->numel, p->grad->data, p->grad->data);
         else if (check)
-            AMP_TRY(AMP_BE(be, nonfinite, g_dt, p->numel, p->grad->data, found));
+            s = amp_grad_lists_add(&nonfinite, g_dt, p->numel, p->grad->data, NULL);
         if (!st->masters && amp_is_half(g_dt)) opt->half_grad_scale = inv;
     }
-    return AMP_OK;
+    for (int k = 0; s == AMP_OK && k < 3; k++) {
+        const amp_grad_list *u = &unscale.list[k], *c = &nonfinite.list[k];
+        if (u->n)
+            s = AMP_BE(be, unscale_multi, u->dtype, u->n, u->numel, u->src, inv, u->dst, found,
+                       dev ? &inv_dev : NULL);
+        if (s == AMP_OK && c->n)
+            s = AMP_BE(be, nonfinite_multi, c->dtype, c->n, c->numel, c->src, found);
+    }
+    amp_grad_lists_free(&unscale);
+    amp_grad_lists_free(&nonfinite);
+    return s;
 }
 
 amp_status amp_unscale(amp_optimizer *opt) {
@@ -73,6 +100,51 @@ static amp_grad_view amp_grad_view_of(amp_optimizer *opt, int i) {
     return (amp_grad_view){p->grad->data, dt, amp_is_half(dt) ? opt->half_grad_scale : 1.0f};
 }
 
+/* The device mode's clip: the sums of squares, the norm and the coefficient stay on the device
+ * (scaler_clip); the f32 gradients are multiplied by the coefficient in one fused pass (by 1
+ * when it does not clip: the same bits, and no host decision); the half ones get it through the
+ * factor the optimizer applies. norm_out costs one 4-byte read. */
+static amp_status amp_clip_device(amp_state *st, amp_optimizer *opt, float max_norm,
+                                  float *norm_out) {
+    const amp_backend *be = st->ctx->backend;
+    amp_scaler_dev *dev = &st->scaler_dev[0];
+    amp_tensor *sq;
+    int64_t three = 3;
+    AMP_TRY(amp_tensor_step(st->ctx, AMP_F32, 1, &three, &sq));
+    float *parts = sq->data; /* [0] f32 sum of squares, [1] half, [2] scratch overflow flag */
+    amp_grad_lists lists;
+    AMP_TRY(amp_grad_lists_init(&lists, opt->n_params));
+    amp_status s = AMP_OK;
+    for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
+        if (!amp_optimizer_param_stepped(opt, i)) continue;
+        amp_grad_view g = amp_grad_view_of(opt, i);
+        s = amp_grad_lists_add(&lists, g.dtype, opt->params[i]->numel, g.data, (float *)g.data);
+    }
+    const amp_grad_list *f32 = &lists.list[0], *f16 = &lists.list[1], *bf16 = &lists.list[2];
+    if (s == AMP_OK && f16->n && bf16->n)
+        s = amp_fail(AMP_ERR_UNSUPPORTED, "amp_clip_grad_norm: f16 and bf16 gradients in one step "
+                     "(amp casts a model to one half type)");
+    const amp_grad_list *half = f16->n ? f16 : bf16;
+    if (s == AMP_OK && f32->n)
+        s = AMP_BE(be, sum_squares_multi, AMP_F32, f32->n, f32->numel, f32->src, parts);
+    if (s == AMP_OK && half->n)
+        s = AMP_BE(be, sum_squares_multi, half->dtype, half->n, half->numel, half->src, parts + 1);
+    if (s == AMP_OK)
+        s = AMP_BE(be, scaler_clip, dev, f32->n ? parts : NULL, half->n ? parts + 1 : NULL,
+                   max_norm);
+    amp_step_scalars coef = {.grad_scale = &dev->clip_coef};
+    if (s == AMP_OK && f32->n) {
+        s = be->memset_zero(parts + 2, sizeof(float));
+        if (s == AMP_OK)
+            s = AMP_BE(be, unscale_multi, AMP_F32, f32->n, f32->numel, f32->src, 1.0f, f32->dst,
+                       parts + 2, &coef);
+    }
+    amp_grad_lists_free(&lists);
+    AMP_TRY(s);
+    if (norm_out) AMP_TRY(be->copy_to_host(norm_out, &dev->grad_norm, sizeof *norm_out));
+    return AMP_OK;
+}
+
 amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_out) {
     amp_state *st;
     AMP_TRY(amp_state_of(__func__, opt, &st, NULL));
@@ -80,34 +152,59 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_clip_grad_norm: max_norm %g must be finite and "
                         "> 0", (double)max_norm);
     AMP_TRY(amp_unscale(opt));
+    if (st->device_scaler) return amp_clip_device(st, opt, max_norm, norm_out);
     const amp_backend *be = st->ctx->backend;
     amp_tensor *sq;
     int64_t one = 1;
     AMP_TRY(amp_tensor_step(st->ctx, AMP_F32, 1, &one, &sq));
-    double total = 0;
-    for (int i = 0; i < opt->n_params; i++) {
+    /* One sum of squares per dtype; the half gradients of O3 are still scaled by the factor the
+     * optimizer will apply, the same for all of them. */
+    amp_grad_lists lists;
+    AMP_TRY(amp_grad_lists_init(&lists, opt->n_params));
+    amp_status s = AMP_OK;
+    float half_factor = 1.0f;
+    for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
         if (!amp_optimizer_param_stepped(opt, i)) continue;
         amp_grad_view g = amp_grad_view_of(opt, i);
-        float part;
-        AMP_TRY(AMP_BE(be, sum_squares, g.dtype, opt->params[i]->numel, g.data, sq->data));
-        AMP_TRY(be->copy_to_host(&part, sq->data, sizeof part));
-        total += (double)part * g.factor * g.factor;
+        if (g.dtype != AMP_F32) half_factor = g.factor;
+        s = amp_grad_lists_add(&lists, g.dtype, opt->params[i]->numel, g.data, NULL);
     }
+    double total = 0;
+    for (int k = 0; s == AMP_OK && k < 3; k++) {
+        const amp_grad_list *l = &lists.list[k];
+        if (!l->n) continue;
+        float part;
+        s = AMP_BE(be, sum_squares_multi, l->dtype, l->n, l->numel, l->src, sq->data);
+        if (s == AMP_OK) s = be->copy_to_host(&part, sq->data, sizeof part);
+        double f = l->dtype == AMP_F32 ? 1.0 : (double)half_factor;
+        total += (double)part * f * f;
+    }
+    amp_grad_lists_free(&lists);
+    AMP_TRY(s);
     float norm = (float)sqrt(total);
     if (norm_out) *norm_out = norm;
     float coef = max_norm / (norm + 1e-6f); /* torch.nn.utils.clip_grad_norm_ */
     if (!(coef < 1.0f)) return AMP_OK;      /* also leaves inf/NaN alone: that step is skipped */
+    /* The f32 gradients scaled in place in one fused pass per list (unscale_multi with the
+     * coefficient; its inf/NaN flag goes to a scratch scalar: the scalers have seen these
+     * gradients already). The half ones are scaled by the optimizer as it loads them. */
+    AMP_TRY(amp_grad_lists_init(&lists, opt->n_params));
     bool half_scaled = false;
-    for (int i = 0; i < opt->n_params; i++) {
+    for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
         if (!amp_optimizer_param_stepped(opt, i)) continue;
         amp_grad_view g = amp_grad_view_of(opt, i);
-        if (g.dtype != AMP_F32) {
-            half_scaled = true;
-            continue;
-        }
-        AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, AMP_F32, opt->params[i]->numel, g.data, coef,
-                       g.data));
+        if (g.dtype != AMP_F32) half_scaled = true;
+        else s = amp_grad_lists_add(&lists, AMP_F32, opt->params[i]->numel, g.data, g.data);
     }
+    const amp_grad_list *f = &lists.list[0];
+    if (s == AMP_OK && f->n) {
+        s = be->memset_zero(sq->data, sizeof(float));
+        if (s == AMP_OK)
+            s = AMP_BE(be, unscale_multi, AMP_F32, f->n, f->numel, f->src, coef, f->dst,
+                       sq->data, NULL);
+    }
+    amp_grad_lists_free(&lists);
+    AMP_TRY(s);
     if (half_scaled) opt->half_grad_scale *= coef;
     return AMP_OK;
 }
@@ -121,12 +218,54 @@ static void amp_log_nonfinite_skip(amp_state *st) {
             (long long)n);
 }
 
+/* The device mode's step: the fused optimizer reads the overflow flag and the half gradients'
+ * factor on the device and writes nothing when the flag is set; the scaler's update follows on
+ * the device. Nothing comes back unless asked: `stepped` costs one 4-byte read. The CPU backend
+ * reads the scaler back every step (free there), so its overflow lines come as they happen. */
+static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *stepped) {
+    amp_optimizer *opt = os->opt;
+    const amp_backend *be = st->ctx->backend;
+    amp_scaler_dev *dev = &st->scaler_dev[0];
+    bool seen = st->backward_seen[0], checks = amp_loss_checks(st, 0);
+    if (seen) {
+        opt->dev_found_inf = checks ? st->found_inf : NULL;
+        opt->dev_half_grad_scale = &dev->half_grad_scale;
+        opt->outcome_on_device = true;
+    }
+    /* The optimizer first: if it fails, nothing has moved (it validates every parameter before
+     * touching one), and the scaler, the flag and the unscaled gradients wait for a retry. */
+    amp_status s = amp_optimizer_apply(opt);
+    opt->dev_found_inf = opt->dev_half_grad_scale = NULL;
+    opt->outcome_on_device = false;
+    AMP_TRY(s);
+    if (!seen) { /* no backward: nothing to skip, the scaler does not move */
+        if (stepped) *stepped = true;
+        return AMP_OK;
+    }
+    amp_scaler_params p = amp_scaler_params_of(st->scalers[0]);
+    AMP_TRY(AMP_BE(be, scaler_update, dev, &p, st->found_inf, checks, false));
+    st->scaler_dev_stale[0] = true;
+    if (be->device == AMP_DEVICE_CPU) AMP_TRY(amp_scaler_dev_pull(st, 0));
+    if (stepped) {
+        int32_t skipped;
+        AMP_TRY(be->copy_to_host(&skipped, &dev->last_skipped, sizeof skipped));
+        *stepped = !skipped;
+    }
+    return AMP_OK;
+}
+
 amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     amp_state *st;
     amp_opt_state *os;
     AMP_TRY(amp_state_of(__func__, opt, &st, &os));
     if (stepped) *stepped = false;
     AMP_TRY(amp_unscale(opt));
+    if (st->device_scaler) {
+        AMP_TRY(amp_step_device(st, os, stepped));
+        amp_opt_state_reset(st, os);
+        st->ctx->autocast.n_cache = 0; /* weight casts of this step go stale once weights move */
+        return AMP_OK;
+    }
     bool deferred = !st->at_each_backward, seen = st->backward_seen[0];
     bool found = false, skip = os->skip;
     if (deferred && seen && amp_loss_checks(st, 0)) {
@@ -170,6 +309,7 @@ amp_status amp_scaler_get_state(const amp_optimizer *opt, int loss_id, amp_scale
     amp_state *st;
     AMP_TRY(amp_state_of(__func__, opt, &st, NULL));
     AMP_TRY(amp_loss_id_check(__func__, st, loss_id));
+    AMP_TRY(amp_scaler_dev_pull(st, loss_id));
     amp_scaler_get(st->scalers[loss_id], out);
     return AMP_OK;
 }
@@ -179,5 +319,7 @@ amp_status amp_scaler_set_state(amp_optimizer *opt, int loss_id, const amp_scale
     amp_state *st;
     AMP_TRY(amp_state_of(__func__, opt, &st, NULL));
     AMP_TRY(amp_loss_id_check(__func__, st, loss_id));
-    return amp_scaler_set(st->scalers[loss_id], state);
+    AMP_TRY(amp_scaler_dev_pull(st, loss_id)); /* what the device did counts before it goes */
+    AMP_TRY(amp_scaler_set(st->scalers[loss_id], state));
+    return st->device_scaler ? amp_scaler_dev_push(st, loss_id) : AMP_OK;
 }

@@ -134,6 +134,17 @@ int64_t amp_loader_n_batches(const amp_loader *ld); /* batches per epoch for thi
 amp_status amp_loader_get_opts(const amp_loader *ld, amp_loader_opts *out);
 int64_t amp_loader_n_samples(const amp_loader *ld); /* samples per epoch for this rank */
 
+/* Device batches that do not make the host wait (PyTorch's DataLoader(pin_memory=True) with
+ * .to(device, non_blocking=True)): amp_stager_put copies a loader batch into pinned memory and
+ * from there to the device on a copy stream while the previous step still computes, and returns
+ * the device tensors, x f32 [n, c, h, w] and y i32 [n]. Two pairs alternate: the tensors of one
+ * put stay valid (and unchanged) until the put after the next one; ops queued on them see the
+ * batch. On the CPU backend it is a plain copy. One thread at a time uses a stager. */
+typedef struct amp_stager amp_stager;
+amp_status amp_stager_create(amp_ctx *ctx, amp_stager **out);
+amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp_tensor **y);
+void amp_stager_free(amp_stager *s); /* NULL is a no-op */
+
 #ifdef __cplusplus
 }
 #endif

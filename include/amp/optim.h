@@ -1,4 +1,4 @@
-/* libamp optimizers: SGD and Adam/AdamW with exactly PyTorch's update formulas (core/backend.h
+/* libamp optimizers: SGD, Adam/AdamW and LAMB, the first two with exactly PyTorch's update formulas (core/backend.h
  * spells them out). An optimizer holds its model's parameter list and its own state (momentum
  * buffers, Adam moments: f32, one allocation); it does not own the model. */
 #ifndef AMP_OPTIM_H
@@ -52,15 +52,37 @@ typedef struct amp_adam_opts {
     bool exact;         /* fields taken as written (see above) */
 } amp_adam_opts;
 
+/* LAMB (You et al. 2019) as NVIDIA Apex's FusedLAMB: Adam's direction plus decoupled weight decay,
+ * scaled per tensor by the trust ratio ||w|| / ||update|| (1 where either norm is 0), after an
+ * optional clip of the global gradient norm. The ranges of Adam's fields hold; max_grad_norm >= 0
+ * (0: no clipping). Without .exact, zeros mean Apex's defaults (lr 1e-3, betas (0.9, 0.999),
+ * eps 1e-6, max_grad_norm 1.0) and the flags are taken as written, so start from
+ * amp_lamb_defaults() to get Apex's flags (bias correction and gradient averaging on, AdamW-style
+ * decay). */
+typedef struct amp_lamb_opts {
+    float lr, beta1, beta2, eps;
+    float weight_decay;     /* Apex's default 0.01 */
+    float max_grad_norm;    /* global gradient clipping before the moments; 0: off */
+    bool decoupled;         /* Apex adam_w_mode: decay inside the update (true) or L2 in the grad */
+    bool bias_correction;   /* Apex default true */
+    bool grad_averaging;    /* Apex default true: (1 - beta1) weighs the gradient in exp_avg */
+    bool adapt_all;         /* Apex use_nvlamb: the trust ratio also where weight_decay is 0 */
+    bool exact;
+} amp_lamb_opts;
+
 /* torch.optim.SGD's defaults (torch 2.x: lr 1e-3, momentum, dampening and weight_decay 0, no
  * nesterov) with .exact = true. */
 amp_sgd_opts amp_sgd_defaults(void);
 /* torch.optim.Adam's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0) with
  * .exact = true. For AdamW set .decoupled and .weight_decay (torch.optim.AdamW's is 1e-2). */
 amp_adam_opts amp_adam_defaults(void);
+/* Apex FusedLAMB's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-6, weight_decay 0.01,
+ * max_grad_norm 1.0, adam_w_mode, bias_correction, grad_averaging, no use_nvlamb), .exact = true. */
+amp_lamb_opts amp_lamb_defaults(void);
 
 amp_status amp_sgd_create(amp_model *m, const amp_sgd_opts *opts, amp_optimizer **out);
 amp_status amp_adam_create(amp_model *m, const amp_adam_opts *opts, amp_optimizer **out);
+amp_status amp_lamb_create(amp_model *m, const amp_lamb_opts *opts, amp_optimizer **out);
 void amp_optimizer_free(amp_optimizer *opt); /* NULL is a no-op */
 
 /* One update of every parameter from its .grad (a parameter whose grad was not written since the

@@ -73,6 +73,10 @@ size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak);
  * in use, cached free blocks not counted). Either pointer may be NULL. */
 amp_status amp_ctx_memory(const amp_ctx *ctx, size_t *in_use, size_t *peak);
 void amp_ctx_memory_reset_peak(amp_ctx *ctx);
+/* Allocations the context's backend has made from the system (cudaMalloc on CUDA, aligned_alloc
+ * on the CPU) since the process started, all contexts together: a training loop makes none after
+ * its first steps, which this shows (amp-train --json: system_allocs_steady). */
+amp_status amp_ctx_system_allocs(const amp_ctx *ctx, uint64_t *n);
 
 /* Logs every op with its input and output dtypes and shapes, one line each, so a user can see
  * what ran in half; AMP_TRACE=1 in the environment turns it on for every new context. */

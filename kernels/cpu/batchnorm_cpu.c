@@ -12,17 +12,6 @@
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/batchnorm.h"
 
-static amp_status check_desc(const char *fn, const amp_bn_desc *d) {
-    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
-    if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn,
-                        amp_dtype_name(d->dtype));
-    if (d->n < 1 || d->c < 1 || d->hw < 1)
-        return amp_fail(AMP_ERR_SHAPE, "%s: shape [n %lld, c %lld, hw %lld] has an empty dimension",
-                        fn, (long long)d->n, (long long)d->c, (long long)d->hw);
-    return AMP_OK;
-}
-
 /* A channel is visited in tiles: the n planes in order (plane i of channel ch starts at
  * (i * c + ch) * hw), each plane in pieces of AMP_CPU_REDUCE_CHUNK. Every loop over a channel
  * uses this one order, so the sums do not depend on which loop or thread runs them. */
@@ -56,14 +45,8 @@ static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, doubl
         int64_t k = 0;
         if (squares) {
             for (; k + 8 <= len; k += 8)
-                for (int j = 0; j < 8; j++) {
-                    double dev = (double)v[k + j] - mean;
-                    lane[j] += dev * dev;
-                }
-            for (; k < len; k++) {
-                double dev = (double)v[k] - mean;
-                lane[k & 7] += dev * dev;
-            }
+                for (int j = 0; j < 8; j++) lane[j] += amp_bn_sq_dev(v[k + j], mean);
+            for (; k < len; k++) lane[k & 7] += amp_bn_sq_dev(v[k], mean);
         } else {
             for (; k + 8 <= len; k += 8)
                 for (int j = 0; j < 8; j++) lane[j] += (double)v[k + j];
@@ -90,16 +73,10 @@ static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float
 amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
                                 const float *beta, void *y, float *save_mean, float *save_invstd,
                                 float *running_mean, float *running_var) {
-    AMP_TRY(check_desc(__func__, d));
+    AMP_TRY(amp_backend_check_bn(__func__, d, true));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     int64_t count = d->n * d->hw;
-    /* The unbiased variance needs two values; PyTorch refuses the same batch ("Expected more
-     * than 1 value per channel when training"). */
-    if (count < 2)
-        return amp_fail(AMP_ERR_SHAPE,
-                        "%s: 1 value per channel (n %lld x hw %lld); training needs more than 1",
-                        __func__, (long long)d->n, (long long)d->hw);
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
     for (int64_t ch = 0; ch < d->c; ch++) {
         double mean = channel_sum(d, x, ch, 0.0, 0) / (double)count;
@@ -123,7 +100,7 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
 amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
                                const float *beta, const float *running_mean,
                                const float *running_var, void *y) {
-    AMP_TRY(check_desc(__func__, d));
+    AMP_TRY(amp_backend_check_bn(__func__, d, false));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(running_mean);
@@ -152,11 +129,11 @@ static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy
         for (; k + 8 <= len; k += 8)
             for (int j = 0; j < 8; j++) {
                 ls[j] += (double)gv[k + j];
-                lp[j] += ((double)xv[k + j] - mean) * (double)gv[k + j];
+                lp[j] += amp_bn_dy_dev(xv[k + j], gv[k + j], mean);
             }
         for (; k < len; k++) {
             ls[k & 7] += (double)gv[k];
-            lp[k & 7] += ((double)xv[k] - mean) * (double)gv[k];
+            lp[k & 7] += amp_bn_dy_dev(xv[k], gv[k], mean);
         }
         s += lanes_total(ls);
         p += lanes_total(lp);
@@ -168,7 +145,7 @@ static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy
 amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
                           const float *save_mean, const float *save_invstd, void *dx,
                           float *dgamma, float *dbeta) {
-    AMP_TRY(check_desc(__func__, d));
+    AMP_TRY(amp_backend_check_bn(__func__, d, false));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(save_mean);

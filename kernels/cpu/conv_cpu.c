@@ -272,35 +272,10 @@ static amp_status conv_widened(conv_op op, const amp_conv2d_desc *d, const conv_
     return s;
 }
 
+/* The checks every backend makes (core/backend_check.c); oneDNN then takes any of the three
+ * float dtypes (f16 widened where it has no kernel). */
 static amp_status conv_validate(conv_op op, const amp_conv2d_desc *d) {
-    const char *name = conv_op_name[op];
-    if (d->n < 1 || d->c_in < 1 || d->h_in < 1 || d->w_in < 1 || d->c_out < 1 || d->kh < 1 ||
-        d->kw < 1)
-        return amp_fail(AMP_ERR_SHAPE,
-                        "%s: x [%lld, %lld, %lld, %lld], w [%lld, %lld, %lld, %lld]: every size "
-                        "must be >= 1",
-                        name, (long long)d->n, (long long)d->c_in, (long long)d->h_in,
-                        (long long)d->w_in, (long long)d->c_out, (long long)d->c_in,
-                        (long long)d->kh, (long long)d->kw);
-    if (d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0)
-        return amp_fail(AMP_ERR_SHAPE,
-                        "%s: stride (%lld, %lld) must be >= 1, pad (%lld, %lld) >= 0", name,
-                        (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
-                        (long long)d->pad_w);
-    /* PyTorch's output size: floor((in + 2 pad - k) / stride) + 1, and the window must fit. */
-    int64_t span_h = d->h_in + 2 * d->pad_h - d->kh, span_w = d->w_in + 2 * d->pad_w - d->kw;
-    int64_t want_h = span_h < 0 ? 0 : span_h / d->stride_h + 1;
-    int64_t want_w = span_w < 0 ? 0 : span_w / d->stride_w + 1;
-    if (span_h < 0 || span_w < 0 || d->h_out != want_h || d->w_out != want_w)
-        return amp_fail(AMP_ERR_SHAPE,
-                        "%s: output %lldx%lld, but input %lldx%lld, kernel %lldx%lld, stride "
-                        "(%lld, %lld), pad (%lld, %lld) give %lldx%lld",
-                        name, (long long)d->h_out, (long long)d->w_out, (long long)d->h_in,
-                        (long long)d->w_in, (long long)d->kh, (long long)d->kw,
-                        (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
-                        (long long)d->pad_w, (long long)want_h, (long long)want_w);
-    dnnl_data_type_t unused = dnnl_f32;
-    return amp_dnnl_dtype(d->dtype, name, &unused);
+    return amp_backend_check_conv2d(conv_op_name[op], d);
 }
 
 static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io *io) {

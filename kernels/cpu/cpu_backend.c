@@ -3,6 +3,7 @@
  * f32, computes, and rounds back. */
 #include "kernels/cpu/cpu_backend.h"
 
+/* Every op, LAMB's included, takes the three float dtypes (for the optimizers: the gradient's). */
 static bool amp_cpu_supports(amp_be_op op, amp_dtype dt) {
     if (op == AMP_BE_CAST && dt == AMP_I32) return true; /* i32 <-> f32 only */
     return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
@@ -20,11 +21,15 @@ static const amp_backend amp_cpu_backend = {
     .free = amp_cpu_free,
     .memory_stats = amp_cpu_memory_stats,
     .memory_reset_peak = amp_cpu_memory_reset_peak,
+    .system_allocs = amp_cpu_system_allocs,
     .memset_zero = amp_cpu_memset_zero,
     .copy = amp_cpu_copy,
     .copy_to_host = amp_cpu_copy_host,
     .copy_from_host = amp_cpu_copy_host,
     .sync = amp_cpu_sync,
+    .upload_async = amp_cpu_upload_async,
+    .mark = amp_cpu_mark,
+    .event_free = amp_cpu_event_free,
     .cast = amp_cpu_cast,
     .fill = amp_cpu_fill,
     .fill_scalar = amp_cpu_fill_scalar,
@@ -53,6 +58,15 @@ static const amp_backend amp_cpu_backend = {
     .unscale = amp_cpu_unscale,
     .sum_squares = amp_cpu_sum_squares,
     .nonfinite = amp_cpu_nonfinite,
+    .sgd_multi = amp_cpu_sgd_multi,
+    .adam_multi = amp_cpu_adam_multi,
+    .lamb_multi = amp_cpu_lamb_multi,
+    .unscale_multi = amp_cpu_unscale_multi,
+    .nonfinite_multi = amp_cpu_nonfinite_multi,
+    .sum_squares_multi = amp_cpu_sum_squares_multi,
+    .scaler_seed = amp_cpu_scaler_seed,
+    .scaler_clip = amp_cpu_scaler_clip,
+    .scaler_update = amp_cpu_scaler_update,
 };
 
 const amp_backend *amp_backend_cpu(void) { return &amp_cpu_backend; }

@@ -1,7 +1,8 @@
 /* The CPU backend's kernels, one per entry of amp_backend (core/backend.h states each contract).
  * cpu_backend.c gathers them into the table. Files: cpu_memory.c (memory, cast, fill),
  * gemm_cpu.c and conv_cpu.c (oneDNN), elementwise_cpu.c, reduce_cpu.c, batchnorm_cpu.c,
- * pool_cpu.c, loss_cpu.c, dropout_cpu.c, optim_cpu.c, amp_cpu.c. */
+ * pool_cpu.c, loss_cpu.c, dropout_cpu.c, optim_cpu.c (SGD, Adam), lamb_cpu.c, amp_cpu.c and
+ * unscale_multi_cpu.c (loss scaler); multi_tensor_cpu.c runs core/multi_tensor.h's plans. */
 #ifndef AMP_KERNELS_CPU_BACKEND_H
 #define AMP_KERNELS_CPU_BACKEND_H
 
@@ -17,6 +18,17 @@ amp_status amp_cpu_alloc(size_t nbytes, void **out);
 void amp_cpu_free(void *p);
 void amp_cpu_memory_stats(size_t *in_use, size_t *peak);
 void amp_cpu_memory_reset_peak(void);
+uint64_t amp_cpu_system_allocs(void);
+/* Batch uploads (upload_cpu.c): a copy at the call, no events. */
+amp_status amp_cpu_upload_async(void *dst, const void *host, size_t nbytes, void *after);
+amp_status amp_cpu_mark(void **event);
+void amp_cpu_event_free(void *event);
+/* The loss scaler's entries (scaler_cpu.c): kernels/math/scaler.h in place. */
+amp_status amp_cpu_scaler_seed(amp_scaler_dev *s, float cap);
+amp_status amp_cpu_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
+                               const float *sumsq_half, float max_norm);
+amp_status amp_cpu_scaler_update(amp_scaler_dev *s, const amp_scaler_params *p,
+                                 float *found_inf, bool checks, bool other_skip);
 amp_status amp_cpu_memset_zero(void *p, size_t nbytes);
 amp_status amp_cpu_copy(void *dst, const void *src, size_t nbytes);
 amp_status amp_cpu_sync(void);
@@ -72,11 +84,27 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
                               amp_dtype g_dt, float *momentum_buf);
 amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
                                amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
+/* Multi-tensor optimizer passes (optim_cpu.c, lamb_cpu.c). Each validates the whole list before
+ * it writes anything; a set scalars->found_inf makes it write nothing. */
+amp_status amp_cpu_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
+                             const amp_step_scalars *scalars);
+amp_status amp_cpu_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
+                              const amp_step_scalars *scalars);
+amp_status amp_cpu_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
+                              const amp_step_scalars *scalars);
 
 /* Loss scaler (amp_cpu.c: unscale; reduce_cpu.c: sum_squares). */
 amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                            float *out, float *found_inf);
 amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
+/* The same over a list of tensors (unscale_multi_cpu.c). */
+amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
+                                 const void *const *grad, float inv_scale, float *const *out,
+                                 float *found_inf, const amp_step_scalars *scalars);
+amp_status amp_cpu_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
+                                   const void *const *x, float *found_inf);
+amp_status amp_cpu_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
+                                     const void *const *x, float *out);
 
 #endif

@@ -40,6 +40,9 @@
  * the allocator's or the libraries' own overheads. Counted in usable bytes, which free() can ask
  * for again (glibc's malloc_usable_size), so no header is needed. */
 static _Atomic size_t g_cpu_in_use, g_cpu_peak;
+static _Atomic uint64_t g_cpu_allocs; /* aligned_alloc calls (system_allocs) */
+
+uint64_t amp_cpu_system_allocs(void) { return atomic_load(&g_cpu_allocs); }
 
 static void amp_cpu_count(size_t add, size_t sub) {
     if (sub) atomic_fetch_sub(&g_cpu_in_use, sub);
@@ -64,6 +67,7 @@ amp_status amp_cpu_alloc(size_t nbytes, void **out) {
         return amp_fail(AMP_ERR_OOM, "amp_cpu_alloc: out of memory allocating %zu bytes", nbytes);
     size_t rounded = nbytes == 0 ? CPU_ALIGN : (nbytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     void *p = aligned_alloc(CPU_ALIGN, rounded);
+    atomic_fetch_add(&g_cpu_allocs, 1);
     if (!p)
         return amp_fail(AMP_ERR_OOM, "amp_cpu_alloc: out of memory allocating %zu bytes", nbytes);
     amp_cpu_count(malloc_usable_size(p), 0);

@@ -1,8 +1,14 @@
-/* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h.
+/* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h, for
+ * one tensor (sgd_update, adam_update) and for a list of tensors in one pass (sgd_multi,
+ * adam_multi: Apex's multi_tensor_apply, planned by core/multi_tensor.h and run as in
+ * multi_tensor_cpu.h).
  * Parameters and state are f32; the gradient is f32, f16 or bf16, widened exactly on load and
  * multiplied by grad_scale (the unscale, fused). The gradient dtype is chosen once per call,
- * outside the element loop. Each element is independent,
- * so the result does not depend on the thread count.
+ * outside the element loop. Each element is independent, so the result depends neither on the
+ * thread count nor on how a tensor is cut: both kinds of entry run the same chunk function over
+ * spans of AMP_CPU_OPTIM_CHUNK elements and give the same bits. With per-tensor step counts
+ * (amp_opt_tensors.steps) a multi call makes each tensor's coefficients from its own count (SGD:
+ * its first step) and advances the counts after the last launch.
  *
  * With a half copy (O2's model weights next to the f32 masters), each chunk of updated f32
  * values is rounded into the copy right after its update, while it is still in L1 (a chunk is
@@ -13,40 +19,15 @@
 #include <assert.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/optim_cpu.h"
 #include "kernels/math/adam.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/sgd.h"
 
-static inline float amp_ld_f32(const void *g, int64_t i) { return ((const float *)g)[i]; }
-static inline float amp_ld_f16(const void *g, int64_t i) {
-    return amp_f16_bits_to_f32(((const uint16_t *)g)[i]);
-}
-static inline float amp_ld_bf16(const void *g, int64_t i) {
-    return amp_bf16_bits_to_f32(((const uint16_t *)g)[i]);
-}
-
-/* The element loops are also built for FMA-capable x86-64 and picked at load time (ifunc): with
- * the instruction, fmaf inlines instead of calling libm and the loop vectorises. Measured on 5.8M
- * f32 parameters, one thread: SGD 40 -> 3.5 ms; Adam 56 -> 24 ms, and 4 ms when the file is built
- * with -fno-math-errno (sqrtf's errno path otherwise blocks vectorisation). fmaf, sqrtf and
- * division are exactly rounded in every build, so all builds give the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define AMP_OPTIM_CLONES __attribute__((target_clones("fma", "default")))
-#endif
-#endif
-#ifndef AMP_OPTIM_CLONES
-#define AMP_OPTIM_CLONES
-#endif
-
-/* Elements per range call: long enough to vectorise, short enough to share evenly among threads
- * and for the chunk's f32 values to be still in L1 when the half copy is written. */
-#define AMP_CPU_OPTIM_CHUNK 4096
-
-/* One range loop per gradient dtype, each with its load inlined. */
 /* One range loop per gradient dtype, each with its load inlined. Pointers start at the range's
  * first element; gs multiplies each gradient as it is loaded (1: exact, the gradient as is). */
 #define AMP_SGD_RANGE(suffix)                                                                      \
@@ -75,6 +56,69 @@ AMP_ADAM_RANGE(f32)
 AMP_ADAM_RANGE(f16)
 AMP_ADAM_RANGE(bf16)
 
+typedef void (*amp_sgd_range_fn)(const amp_sgd_coefs *, float, int64_t, float *, const void *,
+                                 float *);
+typedef void (*amp_adam_range_fn)(const amp_adam_coefs *, float, int64_t, float *, const void *,
+                                  float *, float *);
+
+/* Everything a chunk of one call needs, fixed before the loop. */
+typedef struct amp_sgd_run {
+    amp_sgd_coefs c;
+    float gs;
+    amp_dtype half_dt;
+    amp_sgd_range_fn range;
+} amp_sgd_run;
+
+typedef struct amp_adam_run {
+    amp_adam_coefs c;
+    float gs;
+    amp_dtype half_dt;
+    amp_adam_range_fn range;
+} amp_adam_run;
+
+static amp_sgd_run amp_sgd_run_make(const amp_sgd_desc *d, amp_dtype g_dt, float gs,
+                                    amp_dtype half_dt) {
+    amp_sgd_run r;
+    r.c = amp_sgd_coefs_make(d->lr, d->momentum, d->dampening, d->weight_decay, d->nesterov,
+                             d->first_step);
+    r.gs = gs;
+    r.half_dt = half_dt;
+    r.range = g_dt == AMP_F16 ? amp_sgd_range_f16 : g_dt == AMP_BF16 ? amp_sgd_range_bf16
+                                                                      : amp_sgd_range_f32;
+    return r;
+}
+
+static amp_adam_run amp_adam_run_make(const amp_adam_desc *d, amp_dtype g_dt, float gs,
+                                      amp_dtype half_dt) {
+    amp_adam_run r;
+    r.c = amp_adam_coefs_make(d->lr, d->beta1, d->beta2, d->eps, d->weight_decay, d->decoupled,
+                              d->step);
+    r.gs = gs;
+    r.half_dt = half_dt;
+    r.range = g_dt == AMP_F16 ? amp_adam_range_f16 : g_dt == AMP_BF16 ? amp_adam_range_bf16
+                                                                       : amp_adam_range_f32;
+    return r;
+}
+
+/* One chunk of len <= AMP_CPU_OPTIM_CHUNK elements, every pointer at its first element: the
+ * update (of the f32 parameter, or of the widened half parameter when param is NULL), then the
+ * half copy. buf NULL: no momentum. */
+static inline void amp_sgd_chunk(const amp_sgd_run *r, int64_t len, float *param, void *half,
+                                 const void *grad, float *buf) {
+    float local[AMP_CPU_OPTIM_CHUNK];
+    float *p = amp_optim_chunk_values(param, half, r->half_dt, len, local);
+    r->range(&r->c, r->gs, len, p, grad, buf);
+    amp_optim_write_half(half, r->half_dt, p, len);
+}
+
+static inline void amp_adam_chunk(const amp_adam_run *r, int64_t len, float *param, void *half,
+                                  const void *grad, float *m, float *v) {
+    float local[AMP_CPU_OPTIM_CHUNK];
+    float *p = amp_optim_chunk_values(param, half, r->half_dt, len, local);
+    r->range(&r->c, r->gs, len, p, grad, m, v);
+    amp_optim_write_half(half, r->half_dt, p, len);
+}
+
 static inline int64_t amp_optim_chunk_end(int64_t lo, int64_t n) {
     return n - lo < AMP_CPU_OPTIM_CHUNK ? n : lo + AMP_CPU_OPTIM_CHUNK;
 }
@@ -98,29 +142,12 @@ static amp_status amp_optim_check_grad_scale(const char *who, float gs) {
                     (double)gs);
 }
 
-/* The f32 values one chunk updates: the parameter's own, or (no f32 parameter: O3's half model)
- * the half values widened exactly into `local`. A chunk is below AMP_CPU_PARALLEL_MIN, so the
- * casts run on the calling thread. They cannot fail: their arguments were checked. */
-static inline float *amp_optim_chunk_values(float *param, const void *half, amp_dtype half_dt,
-                                            int64_t lo, int64_t hi, float *local) {
-    if (param) return param + lo;
-    amp_status s = amp_cpu_cast(local, AMP_F32, (const uint16_t *)half + lo, half_dt, hi - lo);
-    assert(s == AMP_OK);
-    (void)s;
-    return local;
-}
-
-/* half[lo, hi) = round-to-nearest-even of the chunk's updated values. */
-static inline void amp_optim_write_half(void *half, amp_dtype half_dt, const float *values,
-                                        int64_t lo, int64_t hi) {
-    if (!half) return;
-    amp_status s = amp_cpu_cast((uint16_t *)half + lo, half_dt, values, AMP_F32, hi - lo);
-    assert(s == AMP_OK);
-    (void)s;
-}
-
+/* Element lo of a tensor of g_dt / of a half tensor; NULL stays NULL. */
 static inline const void *amp_optim_grad_at(const void *grad, amp_dtype g_dt, int64_t lo) {
     return (const char *)grad + (size_t)lo * amp_dtype_size(g_dt);
+}
+static inline void *amp_optim_half_at(void *half, int64_t lo) {
+    return half ? (void *)((uint16_t *)half + lo) : NULL;
 }
 
 amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
@@ -139,24 +166,15 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
         return amp_fail(AMP_ERR_INVALID_ARG,
                         "amp_cpu_sgd_update: momentum = %g needs a momentum buffer (got NULL)",
                         (double)d->momentum);
-    amp_sgd_coefs c = amp_sgd_coefs_make(d->lr, d->momentum, d->dampening, d->weight_decay,
-                                         d->nesterov, d->first_step);
-    float *buf = d->momentum != 0.0f ? momentum_buf : NULL;
-    void (*range)(const amp_sgd_coefs *, float, int64_t, float *, const void *, float *) =
-        g_dt == AMP_F16    ? amp_sgd_range_f16
-        : g_dt == AMP_BF16 ? amp_sgd_range_bf16
-                           : amp_sgd_range_f32;
-    void *half = d->half_copy;
-    amp_dtype half_dt = d->half_dtype;
     float gs = d->grad_scale == 0.0f ? 1.0f : d->grad_scale;
+    const amp_sgd_run r = amp_sgd_run_make(d, g_dt, gs, d->half_dtype);
+    float *buf = d->momentum != 0.0f ? momentum_buf : NULL;
+    void *half = d->half_copy;
 #pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK) {
-        int64_t hi = amp_optim_chunk_end(lo, n);
-        float local[AMP_CPU_OPTIM_CHUNK];
-        float *p = amp_optim_chunk_values(param, half, half_dt, lo, hi, local);
-        range(&c, gs, hi - lo, p, amp_optim_grad_at(grad, g_dt, lo), buf ? buf + lo : NULL);
-        amp_optim_write_half(half, half_dt, p, lo, hi);
-    }
+    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK)
+        amp_sgd_chunk(&r, amp_optim_chunk_end(lo, n) - lo, param ? param + lo : NULL,
+                      amp_optim_half_at(half, lo), amp_optim_grad_at(grad, g_dt, lo),
+                      buf ? buf + lo : NULL);
     return AMP_OK;
 }
 
@@ -177,23 +195,223 @@ amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, 
     AMP_CHECK_ARG(grad);
     AMP_CHECK_ARG(exp_avg);
     AMP_CHECK_ARG(exp_avg_sq);
-    amp_adam_coefs c = amp_adam_coefs_make(d->lr, d->beta1, d->beta2, d->eps, d->weight_decay,
-                                           d->decoupled, d->step);
-    void (*range)(const amp_adam_coefs *, float, int64_t, float *, const void *, float *,
-                  float *) = g_dt == AMP_F16    ? amp_adam_range_f16
-                             : g_dt == AMP_BF16 ? amp_adam_range_bf16
-                                                : amp_adam_range_f32;
-    void *half = d->half_copy;
-    amp_dtype half_dt = d->half_dtype;
     float gs = d->grad_scale == 0.0f ? 1.0f : d->grad_scale;
+    const amp_adam_run r = amp_adam_run_make(d, g_dt, gs, d->half_dtype);
+    void *half = d->half_copy;
 #pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK) {
-        int64_t hi = amp_optim_chunk_end(lo, n);
-        float local[AMP_CPU_OPTIM_CHUNK];
-        float *p = amp_optim_chunk_values(param, half, half_dt, lo, hi, local);
-        range(&c, gs, hi - lo, p, amp_optim_grad_at(grad, g_dt, lo), exp_avg + lo,
-              exp_avg_sq + lo);
-        amp_optim_write_half(half, half_dt, p, lo, hi);
+    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK)
+        amp_adam_chunk(&r, amp_optim_chunk_end(lo, n) - lo, param ? param + lo : NULL,
+                       amp_optim_half_at(half, lo), amp_optim_grad_at(grad, g_dt, lo),
+                       exp_avg + lo, exp_avg_sq + lo);
+    return AMP_OK;
+}
+
+/* ---- The checks of a multi-tensor list (shared with lamb_cpu.c). ---------------------------- */
+
+/* Each entry of array `arr` of a non-empty tensor must be set; `name` names the array. A macro:
+ * the arrays' element types differ (float *, void *). */
+#define AMP_OPT_CHECK_PTRS(fn, t, arr, name)                                                       \
+    do {                                                                                           \
+        for (int64_t i_ = 0; i_ < (t)->n; i_++)                                                    \
+            if ((t)->numel[i_] > 0 && !(arr)[i_])                                                  \
+                return amp_fail(AMP_ERR_INVALID_ARG,                                               \
+                                "%s: tensor %lld (%lld elements) has no %s (NULL)", fn,            \
+                                (long long)i_, (long long)(t)->numel[i_], name);                   \
+    } while (0)
+
+/* An array of the list that the entry needs must be set when the list is not empty. */
+static amp_status amp_cpu_opt_need(const char *fn, const amp_opt_tensors *t, bool present,
+                                   const char *field, const char *holds) {
+    if (present) return AMP_OK;
+    return amp_fail(AMP_ERR_INVALID_ARG, "%s: amp_opt_tensors.%s is NULL with n = %lld%s%s", fn,
+                    field, (long long)t->n, holds ? "; it holds the " : "", holds ? holds : "");
+}
+
+amp_status amp_cpu_opt_check(const char *fn, const amp_opt_tensors *t, const char *state1_name,
+                             const char *state2_name, amp_cpu_opt_lists *lists) {
+    if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: the tensor list is NULL", fn);
+    if (t->n < 0 || t->n > INT32_MAX)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld tensors, want 0..%d", fn,
+                        (long long)t->n, INT32_MAX);
+    AMP_TRY(amp_optim_check_grad_dtype(fn, t->grad_dtype));
+    AMP_TRY(amp_optim_check_half_copy(fn, t->half, t->half_dtype));
+    if (!t->param && !t->half)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: no parameters (param and half are both NULL)",
+                        fn);
+    if (t->n > 0) {
+        AMP_TRY(amp_cpu_opt_need(fn, t, t->numel, "numel", NULL));
+        AMP_TRY(amp_cpu_opt_need(fn, t, t->grad, "grad", NULL));
+        if (state1_name) AMP_TRY(amp_cpu_opt_need(fn, t, t->state1, "state1", state1_name));
+        if (state2_name) AMP_TRY(amp_cpu_opt_need(fn, t, t->state2, "state2", state2_name));
+        for (int64_t i = 0; i < t->n; i++)
+            if (t->numel[i] < 0)
+                return amp_fail(AMP_ERR_INVALID_ARG, "%s: tensor %lld has numel %lld", fn,
+                                (long long)i, (long long)t->numel[i]);
+        AMP_OPT_CHECK_PTRS(fn, t, t->grad, "grad");
+        if (t->param) AMP_OPT_CHECK_PTRS(fn, t, t->param, "param");
+        if (t->half) AMP_OPT_CHECK_PTRS(fn, t, t->half, "half");
+        if (state1_name) AMP_OPT_CHECK_PTRS(fn, t, t->state1, state1_name);
+        if (state2_name) AMP_OPT_CHECK_PTRS(fn, t, t->state2, state2_name);
+        /* Step counts are host memory here, so they can be checked: t = steps[i] + 1 >= 1. */
+        for (int64_t i = 0; t->steps && i < t->n; i++)
+            if (t->numel[i] > 0 && (t->steps[i] < 0 || t->steps[i] == INT64_MAX))
+                return amp_fail(AMP_ERR_INVALID_ARG, "%s: tensor %lld has step count %lld, want "
+                                ">= 0", fn, (long long)i, (long long)t->steps[i]);
     }
+    amp_cpu_opt_lists l = {.depth = 0, .grad = -1, .param = -1, .half = -1, .state1 = -1,
+                           .state2 = -1};
+    l.grad = l.depth;
+    l.dtype[l.depth++] = t->grad_dtype;
+    if (t->param) {
+        l.param = l.depth;
+        l.dtype[l.depth++] = AMP_F32;
+    }
+    if (t->half) {
+        l.half = l.depth;
+        l.dtype[l.depth++] = t->half_dtype;
+    }
+    if (state1_name) {
+        l.state1 = l.depth;
+        l.dtype[l.depth++] = AMP_F32;
+    }
+    if (state2_name) {
+        l.state2 = l.depth;
+        l.dtype[l.depth++] = AMP_F32;
+    }
+    *lists = l;
+    return AMP_OK;
+}
+
+void amp_cpu_opt_table_fill(const amp_opt_tensors *t, const amp_cpu_opt_lists *lists,
+                            amp_mt_tensor *table) {
+    for (int64_t i = 0; i < t->n; i++) {
+        amp_mt_tensor *e = &table[i];
+        e->numel = t->numel[i];
+        e->ptr[lists->grad] = t->grad[i];
+        if (lists->param >= 0) e->ptr[lists->param] = t->param[i];
+        if (lists->half >= 0) e->ptr[lists->half] = t->half[i];
+        if (lists->state1 >= 0) e->ptr[lists->state1] = t->state1[i];
+        if (lists->state2 >= 0) e->ptr[lists->state2] = t->state2[i];
+    }
+}
+
+void amp_cpu_opt_steps_advance(const amp_opt_tensors *t) {
+    for (int64_t i = 0; t->steps && i < t->n; i++)
+        if (t->numel[i] > 0) t->steps[i]++;
+}
+
+amp_status amp_cpu_opt_check_no_desc_half(const char *fn, const void *desc_half_copy) {
+    if (!desc_half_copy) return AMP_OK;
+    return amp_fail(AMP_ERR_INVALID_ARG, "%s: the descriptor's half_copy is set; a list takes its "
+                    "half copies in amp_opt_tensors.half", fn);
+}
+
+/* ---- Multi-tensor entries. ------------------------------------------------------------------ */
+
+/* The planner over t's table, ready to iterate, with `extra` bytes after the table for the
+ * caller; *table is freed by the caller. */
+static amp_status amp_optim_multi_plan(const char *fn, const amp_opt_tensors *t,
+                                       const amp_cpu_opt_lists *lists, size_t extra_bytes,
+                                       amp_mt_tensor **table, void **extra, amp_mt_planner *pl) {
+    AMP_TRY(amp_cpu_mt_table_alloc(fn, t->n, extra_bytes, table, extra));
+    amp_cpu_opt_table_fill(t, lists, *table);
+    amp_status s = amp_cpu_mt_planner_init(fn, pl, lists->depth, lists->dtype, *table, t->n);
+    if (s != AMP_OK) {
+        free(*table);
+        *table = NULL;
+    }
+    return s;
+}
+
+amp_status amp_cpu_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
+                             const amp_step_scalars *scalars) {
+    static const char fn[] = "amp_cpu_sgd_multi";
+    AMP_CHECK_ARG(d);
+    AMP_TRY(amp_cpu_opt_check_no_desc_half(fn, d->half_copy));
+    AMP_TRY(amp_optim_check_grad_scale(fn, d->grad_scale));
+    bool momentum = d->momentum != 0.0f;
+    amp_cpu_opt_lists lists;
+    AMP_TRY(amp_cpu_opt_check(fn, t, momentum ? "momentum buffer" : NULL, NULL, &lists));
+    if (t->n == 0 || amp_cpu_mt_skipped(scalars)) return AMP_OK;
+    float gs;
+    AMP_TRY(amp_cpu_mt_grad_scale(fn, d->grad_scale, scalars, &gs));
+    amp_mt_tensor *table;
+    void *extra;
+    amp_mt_planner pl;
+    /* With per-tensor step counts, each tensor has its own run (its first_step). */
+    size_t n_runs = t->steps ? (size_t)t->n : 0;
+    AMP_TRY(amp_optim_multi_plan(fn, t, &lists, n_runs * sizeof(amp_sgd_run), &table, &extra,
+                                 &pl));
+    const amp_sgd_run r = amp_sgd_run_make(d, t->grad_dtype, gs, t->half_dtype);
+    amp_sgd_run *runs = t->steps ? extra : NULL;
+    for (size_t i = 0; i < n_runs; i++) {
+        runs[i] = r;
+        runs[i].c.first_step = t->steps[i] == 0;
+    }
+    amp_mt_launch l;
+    amp_cpu_mt_pieces pcs;
+    while (amp_mt_planner_next(&pl, &l)) {
+        amp_cpu_mt_pieces_make(&l, &pcs);
+#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
+        for (int k = 0; k < pcs.n; k++) {
+            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
+            amp_sgd_chunk(runs ? &runs[amp_cpu_mt_block_tensor(&l, pc.block)] : &r, pc.len,
+                          amp_cpu_mt_piece_ptr(&l, &pc, lists.param),
+                          amp_cpu_mt_piece_ptr(&l, &pc, lists.half),
+                          amp_cpu_mt_piece_ptr(&l, &pc, lists.grad),
+                          amp_cpu_mt_piece_ptr(&l, &pc, lists.state1));
+        }
+    }
+    free(table);
+    amp_cpu_opt_steps_advance(t);
+    return AMP_OK;
+}
+
+amp_status amp_cpu_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
+                              const amp_step_scalars *scalars) {
+    static const char fn[] = "amp_cpu_adam_multi";
+    AMP_CHECK_ARG(d);
+    AMP_TRY(amp_cpu_opt_check_no_desc_half(fn, d->half_copy));
+    AMP_TRY(amp_optim_check_grad_scale(fn, d->grad_scale));
+    amp_cpu_opt_lists lists;
+    AMP_TRY(amp_cpu_opt_check(fn, t, "exp_avg", "exp_avg_sq", &lists));
+    if (!t->steps && d->step < 1) /* with per-tensor counts desc.step is not read */
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: step = %lld, want >= 1", fn,
+                        (long long)d->step);
+    if (t->n == 0 || amp_cpu_mt_skipped(scalars)) return AMP_OK;
+    float gs;
+    AMP_TRY(amp_cpu_mt_grad_scale(fn, d->grad_scale, scalars, &gs));
+    amp_mt_tensor *table;
+    void *extra;
+    amp_mt_planner pl;
+    /* With per-tensor step counts, each tensor has its own coefficients (from its t). */
+    size_t n_runs = t->steps ? (size_t)t->n : 0;
+    AMP_TRY(amp_optim_multi_plan(fn, t, &lists, n_runs * sizeof(amp_adam_run), &table, &extra,
+                                 &pl));
+    amp_adam_desc dt = *d;
+    dt.step = t->steps ? 1 : d->step; /* the shared run is not used with per-tensor counts */
+    const amp_adam_run r = amp_adam_run_make(&dt, t->grad_dtype, gs, t->half_dtype);
+    amp_adam_run *runs = t->steps ? extra : NULL;
+    for (size_t i = 0; i < n_runs; i++) {
+        dt.step = t->numel[i] > 0 ? t->steps[i] + 1 : 1;
+        runs[i] = amp_adam_run_make(&dt, t->grad_dtype, gs, t->half_dtype);
+    }
+    amp_mt_launch l;
+    amp_cpu_mt_pieces pcs;
+    while (amp_mt_planner_next(&pl, &l)) {
+        amp_cpu_mt_pieces_make(&l, &pcs);
+#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
+        for (int k = 0; k < pcs.n; k++) {
+            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
+            amp_adam_chunk(runs ? &runs[amp_cpu_mt_block_tensor(&l, pc.block)] : &r, pc.len,
+                           amp_cpu_mt_piece_ptr(&l, &pc, lists.param),
+                           amp_cpu_mt_piece_ptr(&l, &pc, lists.half),
+                           amp_cpu_mt_piece_ptr(&l, &pc, lists.grad),
+                           amp_cpu_mt_piece_ptr(&l, &pc, lists.state1),
+                           amp_cpu_mt_piece_ptr(&l, &pc, lists.state2));
+        }
+    }
+    free(table);
+    amp_cpu_opt_steps_advance(t);
     return AMP_OK;
 }

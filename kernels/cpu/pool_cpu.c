@@ -13,39 +13,6 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/pool.h"
 
-static amp_status check_desc(const char *fn, const amp_pool_desc *d) {
-    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
-    if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn,
-                        amp_dtype_name(d->dtype));
-    if (d->n < 1 || d->c < 1 || d->h_in < 1 || d->w_in < 1)
-        return amp_fail(AMP_ERR_SHAPE, "%s: input [%lld, %lld, %lld, %lld] has an empty dimension",
-                        fn, (long long)d->n, (long long)d->c, (long long)d->h_in,
-                        (long long)d->w_in);
-    if (d->k < 1 || d->stride < 1)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: kernel %lld and stride %lld must be >= 1", fn,
-                        (long long)d->k, (long long)d->stride);
-    /* PyTorch: "pad should be at most half of effective kernel size"; it keeps every window
-     * non-empty. */
-    if (d->pad < 0 || d->pad > d->k / 2)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: pad %lld is outside [0, kernel/2 = %lld]", fn,
-                        (long long)d->pad, (long long)(d->k / 2));
-    int64_t h_out = (d->h_in + 2 * d->pad - d->k) / d->stride + 1;
-    int64_t w_out = (d->w_in + 2 * d->pad - d->k) / d->stride + 1;
-    if (d->h_in + 2 * d->pad < d->k || d->w_in + 2 * d->pad < d->k || d->h_out != h_out ||
-        d->w_out != w_out)
-        return amp_fail(AMP_ERR_SHAPE,
-                        "%s: output %lld x %lld does not match input %lld x %lld, kernel %lld, "
-                        "stride %lld, pad %lld",
-                        fn, (long long)d->h_out, (long long)d->w_out, (long long)d->h_in,
-                        (long long)d->w_in, (long long)d->k, (long long)d->stride,
-                        (long long)d->pad);
-    if (d->h_in * d->w_in > INT32_MAX)
-        return amp_fail(AMP_ERR_SHAPE, "%s: input plane %lld x %lld does not fit an i32 argmax", fn,
-                        (long long)d->h_in, (long long)d->w_in);
-    return AMP_OK;
-}
-
 /* A thread's f32 planes for f16/bf16 storage (none for f32): in_sz and out_sz floats. Returns 1
  * when they could not be allocated; the caller frees both either way. */
 static int plane_buffers(amp_dtype dt, int64_t in_sz, int64_t out_sz, float **bin, float **bout) {
@@ -85,7 +52,7 @@ static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int
 }
 
 amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax) {
-    AMP_TRY(check_desc(__func__, d));
+    AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(argmax);
@@ -131,7 +98,7 @@ static int pool_plane_bwd(int64_t in_sz, int64_t out_sz, const float *dy, const 
 
 amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
                                void *dx) {
-    AMP_TRY(check_desc(__func__, d));
+    AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(argmax);
     AMP_CHECK_ARG(dx);

@@ -98,7 +98,7 @@ static amp_status cast_launch(void *dst, amp_dtype dst_dt, const void *src, amp_
     else if (src_dt == AMP_F16) cast_from_float_launch<AMP_F16>(dst, dst_dt, src, n, stream);
     else if (src_dt == AMP_BF16) cast_from_float_launch<AMP_BF16>(dst, dst_dt, src, n, stream);
     else cast_from_float_launch<AMP_F32>(dst, dst_dt, src, n, stream);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -111,7 +111,7 @@ static amp_status fill_launch(void *dst, amp_dtype dt, int64_t n, float value, c
         uint16_t bits = dt == AMP_F16 ? amp_f32_to_f16_bits(value) : amp_f32_to_bf16_bits(value);
         fill_bits_kernel<uint16_t><<<grid, AMP_CUDA_BLOCK, 0, stream>>>((uint16_t *)dst, n, bits);
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -132,7 +132,7 @@ static amp_status fill_scalar_launch(void *dst, amp_dtype dt, int64_t n, const f
         fill_scalar_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(dst, n, scalar, scale);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -143,7 +143,7 @@ extern "C" amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int
     if (rows <= 0 || cols <= 0) return AMP_OK;
     cast_rows_kernel<<<grid_for(rows * cols), AMP_CUDA_BLOCK, 0, stream>>>(
         dst, dst_dt, ldd, src, src_dt, lds, rows, cols, scale, bias);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 

@@ -10,8 +10,12 @@
  * or merged, which keeps this short and is enough for a training loop that repeats the same sizes.
  * When cudaMalloc runs out of memory, every cached block is released and the call retried once.
  *
- * Safety of reuse comes from the backend's single stream (cuda_backend.h): a block freed while
- * queued work still reads it is only handed to work queued later on the same stream.
+ * Safety of reuse: a block freed while queued work still reads it is only handed to work queued
+ * later on the backend's stream, which runs after it. A block that another stream used (a batch
+ * copied in on the side copy stream) is marked with amp_cuda_record_stream, as PyTorch's
+ * recordStream: when it is freed, an event is recorded on each such stream and the block waits
+ * in a pending list until every event has completed (polled with cudaEventQuery at the next
+ * allocation, never waited for), so no other stream can still be using it when it is reused.
  * One mutex guards the tables: contexts on different threads may share the backend. */
 #include <pthread.h>
 #include <stdint.h>
@@ -34,17 +38,25 @@
  * tensors a model holds. */
 #define N_LIVE_BUCKETS 4096
 
+/* Streams other than the backend's that may use one block: the copy stream, and a few more. */
+#define MAX_BLOCK_STREAMS 4
+
 typedef struct block {
     void *ptr;
     size_t size; /* the class size, what cudaMalloc was asked for */
     int cls;
+    int n_streams;                           /* other streams that used it (record_stream) */
+    cudaStream_t streams[MAX_BLOCK_STREAMS];
+    cudaEvent_t events[MAX_BLOCK_STREAMS];   /* pending: recorded on them at free */
     struct block *next;
 } block;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *g_free[N_CLASSES];
 static block *g_live[N_LIVE_BUCKETS];
+static block *g_pending; /* freed, waiting for their events */
 static size_t g_in_use, g_cached, g_peak;
+static uint64_t g_mallocs; /* cudaMalloc calls, for the steady-state check */
 
 /* The class of a request and its rounded size; false when the size cannot be rounded. */
 static bool size_class(size_t nbytes, int *cls, size_t *rounded) {
@@ -68,8 +80,43 @@ static size_t live_bucket(const void *p) {
     return (size_t)(((uintptr_t)p >> 8) % N_LIVE_BUCKETS);
 }
 
+static void to_free_list_locked(block *b) {
+    b->next = g_free[b->cls];
+    g_free[b->cls] = b;
+    g_cached += b->size;
+}
+
+/* Moves every pending block whose events have all completed to its free list; `wait` makes the
+ * host wait for them instead (only when memory is released, which synchronises anyway). */
+static amp_status sweep_pending_locked(bool wait) {
+    for (block **link = &g_pending; *link;) {
+        block *b = *link;
+        bool done = true;
+        for (int i = 0; i < b->n_streams; i++) {
+            cudaError_t e = wait ? cudaEventSynchronize(b->events[i]) : cudaEventQuery(b->events[i]);
+            if (e == cudaErrorNotReady) {
+                done = false;
+                break;
+            }
+            if (e != cudaSuccess)
+                return amp_fail(AMP_ERR_BACKEND, "amp_cuda_alloc: a freed block's stream event: "
+                                "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+        if (!done) {
+            link = &b->next;
+            continue;
+        }
+        for (int i = 0; i < b->n_streams; i++) cudaEventDestroy(b->events[i]);
+        b->n_streams = 0;
+        *link = b->next;
+        to_free_list_locked(b);
+    }
+    return AMP_OK;
+}
+
 /* Frees every cached block; the caller holds g_lock. */
 static amp_status release_cached_locked(void) {
+    AMP_TRY(sweep_pending_locked(true));
     for (int c = 0; c < N_CLASSES; c++) {
         while (g_free[c]) {
             block *b = g_free[c];
@@ -90,6 +137,7 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
     size_t size;
     if (!size_class(nbytes, &cls, &size))
         return amp_fail(AMP_ERR_OOM, "amp_cuda_alloc: %zu bytes is beyond any device", nbytes);
+    if (g_pending) AMP_TRY(sweep_pending_locked(false));
     block *b = g_free[cls];
     if (b) {
         g_free[cls] = b->next;
@@ -99,6 +147,8 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
         if (!b) return amp_fail(AMP_ERR_OOM, "amp_cuda_alloc: host malloc of a block record failed");
         b->size = size;
         b->cls = cls;
+        b->n_streams = 0;
+        g_mallocs++;
         cudaError_t e = cudaMalloc(&b->ptr, size);
         if (e == cudaErrorMemoryAllocation && g_cached > 0) {
             (void)cudaGetLastError(); /* the failed cudaMalloc is handled here, not by a later check */
@@ -107,6 +157,7 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
                 free(b);
                 return s;
             }
+            g_mallocs++;
             e = cudaMalloc(&b->ptr, size);
         }
         if (e != cudaSuccess) {
@@ -146,15 +197,74 @@ void amp_cuda_free(void *p) {
     block **link = &g_live[live_bucket(p)];
     while (*link && (*link)->ptr != p) link = &(*link)->next;
     block *b = *link;
+    bool event_failed = false;
     if (b) {
         *link = b->next;
         g_in_use -= b->size;
-        b->next = g_free[b->cls];
-        g_free[b->cls] = b;
-        g_cached += b->size;
+        int recorded = 0;
+        for (int i = 0; i < b->n_streams; i++) {
+            if (cudaEventCreateWithFlags(&b->events[recorded], cudaEventDisableTiming) !=
+                cudaSuccess) {
+                event_failed = true;
+                continue;
+            }
+            if (cudaEventRecord(b->events[recorded], b->streams[i]) != cudaSuccess) {
+                cudaEventDestroy(b->events[recorded]);
+                event_failed = true;
+                continue;
+            }
+            recorded++;
+        }
+        b->n_streams = recorded;
+        if (event_failed) {
+            /* Without its events the block cannot be known free of the other streams: it is
+             * kept out of reuse (leaked to the cache's accounting) rather than risk a race. */
+            (void)cudaGetLastError();
+            for (int i = 0; i < recorded; i++) cudaEventDestroy(b->events[i]);
+            free(b);
+            b = NULL;
+        } else if (recorded) {
+            b->next = g_pending;
+            g_pending = b;
+        } else {
+            to_free_list_locked(b);
+        }
     }
     pthread_mutex_unlock(&g_lock);
-    if (!b) amp_log(AMP_LOG_ERROR, "amp_cuda_free: %p was not allocated by the CUDA backend", p);
+    if (event_failed)
+        amp_log(AMP_LOG_ERROR, "amp_cuda_free: could not record an event for a block used on "
+                               "another stream; the block is not reused");
+    else if (!b && !event_failed)
+        amp_log(AMP_LOG_ERROR, "amp_cuda_free: %p was not allocated by the CUDA backend", p);
+}
+
+amp_status amp_cuda_record_stream(void *p, cudaStream_t stream) {
+    AMP_CHECK_ARG(p);
+    pthread_mutex_lock(&g_lock);
+    block *b = g_live[live_bucket(p)];
+    while (b && b->ptr != p) b = b->next;
+    amp_status s = AMP_OK;
+    if (!b) {
+        s = amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_record_stream: %p is not a live block of the "
+                     "CUDA backend's allocator", p);
+    } else {
+        bool known = false;
+        for (int i = 0; i < b->n_streams; i++) known |= b->streams[i] == stream;
+        if (!known && b->n_streams == MAX_BLOCK_STREAMS)
+            s = amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_record_stream: block %p is already used "
+                         "on %d other streams", p, MAX_BLOCK_STREAMS);
+        else if (!known)
+            b->streams[b->n_streams++] = stream;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+uint64_t amp_cuda_malloc_count(void) {
+    pthread_mutex_lock(&g_lock);
+    uint64_t n = g_mallocs;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 amp_status amp_cuda_alloc_release_cached(void) {

@@ -6,8 +6,7 @@
  * (cudaErrorInsufficientDriver)"; the context then falls back to the CPU. The backend runs on the
  * calling thread's current device at the first call (a DDP rank calls cudaSetDevice before).
  *
- * Entries left NULL (convolution, batch norm, pooling, optimizers)
- * are reported AMP_ERR_UNSUPPORTED by the amp_be_* wrappers; supports() answers for the rest. */
+ * Every entry of core/backend.h is filled; supports() answers which dtypes each takes. */
 #include <pthread.h>
 #include <stdio.h>
 
@@ -28,7 +27,10 @@ cudaStream_t amp_cuda_stream(void) { return g_stream; }
 static bool amp_cuda_supports(amp_be_op op, amp_dtype dt) {
     bool is_float = dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
     if (op == AMP_BE_CAST && dt == AMP_I32) return true; /* cast.cu converts i32 <-> f32 */
-    return (op == AMP_BE_CAST || op == AMP_BE_GEMM || op == AMP_BE_UNSCALE || op == AMP_BE_UNARY ||
+    return (op == AMP_BE_CAST || op == AMP_BE_GEMM || op == AMP_BE_CONV2D ||
+            op == AMP_BE_BATCHNORM || op == AMP_BE_MAXPOOL || op == AMP_BE_SGD ||
+            op == AMP_BE_ADAM || op == AMP_BE_LAMB ||
+            op == AMP_BE_UNSCALE || op == AMP_BE_UNARY ||
             op == AMP_BE_BINARY || op == AMP_BE_REDUCE || op == AMP_BE_XENT || op == AMP_BE_MSE ||
             op == AMP_BE_DROPOUT) &&
            is_float;
@@ -84,15 +86,27 @@ static const amp_backend amp_cuda_backend = {
     .free = amp_cuda_free,
     .memory_stats = amp_cuda_memory_stats,
     .memory_reset_peak = amp_cuda_memory_reset_peak,
+    .system_allocs = amp_cuda_malloc_count,
     .memset_zero = amp_cuda_memset_zero,
     .copy = amp_cuda_copy,
     .copy_to_host = amp_cuda_copy_to_host,
     .copy_from_host = amp_cuda_copy_from_host,
     .sync = amp_cuda_sync,
+    .upload_async = amp_cuda_upload_async,
+    .mark = amp_cuda_mark,
+    .event_free = amp_cuda_event_free,
     .cast = amp_cuda_cast,
     .fill = amp_cuda_fill,
     .fill_scalar = amp_cuda_fill_scalar,
     .gemm = amp_cuda_gemm,
+    .conv2d_fwd = amp_cuda_conv2d_fwd,
+    .conv2d_bwd_data = amp_cuda_conv2d_bwd_data,
+    .conv2d_bwd_weight = amp_cuda_conv2d_bwd_weight,
+    .bn_fwd_train = amp_cuda_bn_fwd_train,
+    .bn_fwd_eval = amp_cuda_bn_fwd_eval,
+    .bn_bwd = amp_cuda_bn_bwd,
+    .maxpool_fwd = amp_cuda_maxpool_fwd,
+    .maxpool_bwd = amp_cuda_maxpool_bwd,
     .unscale = amp_cuda_unscale,
     .sum_squares = amp_cuda_sum_squares,
     .nonfinite = amp_cuda_nonfinite,
@@ -107,6 +121,17 @@ static const amp_backend amp_cuda_backend = {
     .mse_bwd = amp_cuda_mse_bwd,
     .dropout_fwd = amp_cuda_dropout_fwd,
     .dropout_bwd = amp_cuda_dropout_bwd,
+    .sgd_update = amp_cuda_sgd_update,
+    .adam_update = amp_cuda_adam_update,
+    .sgd_multi = amp_cuda_sgd_multi,
+    .adam_multi = amp_cuda_adam_multi,
+    .lamb_multi = amp_cuda_lamb_multi,
+    .unscale_multi = amp_cuda_unscale_multi,
+    .nonfinite_multi = amp_cuda_nonfinite_multi,
+    .sum_squares_multi = amp_cuda_sum_squares_multi,
+    .scaler_seed = amp_cuda_scaler_seed,
+    .scaler_clip = amp_cuda_scaler_clip,
+    .scaler_update = amp_cuda_scaler_update,
 };
 
 static void amp_cuda_probe(void) {

@@ -47,6 +47,14 @@ cudaStream_t amp_cuda_stream(void);
 /* Caching allocator (cuda_alloc.c). */
 amp_status amp_cuda_alloc(size_t nbytes, void **out);
 void amp_cuda_free(void *p);
+/* Marks block p (from amp_cuda_alloc) as used by `stream` too (PyTorch's recordStream): when it
+ * is freed it is not handed out again before the work queued on that stream so far has run.
+ * Only for streams other than the backend's own (work there is ordered with any reuse already;
+ * recording it would only delay the reuse). */
+amp_status amp_cuda_record_stream(void *p, cudaStream_t stream);
+/* cudaMalloc calls made by the allocator since the process started (no cudaMalloc in the steady
+ * state: amp-train --json reports the count after the first step and at the end). */
+uint64_t amp_cuda_malloc_count(void);
 /* Returns every cached (free) block to the driver. */
 amp_status amp_cuda_alloc_release_cached(void);
 /* Bytes handed out and bytes held in free lists (sizes after rounding to the block class). */
@@ -61,6 +69,10 @@ amp_status amp_cuda_copy(void *dst, const void *src, size_t nbytes);
 amp_status amp_cuda_copy_to_host(void *host, const void *src, size_t nbytes);
 amp_status amp_cuda_copy_from_host(void *dst, const void *host, size_t nbytes);
 amp_status amp_cuda_sync(void);
+/* Uploads on the copy stream and compute-stream marks (upload.c); the table's contracts. */
+amp_status amp_cuda_upload_async(void *dst, const void *host, size_t nbytes, void *after);
+amp_status amp_cuda_mark(void **event);
+void amp_cuda_event_free(void *event);
 
 /* Cast and fill entries (cast.cu); same contracts as the table's cast, fill and fill_scalar. */
 amp_status amp_cuda_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
@@ -203,6 +215,13 @@ amp_status amp_cuda_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *nume
                                     const void *const *x, float *found_inf);
 amp_status amp_cuda_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
                                       const void *const *x, float *out);
+
+/* The loss scaler's one-thread kernels (scaler.cu); same contracts as the table's scaler_*. */
+amp_status amp_cuda_scaler_seed(amp_scaler_dev *s, float cap);
+amp_status amp_cuda_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
+                                const float *sumsq_half, float max_norm);
+amp_status amp_cuda_scaler_update(amp_scaler_dev *s, const amp_scaler_params *p,
+                                  float *found_inf, bool checks, bool other_skip);
 
 #ifdef __cplusplus
 }

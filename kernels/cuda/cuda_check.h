@@ -8,6 +8,9 @@
 #ifndef AMP_KERNELS_CUDA_CHECK_H
 #define AMP_KERNELS_CUDA_CHECK_H
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/error.h"
 
 /* A cudaError_t call; also the launch check (AMP_CUDA_TRY(cudaGetLastError())), which clears the
@@ -18,6 +21,33 @@
         if (amp_cuda_e_ != cudaSuccess)                                                            \
             return amp_fail(AMP_ERR_BACKEND, "%s: %s: %s (%s)", __func__, #call,                   \
                             cudaGetErrorString(amp_cuda_e_), cudaGetErrorName(amp_cuda_e_));       \
+    } while (0)
+
+/* After a kernel launch on `stream`: the launch's own error (cleared, reported once) and, when
+ * the environment has AMP_CUDA_SYNC_DEBUG=1, a wait for the stream, so that a fault of the kernel
+ * on the device is reported by the op that launched it instead of by a later, unrelated call
+ * (PyTorch's CUDA_LAUNCH_BLOCKING=1). Read once per translation unit. Needs cuda_runtime_api.h,
+ * <stdlib.h> and <string.h>. */
+static inline int amp_cuda_sync_debug(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("AMP_CUDA_SYNC_DEBUG");
+        on = v && strcmp(v, "0") != 0 && *v;
+    }
+    return on;
+}
+#define AMP_CUDA_LAUNCHED(stream)                                                                  \
+    do {                                                                                           \
+        AMP_CUDA_TRY(cudaGetLastError());                                                          \
+        if (amp_cuda_sync_debug()) {                                                               \
+            cudaError_t amp_cuda_d_ = cudaStreamSynchronize(stream);                               \
+            if (amp_cuda_d_ != cudaSuccess)                                                        \
+                return amp_fail(AMP_ERR_BACKEND,                                                   \
+                                "%s: the kernel failed on the device (AMP_CUDA_SYNC_DEBUG=1): "    \
+                                "%s (%s)",                                                         \
+                                __func__, cudaGetErrorString(amp_cuda_d_),                         \
+                                cudaGetErrorName(amp_cuda_d_));                                    \
+        }                                                                                          \
     } while (0)
 
 /* A cublasStatus_t call of cuBLASLt. */

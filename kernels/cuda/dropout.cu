@@ -67,7 +67,7 @@ extern "C" amp_status amp_cuda_dropout_fwd_launch(amp_dtype dt, int64_t n, const
                                                                           offset, y, mask);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -87,7 +87,7 @@ extern "C" amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const
         dropout_bwd_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(dy, mask, n, scale, dx);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 

@@ -105,7 +105,7 @@ extern "C" amp_status amp_cuda_unary_launch(amp_unary_op op, amp_dtype dt, int64
     case AMP_BF16: unary_dt_launch<AMP_BF16>(op, n, x, alpha, y, stream); break;
     default: unary_dt_launch<AMP_F32>(op, n, x, alpha, y, stream); break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -117,7 +117,7 @@ extern "C" amp_status amp_cuda_binary_launch(amp_binary_op op, amp_dtype dt, int
     case AMP_BF16: binary_dt_launch<AMP_BF16>(op, n, a, b, y, stream); break;
     default: binary_dt_launch<AMP_F32>(op, n, a, b, y, stream); break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -135,7 +135,7 @@ extern "C" amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha,
         axpy_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(alpha, x, y, n);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 

@@ -170,9 +170,9 @@ extern "C" amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64
                                                                     logsoftmax);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     xent_loss_kernel<<<1, AMP_RED_BLOCK, 0, stream>>>(logsoftmax, labels, rows, classes, loss);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -185,7 +185,7 @@ static amp_status check_labels(const char *fn, int64_t rows, int64_t classes,
     if (rows > 0) {
         xent_check_kernel<<<grid_for(rows), AMP_CUDA_BLOCK, 0, stream>>>(labels, rows, classes,
                                                                          record);
-        AMP_CUDA_TRY(cudaGetLastError());
+        AMP_CUDA_LAUNCHED(stream);
     }
     AMP_CUDA_TRY(cudaMemcpyAsync(seen, record, sizeof seen, cudaMemcpyDeviceToHost, stream));
     AMP_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -251,7 +251,7 @@ extern "C" amp_status amp_cuda_xent_bwd(amp_dtype dt, int64_t rows, int64_t clas
             logsoftmax, labels, rows, classes, dloss, dlogits, record);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -271,10 +271,10 @@ extern "C" amp_status amp_cuda_mse_fwd_launch(amp_dtype dt, int64_t n, const voi
     case AMP_BF16: mse_partial_launch<AMP_BF16>(a, b, n, partials, blocks, stream); break;
     default: mse_partial_launch<AMP_F32>(a, b, n, partials, blocks, stream); break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     /* n = 0: 0 / 0 = NaN, as torch's mean over nothing. */
     amp_red_final_kernel<<<1, AMP_RED_BLOCK, 0, stream>>>(partials, blocks, 1.0, (double)n, loss);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -309,6 +309,6 @@ extern "C" amp_status amp_cuda_mse_bwd(amp_dtype dt, int64_t n, const void *a, c
         mse_bwd_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, n, norm, dloss, da);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }

@@ -87,10 +87,10 @@ extern "C" amp_status amp_cuda_sum_launch(amp_dtype dt, int64_t n, const void *x
     case AMP_BF16: sum_partial_launch<AMP_BF16>(x, n, partials, blocks, stream); break;
     default: sum_partial_launch<AMP_F32>(x, n, partials, blocks, stream); break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     amp_red_final_kernel<<<1, AMP_RED_BLOCK, 0, stream>>>(partials, blocks, (double)alpha, 1.0,
                                                           out);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -128,11 +128,11 @@ extern "C" amp_status amp_cuda_sum_rows_launch(amp_dtype dt, int64_t rows, int64
                 x, rows, cols, chunk_rows, partials);
             break;
         }
-        AMP_CUDA_TRY(cudaGetLastError());
+        AMP_CUDA_LAUNCHED(stream);
     }
     sum_rows_final_kernel<<<grid_for(cols), AMP_CUDA_BLOCK, 0, stream>>>(partials, n_chunks, cols,
                                                                           out);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 

@@ -129,7 +129,7 @@ extern "C" amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const v
                                                                       found_inf);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -148,7 +148,7 @@ extern "C" amp_status amp_cuda_nonfinite_launch(amp_dtype dt, int64_t n, const v
         nonfinite_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, n, found_inf);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
@@ -167,9 +167,9 @@ extern "C" amp_status amp_cuda_sum_squares_launch(amp_dtype dt, int64_t n, const
         sumsq_partial_kernel<AMP_F32><<<blocks, SUMSQ_BLOCK, 0, stream>>>(x, n, partials);
         break;
     }
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     sumsq_final_kernel<<<1, SUMSQ_BLOCK, 0, stream>>>(partials, blocks, out);
-    AMP_CUDA_TRY(cudaGetLastError());
+    AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 

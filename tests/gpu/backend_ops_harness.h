@@ -3,13 +3,17 @@
  * arithmetic have edge cases, and the element-by-element comparison of two backends' results.
  *
  * A slot is one argument of a backend entry: an input (IN), an output (OUT) or both (INOUT).
- * Run k (0 = reference, 1 = backend under test) copies back nbytes + GUARD_NBYTES into back[k]. */
+ * Run k (0 = reference, 1 = backend under test) copies back nbytes + GUARD_NBYTES into back[k].
+ * A slot may also hold a list of tensors (the multi-tensor entries): its parts, each one tensor;
+ * the padding between them belongs to no tensor and must come back as it went. */
 #ifndef AMP_TESTS_GPU_BACKEND_OPS_HARNESS_H
 #define AMP_TESTS_GPU_BACKEND_OPS_HARNESS_H
 
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,7 @@
 
 #include "core/backend.h"
 #include "core/half.h"
+#include "kernels/math/scaler.h"
 
 /* Bytes after every buffer, written on the device with the buffer: they must come back as they
  * went (a kernel that writes one element past its end fails here, not in someone's heap). */
@@ -30,13 +35,28 @@ static const unsigned char PREFILL_BYTE[2] = {0x5A, 0xC3};
 /* One element in this many of a "specials" input is replaced by a special value. */
 #define SPECIALS_EVERY 16
 
-/* Element kinds: the float dtypes, i32 (labels, argmax, casts) and u8 (dropout masks). */
-typedef enum ek { EK_F32, EK_F16, EK_BF16, EK_I32, EK_U8 } ek;
+/* Element kinds: the float dtypes, i32 (labels, argmax, casts), u8 (dropout masks), i64 (step
+ * counts) and the loss scaler's device state, one amp_scaler_dev (kernels/math/scaler.h) per
+ * element, compared bit for bit and reported field by field. */
+typedef enum ek { EK_F32, EK_F16, EK_BF16, EK_I32, EK_U8, EK_I64, EK_SCALER } ek;
 
-static const char *const ek_names[] = {"f32", "f16", "bf16", "i32", "u8"};
+static const char *const ek_names[] = {"f32", "f16", "bf16", "i32", "u8", "i64", "scaler"};
 
 static size_t ek_size(ek k) {
-    return k == EK_U8 ? 1 : (k == EK_F16 || k == EK_BF16) ? 2 : 4;
+    switch (k) {
+    case EK_U8: return 1;
+    case EK_F16:
+    case EK_BF16: return 2;
+    case EK_I64: return 8;
+    case EK_SCALER: return sizeof(amp_scaler_dev);
+    default: return 4;
+    }
+}
+
+/* One unit in the last place at 1.0 of a float kind: a bound on a one-ulp difference relative
+ * to the value (normal numbers). */
+static double ek_ulp(ek k) {
+    return k == EK_F16 ? 0x1p-10 : k == EK_BF16 ? 0x1p-7 : 0x1p-23;
 }
 
 static bool ek_is_float(ek k) {
@@ -52,12 +72,15 @@ static ek ek_of(amp_dtype dt) {
     }
 }
 
+/* Element i as a number (EK_SCALER has none: its fields are read by name below). */
 static double ek_load(const void *p, ek k, int64_t i) {
     switch (k) {
     case EK_F16: return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
     case EK_BF16: return amp_bf16_bits_to_f32(((const uint16_t *)p)[i]);
     case EK_I32: return ((const int32_t *)p)[i];
     case EK_U8: return ((const uint8_t *)p)[i];
+    case EK_I64: return (double)((const int64_t *)p)[i];
+    case EK_SCALER: return NAN;
     default: return ((const float *)p)[i];
     }
 }
@@ -69,19 +92,46 @@ static void ek_store(void *p, ek k, int64_t i, double v) {
     case EK_BF16: ((uint16_t *)p)[i] = amp_f32_to_bf16_bits((float)v); break;
     case EK_I32: ((int32_t *)p)[i] = (int32_t)v; break;
     case EK_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case EK_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case EK_SCALER: break;
     default: ((float *)p)[i] = (float)v; break;
     }
 }
 
-/* The bits of element i, for messages. */
-static uint32_t ek_bits(const void *p, ek k, int64_t i) {
+/* The bits of element i, for messages (not EK_SCALER's). */
+static uint64_t ek_bits(const void *p, ek k, int64_t i) {
     size_t es = ek_size(k);
-    uint32_t u = 0;
-    if (es == 4) memcpy(&u, (const char *)p + (size_t)i * 4, 4);
-    else if (es == 2) u = ((const uint16_t *)p)[i];
+    uint64_t u = 0;
+    if (es == 8) memcpy(&u, (const char *)p + (size_t)i * 8, 8);
+    else if (es == 4) {
+        uint32_t w;
+        memcpy(&w, (const char *)p + (size_t)i * 4, 4);
+        u = w;
+    } else if (es == 2) u = ((const uint16_t *)p)[i];
     else u = ((const uint8_t *)p)[i];
     return u;
 }
+
+/* amp_scaler_dev's fields, for messages: a field added to the struct must be added here (the
+ * size check below fails until it is). */
+typedef struct scaler_field {
+    const char *name;
+    size_t offset;
+    ek kind; /* EK_F32, EK_I32 or EK_I64 */
+} scaler_field;
+
+#define SCALER_FIELD(f, k) {#f, offsetof(amp_scaler_dev, f), k}
+static const scaler_field scaler_fields[] = {
+    SCALER_FIELD(scale, EK_F32),           SCALER_FIELD(used_scale, EK_F32),
+    SCALER_FIELD(inv_used_scale, EK_F32),  SCALER_FIELD(half_grad_scale, EK_F32),
+    SCALER_FIELD(clip_coef, EK_F32),       SCALER_FIELD(grad_norm, EK_F32),
+    SCALER_FIELD(hysteresis_left, EK_I32), SCALER_FIELD(last_skipped, EK_I32),
+    SCALER_FIELD(growth_tracker, EK_I64),  SCALER_FIELD(total_steps, EK_I64),
+    SCALER_FIELD(skipped_steps, EK_I64),   SCALER_FIELD(overflows, EK_I64),
+    SCALER_FIELD(taken_steps, EK_I64),
+};
+static_assert(sizeof(amp_scaler_dev) == 6 * 4 + 2 * 4 + 5 * 8,
+              "amp_scaler_dev changed: update scaler_fields");
 
 /* ---- Seeded generator (splitmix64) ---------------------------------------------------------- */
 
@@ -114,12 +164,18 @@ typedef struct slot {
     size_t nbytes;
     unsigned char *init;    /* IN and INOUT: the values every run starts from */
     unsigned char *back[2]; /* nbytes + GUARD_NBYTES as each run left them */
+    /* A list of tensors (n_parts > 0): tensor t is elements [part_off[t], part_off[t] +
+     * part_len[t]), in increasing order; the elements outside every part are padding, compared
+     * with what they were (init, or the run's prefill), never between the runs. */
+    int n_parts;
+    const int64_t *part_off, *part_len;
 } slot;
 
 /* One row's arguments: slot i is argument i of the entry (ROLE_NONE: passed as NULL). */
 typedef struct tcase {
     slot s[MAX_SLOTS];
     uint64_t rng;
+    void *owned; /* memory the setup keeps for the case (the parts' arrays); freed with it */
 } tcase;
 
 static void *xcalloc(size_t nbytes) {
@@ -149,6 +205,7 @@ static void tcase_free(tcase *c) {
         free(c->s[i].back[0]);
         free(c->s[i].back[1]);
     }
+    free(c->owned);
 }
 
 /* Slot i's initial values uniform in [lo, hi), rounded to the slot's kind. */
@@ -207,7 +264,9 @@ static void gen_specials(tcase *c, int i) {
         case EK_I32:
             ((int32_t *)s->init)[j] = specials_i32[rng_below(&c->rng, N_OF(specials_i32))];
             break;
-        case EK_U8: break;
+        case EK_U8:
+        case EK_I64:
+        case EK_SCALER: break;
         }
     }
 }
@@ -216,10 +275,13 @@ static void gen_specials(tcase *c, int i) {
 
 /* exact: the bits must agree. Otherwise NaN must meet NaN (its sign and payload are free: x86
  * makes negative NaNs, CUDA positive ones), an infinity the same infinity, and finite values
- * |dev - ref| <= atol + rtol * |ref|. Integer outputs are always compared exactly. */
+ * |dev - ref| <= atol + max(rtol, ulps * ulp) * |ref|, ulp that of the output's kind (ek_ulp):
+ * `ulps` lets one row allow the same few units in the last place to its f32 outputs and to the
+ * f16/bf16 values rounded from them. Integer outputs are always compared exactly. */
 typedef struct tol {
     bool exact;
     double atol, rtol;
+    double ulps;
 } tol;
 
 typedef struct cmp_stats {
@@ -233,45 +295,83 @@ static bool guard_intact(const unsigned char *p, size_t nbytes) {
 }
 
 static void print_element(const char *label, const void *p, ek k, int64_t i) {
-    printf("%s %.9g (0x%0*" PRIx32 ")", label, ek_load(p, k, i), (int)ek_size(k) * 2,
+    printf("%s %.9g (0x%0*" PRIx64 ")", label, ek_load(p, k, i), (int)ek_size(k) * 2,
            ek_bits(p, k, i));
 }
 
-/* Compares back[1] with back[0] over the slot's elements; prints the first mismatches and
- * returns how many elements differ. */
-static int64_t compare_slot(const char *row, const char *dev_name, const slot *s, tol t,
-                            cmp_stats *st) {
+/* The fields in which element i of two scaler slots differ, each with both values. */
+static void print_scaler_diff(const char *dev_name, const unsigned char *dev,
+                              const unsigned char *ref, int64_t i) {
+    const char *sep = "";
+    for (size_t f = 0; f < sizeof scaler_fields / sizeof scaler_fields[0]; f++) {
+        const scaler_field *sf = &scaler_fields[f];
+        size_t at = (size_t)i * sizeof(amp_scaler_dev) + sf->offset, es = ek_size(sf->kind);
+        if (memcmp(dev + at, ref + at, es) == 0) continue;
+        printf("%s%s: ", sep, sf->name);
+        print_element(dev_name, dev + at, sf->kind, 0);
+        print_element(", reference", ref + at, sf->kind, 0);
+        sep = "; ";
+    }
+}
+
+/* Whether element i agrees between the runs under t; finite float differences go into st. */
+static bool element_ok(const slot *s, int64_t i, tol t, cmp_stats *st) {
     const unsigned char *ref = s->back[0], *dev = s->back[1];
     size_t es = ek_size(s->kind);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < s->n; i++) {
-        bool ok;
-        if (t.exact || !ek_is_float(s->kind)) {
-            ok = memcmp(ref + (size_t)i * es, dev + (size_t)i * es, es) == 0;
-        } else {
-            double a = ek_load(ref, s->kind, i), b = ek_load(dev, s->kind, i);
-            if (isnan(a) || isnan(b)) {
-                ok = isnan(a) && isnan(b);
-            } else if (isinf(a) || isinf(b)) {
-                ok = a == b;
+    if (t.exact || !ek_is_float(s->kind))
+        return memcmp(ref + (size_t)i * es, dev + (size_t)i * es, es) == 0;
+    double a = ek_load(ref, s->kind, i), b = ek_load(dev, s->kind, i);
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    if (isinf(a) || isinf(b)) return a == b;
+    double d = fabs(b - a), rtol = fmax(t.rtol, t.ulps * ek_ulp(s->kind));
+    if (d > st->max_abs) st->max_abs = d;
+    if (a != 0.0 && d / fabs(a) > st->max_rel) st->max_rel = d / fabs(a);
+    return d <= t.atol + rtol * fabs(a);
+}
+
+/* Compares back[1] with back[0] over the slot's elements (a list's: its tensors' only); prints
+ * the first mismatches and returns how many elements differ. */
+static int64_t compare_slot(const char *row, const char *dev_name, const slot *s, tol t,
+                            cmp_stats *st) {
+    int64_t bad = 0, total = 0;
+    int n_parts = s->n_parts > 0 ? s->n_parts : 1;
+    for (int p = 0; p < n_parts; p++) {
+        int64_t off = s->n_parts > 0 ? s->part_off[p] : 0;
+        int64_t len = s->n_parts > 0 ? s->part_len[p] : s->n;
+        total += len;
+        for (int64_t j = 0; j < len; j++) {
+            if (element_ok(s, off + j, t, st) || bad++ >= MAX_REPORTED) continue;
+            printf("       %s: %s %s", row, s->name, ek_names[s->kind]);
+            if (s->n_parts > 0) printf(" tensor %d", p);
+            printf("[%" PRId64 "]: ", j);
+            if (s->kind == EK_SCALER) {
+                print_scaler_diff(dev_name, s->back[1], s->back[0], off + j);
             } else {
-                double d = fabs(b - a);
-                ok = d <= t.atol + t.rtol * fabs(a);
-                if (d > st->max_abs) st->max_abs = d;
-                if (a != 0.0 && d / fabs(a) > st->max_rel) st->max_rel = d / fabs(a);
+                print_element(dev_name, s->back[1], s->kind, off + j);
+                print_element(", reference", s->back[0], s->kind, off + j);
             }
-        }
-        if (!ok && bad++ < MAX_REPORTED) {
-            printf("       %s: %s %s[%" PRId64 "]: ", row, s->name, ek_names[s->kind], i);
-            print_element(dev_name, dev, s->kind, i);
-            print_element(", reference", ref, s->kind, i);
             printf("\n");
         }
     }
     if (bad > MAX_REPORTED)
         printf("       %s: %s: %" PRId64 " of %" PRId64 " elements differ\n", row, s->name, bad,
-               s->n);
+               total);
     return bad;
+}
+
+/* A list slot's padding as run k left it: each byte as it went (the initial values, or the
+ * run's prefill for an output). Returns the first element index that changed, or -1. */
+static int64_t padding_changed(const slot *s, int k) {
+    size_t es = ek_size(s->kind), from = 0;
+    for (int p = 0; p <= s->n_parts; p++) {
+        size_t to = p < s->n_parts ? (size_t)s->part_off[p] * es : s->nbytes;
+        for (size_t b = from; b < to; b++) {
+            unsigned char want = s->init ? s->init[b] : PREFILL_BYTE[k];
+            if (s->back[k][b] != want) return (int64_t)(b / es);
+        }
+        if (p < s->n_parts) from = (size_t)(s->part_off[p] + s->part_len[p]) * es;
+    }
+    return -1;
 }
 
 /* ---- Running an entry on a backend and checking both runs ---------------------------------- */
@@ -339,6 +439,12 @@ static bool tcase_check(const tcase *c, const char *row, tol t, const amp_backen
             }
             if (s->role == ROLE_IN && memcmp(s->back[k], s->init, s->nbytes) != 0) {
                 printf("       %s: input %s changed by %s\n", row, s->name, be[k]->name);
+                ok = false;
+            }
+            int64_t pad = s->n_parts > 0 ? padding_changed(s, k) : -1;
+            if (pad >= 0) {
+                printf("       %s: %s: padding element %" PRId64 " between tensors written by "
+                       "%s\n", row, s->name, pad, be[k]->name);
                 ok = false;
             }
         }

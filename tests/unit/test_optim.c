@@ -667,17 +667,17 @@ static void test_skip_and_errors(void) {
     CHECK(memcmp(before, after, sizeof before) == 0);
     CHECK(amp_optimizer_step_count(opt) == 2);
 
-    /* A backend without sgd_update. */
+    /* A backend without the fused SGD (what the optimizer calls). */
     amp_backend holey = *amp_backend_cpu();
     holey.name = "holey";
-    holey.sgd_update = NULL;
+    holey.sgd_multi = NULL;
     opt->backend = &holey;
     for (int i = 0; i < 2; i++) {
         params[i]->backend = &holey;
         params[i]->grad->backend = &holey;
     }
     write_grads(params, 1);
-    CHECK_FAILS(amp_optimizer_step(opt), AMP_ERR_UNSUPPORTED, "sgd_update");
+    CHECK_FAILS(amp_optimizer_step(opt), AMP_ERR_UNSUPPORTED, "sgd_multi");
     for (int i = 0; i < 2; i++) {
         params[i]->backend = amp_backend_cpu();
         params[i]->grad->backend = amp_backend_cpu();

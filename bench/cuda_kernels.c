@@ -1,0 +1,250 @@
+/* The CUDA backend's kernels against the device's limits (scripts/gpu.sh runs it on a GPU):
+ *   - the fused multi-tensor optimizer steps (SGD, Adam, LAMB at O2: f32 master, f16 gradient
+ *     and copy) as achieved bandwidth: bytes moved per parameter (written beside each kernel in
+ *     kernels/cuda/optim.cu) times parameters / time, against the device's peak (85 % is the
+ *     target);
+ *   - GEMM through cuBLASLt at the MLP's shapes (batch x 784 -> 2048 -> 2048 -> 10, forward and
+ *     both backward products) in bf16 and f16 with f32 accumulation, in TFLOP/s against the
+ *     tensor-core peak (60 % is the target).
+ * Timings are CUDA events around repeated launches after warm-up. Prints a Markdown table and,
+ * with --json, one JSON object per row. Under the cudacpu build it runs too (small sizes,
+ * --smoke), which only shows that it works: its times are the CPU's.
+ *   cuda_kernels [--smoke] [--json] [--params N] [--batch B] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "core/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "cuda_kernels: %s: %s\n", #call, cudaGetErrorString(e_));              \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define AK(call)                                                                                   \
+    do {                                                                                           \
+        if ((call) != AMP_OK) {                                                                    \
+            fprintf(stderr, "cuda_kernels: %s: %s\n", #call, amp_last_error());                    \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Peaks by device name (dense, no sparsity): HBM TB/s, bf16/f16 tensor-core TFLOP/s. */
+typedef struct peak {
+    const char *name_part;
+    double hbm_tbs, tc_tflops;
+} peak;
+static const peak g_peaks[] = {
+    {"H200", 4.8, 989.4},     {"H100 SXM", 3.35, 989.4}, {"H100 80GB HBM3", 3.35, 989.4},
+    {"H100 NVL", 3.9, 835.0}, {"H100 PCIe", 2.0, 756.0}, {"H100", 3.35, 989.4},
+    {"A100-SXM4-80GB", 2.04, 312.0}, {"A100", 1.56, 312.0},
+};
+
+static peak device_peak(const char *name) {
+    for (size_t i = 0; i < sizeof g_peaks / sizeof g_peaks[0]; i++)
+        if (strstr(name, g_peaks[i].name_part)) return g_peaks[i];
+    return (peak){"unknown", 0, 0};
+}
+
+static float time_ms(void (*run)(void *), void *arg, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    run(arg); /* warm-up: plans, algorithm searches, workspace */
+    CK(cudaEventRecord(a, amp_cuda_stream()));
+    for (int i = 0; i < reps; i++) run(arg);
+    CK(cudaEventRecord(b, amp_cuda_stream()));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return ms / (float)reps;
+}
+
+/* ---- fused optimizers ---- */
+
+typedef struct optim_run {
+    const amp_backend *be;
+    int kind; /* 0 SGD, 1 Adam, 2 LAMB */
+    amp_opt_tensors t;
+} optim_run;
+
+static void optim_once(void *p) {
+    optim_run *r = p;
+    if (r->kind == 0) {
+        amp_sgd_desc d = {.lr = 1e-3f, .momentum = 0.9f, .half_dtype = AMP_F16};
+        AK(r->be->sgd_multi(&d, &r->t, NULL));
+    } else if (r->kind == 1) {
+        amp_adam_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                           .decoupled = true, .weight_decay = 0.01f, .half_dtype = AMP_F16};
+        AK(r->be->adam_multi(&d, &r->t, NULL));
+    } else {
+        amp_lamb_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f,
+                           .weight_decay = 0.01f, .decoupled = true, .bias_correction = true,
+                           .grad_averaging = true, .max_grad_norm = 1.0f};
+        AK(r->be->lamb_multi(&d, &r->t, NULL));
+    }
+}
+
+static void *dev_zeros(const amp_backend *be, size_t bytes) {
+    void *p;
+    AK(be->alloc(bytes, &p));
+    AK(be->memset_zero(p, bytes));
+    return p;
+}
+
+/* Bytes per parameter at O2 with f16 gradients: read grad 2 + master 4 (+ state), write master
+ * 4 + copy 2 (+ state). LAMB reads and writes its moments in stage 1 and reads master, moments
+ * again in stage 2 (it recomputes the update instead of storing it), plus its gradient-norm pass. */
+static const double g_optim_bytes[3] = {2 + 4 + 4 + 4 + 4 + 2, 2 + 4 + 8 + 8 + 4 + 2,
+                                        2 + 2 + 4 + 8 + 8 + 4 + 8 + 4 + 2};
+static const char *g_optim_name[3] = {"SGD momentum", "Adam (AdamW)", "LAMB"};
+
+static void bench_optim(const amp_backend *be, int64_t n_params, peak pk, bool json, int reps) {
+    /* A model-like list: 64 tensors of n_params / 64 elements. */
+    enum { T = 64 };
+    int64_t each = n_params / T;
+    int64_t numel[T];
+    void *grad[T], *half[T];
+    float *param[T], *m[T], *v[T];
+    int64_t *steps = dev_zeros(be, sizeof(int64_t) * T);
+    for (int i = 0; i < T; i++) {
+        numel[i] = each;
+        grad[i] = dev_zeros(be, (size_t)each * 2);
+        half[i] = dev_zeros(be, (size_t)each * 2);
+        param[i] = dev_zeros(be, (size_t)each * 4);
+        m[i] = dev_zeros(be, (size_t)each * 4);
+        v[i] = dev_zeros(be, (size_t)each * 4);
+    }
+    for (int kind = 0; kind < 3; kind++) {
+        optim_run r = {.be = be, .kind = kind,
+                       .t = {.n = T, .numel = numel, .grad = grad, .grad_dtype = AMP_F16,
+                             .param = param, .half = half, .half_dtype = AMP_F16, .state1 = m,
+                             .state2 = kind ? v : NULL, .steps = steps}};
+        float ms = time_ms(optim_once, &r, reps);
+        double bytes = g_optim_bytes[kind] * (double)(each * T);
+        double tbs = bytes / (ms * 1e-3) / 1e12;
+        double target_ms = pk.hbm_tbs > 0 ? bytes / (0.85 * pk.hbm_tbs * 1e12) * 1e3 : 0;
+        if (json)
+            printf("{\"bench\": \"optim\", \"kernel\": \"%s\", \"params\": %lld, \"ms\": %.4f, "
+                   "\"tb_per_s\": %.3f, \"peak_fraction\": %.3f}\n", g_optim_name[kind],
+                   (long long)(each * T), ms, tbs, pk.hbm_tbs > 0 ? tbs / pk.hbm_tbs : 0);
+        else
+            printf("| %s | %.0f B | %.3f ms | %.2f TB/s | %.0f %% | %.3f ms |\n",
+                   g_optim_name[kind], g_optim_bytes[kind], ms, tbs,
+                   pk.hbm_tbs > 0 ? 100 * tbs / pk.hbm_tbs : 0, target_ms);
+    }
+    for (int i = 0; i < T; i++) {
+        be->free(grad[i]);
+        be->free(half[i]);
+        be->free(param[i]);
+        be->free(m[i]);
+        be->free(v[i]);
+    }
+    be->free(steps);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gemm_run {
+    const amp_backend *be;
+    amp_gemm_desc d;
+} gemm_run;
+
+static void gemm_once(void *p) {
+    gemm_run *r = p;
+    AK(r->be->gemm(&r->d));
+}
+
+static void bench_gemm(const amp_backend *be, int64_t batch, peak pk, bool json, int reps) {
+    /* The MLP's products: forward x[b,k] @ W^T[k,n]; grad input dy[b,n] @ W[n,k]; grad weight
+     * dy^T[n,b] @ x[b,k]. */
+    static const int64_t layers[3][2] = {{784, 2048}, {2048, 2048}, {2048, 10}};
+    const amp_dtype dts[2] = {AMP_BF16, AMP_F16};
+    for (int di = 0; di < 2; di++) {
+        for (int l = 0; l < 3; l++) {
+            int64_t k = layers[l][0], n = layers[l][1];
+            const char *what[3] = {"fwd", "bwd data", "bwd weight"};
+            int64_t shapes[3][3] = {{batch, n, k}, {batch, k, n}, {n, k, batch}};
+            for (int w = 0; w < 3; w++) {
+                int64_t M = shapes[w][0], N = shapes[w][1], K = shapes[w][2];
+                size_t es = 2;
+                void *a = dev_zeros(be, (size_t)(M * K) * es), *b = dev_zeros(be, (size_t)(K * N) * es);
+                void *c = dev_zeros(be, (size_t)(M * N) * es);
+                gemm_run r = {.be = be,
+                              .d = {.m = M, .n = N, .k = K, .alpha = 1, .beta = 0,
+                                    .a = a, .a_dtype = dts[di], .lda = K,
+                                    .b = b, .b_dtype = dts[di], .ldb = N,
+                                    .c = c, .c_dtype = dts[di], .ldc = N}};
+                float ms = time_ms(gemm_once, &r, reps);
+                double tflops = 2.0 * (double)M * (double)N * (double)K / (ms * 1e-3) / 1e12;
+                const char *dn = dts[di] == AMP_BF16 ? "bf16" : "f16";
+                if (json)
+                    printf("{\"bench\": \"gemm\", \"dtype\": \"%s\", \"m\": %lld, \"n\": %lld, "
+                           "\"k\": %lld, \"what\": \"fc%d %s\", \"ms\": %.4f, \"tflops\": %.1f, "
+                           "\"peak_fraction\": %.3f}\n", dn, (long long)M, (long long)N,
+                           (long long)K, l + 1, what[w], ms, tflops,
+                           pk.tc_tflops > 0 ? tflops / pk.tc_tflops : 0);
+                else
+                    printf("| %s | fc%d %s | %lld x %lld x %lld | %.4f ms | %.1f | %.0f %% |\n", dn,
+                           l + 1, what[w], (long long)M, (long long)N, (long long)K, ms, tflops,
+                           pk.tc_tflops > 0 ? 100 * tflops / pk.tc_tflops : 0);
+                be->free(a);
+                be->free(b);
+                be->free(c);
+            }
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    bool smoke = false, json = false;
+    int64_t n_params = (int64_t)1 << 28, batch = 4096;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--smoke")) smoke = true;
+        else if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--params") && i + 1 < argc) n_params = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoll(argv[++i]);
+        else {
+            fprintf(stderr, "usage: cuda_kernels [--smoke] [--json] [--params N] [--batch B]\n");
+            return 2;
+        }
+    }
+    if (smoke) {
+        n_params = 64 * 1024;
+        batch = 16;
+    }
+    const amp_backend *be = amp_backend_cuda();
+    if (!be) {
+        printf("cuda_kernels: no device: %s\n", amp_last_error());
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    peak pk = device_peak(prop.name);
+    int reps = smoke ? 1 : 20;
+    if (!json) {
+        printf("Device: %s (sm_%d%d, %d SMs); peaks used: %.2f TB/s HBM, %.0f TFLOP/s bf16/f16 "
+               "dense%s\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+               pk.hbm_tbs, pk.tc_tflops, pk.hbm_tbs > 0 ? "" : " (unknown device: no peak)");
+        printf("Fused optimizer step, O2 (f32 master, f16 grad and copy), %lld parameters in 64 "
+               "tensors:\n\n| kernel | bytes/param | time | achieved | of peak | 85 %% target |\n"
+               "|---|---:|---:|---:|---:|---:|\n", (long long)(n_params / 64 * 64));
+    }
+    bench_optim(be, n_params, pk, json, reps);
+    if (!json)
+        printf("\nGEMM (cuBLASLt, f32 accumulation), MLP shapes at batch %lld:\n\n| dtype | product "
+               "| m x n x k | time | TFLOP/s | of peak |\n|---|---|---|---:|---:|---:|\n",
+               (long long)batch);
+    bench_gemm(be, batch, pk, json, reps);
+    return 0;
+}

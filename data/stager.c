@@ -1,0 +1,81 @@
+/* Device batches that do not make the host wait (include/amp/data.h): two pairs of device
+ * tensors alternate, each filled through the backend's upload_async.
+ *
+ * Ordering (no host wait anywhere): the pair of put k was last read by the step of put k - 2.
+ * Every put records a mark of the compute work queued so far (through the step of the previous
+ * put); the copy of put k waits for the mark recorded at put k - 1, which covers the step of put
+ * k - 2 and nothing later, so it overlaps the step of put k - 1. The backend makes the compute
+ * stream wait for the copy before the step of put k reads it. */
+#include <stdlib.h>
+
+#include "amp/data.h"
+#include "core/ctx.h"
+#include "core/error.h"
+#include "core/tensor_internal.h"
+
+#define AMP_STAGER_PAIRS 2
+
+struct amp_stager {
+    amp_ctx *ctx;
+    amp_tensor *x[AMP_STAGER_PAIRS], *y[AMP_STAGER_PAIRS];
+    void *mark[AMP_STAGER_PAIRS]; /* mark[k % 2]: recorded at put k */
+    int64_t n_puts;
+};
+
+amp_status amp_stager_create(amp_ctx *ctx, amp_stager **out) {
+    AMP_CHECK_ARG(ctx);
+    AMP_CHECK_ARG(out);
+    *out = calloc(1, sizeof **out);
+    if (!*out) return amp_fail(AMP_ERR_OOM, "amp_stager_create: out of memory");
+    (*out)->ctx = ctx;
+    return AMP_OK;
+}
+
+void amp_stager_free(amp_stager *s) {
+    if (!s) return;
+    const amp_backend *be = s->ctx->backend;
+    for (int k = 0; k < AMP_STAGER_PAIRS; k++) {
+        amp_tensor_free(s->x[k]);
+        amp_tensor_free(s->y[k]);
+        if (be->event_free) be->event_free(s->mark[k]);
+    }
+    free(s);
+}
+
+/* Pair k shaped for b: re-made when the shape changes (the last batch of an epoch). */
+static amp_status amp_stager_shape(amp_stager *s, int k, const amp_batch *b) {
+    amp_tensor *x = s->x[k];
+    bool same = x && x->shape[0] == b->n && x->shape[1] == b->shape[1] &&
+                x->shape[2] == b->shape[2] && x->shape[3] == b->shape[3];
+    if (same) return AMP_OK;
+    amp_tensor_free(s->x[k]);
+    amp_tensor_free(s->y[k]);
+    s->x[k] = s->y[k] = NULL;
+    AMP_TRY(amp_tensor_create(s->ctx, AMP_F32, 4, b->shape, &s->x[k]));
+    return amp_tensor_create(s->ctx, AMP_I32, 1, &b->n, &s->y[k]);
+}
+
+amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp_tensor **y) {
+    AMP_CHECK_ARG(s);
+    AMP_CHECK_ARG(b);
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    *x = *y = NULL;
+    if (b->n <= 0 || !b->x || !b->y || b->shape[0] != b->n)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_stager_put: batch of %lld samples with shape[0] "
+                        "%lld (the end-of-epoch mark has none to copy)", (long long)b->n,
+                        (long long)b->shape[0]);
+    const amp_backend *be = s->ctx->backend;
+    int k = (int)(s->n_puts % AMP_STAGER_PAIRS);
+    void *after = s->n_puts > 0 ? s->mark[(s->n_puts - 1) % AMP_STAGER_PAIRS] : NULL;
+    AMP_TRY(amp_stager_shape(s, k, b));
+    AMP_TRY(AMP_BE(be, mark, &s->mark[k]));
+    AMP_TRY(AMP_BE(be, upload_async, s->x[k]->data, b->x, (size_t)amp_tensor_nbytes(s->x[k]),
+                   after));
+    AMP_TRY(AMP_BE(be, upload_async, s->y[k]->data, b->y, (size_t)amp_tensor_nbytes(s->y[k]),
+                   after));
+    s->n_puts++;
+    *x = s->x[k];
+    *y = s->y[k];
+    return AMP_OK;
+}

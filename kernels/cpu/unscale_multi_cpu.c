@@ -1,0 +1,252 @@
+/* CPU backend: the loss scaler's passes over a list of tensors in one call (unscale_multi,
+ * nonfinite_multi, sum_squares_multi; core/backend.h states the contracts), planned by
+ * core/multi_tensor.h and run as multi_tensor_cpu.h runs a launch.
+ *
+ * unscale and nonfinite are the per-tensor entries of amp_cpu.c piece by piece (the same test on
+ * the input, the same product, a half piece widened into out and unscaled there while in L1):
+ * each piece ORs its own flag and OpenMP combines them, and the caller's flag is written once,
+ * after the last launch, and only when an inf/NaN was seen (never cleared). As in Apex's
+ * multi_tensor_scale, whose noop check is commented out, the unscale runs whatever
+ * scalars->found_inf holds: only scalars->grad_scale is read.
+ *
+ * sum_squares: each square in f64 (exact), each piece of 4096 elements summed in f64 (8 lanes,
+ * then a fixed tree), a chunk of the plan (65536 elements) as its pieces added in order, the
+ * chunks added in plan order (list order, then chunk order) in f64, one rounding to f32. The
+ * bits do not depend on the thread count. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_tile.h"
+#include "kernels/cpu/multi_tensor_cpu.h"
+#include "kernels/math/unscale.h"
+
+/* ---- Checks. -------------------------------------------------------------------------------- */
+
+static amp_status mt_check_float(const char *fn, amp_dtype dt) {
+    if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
+    return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s, want f32, f16 or bf16", fn, amp_dtype_name(dt));
+}
+
+/* n in range, and with n > 0 the arrays set and every numel >= 0. */
+static amp_status mt_check_list(const char *fn, int64_t n, const int64_t *numel, const void *x,
+                                const char *x_name) {
+    if (n < 0 || n > INT32_MAX)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld tensors, want 0..%d", fn, (long long)n,
+                        INT32_MAX);
+    if (n == 0) return AMP_OK;
+    if (!numel) return amp_fail(AMP_ERR_INVALID_ARG, "%s: numel is NULL with n = %lld", fn,
+                                (long long)n);
+    if (!x) return amp_fail(AMP_ERR_INVALID_ARG, "%s: %s is NULL with n = %lld", fn, x_name,
+                            (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (numel[i] < 0)
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: tensor %lld has numel %lld", fn,
+                            (long long)i, (long long)numel[i]);
+    return AMP_OK;
+}
+
+static amp_status mt_check_ptrs(const char *fn, int64_t n, const int64_t *numel,
+                                const void *const *x, const char *x_name) {
+    for (int64_t i = 0; i < n; i++)
+        if (numel[i] > 0 && !x[i])
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: tensor %lld (%lld elements): %s[%lld] is "
+                            "NULL", fn, (long long)i, (long long)numel[i], x_name, (long long)i);
+    return AMP_OK;
+}
+
+/* The planner's depth-1 table over x, with `extra` bytes after it. */
+static amp_status mt_table(const char *fn, int64_t n, const int64_t *numel, const void *const *x,
+                           size_t extra_bytes, amp_mt_tensor **table, void **extra) {
+    AMP_TRY(amp_cpu_mt_table_alloc(fn, n, extra_bytes, table, extra));
+    for (int64_t i = 0; i < n; i++) {
+        (*table)[i].numel = numel[i];
+        (*table)[i].ptr[0] = (void *)x[i]; /* the planner only hands addresses out */
+    }
+    return AMP_OK;
+}
+
+/* ---- unscale ------------------------------------------------------------------------------- */
+
+/* out[i] = unscaled in[i] for [0, n); returns 1 when an input was inf/NaN. in may equal out
+ * (same index read before written). Two loops so that the test of inv_scale stays out of them;
+ * the loops of amp_cpu.c's unscale, so both entries give the same bits. */
+static uint32_t mt_unscale_range(const float *in, float inv_scale, float *out, int64_t n) {
+    uint32_t bad = 0;
+    if (inv_scale == 1.0f) {
+        for (int64_t i = 0; i < n; i++) {
+            float g = in[i];
+            bad |= amp_unscale_nonfinite(g);
+            out[i] = g;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float g = in[i];
+            bad |= amp_unscale_nonfinite(g);
+            out[i] = g * inv_scale;
+        }
+    }
+    return bad;
+}
+
+static uint32_t mt_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale, float *out,
+                                 int64_t len) {
+    const float *in = grad;
+    if (g_dt != AMP_F32) { /* widen into out (exact), then unscale there in place */
+        (void)amp_cpu_cast(out, AMP_F32, grad, g_dt, len);
+        in = out;
+    }
+    return mt_unscale_range(in, inv_scale, out, len);
+}
+
+amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
+                                 const void *const *grad, float inv_scale, float *const *out,
+                                 float *found_inf, const amp_step_scalars *scalars) {
+    static const char fn[] = "amp_cpu_unscale_multi";
+    AMP_TRY(mt_check_float(fn, g_dt));
+    AMP_TRY(mt_check_list(fn, n, numel, grad, "grad"));
+    if (n > 0 && !out)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: out is NULL with n = %lld", fn, (long long)n);
+    if (!found_inf) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'found_inf' is NULL", fn);
+    bool from_scalar = scalars && scalars->grad_scale;
+    float scale = from_scalar ? *scalars->grad_scale : inv_scale;
+    if (!(scale > 0.0f) || isinf(scale))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: %s = %g, want a finite value > 0", fn,
+                        from_scalar ? "*scalars->grad_scale" : "inv_scale", (double)scale);
+    /* Each tensor as the per-tensor entry checks it (pointers, out overlapping grad other than
+     * the same f32 buffer); the message names the tensor. */
+    for (int64_t i = 0; i < n; i++) {
+        if (amp_backend_check_unscale(fn, g_dt, numel[i], grad[i], scale, out[i], found_inf) ==
+            AMP_OK)
+            continue;
+        char who[96];
+        snprintf(who, sizeof who, "%s: tensor %lld", fn, (long long)i);
+        return amp_backend_check_unscale(who, g_dt, numel[i], grad[i], scale, out[i], found_inf);
+    }
+    if (n == 0) return AMP_OK;
+    amp_mt_tensor *table;
+    AMP_TRY(amp_cpu_mt_table_alloc(fn, n, 0, &table, NULL));
+    for (int64_t i = 0; i < n; i++) {
+        table[i].numel = numel[i];
+        table[i].ptr[0] = (void *)grad[i];
+        table[i].ptr[1] = out[i];
+    }
+    amp_mt_planner pl;
+    const amp_dtype dtypes[2] = {g_dt, AMP_F32};
+    amp_status s = amp_cpu_mt_planner_init(fn, &pl, 2, dtypes, table, n);
+    uint32_t bad = 0;
+    amp_mt_launch l;
+    amp_cpu_mt_pieces pcs;
+    while (s == AMP_OK && amp_mt_planner_next(&pl, &l)) {
+        amp_cpu_mt_pieces_make(&l, &pcs);
+#pragma omp parallel for schedule(static) reduction(| : bad) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
+        for (int k = 0; k < pcs.n; k++) {
+            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
+            bad |= mt_unscale_piece(g_dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), scale,
+                                    amp_cpu_mt_piece_ptr(&l, &pc, 1), pc.len);
+        }
+    }
+    free(table);
+    if (s == AMP_OK && bad) *found_inf = 1.0f;
+    return s;
+}
+
+/* ---- nonfinite ----------------------------------------------------------------------------- */
+
+/* 1 when one of the n elements is inf or NaN, on the stored bits: a half is inf/NaN exactly when
+ * its exponent field is all ones (f16: 5 bits, bf16: 8), so it needs no widening. */
+static uint32_t mt_nonfinite_piece(amp_dtype dt, const void *x, int64_t n) {
+    uint32_t bad = 0;
+    if (dt == AMP_F32) {
+        const uint32_t *u = x;
+        for (int64_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    } else {
+        const uint16_t *h = x;
+        uint16_t mask = dt == AMP_F16 ? 0x7c00u : 0x7f80u;
+        for (int64_t i = 0; i < n; i++) bad |= (uint16_t)(h[i] & mask) == mask;
+    }
+    return bad;
+}
+
+amp_status amp_cpu_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
+                                   const void *const *x, float *found_inf) {
+    static const char fn[] = "amp_cpu_nonfinite_multi";
+    AMP_TRY(mt_check_float(fn, dt));
+    AMP_TRY(mt_check_list(fn, n, numel, x, "x"));
+    if (!found_inf) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'found_inf' is NULL", fn);
+    if (n == 0) return AMP_OK;
+    AMP_TRY(mt_check_ptrs(fn, n, numel, x, "x"));
+    amp_mt_tensor *table;
+    AMP_TRY(mt_table(fn, n, numel, x, 0, &table, NULL));
+    amp_mt_planner pl;
+    amp_status s = amp_cpu_mt_planner_init(fn, &pl, 1, &dt, table, n);
+    uint32_t bad = 0;
+    amp_mt_launch l;
+    amp_cpu_mt_pieces pcs;
+    while (s == AMP_OK && amp_mt_planner_next(&pl, &l)) {
+        amp_cpu_mt_pieces_make(&l, &pcs);
+#pragma omp parallel for schedule(static) reduction(| : bad) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
+        for (int k = 0; k < pcs.n; k++) {
+            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
+            bad |= mt_nonfinite_piece(dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), pc.len);
+        }
+    }
+    free(table);
+    if (s == AMP_OK && bad) *found_inf = 1.0f;
+    return s;
+}
+
+/* ---- sum_squares --------------------------------------------------------------------------- */
+
+/* Sum of x[i]^2 over one piece in f64: 8 independent lanes (vectorised), a fixed tree, the tail. */
+static double mt_sumsq_f32(const float *x, int64_t n) {
+    double lane[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) lane[j] += amp_square_f64(x[i + j]);
+    double s =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; i++) s += amp_square_f64(x[i]);
+    return s;
+}
+
+amp_status amp_cpu_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
+                                     const void *const *x, float *out) {
+    static const char fn[] = "amp_cpu_sum_squares_multi";
+    AMP_TRY(mt_check_float(fn, dt));
+    AMP_TRY(mt_check_list(fn, n, numel, x, "x"));
+    if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", fn);
+    if (n == 0) {
+        *out = 0.0f; /* the sum over an empty list */
+        return AMP_OK;
+    }
+    AMP_TRY(mt_check_ptrs(fn, n, numel, x, "x"));
+    amp_mt_tensor *table;
+    void *extra;
+    AMP_TRY(mt_table(fn, n, numel, x, AMP_CPU_MT_MAX_PIECES * sizeof(double), &table, &extra));
+    double *part = extra; /* one partial per piece of a launch */
+    amp_mt_planner pl;
+    amp_status s = amp_cpu_mt_planner_init(fn, &pl, 1, &dt, table, n);
+    double total = 0.0;
+    amp_mt_launch l;
+    amp_cpu_mt_pieces pcs;
+    while (s == AMP_OK && amp_mt_planner_next(&pl, &l)) {
+        amp_cpu_mt_pieces_make(&l, &pcs);
+#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
+        for (int k = 0; k < pcs.n; k++) {
+            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
+            float buf[AMP_CPU_MT_PIECE];
+            const float *v = tile_in(amp_cpu_mt_piece_ptr(&l, &pc, 0), dt, 0, pc.len, buf);
+            part[k] = mt_sumsq_f32(v, pc.len);
+        }
+        for (int b = 0; b < l.n_blocks; b++) {
+            double chunk = 0.0;
+            for (int k = pcs.first[b]; k < pcs.first[b + 1]; k++) chunk += part[k];
+            total += chunk;
+        }
+    }
+    free(table);
+    if (s == AMP_OK) *out = (float)total;
+    return s;
+}
