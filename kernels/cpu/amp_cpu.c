@@ -38,6 +38,16 @@ static uint32_t unscale_f32_range(const float *in, float inv_scale, float *out, 
     return bad;
 }
 
+uint32_t amp_cpu_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale, float *out,
+                               int64_t len) {
+    const float *in = grad;
+    if (g_dt != AMP_F32) { /* widen into out (exact), then unscale there in place */
+        (void)amp_cpu_cast(out, AMP_F32, grad, g_dt, len);
+        in = out;
+    }
+    return unscale_f32_range(in, inv_scale, out, len);
+}
+
 amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                            float *out, float *found_inf) {
     AMP_TRY(amp_backend_check_unscale("amp_cpu_unscale", g_dt, n, grad, inv_scale, out, found_inf));
@@ -50,12 +60,8 @@ amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float in
     for (int64_t c = 0; c < n_chunks; c++) {
         int64_t i0 = c * AMP_CPU_REDUCE_CHUNK;
         int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
-        const float *in = (const float *)grad + i0;
-        if (g_dt != AMP_F32) { /* widen into out (exact), then unscale there in place */
-            (void)amp_cpu_cast(out + i0, AMP_F32, (const uint16_t *)grad + i0, g_dt, len);
-            in = out + i0;
-        }
-        bad |= unscale_f32_range(in, inv_scale, out + i0, len);
+        const char *g = (const char *)grad + i0 * (int64_t)amp_dtype_size(g_dt);
+        bad |= amp_cpu_unscale_piece(g_dt, g, inv_scale, out + i0, len);
     }
     if (bad) *found_inf = 1.0f;
     return AMP_OK;
@@ -74,18 +80,22 @@ static uint32_t nonfinite_half_range(const uint16_t *x, int64_t n, uint16_t exp_
     return bad;
 }
 
+uint32_t amp_cpu_nonfinite_piece(amp_dtype dt, const void *x, int64_t len) {
+    if (dt == AMP_F32) return nonfinite_f32_range(x, len);
+    return nonfinite_half_range(x, len, dt == AMP_F16 ? 0x7c00u : 0x7f80u); /* f16: 5, bf16: 8 */
+}
+
 amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf) {
     AMP_TRY(amp_backend_check_nonfinite("amp_cpu_nonfinite", dt, n, x, found_inf));
     if (n == 0) return AMP_OK;
     int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
-    uint16_t exp_mask = dt == AMP_F16 ? 0x7c00u : 0x7f80u; /* f16: 5 exponent bits, bf16: 8 */
     uint32_t bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n >= AMP_CPU_PARALLEL_MIN)
     for (int64_t c = 0; c < n_chunks; c++) {
         int64_t i0 = c * AMP_CPU_REDUCE_CHUNK;
         int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
-        bad |= dt == AMP_F32 ? nonfinite_f32_range((const uint32_t *)x + i0, len)
-                             : nonfinite_half_range((const uint16_t *)x + i0, len, exp_mask);
+        bad |= amp_cpu_nonfinite_piece(dt, (const char *)x + i0 * (int64_t)amp_dtype_size(dt),
+                                       len);
     }
     if (bad) *found_inf = 1.0f;
     return AMP_OK;

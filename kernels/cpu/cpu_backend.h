@@ -98,6 +98,12 @@ amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float in
                            float *out, float *found_inf);
 amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
+/* One piece of len elements of the two passes above (amp_cpu.c), shared with their multi-tensor
+ * entries (unscale_multi_cpu.c) so both give the same bits: the return is 1 when an input was
+ * inf/NaN; unscale widens a half piece into out first. */
+uint32_t amp_cpu_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale, float *out,
+                               int64_t len);
+uint32_t amp_cpu_nonfinite_piece(amp_dtype dt, const void *x, int64_t len);
 /* The same over a list of tensors (unscale_multi_cpu.c). */
 amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
                                  const void *const *grad, float inv_scale, float *const *out,

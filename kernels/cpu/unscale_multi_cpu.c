@@ -69,37 +69,6 @@ static amp_status mt_table(const char *fn, int64_t n, const int64_t *numel, cons
 
 /* ---- unscale ------------------------------------------------------------------------------- */
 
-/* out[i] = unscaled in[i] for [0, n); returns 1 when an input was inf/NaN. in may equal out
- * (same index read before written). Two loops so that the test of inv_scale stays out of them;
- * the loops of amp_cpu.c's unscale, so both entries give the same bits. */
-static uint32_t mt_unscale_range(const float *in, float inv_scale, float *out, int64_t n) {
-    uint32_t bad = 0;
-    if (inv_scale == 1.0f) {
-        for (int64_t i = 0; i < n; i++) {
-            float g = in[i];
-            bad |= amp_unscale_nonfinite(g);
-            out[i] = g;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            float g = in[i];
-            bad |= amp_unscale_nonfinite(g);
-            out[i] = g * inv_scale;
-        }
-    }
-    return bad;
-}
-
-static uint32_t mt_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale, float *out,
-                                 int64_t len) {
-    const float *in = grad;
-    if (g_dt != AMP_F32) { /* widen into out (exact), then unscale there in place */
-        (void)amp_cpu_cast(out, AMP_F32, grad, g_dt, len);
-        in = out;
-    }
-    return mt_unscale_range(in, inv_scale, out, len);
-}
-
 amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
                                  const void *const *grad, float inv_scale, float *const *out,
                                  float *found_inf, const amp_step_scalars *scalars) {
@@ -111,18 +80,23 @@ amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel
     if (!found_inf) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'found_inf' is NULL", fn);
     bool from_scalar = scalars && scalars->grad_scale;
     float scale = from_scalar ? *scalars->grad_scale : inv_scale;
-    if (!(scale > 0.0f) || isinf(scale))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: %s = %g, want a finite value > 0", fn,
-                        from_scalar ? "*scalars->grad_scale" : "inv_scale", (double)scale);
+    /* A device scale is used as it is, 0 included (core/backend.h: a clip coefficient of 0, from
+     * an infinite norm, zeroes the gradients of a step that is then skipped); the host's must be
+     * > 0, as the per-tensor entry's. */
+    bool bad_scale = from_scalar ? !(scale >= 0.0f) || isinf(scale) : !(scale > 0.0f) || isinf(scale);
+    if (bad_scale)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: %s = %g, want a finite value %s 0", fn,
+                        from_scalar ? "*scalars->grad_scale" : "inv_scale", (double)scale,
+                        from_scalar ? ">=" : ">");
     /* Each tensor as the per-tensor entry checks it (pointers, out overlapping grad other than
-     * the same f32 buffer); the message names the tensor. */
+     * the same f32 buffer); the message names the tensor. Its scale was checked above. */
     for (int64_t i = 0; i < n; i++) {
-        if (amp_backend_check_unscale(fn, g_dt, numel[i], grad[i], scale, out[i], found_inf) ==
+        if (amp_backend_check_unscale(fn, g_dt, numel[i], grad[i], 1.0f, out[i], found_inf) ==
             AMP_OK)
             continue;
         char who[96];
         snprintf(who, sizeof who, "%s: tensor %lld", fn, (long long)i);
-        return amp_backend_check_unscale(who, g_dt, numel[i], grad[i], scale, out[i], found_inf);
+        return amp_backend_check_unscale(who, g_dt, numel[i], grad[i], 1.0f, out[i], found_inf);
     }
     if (n == 0) return AMP_OK;
     amp_mt_tensor *table;
@@ -143,7 +117,7 @@ amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel
 #pragma omp parallel for schedule(static) reduction(| : bad) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
         for (int k = 0; k < pcs.n; k++) {
             amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            bad |= mt_unscale_piece(g_dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), scale,
+            bad |= amp_cpu_unscale_piece(g_dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), scale,
                                     amp_cpu_mt_piece_ptr(&l, &pc, 1), pc.len);
         }
     }
@@ -153,21 +127,6 @@ amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel
 }
 
 /* ---- nonfinite ----------------------------------------------------------------------------- */
-
-/* 1 when one of the n elements is inf or NaN, on the stored bits: a half is inf/NaN exactly when
- * its exponent field is all ones (f16: 5 bits, bf16: 8), so it needs no widening. */
-static uint32_t mt_nonfinite_piece(amp_dtype dt, const void *x, int64_t n) {
-    uint32_t bad = 0;
-    if (dt == AMP_F32) {
-        const uint32_t *u = x;
-        for (int64_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
-    } else {
-        const uint16_t *h = x;
-        uint16_t mask = dt == AMP_F16 ? 0x7c00u : 0x7f80u;
-        for (int64_t i = 0; i < n; i++) bad |= (uint16_t)(h[i] & mask) == mask;
-    }
-    return bad;
-}
 
 amp_status amp_cpu_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
                                    const void *const *x, float *found_inf) {
@@ -189,7 +148,7 @@ amp_status amp_cpu_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel
 #pragma omp parallel for schedule(static) reduction(| : bad) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
         for (int k = 0; k < pcs.n; k++) {
             amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            bad |= mt_nonfinite_piece(dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), pc.len);
+            bad |= amp_cpu_nonfinite_piece(dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), pc.len);
         }
     }
     free(table);

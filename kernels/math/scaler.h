@@ -19,7 +19,7 @@ typedef struct amp_scaler_dev {
     float inv_used_scale;  /* (float)(1.0 / used_scale), torch's double reciprocal: unscale's */
     float half_grad_scale; /* what the optimizer multiplies a still-scaled half gradient by:
                               inv_used_scale times the clip coefficient (O3) */
-    float clip_coef;       /* this step's clip coefficient, 1 when it does not clip */
+    float clip_coef;       /* the last clip's coefficient, 1 when it did not clip */
     float grad_norm;       /* the norm amp_clip_grad_norm measured this step */
     int32_t hysteresis_left;
     int32_t last_skipped;  /* 1 when the last update skipped its step */
@@ -56,7 +56,10 @@ AMP_HD static inline void amp_scaler_dev_seed(amp_scaler_dev *s, float cap) {
 /* torch.nn.utils.clip_grad_norm_'s coefficient from the sums of squares of the f32 gradients and
  * of the still-scaled half ones (each part's exact f32 sum times the factor it still needs,
  * squared), added in double: norm = sqrt(total) in f32, coef = max_norm / (norm + 1e-6), applied
- * only when < 1 (which also leaves an inf/NaN norm alone: that step is skipped). */
+ * only when < 1. A NaN norm is left alone; an infinite one gives 0 (torch's too): either way the
+ * step is skipped. clip_coef is this call's own coefficient (the f32 gradients are multiplied by
+ * it in place, so a second clip in the step must not apply the first one's again); the half
+ * gradients' factor takes the product of all clips of the step. */
 AMP_HD static inline void amp_scaler_dev_clip(amp_scaler_dev *s, float sumsq_f32,
                                               float sumsq_half, float max_norm) {
     double f = (double)s->half_grad_scale;
@@ -64,6 +67,7 @@ AMP_HD static inline void amp_scaler_dev_clip(amp_scaler_dev *s, float sumsq_f32
     float norm = (float)sqrt(total);
     float coef = max_norm / (norm + 1e-6f);
     s->grad_norm = norm;
+    s->clip_coef = 1.0f;
     if (coef < 1.0f) {
         s->clip_coef = coef;
         s->half_grad_scale = s->half_grad_scale * coef;

@@ -20,6 +20,7 @@
 
 #include "precision/scaler.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/scaler.h"
 #include "ref/scaler_ref.h"
 #include "test_data.h"
 #include "test_util.h"
@@ -435,6 +436,43 @@ static void test_log(void) {
     free(text);
 }
 
+/* Two clips in one step (torch: the second, under max_norm, multiplies by 1): the f32
+ * gradients are scaled in place by each call's own coefficient, so the second must not carry the
+ * first one's; the half gradients' factor takes the product. */
+static void test_clip_twice(void) {
+    amp_scaler_dev d = {.scale = 1024.0f};
+    amp_scaler_dev_seed(&d, 0x1p127f);
+    float inv = d.inv_used_scale;
+    amp_scaler_dev_clip(&d, 4.0f, 0.0f, 1.0f); /* norm 2: coefficient 1 / (2 + 1e-6) */
+    float first = d.clip_coef;
+    CHECK_MSG(first < 1.0f && first > 0.49f, "first clip coefficient %g", (double)first);
+    CHECK(d.half_grad_scale == inv * first);
+    amp_scaler_dev_clip(&d, 0.25f, 0.0f, 1.0f); /* norm 0.5 after the first clip: none */
+    CHECK_MSG(d.clip_coef == 1.0f, "a clip under max_norm kept coefficient %g",
+              (double)d.clip_coef);
+    CHECK(d.grad_norm == 0.5f && d.half_grad_scale == inv * first);
+}
+
+/* An infinite norm gives coefficient 0 (torch's too; the step is then skipped), which the CPU's
+ * unscale_multi must take from the device scalar as it is and apply. */
+static void test_clip_inf_norm(void) {
+    amp_scaler_dev d = {.scale = 1.0f};
+    amp_scaler_dev_seed(&d, 0x1p127f);
+    amp_scaler_dev_clip(&d, INFINITY, 0.0f, 1.0f);
+    CHECK(isinf(d.grad_norm) && d.clip_coef == 0.0f);
+    float g[3] = {1.0f, -2.0f, INFINITY}, flag = 0.0f;
+    const void *src[1] = {g};
+    float *dst[1] = {g};
+    int64_t numel[1] = {2};
+    amp_step_scalars sc = {.grad_scale = &d.clip_coef};
+    CHECK_OK(amp_cpu_unscale_multi(AMP_F32, 1, numel, src, 1.0f, dst, &flag, &sc));
+    CHECK(g[0] == 0.0f && g[1] == 0.0f && flag == 0.0f);
+    float bad = -1.0f;
+    sc.grad_scale = &bad;
+    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F32, 1, numel, src, 1.0f, dst, &flag, &sc),
+                AMP_ERR_INVALID_ARG, "grad_scale");
+}
+
 int main(void) {
     setenv("AMP_LOG_LEVEL", "info", 1); /* read once, at the first log line */
     for (int i = 0; i < SCALER_REF_N_CASES; i++) replay_torch_case(&scaler_ref_cases[i]);
@@ -447,5 +485,7 @@ int main(void) {
     test_bad_states();
     test_bad_configs();
     test_log();
+    test_clip_twice();
+    test_clip_inf_norm();
     return test_summary("test_scaler");
 }
