@@ -289,8 +289,8 @@ static void bench_conv(void) {
     static const char *layer[2] = {"conv1 1->16 k5 p2 28x28", "conv2 16->32 k5 p2 14x14"};
     static const char *op_name[3] = {"fwd", "bwd data", "bwd weight"};
     amp_conv2d_desc ds[2] = {
-        {128, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2, 28, 28, AMP_F32},
-        {128, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2, 14, 14, AMP_F32},
+        {128, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2, 28, 28, AMP_F32, false, false},
+        {128, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2, 14, 14, AMP_F32, false, false},
     };
     printf("| ConvNet layer, N=128 | dtype | op | plain NCHW ms | blocked + reorders ms | "
            "amp_cpu_conv2d ms |\n|---|---|---|---|---|---|\n");

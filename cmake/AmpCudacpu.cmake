@@ -33,16 +33,21 @@ list(REMOVE_DUPLICATES AMP_CUDACPU_INCLUDE_DIRS)
 # cuda_runtime_api.h; in the real-CUDA build CUDA::cudart carries this folder, here nothing does.
 include_directories(SYSTEM ${AMP_CUDACPU_INCLUDE_DIRS})
 
-# NCCL is left out: nothing in libamp calls it yet, its emulation would link every program
-# against MPI (it must be built with mpicxx), and cudacpu_nccl.h cannot share a translation unit
-# with cudacpu_cudnn.h today (both bring `t_last_error` into the global scope with `using
-# namespace`, so cudacpu_nccl.h:272 is ambiguous). Add it with the DDP layer's collectives.
+# NCCL's emulation runs over MPI: kernels/cuda/cudacpu_impl.cpp includes <mpi.h> (MPI::MPI_C,
+# linked by the library, brings the include folder; OMPI_SKIP_MPICXX keeps Open MPI's C++
+# bindings out, which would need libmpi_cxx). cudacpu_nccl.h and cudacpu_cudnn.h both bring a
+# `t_last_error` into the global scope; cudacpu_impl.cpp renames NCCL's with a macro.
+find_path(AMP_CUDACPU_NCCL_INCLUDE nccl.h HINTS ${AMP_CUDACPU_CUDA_INCLUDE})
+if(NOT AMP_CUDACPU_NCCL_INCLUDE)
+  message(FATAL_ERROR "AMP_CUDACPU=ON needs NCCL's header nccl.h (set CUDA_HOME)")
+endif()
+list(APPEND AMP_CUDACPU_INCLUDE_DIRS ${AMP_CUDACPU_NCCL_INCLUDE})
 
 set(AMP_HAVE_CUDA ON)
 list(APPEND AMP_DEFINITIONS AMP_HAVE_CUDA=1 AMP_CUDACPU=1)
 message(STATUS "libamp feature: CUDA backend on the CPU through cudacpu (AMP_CUDACPU=ON, "
   "${AMP_CUDACPU_DIR}; headers ${AMP_CUDACPU_CUDA_INCLUDE})")
-message(STATUS "libamp feature: cuBLASLt, cuDNN emulated by cudacpu; NCCL left out")
+message(STATUS "libamp feature: cuBLASLt, cuDNN and NCCL (over MPI) emulated by cudacpu")
 
 # Appends the CUDA backend's sources, as the cudacpu build compiles them, to out_var: the .cu
 # files rewritten into the build tree, the .c files as they are, and cudacpu_impl.cpp. The source
@@ -67,7 +72,7 @@ function(amp_cudacpu_sources out_var)
     list(APPEND sources ${out})
   endforeach()
   set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/cuda/cudacpu_impl.cpp PROPERTIES
-    COMPILE_DEFINITIONS "CUDACPU_CUBLASLT;CUDACPU_CUDNN")
+    COMPILE_DEFINITIONS "CUDACPU_CUBLASLT;CUDACPU_CUDNN;CUDACPU_NCCL;OMPI_SKIP_MPICXX=1;MPICH_SKIP_MPICXX=1")
   set(${out_var} ${${out_var}} ${sources} PARENT_SCOPE)
 endfunction()
 

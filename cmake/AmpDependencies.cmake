@@ -63,9 +63,7 @@ else()
   message(STATUS "libamp feature: CUDA disabled (AMP_CUDA=OFF)")
 endif()
 
-find_package(MPI QUIET COMPONENTS C)
-if(MPI_C_FOUND)
-  message(STATUS "libamp feature: MPI ${MPI_C_VERSION} (found; used by the DDP layer)")
-else()
-  message(STATUS "libamp feature: MPI not found")
-endif()
+# Open MPI (Debian's libopenmpi-dev): DDP's processes, host collectives and NCCL's bootstrap.
+find_package(MPI REQUIRED COMPONENTS C)
+list(APPEND AMP_PRIVATE_LIBS MPI::MPI_C)
+message(STATUS "libamp feature: MPI ${MPI_C_VERSION} (DDP: host collectives, NCCL bootstrap)")

@@ -9,11 +9,13 @@
  *    convolution weights);
  *  - outputs are OVERWRITTEN (`=`), never accumulated: the autograd engine does accumulation;
  *  - arithmetic is in fp32 whatever the storage dtype (f16/bf16 are loaded, widened, computed,
- *    rounded to nearest even on store);
+ *    rounded to nearest even on store); f32 GEMM and convolution inputs stay true f32 unless the
+ *    descriptor's allow_tf32 lets the CUDA backend round them to TF32;
  *  - results are deterministic: the same inputs give the same bits for a fixed thread count.
  *    Our own reductions sum fixed-size chunks in a fixed order and do not depend on it at all;
  *    oneDNN's GEMM (when it splits k) and convolution weight gradients do, so a context fixes
- *    the thread count before the first call;
+ *    the thread count before the first call. The one opt-out is a convolution descriptor's
+ *    allow_nondeterministic;
  *  - "scalar" pointers (loss, dloss) are one f32 in backend memory, so no step needs a host sync.
  * An entry returns AMP_OK or an error after setting amp_last_error. */
 #ifndef AMP_CORE_BACKEND_H
@@ -35,8 +37,32 @@ typedef enum amp_be_op {
     AMP_BE_UNSCALE, AMP_BE_LAMB, AMP_BE_N_OPS
 } amp_be_op;
 
-/* C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (+ bias[n] broadcast over rows, if set).
- * Leading dimensions are in elements; op(X) = X^T when trans_x. bias is f32. */
+/* What a GEMM applies to its result before the one rounding to C's dtype (cuBLASLt's epilogues). */
+typedef enum amp_gemm_epilogue {
+    AMP_GEMM_EPILOGUE_NONE = 0,
+    /* C = v > 0 ? v : +0 with v = alpha op(A) op(B) + beta C + bias: cuBLASLt's RELU(_BIAS)
+     * epilogue, on both backends. It differs from amp_relu (kernels/math/relu.h) only where v is
+     * NaN (here +0; relu keeps the NaN) or -0 (here +0). */
+    AMP_GEMM_EPILOGUE_RELU = 1,
+} amp_gemm_epilogue;
+
+/* C[m,n] = epilogue(alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (+ bias[n] broadcast over rows, if
+ * set)). Leading dimensions are in elements; op(X) = X^T when trans_x. bias is f32.
+ * Numerics: f32 accumulation, alpha, beta and the bias applied in f32, one rounding to C's dtype.
+ * With an f16/bf16 C the bias is rounded to C's dtype before it is added, on both backends
+ * (cuBLASLt's bias epilogue takes a bias of the output's dtype, and the CUDA backend so writes
+ * half outputs directly; PyTorch's autocast also casts a linear's bias to the half type):
+ * C = round(v + round(bias)), one rounding of the sum, the bias off by at most half a unit of
+ * C's dtype (2^-9 |bias| for bf16, 2^-12 |bias| for f16).
+ * Fields appended after bias (zero: the plain GEMM above):
+ *  - epilogue: see amp_gemm_epilogue;
+ *  - bias_grad: when set, bias_grad[i] = sum over p of op(A)[i, p] (f32, m elements, overwritten,
+ *    not scaled by alpha): the bias gradient of a linear layer whose weight gradient this GEMM
+ *    is (dW = dY^T X with A = dY, trans_a), read from A in the same pass on cuBLASLt (the
+ *    BGRADB epilogue). Summed in f32 or better and rounded to f32 once; the order may differ
+ *    from sum_rows'. Needs trans_a, and neither bias nor an epilogue (AMP_ERR_INVALID_ARG);
+ *  - allow_tf32: the CUDA backend may round f32 inputs to TF32 (amp_ctx_opts.allow_tf32); the
+ *    CPU backend ignores it and computes true f32. */
 typedef struct amp_gemm_desc {
     bool trans_a, trans_b;
     int64_t m, n, k;
@@ -45,18 +71,27 @@ typedef struct amp_gemm_desc {
     const void *b; amp_dtype b_dtype; int64_t ldb;
     void *c; amp_dtype c_dtype; int64_t ldc;
     const float *bias;
+    amp_gemm_epilogue epilogue;
+    float *bias_grad;
+    bool allow_tf32;
 } amp_gemm_desc;
 
 /* 2-D convolution, NCHW x OIHW, groups 1, dilation 1, symmetric zero padding. x, w, y share
  * `dtype`; bias and dbias are f32 of c_out (NULL when absent). With an f16/bf16 y a backend may
  * round the bias to y's dtype before adding it (cuDNN takes it so): y = round(conv + bias'), one
- * rounding of the sum either way. */
+ * rounding of the sum either way.
+ * allow_tf32: the CUDA backend may round f32 inputs to TF32 (cuDNN tensor-op math); the CPU
+ * backend computes true f32. allow_nondeterministic: the CUDA backend may choose algorithms
+ * whose results vary from run to run (cuDNN's atomic backward algorithms); without it every
+ * entry is deterministic. Both are amp_ctx_opts' switches, copied here by nn/. */
 typedef struct amp_conv2d_desc {
     int64_t n, c_in, h_in, w_in;
     int64_t c_out, kh, kw;
     int64_t stride_h, stride_w, pad_h, pad_w;
     int64_t h_out, w_out;
     amp_dtype dtype;
+    bool allow_tf32;
+    bool allow_nondeterministic;
 } amp_conv2d_desc;
 
 /* Batch norm over N and HW of an [n, c, hw] tensor (x, y, dy, dx in `dtype`; every per-channel
@@ -170,6 +205,10 @@ typedef struct amp_step_scalars {
                                 means none); unscale_multi reads only this field */
     const float *found_inf;  /* != 0 when the kernel runs: it writes nothing (a skipped step) */
 } amp_step_scalars;
+
+/* Collectives over backend memory (coll_* entries below). */
+typedef enum amp_coll_op { AMP_COLL_SUM = 0, AMP_COLL_MAX = 1 } amp_coll_op;
+#define AMP_COLL_ID_BYTES 128 /* a communicator's id, made on rank 0 and broadcast (NCCL's: 128) */
 
 /* The loss scaler's device state and configuration (kernels/math/scaler.h). */
 typedef struct amp_scaler_dev amp_scaler_dev;
@@ -321,6 +360,49 @@ typedef struct amp_backend {
                               float max_norm);
     amp_status (*scaler_update)(amp_scaler_dev *s, const amp_scaler_params *p, float *found_inf,
                                 bool checks, bool other_skip);
+
+    /* Collectives among the processes of a job over this backend's memory (DDP's gradient
+     * buckets, the scaler's overflow flag), for a backend whose memory MPI cannot read (CUDA:
+     * NCCL). NULL on the CPU backend: its memory is host memory, which parallel/ hands to MPI.
+     * coll_id writes a fresh id (AMP_COLL_ID_BYTES) on one rank, which the caller broadcasts;
+     * coll_create is collective over the `size` ranks given that id; coll_free with abort when a
+     * peer is lost (a plain free would wait for it). coll_allreduce (in place) and
+     * coll_broadcast are queued after the compute work queued so far, on a stream of their own,
+     * and return at once; coll_join makes later compute wait for every collective queued so far
+     * (no host wait); coll_poll says whether some are still running, and returns an error when
+     * one failed (a peer died). */
+    amp_status (*coll_id)(void *id);
+    amp_status (*coll_create)(const void *id, int rank, int size, void **comm);
+    void (*coll_free)(void *comm, bool abort);
+    amp_status (*coll_allreduce)(void *comm, void *buf, amp_dtype dt, int64_t n, amp_coll_op op);
+    amp_status (*coll_broadcast)(void *comm, void *buf, size_t nbytes, int root);
+    amp_status (*coll_join)(void *comm);
+    amp_status (*coll_poll)(void *comm, bool *pending);
+
+    /* Synchronised batch norm (torch.nn.SyncBatchNorm): the local per-channel sums that the ranks
+     * all-reduce, the statistics from the reduced sums, and the backward's dx. d describes this
+     * rank's [n, c, hw] tensor; `count` is the number of values per channel over every rank.
+     * Every sum visits a channel in batchnorm's fixed order (the n planes in order, each in tiles,
+     * double lanes in a fixed tree) and is rounded to f32 once: the same bits on both backends
+     * and whatever the thread count. Outputs are overwritten.
+     * bn_channel_sums: with dy NULL, out1 = sum(x - center), out2 = sum((x - center)^2) (center
+     * NULL: 0); with dy, out1 = sum(dy), out2 = sum(dy * (x - center)).
+     * bn_sync_stats: mean = center + s1 / count (center NULL: 0), in double; with s2 set also the
+     * biased var = s2 / count - (s1 / count)^2 (f32), invstd = 1 / sqrt(var + eps) from that f32
+     * var (so that bn_fwd_eval with mean and var normalises with exactly it) and, when given,
+     * the running statistics updated with momentum and the unbiased var * count / (count - 1)
+     * (PyTorch). var, invstd and the running stats may be NULL; count >= 2 with s2.
+     * bn_bwd_elemt: with mean_dy = sum_dy / count and mean_dy_xmu = sum_dy_xmu / count,
+     * dx = gamma * invstd * (dy - mean_dy - (x - mean) * invstd^2 * mean_dy_xmu) (gamma NULL:
+     * 1); dx may be dy. */
+    amp_status (*bn_channel_sums)(const amp_bn_desc *d, const void *x, const float *center,
+                                  const void *dy, float *out1, float *out2);
+    amp_status (*bn_sync_stats)(const amp_bn_desc *d, int64_t count, const float *center,
+                                const float *s1, const float *s2, float *mean, float *var,
+                                float *invstd, float *running_mean, float *running_var);
+    amp_status (*bn_bwd_elemt)(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,
+                               const float *gamma, const float *mean, const float *invstd,
+                               const float *sum_dy, const float *sum_dy_xmu, void *dx);
 } amp_backend;
 
 /* The argument checks of the unscale entry, shared by every backend (core/backend_check.c):
@@ -345,10 +427,17 @@ amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, 
 /* Batch norm's descriptor: d set, a float dtype, n, c, hw >= 1; with `training`, also at least 2
  * values per channel (n * hw >= 2: the unbiased running variance divides by n * hw - 1). */
 amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool training);
+/* The synchronised batch norm entries' count: >= 1, and >= 2 where a variance is formed
+ * (`unbiased`); AMP_ERR_INVALID_ARG naming fn. */
+amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbiased);
 /* Max pooling's descriptor: d set, a float dtype, non-empty input, kernel and stride >= 1, pad in
  * [0, kernel / 2], h_out and w_out as the window arithmetic gives them, a plane that an i32
  * argmax can index. */
 amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d);
+/* The fields of amp_gemm_desc after bias: a known epilogue; bias_grad only with trans_a and
+ * with neither a bias nor an epilogue (AMP_ERR_INVALID_ARG naming fn). The shapes, dtypes and
+ * pointers are each backend's. */
+amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d);
 /* The convolution descriptor of every conv2d entry: every size >= 1, stride >= 1, pad >= 0, the
  * window fits the padded input, h_out/w_out are PyTorch's floor((in + 2 pad - k) / stride) + 1
  * (AMP_ERR_SHAPE); dtype f32, f16 or bf16 (AMP_ERR_UNSUPPORTED). The pointers are each entry's. */

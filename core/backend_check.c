@@ -94,6 +94,15 @@ amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool train
     return AMP_OK;
 }
 
+amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbiased) {
+    if (count < (unbiased ? 2 : 1))
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "%s: count %lld values per channel over all ranks; want >= %d%s", fn,
+                        (long long)count, unbiased ? 2 : 1,
+                        unbiased ? " (the unbiased running variance divides by count - 1)" : "");
+    return AMP_OK;
+}
+
 amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d) {
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     AMP_TRY(amp_backend_check_float(fn, d->dtype));
@@ -163,5 +172,18 @@ amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d) {
     if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
         return amp_fail(AMP_ERR_UNSUPPORTED, "%s: dtype %s: the convolution takes f32, f16 or bf16",
                         fn, amp_dtype_name(d->dtype));
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d) {
+    if (d->epilogue != AMP_GEMM_EPILOGUE_NONE && d->epilogue != AMP_GEMM_EPILOGUE_RELU)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: unknown epilogue %d", fn, (int)d->epilogue);
+    if (!d->bias_grad) return AMP_OK;
+    if (!d->trans_a)
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "%s: bias_grad needs trans_a (the weight gradient dY^T X, A = dY)", fn);
+    if (d->bias || d->epilogue != AMP_GEMM_EPILOGUE_NONE)
+        return amp_fail(AMP_ERR_INVALID_ARG,
+                        "%s: bias_grad cannot be combined with a bias or an epilogue", fn);
     return AMP_OK;
 }

@@ -6,6 +6,8 @@
 
 #include "core/backend.h"
 
+/* The coll_* entries are not listed: the CPU backend has none by design (its memory is host
+ * memory, which parallel/ gives MPI), so they cannot be what makes a backend complete. */
 #define AMP_ENTRY(name) {#name, offsetof(amp_backend, name)}
 
 static const struct {
@@ -25,7 +27,8 @@ static const struct {
     AMP_ENTRY(sum_squares), AMP_ENTRY(nonfinite), AMP_ENTRY(sgd_multi), AMP_ENTRY(adam_multi),
     AMP_ENTRY(lamb_multi), AMP_ENTRY(unscale_multi), AMP_ENTRY(nonfinite_multi),
     AMP_ENTRY(sum_squares_multi), AMP_ENTRY(scaler_seed), AMP_ENTRY(scaler_clip),
-    AMP_ENTRY(scaler_update),
+    AMP_ENTRY(scaler_update), AMP_ENTRY(bn_channel_sums), AMP_ENTRY(bn_sync_stats),
+    AMP_ENTRY(bn_bwd_elemt),
 };
 
 int amp_backend_n_entries(void) {

@@ -52,6 +52,8 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     ctx->backend = be;
     ctx->rng = (amp_rng_state){.seed = o.seed};
     ctx->grad_enabled = true;
+    ctx->allow_tf32 = o.allow_tf32;
+    ctx->allow_nondeterministic = o.allow_nondeterministic;
     ctx->autocast.half = AMP_F16;
     amp_arena_init(&ctx->host_arenas[0], amp_host_alloc, free);
     amp_arena_init(&ctx->host_arenas[1], amp_host_alloc, free);
@@ -66,6 +68,7 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
 void amp_ctx_free(amp_ctx *ctx) {
     if (!ctx) return;
     if (ctx->amp_hooks) ctx->amp_hooks->free(ctx->amp);
+    if (ctx->collective && ctx->collective->release) ctx->collective->release(ctx->collective_user);
     amp_arena_destroy(&ctx->host_arenas[0]);
     amp_arena_destroy(&ctx->host_arenas[1]);
     amp_arena_destroy(&ctx->data_arena);

@@ -39,9 +39,20 @@ struct amp_ctx {
     int n_tape, cap_tape;
     amp_rng_state rng;
     bool grad_enabled;
+    /* amp_ctx_opts.allow_tf32 and .allow_nondeterministic: nn/ copies them into the backend
+     * descriptors it fills (amp_gemm_desc, amp_conv2d_desc), so no backend holds a global mode. */
+    bool allow_tf32, allow_nondeterministic;
     amp_autocast_state autocast;
     amp_trace_fn trace;
     void *trace_user;
+    /* Who watches backward passes (DDP's gradient buckets, parallel/ddp.c); NULL: nobody. */
+    const struct amp_backward_observer *bw_observer;
+    void *bw_observer_user;
+    /* Collectives among the ranks of a job for ops that need them in the middle of a pass (sync
+     * batch norm's statistics, nn/ops_sync_norm.c), set by parallel/ (amp_model_convert_sync_
+     * batchnorm); NULL: a world of one, the op's local path. */
+    const struct amp_collective *collective;
+    void *collective_user;
     void *amp;                      /* the amp layer's state after amp_initialize (precision/amp_state.h) */
     const struct amp_layer_hooks *amp_hooks; /* set with it; NULL without */
 };
@@ -62,6 +73,31 @@ typedef struct amp_layer_hooks {
     amp_status (*optimizer_settle)(void *amp, struct amp_optimizer *opt);
     void (*free)(void *amp); /* amp_ctx_free */
 } amp_layer_hooks;
+
+/* How a layer above nn/ follows a backward pass without nn/ knowing it (DDP all-reduces gradient
+ * buckets as soon as backward has finished writing them). nn/autograd.c calls begin before the
+ * reverse walk (the tape is known: node i of n), node_done after node i ran or was skipped (the
+ * walk goes from n - 1 down to 0), and end after the walk with its status: end runs even when a
+ * node failed, so work in flight is completed, and its error is returned when the walk's was OK. */
+typedef struct amp_backward_observer {
+    amp_status (*begin)(void *user, struct amp_tape_node *const *tape, int n);
+    amp_status (*node_done)(void *user, const struct amp_tape_node *node);
+    amp_status (*end)(void *user, amp_status walk);
+    /* Called by the amp layer once a step's inf/NaN flags (n backend f32 scalars, 0 or 1) are
+     * known, before anything is decided from them: DDP makes every rank's flags their maximum,
+     * so that all ranks skip the same steps. NULL: nothing to agree with. */
+    amp_status (*agree_found_inf)(void *user, float *found_inf, int n);
+} amp_backward_observer;
+
+/* How nn/ all-reduces without knowing parallel/ (ctx->collective). Both calls are collective:
+ * every rank makes them in the same order, and every rank gets the same bits (an order fixed by
+ * rank, not by the network). allreduce_sum_f32: in place over n f32 of the context's backend
+ * memory; allreduce_sum_i64: in place over n int64 of host memory (counts, exact). */
+typedef struct amp_collective {
+    amp_status (*allreduce_sum_f32)(void *user, float *backend_ptr, int64_t n);
+    amp_status (*allreduce_sum_i64)(void *user, int64_t *host, int n);
+    void (*release)(void *user); /* amp_ctx_free, or another collective replacing this one */
+} amp_collective;
 
 /* Memory for a step object (struct, node) that reset releases. Zero-filled. */
 amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out);

@@ -5,7 +5,13 @@
  * Every put records a mark of the compute work queued so far (through the step of the previous
  * put); the copy of put k waits for the mark recorded at put k - 1, which covers the step of put
  * k - 2 and nothing later, so it overlaps the step of put k - 1. The backend makes the compute
- * stream wait for the copy before the step of put k reads it. */
+ * stream wait for the copy before the step of put k reads it.
+ *
+ * A pair made new (the first two puts, the smaller last batch of an epoch) is the exception: its
+ * blocks come from the caching allocator, which orders a block's reuse only on the compute
+ * stream, so compute queued before this put may still write them (the zero fill of
+ * amp_tensor_create, a step tensor freed just before); the copy into a new pair waits for the mark
+ * of this put instead, which covers everything queued so far. */
 #include <stdlib.h>
 
 #include "amp/data.h"
@@ -18,6 +24,7 @@
 struct amp_stager {
     amp_ctx *ctx;
     amp_tensor *x[AMP_STAGER_PAIRS], *y[AMP_STAGER_PAIRS];
+    bool fresh[AMP_STAGER_PAIRS]; /* made since its last successful copy: see the header */
     void *mark[AMP_STAGER_PAIRS]; /* mark[k % 2]: recorded at put k */
     int64_t n_puts;
 };
@@ -42,17 +49,28 @@ void amp_stager_free(amp_stager *s) {
     free(s);
 }
 
-/* Pair k shaped for b: re-made when the shape changes (the last batch of an epoch). */
+/* Pair k shaped for b: re-made when the shape changes. The old pair goes first (its memory may
+ * be what the new one needs); when the new x or y cannot be made, the slot is left empty (both
+ * NULL), never half made, and the next put makes it again. */
 static amp_status amp_stager_shape(amp_stager *s, int k, const amp_batch *b) {
     amp_tensor *x = s->x[k];
-    bool same = x && x->shape[0] == b->n && x->shape[1] == b->shape[1] &&
+    bool same = x && s->y[k] && x->shape[0] == b->n && x->shape[1] == b->shape[1] &&
                 x->shape[2] == b->shape[2] && x->shape[3] == b->shape[3];
     if (same) return AMP_OK;
     amp_tensor_free(s->x[k]);
     amp_tensor_free(s->y[k]);
     s->x[k] = s->y[k] = NULL;
-    AMP_TRY(amp_tensor_create(s->ctx, AMP_F32, 4, b->shape, &s->x[k]));
-    return amp_tensor_create(s->ctx, AMP_I32, 1, &b->n, &s->y[k]);
+    amp_tensor *nx = NULL, *ny = NULL;
+    amp_status st = amp_tensor_create(s->ctx, AMP_F32, 4, b->shape, &nx);
+    if (st == AMP_OK) st = amp_tensor_create(s->ctx, AMP_I32, 1, &b->n, &ny);
+    if (st != AMP_OK) {
+        amp_tensor_free(nx);
+        return amp_fail_context(st, "amp_stager_put: a batch of %lld samples", (long long)b->n);
+    }
+    s->x[k] = nx;
+    s->y[k] = ny;
+    s->fresh[k] = true;
+    return AMP_OK;
 }
 
 amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp_tensor **y) {
@@ -70,10 +88,12 @@ amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp
     void *after = s->n_puts > 0 ? s->mark[(s->n_puts - 1) % AMP_STAGER_PAIRS] : NULL;
     AMP_TRY(amp_stager_shape(s, k, b));
     AMP_TRY(AMP_BE(be, mark, &s->mark[k]));
+    if (s->fresh[k]) after = s->mark[k]; /* new blocks: after all compute queued so far */
     AMP_TRY(AMP_BE(be, upload_async, s->x[k]->data, b->x, (size_t)amp_tensor_nbytes(s->x[k]),
                    after));
     AMP_TRY(AMP_BE(be, upload_async, s->y[k]->data, b->y, (size_t)amp_tensor_nbytes(s->y[k]),
                    after));
+    s->fresh[k] = false;
     s->n_puts++;
     *x = s->x[k];
     *y = s->y[k];

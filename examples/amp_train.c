@@ -1,5 +1,12 @@
 /* amp-train: the Apex MNIST tutorial in C. Trains the tutorial ConvNet (or an MLP) on
- * Fashion-MNIST and reports per-epoch train loss, test accuracy and throughput. */
+ * Fashion-MNIST and reports per-epoch train loss, test accuracy and throughput.
+ *
+ * The training loop does not make the host wait for the device (PyTorch's advice: no
+ * loss.item() in the loop): the epoch's losses are summed on the device (amp_accumulate) and
+ * read at the epoch's end, and a step's own loss is read only when it is printed: a --log-every
+ * line, or the progress bar, redrawn at most every PROGRESS_SECONDS. On CUDA the one wait left
+ * in a step is cross-entropy's label check (core/backend.h: xent_fwd). */
+#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +19,8 @@
 #include "train_args.h"
 
 #define EVAL_BATCH 1000
+/* The progress bar's redraws, each one read of the step's loss: a few a second look live. */
+#define PROGRESS_SECONDS 0.25
 
 /* SIGTERM (a scheduler about to kill the job) or SIGINT: finish the step, save, exit 0. */
 static volatile sig_atomic_t g_stop;
@@ -20,12 +29,16 @@ static void on_stop_signal(int sig) {
     g_stop = 1;
 }
 
+/* This process's rank under mpirun/srun (0 alone), for error lines. */
+static int g_rank;
+
 /* Prints the failing call and the library's message, then leaves main through `fail`. */
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         amp_status s_ = (call);                                                                    \
         if (s_ != AMP_OK) {                                                                        \
-            fprintf(stderr, "amp-train: %s: %s\n", amp_status_str(s_), amp_last_error());          \
+            fprintf(stderr, "amp-train (rank %d): %s: %s\n", g_rank, amp_status_str(s_),          \
+                    amp_last_error());                                                             \
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
@@ -96,6 +109,21 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     return s;
 }
 
+/* Whether to stop: a signal reached this process or, under mpirun, any of them (the launcher
+ * passes SIGTERM to all, but not at the same step: stopping together keeps the final save, a
+ * collective, in step). */
+static bool stop_all(amp_comm *comm) {
+    if (!amp_comm_is_distributed(comm)) return g_stop;
+    double f = g_stop;
+    if (amp_comm_allreduce_max_f64(comm, &f, 1) != AMP_OK) return true;
+    if (f != 0) g_stop = 1;
+    return f != 0;
+}
+
+/* A process of several that fails must take the others down, which would otherwise wait for it
+ * in their next collective until the deadline. */
+static bool world_failed(const amp_comm *comm) { return amp_comm_is_distributed(comm); }
+
 /* One --log-every line: the step (1-based), its loss, the loss scale the next step will use
  * (torch's scaler.get_scale() after update()) and whether this step was skipped. */
 static amp_status log_step_line(amp_optimizer *opt, int64_t step, float loss, bool skipped,
@@ -124,18 +152,52 @@ int main(int argc, char **argv) {
     amp_model *model = NULL;
     amp_optimizer *opt = NULL;
     amp_stager *stager = NULL; /* training batches: copied in while the previous step computes */
+    amp_tensor *loss_sum = NULL; /* the epoch's losses, summed on the device */
+    amp_tensor *inv_accumulate = NULL; /* 1 / --accumulate, multiplying each micro-batch's loss */
+    amp_comm *comm = NULL;       /* the world of mpirun/srun; alone, a world of one */
+    amp_ddp *ddp = NULL;
     int exit_code = 1;
     bool tty = isatty(STDOUT_FILENO);
     amp_mnist_opts norm = {.mean = AMP_FASHION_MNIST_MEAN, .std = AMP_FASHION_MNIST_STD};
 
+    TRY(amp_comm_create(&comm));
+    int world = amp_comm_size(comm);
+    g_rank = amp_comm_rank(comm);
+    /* Only rank 0 prints: what it prints is made global below (the loss averaged over the ranks,
+     * the samples/s of all). The others keep stderr for their errors. */
+    if (g_rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    if (g_rank != 0) tty = false;
+    /* The cores of a machine are shared by the processes on it (else each would take them all). */
+    int threads = a.threads;
+    if (!threads && world > 1) {
+        int share = omp_get_num_procs() / amp_comm_local_size(comm);
+        threads = share > 0 ? share : 1;
+    }
+    if (world > 1) TRY(amp_comm_select_device(comm)); /* GPU local_rank, where there are GPUs */
     static const amp_device devices[] = {AMP_DEVICE_AUTO, AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
-    TRY(amp_ctx_create(&(amp_ctx_opts){.device = devices[a.device],
-                                       .seed = a.seed, .n_threads = a.threads}, &ctx));
+    TRY(amp_ctx_create(&(amp_ctx_opts){.device = devices[a.device], .seed = a.seed,
+                                       .n_threads = threads, .allow_tf32 = a.allow_tf32,
+                                       .allow_nondeterministic = a.nondeterministic},
+                       &ctx));
     TRY(amp_mnist_load_ex(a.data_dir, true, &norm, &train));
     TRY(amp_mnist_load_ex(a.data_dir, false, &norm, &test));
-    TRY(amp_loader_create(train, &(amp_loader_opts){.batch_size = a.batch_size, .shuffle = true,
-                                                    .seed = a.seed}, &loader));
+    /* --batch-size is the global batch: N processes train as one does (the same batches, the
+     * same batch-norm statistics with --sync-bn, the same learning rate), only faster. */
+    int64_t batch = a.batch_size;
+    if (world > 1 && !a.batch_per_process) {
+        if (a.batch_size % world) {
+            fprintf(stderr, "amp-train: --batch-size %lld does not split over %d processes (use "
+                    "a multiple of %d, or --batch-per-process)\n", (long long)a.batch_size, world,
+                    world);
+            goto fail;
+        }
+        batch = a.batch_size / world;
+    }
+    TRY(amp_loader_create(train, &(amp_loader_opts){.batch_size = batch, .shuffle = true,
+                                                    .seed = a.seed, .rank = g_rank,
+                                                    .world_size = world}, &loader));
     TRY(amp_stager_create(ctx, &stager));
+    TRY(amp_tensor_create(ctx, AMP_F32, 1, (const int64_t[]){1}, &loss_sum));
     TRY(strcmp(a.model, "mlp") == 0 ? amp_model_mlp_mnist(ctx, &model)
                                     : amp_model_convnet_mnist(ctx, &model));
     if (strcmp(a.optimizer, "sgd") == 0) {
@@ -155,23 +217,35 @@ int main(int argc, char **argv) {
                             .skip_nonfinite = a.skip_nonfinite > 0   ? AMP_OPT_TRUE
                                               : a.skip_nonfinite < 0 ? AMP_OPT_FALSE
                                                                      : AMP_OPT_DEFAULT};
+    if (a.sync_bn) TRY(amp_model_convert_sync_batchnorm(model, comm));
     TRY(amp_initialize_ex(model, opt, &amp_opts));
     amp_ctx_memory_reset_peak(ctx); /* peak_backend_mb: what training holds, not the cast */
     if (a.init_weights) TRY(amp_model_load_weights(model, opt, a.init_weights));
+    /* After amp_initialize (Apex's order); a world of one needs no DDP. */
+    if (world > 1)
+        TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm,
+                                                       .allreduce_always_fp32 = a.allreduce_fp32},
+                           &ddp));
     TRY(amp_get_options(opt, &amp_opts));
     printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d %s, backend %s\n",
            a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
            (long long)a.batch_size, a.opt_level, a.bf16 ? "bf16" : "fp16", amp_ctx_backend_name(ctx));
+    if (world > 1)
+        printf("amp-train: %d processes (DDP, %d bucket(s)%s%s), %d thread(s) each, a global batch "
+               "of %lld (%lld each)\n", world, amp_ddp_n_buckets(ddp),
+               a.sync_bn ? ", SyncBatchNorm" : "", a.allreduce_fp32 ? ", f32 all-reduce" : "",
+               threads, (long long)(batch * world * a.accumulate), (long long)batch);
 
     int64_t steps = 0, samples = 0, saved_at = -1;
     uint64_t allocs_warm = 0, allocs_end = 0; /* system allocations after the first 3 steps, end */
-    double train_seconds = 0, accuracy = 0, epoch_loss = 0;
+    double train_seconds = 0, accuracy = 0, epoch_loss = 0, global_samples = 0;
     int epochs_run = 0, first_epoch = 1;
     amp_checkpoint_opts ckpt = {.loader = loader, .keep = a.keep};
     char ckpt_path[4096];
     if (a.resume) {
         const char *from = strcmp(a.resume, "latest") ? a.resume : a.checkpoint_dir;
-        TRY(amp_checkpoint_load(from, model, opt, &ckpt, &steps));
+        if (ddp) TRY(amp_ddp_checkpoint_load(ddp, from, &ckpt, &steps));
+        else TRY(amp_checkpoint_load(from, model, opt, &ckpt, &steps));
         amp_loader_state ls;
         TRY(amp_loader_get_state(loader, &ls));
         first_epoch = (int)ls.epoch + 1;
@@ -185,49 +259,92 @@ int main(int argc, char **argv) {
     for (int epoch = first_epoch; epoch <= a.epochs && !(a.max_steps && steps >= a.max_steps) &&
                                   !g_stop;
          epoch++) {
-        double loss_sum = 0, t0 = now_seconds();
+        double t0 = now_seconds(), drawn_at = -PROGRESS_SECONDS;
         int64_t n_loss = 0, n_batches = amp_loader_n_batches(loader);
+        const float zero = 0.0f;
+        TRY(amp_tensor_copy_from_host(loss_sum, &zero, sizeof zero));
         amp_batch b;
-        while (!(a.max_steps && steps >= a.max_steps) && !g_stop) {
-            TRY(amp_loader_next(loader, &b));
-            if (b.n == 0) break;
-            amp_tensor *logits, *loss;
-            float loss_value;
-            amp_tensor *bx, *by;
-            TRY(amp_stager_put(stager, &b, &bx, &by));
-            TRY(amp_model_forward(model, bx, &logits));
-            TRY(amp_cross_entropy(logits, by, &loss));
-            TRY(amp_backward(loss));
+        bool epoch_end = false;
+        while (!(a.max_steps && steps >= a.max_steps) && !stop_all(comm) && !epoch_end) {
+            amp_tensor *loss = NULL;
+            float loss_value = 0.0f;
+            /* --accumulate K: K micro-batches, each loss divided by K, their gradients summed
+             * locally (no_sync) and all-reduced with the last; an epoch's end cuts it short. */
+            for (int64_t k = 0; k < a.accumulate; k++) {
+                TRY(amp_loader_next(loader, &b));
+                if (b.n == 0) {
+                    epoch_end = true;
+                    break;
+                }
+                bool last = k + 1 == a.accumulate || b.index + 1 == n_batches;
+                if (ddp) TRY(amp_ddp_set_sync(ddp, last));
+                amp_tensor *logits, *bx, *by;
+                TRY(amp_stager_put(stager, &b, &bx, &by));
+                TRY(amp_model_forward(model, bx, &logits));
+                TRY(amp_cross_entropy(logits, by, &loss));
+                if (a.accumulate > 1) {
+                    if (!inv_accumulate) {
+                        const float inv = 1.0f / (float)a.accumulate;
+                        TRY(amp_tensor_from_host(ctx, AMP_F32, loss->ndim, loss->shape, &inv,
+                                                 &inv_accumulate));
+                    }
+                    TRY(amp_mul(loss, inv_accumulate, &loss));
+                }
+                TRY(amp_backward(loss));
+                TRY(amp_accumulate(loss_sum, loss));
+                samples += b.n;
+                if (last) break;
+            }
+            if (!loss) break; /* the epoch ended before this step's first micro-batch */
             /* Whether the step was taken costs one 4-byte read: asked only when it is logged. */
             bool log_step = a.log_every && (steps + 1) % a.log_every == 0, stepped = true;
             TRY(amp_step(opt, log_step ? &stepped : NULL));
-            TRY(amp_tensor_item(loss, &loss_value));
+            /* The step's loss is read (the host waits for the step) only to print it. */
+            double now = tty ? now_seconds() : 0.0;
+            bool draw = tty && (now - drawn_at >= PROGRESS_SECONDS || b.index + 1 == n_batches);
+            if (log_step || draw) TRY(amp_tensor_item(loss, &loss_value));
             TRY(amp_zero_grad(opt));
-            loss_sum += loss_value;
             n_loss++;
             steps++;
-            samples += b.n;
-            if (log_step) TRY(log_step_line(opt, steps, loss_value, !stepped, a.json, tty));
+            if (log_step) {
+                double v = loss_value; /* the average of the ranks' losses (every rank logs) */
+                TRY(amp_comm_allreduce_sum_f64(comm, &v, 1));
+                TRY(log_step_line(opt, steps, (float)(v / world), !stepped, a.json, tty));
+            }
             if (steps == 3) TRY(amp_ctx_system_allocs(ctx, &allocs_warm));
-            if (tty) progress(epoch, b.index, n_batches, loss_value);
+            if (draw) {
+                progress(epoch, b.index, n_batches, loss_value);
+                drawn_at = now;
+            }
             if (a.checkpoint_dir && a.save_every && steps % a.save_every == 0) {
-                TRY(amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, NULL, 0));
+                TRY(ddp ? amp_ddp_checkpoint_save(ddp, a.checkpoint_dir, steps, &ckpt, NULL, 0)
+                        : amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, NULL, 0));
                 saved_at = steps;
             }
         }
+        /* A step cut short by the epoch's end still ran its backwards: the loader's end mark was
+         * read by the inner loop, so the epoch is over either way. */
         if (g_stop) break; /* saved below; no evaluation of a partial epoch */
+        float sum = 0.0f; /* the read waits for the epoch's last step: timed with it */
+        TRY(amp_tensor_item(loss_sum, &sum));
+        /* Global figures: the loss summed over every rank's steps, and every rank's samples. */
+        double totals[3] = {sum, (double)n_loss, (double)samples};
+        TRY(amp_comm_allreduce_sum_f64(comm, totals, 3));
         train_seconds += now_seconds() - t0;
         if (tty) printf("\n");
         if (!a.no_eval) TRY(evaluate(model, test, &accuracy));
-        epoch_loss = n_loss ? loss_sum / (double)n_loss : 0;
+        epoch_loss = totals[1] > 0 ? totals[0] / totals[1] : 0; /* a step: its micro-batches */
+        global_samples = totals[2];
         epochs_run = epoch;
         printf("epoch %d: train loss %.9g, test accuracy %.2f %%, %.1f samples/s\n", epoch,
-               epoch_loss, 100.0 * accuracy, (double)samples / train_seconds);
+               epoch_loss, 100.0 * accuracy, global_samples / train_seconds);
         fflush(stdout);
     }
     if (a.checkpoint_dir && saved_at != steps) {
-        TRY(amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, ckpt_path,
-                                sizeof ckpt_path));
+        TRY(ddp ? amp_ddp_checkpoint_save(ddp, a.checkpoint_dir, steps, &ckpt, ckpt_path,
+                                          sizeof ckpt_path)
+                : amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, ckpt_path,
+                                      sizeof ckpt_path));
         printf("amp-train: saved %s%s\n", ckpt_path, g_stop ? " (stopped by a signal)" : "");
     }
     amp_scaler_state sc;
@@ -248,18 +365,24 @@ int main(int argc, char **argv) {
                "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
                "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
                "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\", "
-               "\"system_allocs_steady\": %lld}\n",
+               "\"system_allocs_steady\": %lld, \"world_size\": %d, \"accumulate\": %lld, "
+               "\"sync_bn\": %s}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
-               train_seconds > 0 ? (double)samples / train_seconds : 0.0, a.opt_level,
+               train_seconds > 0 ? global_samples / train_seconds : 0.0, a.opt_level,
                a.bf16 ? "bf16" : "fp16", scale, (double)sc.scale, (long long)sc.skipped_steps,
                peak_arena, (double)usage.ru_maxrss / 1024.0, (double)peak_backend / 1048576.0,
                amp_opts.skip_nonfinite == AMP_OPT_TRUE ? "true" : "false",
                amp_ctx_backend_name(ctx),
-               steps > 3 ? (long long)(allocs_end - allocs_warm) : -1LL);
+               steps > 3 ? (long long)(allocs_end - allocs_warm) : -1LL, world,
+               (long long)a.accumulate, a.sync_bn ? "true" : "false");
     }
     exit_code = 0;
 fail:
+    if (exit_code && world_failed(comm)) amp_comm_abort(comm, exit_code); /* peers would wait */
+    amp_tensor_free(inv_accumulate);
+    amp_ddp_free(ddp);
+    amp_tensor_free(loss_sum);
     amp_stager_free(stager);
     amp_optimizer_free(opt);
     amp_model_free(model);
@@ -267,5 +390,6 @@ fail:
     amp_dataset_free(train);
     amp_dataset_free(test);
     amp_ctx_free(ctx);
+    amp_comm_free(comm);
     return exit_code;
 }

@@ -34,7 +34,21 @@ static void train_usage(FILE *f) {
             "                           answers and has every op, else the CPU); --cpu = cpu\n"
             "  --log-every N            every N steps print step, loss, loss scale and whether\n"
             "                           the step was skipped (with --json: one JSON object a line)\n"
-            "  --json                   end with one line holding a JSON summary\n");
+            "  --accumulate K           K micro-batches of --batch-size per optimizer step, their\n"
+            "                           losses divided by K (under mpirun: all-reduced once)\n"
+            "  --sync-bn                under mpirun: batch norm statistics over every rank's batch\n"
+            "  --allreduce-fp32         under mpirun: half gradients all-reduced in f32\n"
+            "  --batch-per-process      under mpirun: --batch-size is each process's batch (the\n"
+            "                           global batch grows with the processes) instead of the\n"
+            "                           global batch split over them\n"
+            "  --allow-tf32             CUDA: f32 GEMMs and convolutions may use TF32 (PyTorch's\n"
+            "                           allow_tf32; the CPU computes true f32 either way)\n"
+            "  --nondeterministic       CUDA: cuDNN may pick faster non-deterministic algorithms\n"
+            "  --json                   end with one line holding a JSON summary\n"
+            "Under mpirun or srun every process trains its share of each epoch (DDP); rank 0\n"
+            "prints, and what it prints holds for all: the loss averaged over the ranks and the\n"
+            "samples/s of all of them. --batch-size is the global batch, split over the\n"
+            "processes, so that N processes train as one does, only faster.\n");
 }
 
 static int parse_number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -52,7 +66,7 @@ static int parse_number(const char *opt, const char *s, double lo, double hi, do
 int train_args_parse(int argc, char **argv, train_args *a) {
     *a = (train_args){.model = "convnet", .optimizer = "sgd",
                       .data_dir = "/usr/share/datasets/fashion-mnist", .epochs = 2,
-                      .batch_size = 128, .lr = -1, .momentum = 0.9f};
+                      .batch_size = 128, .lr = -1, .momentum = 0.9f, .accumulate = 1};
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"epochs", required_argument, 0, 'e'},
         {"batch-size", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
@@ -66,7 +80,10 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"keep", required_argument, 0, 'K'},      {"resume", required_argument, 0, 'R'},
         {"init-scale", required_argument, 0, 'I'}, {"no-eval", no_argument, 0, 'V'},
         {"init-weights", required_argument, 0, 'W'}, {"device", required_argument, 0, 'D'},
-        {"log-every", required_argument, 0, 'L'},
+        {"log-every", required_argument, 0, 'L'}, {"accumulate", required_argument, 0, 'A'},
+        {"sync-bn", no_argument, 0, 'B'},          {"allreduce-fp32", no_argument, 0, 'F'},
+        {"batch-per-process", no_argument, 0, 'G'}, {"allow-tf32", no_argument, 0, 'T'},
+        {"nondeterministic", no_argument, 0, 'Z'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -98,6 +115,12 @@ int train_args_parse(int argc, char **argv, train_args *a) {
             }
             break;
         case 'L': if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->log_every = (int64_t)v; break;
+        case 'A': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->accumulate = (int64_t)v; break;
+        case 'B': a->sync_bn = true; break;
+        case 'G': a->batch_per_process = true; break;
+        case 'T': a->allow_tf32 = true; break;
+        case 'Z': a->nondeterministic = true; break;
+        case 'F': a->allreduce_fp32 = true; break;
         case 'h': train_usage(stdout); return 1;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {

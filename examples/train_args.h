@@ -29,6 +29,14 @@ typedef struct train_args {
     int keep;              /* newest step folders kept; 0: all */
     const char *resume;    /* NULL, "latest" (in checkpoint_dir) or a step folder */
     const char *init_weights; /* a safetensors file of weights to start from (PyTorch's, ...) */
+    bool sync_bn;          /* --sync-bn: batch norm statistics over every rank's batch (DDP) */
+    bool allreduce_fp32;   /* --allreduce-fp32: half gradients all-reduced in f32 */
+    int64_t accumulate;    /* --accumulate K: micro-batches per optimizer step (default 1) */
+    bool allow_tf32;       /* --allow-tf32: f32 GEMMs and convolutions in TF32 on CUDA */
+    bool nondeterministic; /* --nondeterministic: cuDNN may pick non-deterministic algorithms */
+    bool batch_per_process; /* --batch-per-process: under mpirun, --batch-size is each process's
+                               (PyTorch's DistributedSampler + DataLoader); else the global
+                               batch, split over the processes */
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */

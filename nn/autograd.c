@@ -97,12 +97,20 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
     else
         AMP_TRY(AMP_BE(loss->backend, fill, loss->grad->data, loss->grad->dtype, 1, seed_value));
     loss->grad_written = true;
-    amp_status s = AMP_OK;
+    const amp_backward_observer *obs = ctx->bw_observer;
+    void *user = ctx->bw_observer_user;
+    amp_status s = obs ? obs->begin(user, ctx->tape, ctx->n_tape) : AMP_OK;
     for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {
         amp_tape_node *n = ctx->tape[i];
-        if (!n->out->grad_written) continue; /* its output did not reach the loss */
-        s = n->backward(n, n->out->grad);
-        if (s != AMP_OK) s = amp_fail_context(s, "backward of %s", n->op);
+        if (n->out->grad_written) { /* else its output did not reach the loss */
+            s = n->backward(n, n->out->grad);
+            if (s != AMP_OK) s = amp_fail_context(s, "backward of %s", n->op);
+        }
+        if (s == AMP_OK && obs) s = obs->node_done(user, n);
+    }
+    if (obs) {
+        amp_status e = obs->end(user, s);
+        if (s == AMP_OK) s = e;
     }
     if (retain_graph) return s;
     for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->node = NULL;

@@ -24,6 +24,7 @@ typedef struct amp_layer {
     int running_mean, running_var; /* buffer indices */
     int64_t num_batches_tracked;   /* batch norm: training forwards so far (PyTorch's buffer of
                                       that name, an int64 scalar: checkpoints carry it) */
+    bool sync;                     /* batch norm: synchronised over the ranks (SyncBatchNorm) */
 } amp_layer;
 
 typedef struct amp_named_tensor {

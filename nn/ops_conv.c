@@ -54,7 +54,9 @@ amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, i
     amp_conv2d_desc d = {.n = x->shape[0], .c_in = x->shape[1], .h_in = x->shape[2],
                          .w_in = x->shape[3], .c_out = w->shape[0], .kh = w->shape[2],
                          .kw = w->shape[3], .stride_h = stride, .stride_w = stride,
-                         .pad_h = padding, .pad_w = padding, .dtype = x->dtype};
+                         .pad_h = padding, .pad_w = padding, .dtype = x->dtype,
+                         .allow_tf32 = x->ctx->allow_tf32,
+                         .allow_nondeterministic = x->ctx->allow_nondeterministic};
     int64_t hp = d.h_in + 2 * d.pad_h, wp = d.w_in + 2 * d.pad_w;
     if (hp < d.kh || wp < d.kw)
         return amp_fail(AMP_ERR_SHAPE, "%s: kernel %lldx%lld is larger than the padded input %lldx%lld",

@@ -1,4 +1,4 @@
-/* Elementwise ops: relu, add, mul (same shapes), dropout. */
+/* Elementwise ops: relu, add, mul (same shapes), dropout; accumulate (in place, not recorded). */
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/autocast.h"
@@ -126,4 +126,23 @@ amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out) 
     }
     *out = y;
     return AMP_OK;
+}
+
+/* Outside autograd on purpose: a running sum of losses must not keep every step's graph alive
+ * (PyTorch's loss.detach()), and nothing reads a gradient of it. */
+amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x) {
+    static const char *op = "amp_accumulate";
+    AMP_TRY(amp_check_tensor(op, "acc", acc, 0));
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    AMP_TRY(amp_check_float(op, "x", x));
+    AMP_TRY(amp_check_same_dtype(op, acc, x));
+    if (!amp_same_shape(acc, x)) {
+        char ba[64], bx[64];
+        return amp_fail(AMP_ERR_SHAPE, "%s: acc %s and x %s differ in shape", op,
+                        amp_shape_str(acc, ba, sizeof ba), amp_shape_str(x, bx, sizeof bx));
+    }
+    if (acc->backend != x->backend)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: acc is on backend %s, x on %s", op,
+                        acc->backend->name, x->backend->name);
+    return AMP_BE(x->backend, axpy, x->dtype, x->numel, 1.0f, x->data, acc->data);
 }

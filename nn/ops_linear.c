@@ -1,37 +1,71 @@
-/* linear and matmul: GEMMs on the backend; bias added in the GEMM (an epilogue on cuBLASLt). */
+/* linear, linear_relu and matmul: GEMMs on the backend. The bias is added in the GEMM (an
+ * epilogue on cuBLASLt), linear_relu's ReLU too, and a linear layer's bias gradient is taken in
+ * its weight-gradient GEMM (core/backend.h, amp_gemm_desc). */
 #include "core/error.h"
 #include "nn/autocast.h"
 
+/* C[m, n] = op(A) op(B) of row-major tensors, C overwritten, with the context's TF32 switch; the
+ * caller adds a bias, an epilogue or a bias gradient. */
+static amp_gemm_desc amp_gemm_desc_of(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                      const amp_tensor *a, int64_t lda, const amp_tensor *b,
+                                      int64_t ldb, amp_tensor *c) {
+    return (amp_gemm_desc){.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f,
+                           .beta = 0.0f, .a = a->data, .a_dtype = a->dtype, .lda = lda,
+                           .b = b->data, .b_dtype = b->dtype, .ldb = ldb, .c = c->data,
+                           .c_dtype = c->dtype, .ldc = n, .allow_tf32 = c->ctx->allow_tf32};
+}
+
 static amp_status amp_gemm(const amp_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                            const amp_tensor *a, int64_t lda, const amp_tensor *b, int64_t ldb,
-                           amp_tensor *c, const float *bias) {
-    amp_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f,
-                       .beta = 0.0f, .a = a->data, .a_dtype = a->dtype, .lda = lda, .b = b->data,
-                       .b_dtype = b->dtype, .ldb = ldb, .c = c->data, .c_dtype = c->dtype,
-                       .ldc = n, .bias = bias};
+                           amp_tensor *c) {
+    amp_gemm_desc d = amp_gemm_desc_of(ta, tb, m, n, k, a, lda, b, ldb, c);
     return AMP_BE(be, gemm, &d);
 }
 
-/* y[n,out] = x[n,in] @ w[out,in]^T + b:  dx = dy @ w,  dw = dy^T @ x,  db = column sums of dy. */
-static amp_status amp_linear_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    amp_tensor *x = node->in[0], *w = node->in[1], *b = node->in[2];
-    const amp_backend *be = dy->backend;
+/* The backward of z = x @ w^T + b from dz: dx = dz @ w, dw = dz^T @ x, db = column sums of dz.
+ * When both dw and db are wanted, db comes out of dw's GEMM (its bias_grad: dz^T is that GEMM's
+ * op(A)), so dz is read once for both; db alone is sum_rows. */
+static amp_status amp_linear_bwd_dz(amp_tensor *x, amp_tensor *w, amp_tensor *b,
+                                    const amp_tensor *dz) {
+    const amp_backend *be = dz->backend;
     int64_t n = x->shape[0], in = x->shape[1], out = w->shape[0];
-    amp_grad_sink s;
-    AMP_TRY(amp_grad_begin(x, &s));
-    if (s.buf) AMP_TRY(amp_gemm(be, false, false, n, in, out, dy, out, w, in, s.buf, NULL));
-    AMP_TRY(amp_grad_end(&s));
-    AMP_TRY(amp_grad_begin(w, &s));
-    if (s.buf) AMP_TRY(amp_gemm(be, true, false, out, in, n, dy, out, x, in, s.buf, NULL));
-    AMP_TRY(amp_grad_end(&s));
-    AMP_TRY(amp_grad_begin(b, &s));
-    if (s.buf) AMP_TRY(AMP_BE(be, sum_rows, dy->dtype, n, out, dy->data, (float *)s.buf->data));
-    return amp_grad_end(&s);
+    amp_grad_sink sx, sw, sb;
+    AMP_TRY(amp_grad_begin(x, &sx));
+    if (sx.buf) AMP_TRY(amp_gemm(be, false, false, n, in, out, dz, out, w, in, sx.buf));
+    AMP_TRY(amp_grad_end(&sx));
+    AMP_TRY(amp_grad_begin(w, &sw));
+    AMP_TRY(amp_grad_begin(b, &sb));
+    if (sw.buf) {
+        amp_gemm_desc d = amp_gemm_desc_of(true, false, out, in, n, dz, out, x, in, sw.buf);
+        d.bias_grad = sb.buf ? (float *)sb.buf->data : NULL;
+        AMP_TRY(AMP_BE(be, gemm, &d));
+    } else if (sb.buf) {
+        AMP_TRY(AMP_BE(be, sum_rows, dz->dtype, n, out, dz->data, (float *)sb.buf->data));
+    }
+    AMP_TRY(amp_grad_end(&sw));
+    return amp_grad_end(&sb);
 }
 
-amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
-    static const char *op = "amp_linear";
-    AMP_CHECK_ARG(out);
+/* y[n,out] = x[n,in] @ w[out,in]^T + b. */
+static amp_status amp_linear_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dy);
+}
+
+/* y = relu(z), z = x @ w^T + b: dz = y > 0 ? dy : 0 (from the output, as relu's backward, so no
+ * mask is kept), then linear's backward. */
+static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    amp_tensor *dz;
+    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &dz));
+    AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
+                   node->out->data, dy->data, dz->data));
+    return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz);
+}
+
+/* linear and linear_relu: autocast (HALF: x and w in the half type under O1; the bias f32), the
+ * checks naming `op`, one GEMM with the epilogue, and the tape node. */
+static amp_status amp_linear_run(const char *op, const char *node_name, amp_backward_fn bwd,
+                                 amp_gemm_epilogue epilogue, amp_tensor *x, amp_tensor *w,
+                                 amp_tensor *b, amp_tensor **out) {
     AMP_TRY(amp_check_tensor(op, "x", x, 2));
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
     amp_tensor *io[2] = {x, w};
@@ -57,13 +91,28 @@ amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **
     int64_t shape[2] = {x->shape[0], w->shape[0]};
     amp_tensor *y;
     AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 2, shape, &y));
-    AMP_TRY(amp_gemm(x->backend, false, true, shape[0], shape[1], x->shape[1], x, x->shape[1], w,
-                     w->shape[1], y, b ? (const float *)b->data : NULL));
+    amp_gemm_desc d = amp_gemm_desc_of(false, true, shape[0], shape[1], x->shape[1], x,
+                                       x->shape[1], w, w->shape[1], y);
+    d.bias = b ? (const float *)b->data : NULL;
+    d.epilogue = epilogue;
+    AMP_TRY(AMP_BE(x->backend, gemm, &d));
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "linear", amp_linear_bwd, 3, in, 0, &node));
+    AMP_TRY(amp_record(y, node_name, bwd, 3, in, 0, &node));
     *out = y;
     return AMP_OK;
+}
+
+amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
+    AMP_CHECK_ARG(out);
+    return amp_linear_run("amp_linear", "linear", amp_linear_bwd, AMP_GEMM_EPILOGUE_NONE, x, w, b,
+                          out);
+}
+
+amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
+    AMP_CHECK_ARG(out);
+    return amp_linear_run("amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
+                          AMP_GEMM_EPILOGUE_RELU, x, w, b, out);
 }
 
 /* y[m,n] = a[m,k] @ b[k,n]:  da = dy @ b^T,  db = a^T @ dy. */
@@ -72,10 +121,10 @@ static amp_status amp_matmul_bwd(amp_tape_node *node, const amp_tensor *dy) {
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
     amp_grad_sink s;
     AMP_TRY(amp_grad_begin(a, &s));
-    if (s.buf) AMP_TRY(amp_gemm(dy->backend, false, true, m, k, n, dy, n, b, n, s.buf, NULL));
+    if (s.buf) AMP_TRY(amp_gemm(dy->backend, false, true, m, k, n, dy, n, b, n, s.buf));
     AMP_TRY(amp_grad_end(&s));
     AMP_TRY(amp_grad_begin(b, &s));
-    if (s.buf) AMP_TRY(amp_gemm(dy->backend, true, false, k, n, m, a, k, dy, n, s.buf, NULL));
+    if (s.buf) AMP_TRY(amp_gemm(dy->backend, true, false, k, n, m, a, k, dy, n, s.buf));
     return amp_grad_end(&s);
 }
 
@@ -98,7 +147,7 @@ amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     amp_tensor *y;
     AMP_TRY(amp_tensor_step(a->ctx, a->dtype, 2, shape, &y));
     AMP_TRY(amp_gemm(a->backend, false, false, shape[0], shape[1], a->shape[1], a, a->shape[1], b,
-                     b->shape[1], y, NULL));
+                     b->shape[1], y));
     amp_tensor *in[2] = {a, b};
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "matmul", amp_matmul_bwd, 2, in, 0, &node));

@@ -2,6 +2,7 @@
  * variance in the running estimate, running = (1 - momentum) * running + momentum * batch. */
 #include "core/error.h"
 #include "nn/autocast.h"
+#include "nn/norm_internal.h"
 
 static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
@@ -36,7 +37,7 @@ static amp_status amp_stats_to_f32(amp_tensor **t) {
     return AMP_BE(src->backend, cast, (*t)->data, AMP_F32, src->data, src->dtype, src->numel);
 }
 
-static amp_status amp_stats_write_back(const amp_tensor *f32, amp_tensor *stat) {
+amp_status amp_bn_stats_write_back(const amp_tensor *f32, amp_tensor *stat) {
     if (f32 == stat) return AMP_OK;
     return AMP_BE(stat->backend, cast, stat->data, stat->dtype, f32->data, AMP_F32, f32->numel);
 }
@@ -53,11 +54,9 @@ static amp_status amp_check_channel_vec(const char *op, const char *arg, const a
     return AMP_OK;
 }
 
-amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
-                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
-                           float momentum, float eps, amp_tensor **out) {
-    static const char *op = "amp_batchnorm2d";
-    AMP_CHECK_ARG(out);
+amp_status amp_bn_prepare(const char *op, amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                          amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                          float momentum, float eps, amp_bn_args *a) {
     AMP_TRY(amp_check_tensor(op, "x", x, 4));
     AMP_TRY(amp_check_float(op, "x", x));
     int64_t c = x->shape[1];
@@ -84,6 +83,23 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                      .momentum = momentum, .dtype = x->dtype};
     if (training && d.n * d.hw < 2)
         return amp_fail(AMP_ERR_SHAPE, "%s: training needs more than 1 value per channel", op);
+    *a = (amp_bn_args){.gamma = gamma, .beta = beta, .run_mean = run_mean, .run_var = run_var,
+                       .d = d};
+    return AMP_OK;
+}
+
+amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                           float momentum, float eps, amp_tensor **out) {
+    static const char *op = "amp_batchnorm2d";
+    AMP_CHECK_ARG(out);
+    amp_bn_args a;
+    AMP_TRY(amp_bn_prepare(op, x, gamma, beta, running_mean, running_var, training, momentum, eps,
+                           &a));
+    gamma = a.gamma;
+    beta = a.beta;
+    amp_tensor *run_mean = a.run_mean, *run_var = a.run_var;
+    amp_bn_desc d = a.d;
     amp_tensor *y;
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     const amp_backend *be = x->backend;
@@ -103,8 +119,8 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &invstd));
     AMP_TRY(AMP_BE(be, bn_fwd_train, &d, x->data, gamma->data, beta->data, y->data, mean->data,
                    invstd->data, run_mean->data, run_var->data));
-    AMP_TRY(amp_stats_write_back(run_mean, running_mean));
-    AMP_TRY(amp_stats_write_back(run_var, running_var));
+    AMP_TRY(amp_bn_stats_write_back(run_mean, running_mean));
+    AMP_TRY(amp_bn_stats_write_back(run_var, running_var));
     AMP_TRY(amp_record(y, "batchnorm2d", amp_bn_bwd, 3, in, sizeof d, &node));
     if (node) {
         *(amp_bn_desc *)node->aux = d;

@@ -139,9 +139,12 @@ static amp_status amp_layer_forward(amp_model *m, amp_layer *l, amp_tensor *x, a
     case AMP_LAYER_LINEAR: return amp_linear(x, w, b, y);
     case AMP_LAYER_CONV2D: return amp_conv2d(x, w, b, l->stride, l->padding, y);
     case AMP_LAYER_BATCHNORM2D: {
-        amp_status s = amp_batchnorm2d(x, w, b, m->buffers[l->running_mean].t,
-                                       m->buffers[l->running_var].t, m->training, AMP_BN_MOMENTUM,
-                                       AMP_BN_EPS, y);
+        /* A layer flagged by amp_model_convert_sync_batchnorm (SyncBatchNorm). */
+        amp_status (*bn)(amp_tensor *, amp_tensor *, amp_tensor *, amp_tensor *, amp_tensor *,
+                         bool, float, float, amp_tensor **) =
+            l->sync ? amp_sync_batchnorm2d : amp_batchnorm2d;
+        amp_status s = bn(x, w, b, m->buffers[l->running_mean].t, m->buffers[l->running_var].t,
+                          m->training, AMP_BN_MOMENTUM, AMP_BN_EPS, y);
         if (s == AMP_OK && m->training) l->num_batches_tracked++;
         return s;
     }
@@ -163,9 +166,22 @@ amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out) {
     amp_tensor *h = x;
     if (m->in_dtype != AMP_I32 && x->dtype != AMP_I32) AMP_TRY(amp_cast(x, m->in_dtype, &h));
     for (int i = 0; i < m->n_layers; i++) {
+        amp_layer *l = &m->layers[i];
         amp_tensor *next;
-        amp_status s = amp_layer_forward(m, &m->layers[i], h, &next);
-        if (s != AMP_OK) return amp_fail_context(s, "layer '%s'", m->layers[i].name);
+        amp_status s;
+        if (l->kind == AMP_LAYER_LINEAR && i + 1 < m->n_layers &&
+            m->layers[i + 1].kind == AMP_LAYER_RELU) {
+            /* Linear then ReLU: one GEMM with the bias and ReLU in its epilogue (cuBLASLt's
+             * RELU_BIAS; kernels/cuda/gemm_cublaslt.c says what it saves), same gradients. */
+            s = amp_linear_relu(h, amp_param_or_null(m, l->weight),
+                                amp_param_or_null(m, l->bias_param), &next);
+            if (s != AMP_OK)
+                return amp_fail_context(s, "layers '%s' and '%s'", l->name, m->layers[i + 1].name);
+            i++;
+        } else {
+            s = amp_layer_forward(m, l, h, &next);
+            if (s != AMP_OK) return amp_fail_context(s, "layer '%s'", l->name);
+        }
         h = next;
     }
     if (m->out_dtype != AMP_I32) AMP_TRY(amp_cast(h, m->out_dtype, &h));

@@ -6,11 +6,13 @@
  * dtype and scale and the same kind of target (an f32 parameter or master, with or without a half
  * copy, or a half parameter updated in place): one call, or two with batch norm kept in f32
  * under O3. Per-parameter step counts (torch's state['step']) stay on the device, where the
- * update reads and advances them, so a step the device skips needs no host decision.
+ * update reads and advances them, so a step the device skips needs no host decision. Every
+ * call's arguments are checked before the first call runs, so a refused call changes nothing.
  *
  * LAMB's gradient clipping takes the norm of all gradients of the step, which one call of the
  * backend computes over its list: with clipping on, the parameters must make one call, and a
  * step that would need two is refused before anything moves, saying how to go on. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,70 +120,115 @@ static amp_status amp_fused_run(amp_optimizer *opt, const amp_fused_key *k,
                     (int)opt->kind);
 }
 
+/* Fills l with the call of key k: the parameters of that key, the others at numel 0. */
+static void amp_fused_fill(const amp_optimizer *opt, const amp_fused_key *k,
+                           const amp_optim_target *target, const bool *skip, amp_fused_lists *l) {
+    for (int i = 0; i < opt->n_params; i++) {
+        amp_fused_key ki = amp_fused_key_of(&target[i]);
+        bool member = !skip[i] && amp_fused_key_eq(k, &ki);
+        const amp_optim_target *t = &target[i];
+        l->numel[i] = member ? opt->params[i]->numel : 0;
+        l->grad[i] = member ? (void *)t->grad : NULL;
+        l->f32[i] = member ? t->param : NULL;
+        l->half[i] = member ? t->half_copy : NULL;
+        l->state1[i] = member && opt->n_state >= 1 ? opt->state[i * opt->n_state]->data : NULL;
+        l->state2[i] = member && opt->n_state >= 2 ? opt->state[i * opt->n_state + 1]->data : NULL;
+    }
+}
+
+/* What every backend refuses in a fused call's arguments (core/backend.h's contract of the
+ * multi-tensor optimizers), checked here for every call before the first one runs: a call
+ * refused after an earlier one had updated its parameters would leave the step half done.
+ * `lead` is the call's first parameter, which messages name. */
+static amp_status amp_fused_check(const amp_optimizer *opt, const amp_fused_key *k,
+                                  const amp_fused_lists *l, int lead) {
+    char label[160];
+    amp_optimizer_param_label(opt, lead, label, sizeof label);
+    const char *who = "amp_optimizer_step";
+    bool float_grad = k->grad_dtype == AMP_F32 || k->grad_dtype == AMP_F16 ||
+                      k->grad_dtype == AMP_BF16;
+    if (!float_grad)
+        return amp_fail(AMP_ERR_DTYPE, "%s: %s gradients (parameter %s and the others of its "
+                        "call), want f32, f16 or bf16", who, amp_dtype_name(k->grad_dtype), label);
+    if (!(k->grad_scale == 0.0f || (k->grad_scale > 0.0f && isfinite(k->grad_scale))))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: the %s gradients' scale is %g (parameter %s "
+                        "and the others of its call), want a finite value > 0", who,
+                        amp_dtype_name(k->grad_dtype), (double)k->grad_scale, label);
+    bool half = k->half_dtype != AMP_F32;
+    if ((half || k->in_place) && k->half_dtype != AMP_F16 && k->half_dtype != AMP_BF16)
+        return amp_fail(AMP_ERR_DTYPE, "%s: parameter %s's half copy is %s, want f16 or bf16",
+                        who, label, amp_dtype_name(k->half_dtype));
+    if (!opt->dev_steps)
+        return amp_fail(AMP_ERR_STATE, "%s: the optimizer has no step counts", who);
+    for (int i = 0; i < opt->n_params; i++) {
+        if (l->numel[i] <= 0) continue;
+        bool param = k->in_place ? l->half[i] != NULL : l->f32[i] != NULL;
+        bool state = (opt->n_state < 1 || l->state1[i]) && (opt->n_state < 2 || l->state2[i]);
+        if (!l->grad[i] || !param || (half && !l->half[i]) || !state)
+            return amp_fail(AMP_ERR_STATE, "%s: parameter %s has no %s", who,
+                            amp_optimizer_param_label(opt, i, label, sizeof label),
+                            !l->grad[i] ? "gradient storage" : !param ? "storage"
+                            : !state ? "state storage" : "half copy");
+    }
+    return AMP_OK;
+}
+
 amp_status amp_optimizer_apply(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     int n = opt->n_params;
     for (int i = 0; i < n; i++)
         if (amp_optimizer_param_stepped(opt, i)) AMP_TRY(amp_optimizer_check_grad(opt, i));
-    amp_optim_target *target = calloc(n > 0 ? (size_t)n : 1, sizeof *target);
-    bool *done = calloc(n > 0 ? (size_t)n : 1, sizeof *done);
+    size_t m = n > 0 ? (size_t)n : 1;
+    amp_optim_target *target = calloc(m, sizeof *target);
+    bool *skip = calloc(m, sizeof *skip);
+    int *lead = calloc(m, sizeof *lead); /* each call's first parameter, in order of appearance */
     amp_fused_lists l = {0};
-    amp_status s = target && done ? amp_fused_lists_alloc(&l, n)
-                                  : amp_fail(AMP_ERR_OOM, "amp_optimizer_step: out of host "
-                                                          "memory for %d parameters", n);
-    int stepped = 0;
+    amp_status s = target && skip && lead ? amp_fused_lists_alloc(&l, n)
+                                          : amp_fail(AMP_ERR_OOM, "amp_optimizer_step: out of "
+                                                     "host memory for %d parameters", n);
+    int stepped = 0, n_calls = 0;
     for (int i = 0; s == AMP_OK && i < n; i++) {
-        done[i] = !amp_optimizer_param_stepped(opt, i);
-        if (!done[i]) {
-            s = amp_optimizer_update_begin(opt, i, &target[i]);
-            stepped++;
+        skip[i] = !amp_optimizer_param_stepped(opt, i);
+        if (skip[i]) continue;
+        s = amp_optimizer_update_begin(opt, i, &target[i]);
+        stepped++;
+        amp_fused_key ki = amp_fused_key_of(&target[i]);
+        bool seen = false;
+        for (int c = 0; c < n_calls && !seen; c++) {
+            amp_fused_key kc = amp_fused_key_of(&target[lead[c]]);
+            seen = amp_fused_key_eq(&ki, &kc);
         }
+        if (!seen) lead[n_calls++] = i;
     }
     /* LAMB clips with the norm of all gradients, which one call measures over its list. */
-    for (int i = 0, first = -1; s == AMP_OK && opt->kind == AMP_OPTIM_LAMB &&
-                                opt->lamb.max_grad_norm > 0.0f && i < n; i++) {
-        if (done[i]) continue;
-        amp_fused_key a = amp_fused_key_of(&target[i]);
-        if (first < 0) first = i;
-        amp_fused_key b = amp_fused_key_of(&target[first]);
-        if (!amp_fused_key_eq(&a, &b))
-            s = amp_fail(AMP_ERR_UNSUPPORTED,
-                         "amp_optimizer_step: LAMB's max_grad_norm clips the norm of all "
-                         "gradients together, and this step's parameters differ in gradient "
-                         "dtype (O3 with keep_batchnorm_fp32); set max_grad_norm = 0 and clip "
-                         "with amp_clip_grad_norm instead");
+    if (s == AMP_OK && opt->kind == AMP_OPTIM_LAMB && opt->lamb.max_grad_norm > 0.0f &&
+        n_calls > 1)
+        s = amp_fail(AMP_ERR_UNSUPPORTED,
+                     "amp_optimizer_step: LAMB's max_grad_norm clips the norm of all "
+                     "gradients together, and this step's parameters differ in gradient "
+                     "dtype (O3 with keep_batchnorm_fp32); set max_grad_norm = 0 and clip "
+                     "with amp_clip_grad_norm instead");
+    /* Every call checked before any runs; then one call per key. */
+    for (int c = 0; s == AMP_OK && c < n_calls; c++) {
+        amp_fused_key k = amp_fused_key_of(&target[lead[c]]);
+        amp_fused_fill(opt, &k, target, skip, &l);
+        s = amp_fused_check(opt, &k, &l, lead[c]);
     }
-    /* One call per key, in the order keys first appear. */
-    for (int lead = 0; s == AMP_OK && lead < n; lead++) {
-        if (done[lead]) continue;
-        amp_fused_key k = amp_fused_key_of(&target[lead]);
-        for (int i = 0; i < n; i++) {
-            amp_fused_key ki = amp_fused_key_of(&target[i]);
-            bool member = !done[i] && amp_fused_key_eq(&k, &ki);
-            const amp_optim_target *t = &target[i];
-            l.numel[i] = member ? opt->params[i]->numel : 0;
-            l.grad[i] = member ? (void *)t->grad : NULL;
-            l.f32[i] = member ? t->param : NULL;
-            l.half[i] = member ? t->half_copy : NULL;
-            l.state1[i] = member && opt->n_state >= 1 ? opt->state[i * opt->n_state]->data : NULL;
-            l.state2[i] = member && opt->n_state >= 2 ? opt->state[i * opt->n_state + 1]->data
-                                                     : NULL;
-        }
+    for (int c = 0; s == AMP_OK && c < n_calls; c++) {
+        amp_fused_key k = amp_fused_key_of(&target[lead[c]]);
+        amp_fused_fill(opt, &k, target, skip, &l);
         s = amp_fused_run(opt, &k, &l);
-        for (int i = 0; i < n; i++) {
-            amp_fused_key ki = amp_fused_key_of(&target[i]);
-            if (!done[i] && amp_fused_key_eq(&k, &ki)) done[i] = true;
-        }
     }
-    /* A backend error past the first call leaves the earlier calls' parameters updated: the
-     * arguments were all checked above and the backends validate theirs before they launch, so
-     * that is a device fault, reported as such. */
+    /* A backend error past the first call leaves the earlier calls' parameters updated: every
+     * call's arguments were checked above, so that is a device fault (or the device out of
+     * memory for a launch's workspace), reported as such. */
     if (stepped) opt->steps_stale = true;
     for (int i = 0; s == AMP_OK && i < n; i++)
-        if (amp_optimizer_param_stepped(opt, i)) s = amp_optimizer_update_end(opt, i);
+        if (!skip[i]) s = amp_optimizer_update_end(opt, i);
     amp_fused_lists_free(&l);
     free(target);
-    free(done);
+    free(skip);
+    free(lead);
     if (s == AMP_OK && !opt->outcome_on_device) opt->n_steps++;
     return s;
 }

@@ -74,6 +74,8 @@ void amp_opt_state_reset(amp_state *st, amp_opt_state *os);
 /* precision/backward.c: the overflow flag of loss_id, read back (peek), or read and cleared. */
 amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found);
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);
+/* Makes loss_id's flag the same on every rank (the maximum) when a DDP watches the context. */
+amp_status amp_found_inf_agree(amp_state *st, int loss_id);
 /* Whether an inf/NaN skips the step for loss_id: its scaler checks overflow, or skip_nonfinite. */
 bool amp_loss_checks(const amp_state *st, int loss_id);
 

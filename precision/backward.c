@@ -37,6 +37,12 @@ amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found) {
     return AMP_OK;
 }
 
+amp_status amp_found_inf_agree(amp_state *st, int loss_id) {
+    const amp_backward_observer *obs = st->ctx->bw_observer;
+    if (!obs || !obs->agree_found_inf) return AMP_OK;
+    return obs->agree_found_inf(st->ctx->bw_observer_user, st->found_inf + loss_id, 1);
+}
+
 /* Parameter i's gradient, unscaled with 1/scale, into dst (f32), flagging inf/NaN. */
 static amp_status amp_unscale_into(amp_state *st, const amp_tensor *p, float scale, float *dst,
                                    int loss_id) {
@@ -74,6 +80,7 @@ static amp_status amp_flush_opt(amp_state *st, amp_opt_state *os, int loss_id) {
  * backward reached skip its next step on overflow. */
 static amp_status amp_flush_backward(amp_state *st, int loss_id) {
     for (int k = 0; k < st->n_opts; k++) AMP_TRY(amp_flush_opt(st, &st->opts_state[k], loss_id));
+    AMP_TRY(amp_found_inf_agree(st, loss_id));
     bool found;
     AMP_TRY(amp_found_inf_take(st, loss_id, &found));
     bool skip = found && amp_loss_checks(st, loss_id);

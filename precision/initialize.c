@@ -236,6 +236,11 @@ amp_status amp_initialize_multi(amp_model *const *models, int n_models,
         return amp_fail(AMP_ERR_STATE, "amp_initialize: called a second time for this context; "
                         "call it once, after building the models and the optimizers (or "
                         "amp_deinitialize first)");
+    /* Apex: amp.initialize before DistributedDataParallel. A DDP made first has cut its buckets
+     * over the f32 gradients that an O2/O3 cast would move, and saw no master weights. */
+    if (ctx->bw_observer)
+        return amp_fail(AMP_ERR_STATE, "amp_initialize: this context already has a DDP; call "
+                        "amp_initialize first, then amp_ddp_create (Apex's order)");
     amp_options o;
     AMP_TRY(amp_options_resolve(options, &o));
     for (int i = 0; i < n_models; i++) {
@@ -313,6 +318,14 @@ amp_status amp_deinitialize(amp_ctx *ctx) {
     amp_state *st = ctx->amp;
     if (!st) return amp_fail(AMP_ERR_STATE, "amp_deinitialize: amp_initialize was not called "
                              "for this context");
+    /* The device mode left the step counts and the scaler's counters on the device (read when
+     * asked): settle them first, while the hooks that read them are still here, or the steps
+     * taken since the last read vanish from amp_optimizer_step_count (and their overflow lines
+     * from the log). Nothing has moved yet if a read fails. */
+    for (int i = 0; st->device_scaler && i < st->opts.num_losses; i++) {
+        amp_status s = amp_scaler_dev_pull(st, i);
+        if (s != AMP_OK) return amp_fail_context(s, "amp_deinitialize");
+    }
     if (amp_cast_dtype(st->opts.cast_model_type, st->opts.half_type) != AMP_I32)
         AMP_TRY(amp_models_uncast(st));
     for (int i = 0; i < st->n_models; i++) amp_model_set_io_cast(st->models[i], AMP_I32, AMP_I32);

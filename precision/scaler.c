@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -146,9 +147,10 @@ void amp_scaler_to_dev(const amp_scaler *s, amp_scaler_dev *d) {
 
 /* The overflow lines of what happened between the host's state and the device's: one line per
  * overflow when there is one (the same words the update itself would have logged), else one
- * line for the lot. */
-static void log_overflows_since(amp_scaler *s, const amp_scaler_state *before,
-                                const amp_scaler_dev *d) {
+ * line for the lot. The single overflow's line states what that overflow did, recorded by the
+ * update (overflow_scale, overflow_hysteresis), not the state now: clean steps after it may have grown
+ * the scale and refilled the hysteresis; a scale that moved since is said after it. */
+static void log_overflows_since(amp_scaler *s, const amp_scaler_dev *d) {
     int64_t k = d->overflows - s->n_overflows;
     if (k <= 0) return;
     if (k > 1) {
@@ -160,20 +162,22 @@ static void log_overflows_since(amp_scaler *s, const amp_scaler_state *before,
                     "loss scaler %d's scale is now %s", (long long)k, s->cfg.loss_id, num);
         return;
     }
-    if (!s->st.dynamic) {
-        log_overflow(s, "keeping static loss scale", d->scale, "");
-    } else if (d->hysteresis_left < before->hysteresis_left && d->scale == before->scale) {
-        char note[64];
-        snprintf(note, sizeof note, " (hysteresis reduced to %d)", d->hysteresis_left);
-        log_overflow(s, "keeping loss scale at", d->scale, note);
-    } else {
-        log_overflow(s, "reducing loss scale to", d->scale, "");
+    char note[96] = "", now[48];
+    bool kept = d->overflow_hysteresis > 0;
+    if (s->st.dynamic && kept)
+        snprintf(note, sizeof note, " (hysteresis reduced to %d)", d->overflow_hysteresis);
+    if (d->scale != d->overflow_scale) {
+        format_scale(now, sizeof now, d->scale);
+        size_t used = strlen(note);
+        snprintf(note + used, sizeof note - used, "; the scale has grown to %s since", now);
     }
+    if (!s->st.dynamic) log_overflow(s, "keeping static loss scale", d->overflow_scale, note);
+    else if (kept) log_overflow(s, "keeping loss scale at", d->overflow_scale, note);
+    else log_overflow(s, "reducing loss scale to", d->overflow_scale, note);
 }
 
 void amp_scaler_from_dev(amp_scaler *s, const amp_scaler_dev *d) {
-    amp_scaler_state before = s->st;
-    log_overflows_since(s, &before, d);
+    log_overflows_since(s, d);
     s->st.scale = d->scale;
     s->st.growth_tracker = d->growth_tracker;
     s->st.hysteresis_left = d->hysteresis_left;

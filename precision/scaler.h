@@ -24,7 +24,9 @@
  * Log: an overflow that skips writes one INFO line through core/log.h, in Apex's wording:
  *   "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0"
  * With hysteresis left the line reads "... keeping loss scale at X (hysteresis reduced to N)";
- * a static scale, "... keeping static loss scale X". Rate limit: the first 10 overflows of a
+ * a static scale, "... keeping static loss scale X". Read lazily from the device (the sync-free
+ * step), a line names the scale that overflow left, adding "; the scale has grown to Y since"
+ * when clean steps have grown it before the read. Rate limit: the first 10 overflows of a
  * scaler, then every 100th (the 100th, 200th, ...; the line says which), so a diverged run
  * cannot flood the log. quiet silences it (Apex's verbosity=0).
  *

@@ -77,6 +77,7 @@ amp_status amp_unscale(amp_optimizer *opt) {
         if (!st->masters) opt->grad_source = os->accum;
     } else if (st->backward_seen[0]) {
         AMP_TRY(amp_unscale_deferred(st, os));
+        AMP_TRY(amp_found_inf_agree(st, 0));
     }
     os->unscaled = true;
     return AMP_OK;
@@ -319,6 +320,20 @@ amp_status amp_scaler_set_state(amp_optimizer *opt, int loss_id, const amp_scale
     amp_state *st;
     AMP_TRY(amp_state_of(__func__, opt, &st, NULL));
     AMP_TRY(amp_loss_id_check(__func__, st, loss_id));
+    /* Refused inside a step, as torch defines a GradScaler's state only between iterations (its
+     * state_dict is to be taken after update(), and it warns that a scaler "may only be pickled
+     * at the beginning of an iteration, or at the end after scaler.update()"). Its
+     * load_state_dict fills the one scale that both seeded the backward and unscales, so a load
+     * between backward and step unscales by the wrong scale there; here a push would overwrite
+     * the step's used scale alike. Pushing only the persistent fields would keep this step's
+     * unscale right, but its update would then move the state just set, so what the caller
+     * restored would not be what the next step sees. With Apex's order (several losses or
+     * optimizers) each backward has already unscaled and moved its scaler: nothing is in flight. */
+    if (!st->at_each_backward && st->backward_seen[0])
+        return amp_fail(AMP_ERR_STATE, "%s: called between amp_backward and its amp_step; the "
+                        "step would unscale with the new scale instead of the one its backward "
+                        "used. Call it outside a step: before amp_backward, or after amp_step "
+                        "or amp_zero_grad", __func__);
     AMP_TRY(amp_scaler_dev_pull(st, loss_id)); /* what the device did counts before it goes */
     AMP_TRY(amp_scaler_set(st->scalers[loss_id], state));
     return st->device_scaler ? amp_scaler_dev_push(st, loss_id) : AMP_OK;

@@ -10,5 +10,6 @@
 #include "amp/optim.h"
 #include "amp/mixed_precision.h"
 #include "amp/checkpoint.h"
+#include "amp/parallel.h"
 
 #endif

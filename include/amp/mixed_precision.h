@@ -131,6 +131,9 @@ typedef struct amp_scaler_state {
 } amp_scaler_state;
 
 amp_status amp_scaler_get_state(const amp_optimizer *opt, int loss_id, amp_scaler_state *out);
+/* Between steps only (torch's GradScaler state is defined between iterations): with one loss and
+ * one optimizer, a call after amp_backward and before amp_step or amp_zero_grad is AMP_ERR_STATE
+ * and changes nothing (the step would unscale with the new scale). */
 amp_status amp_scaler_set_state(amp_optimizer *opt, int loss_id, const amp_scaler_state *state);
 
 #ifdef __cplusplus

@@ -16,6 +16,13 @@ extern "C" {
 /* ---- ops (outputs first in the backend; here the result comes back through `out`) ---- */
 /* y = x @ w^T + b: x [n, in], w [out, in], b [out] or NULL. */
 amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
+/* y = relu(x @ w^T + b) in one GEMM (the bias and ReLU in cuBLASLt's epilogue on CUDA), which a
+ * sequential model uses for a linear layer directly followed by a ReLU. Values and gradients are
+ * those of amp_linear followed by amp_relu, except where x @ w^T + b is NaN or -0: y is then +0
+ * (cuBLASLt's max) where relu keeps it; a NaN in x still reaches w's gradient (0 * NaN in
+ * dz^T x), so the loss scaler sees it. Backward: dy masked by y > 0, then linear's backward,
+ * with the bias gradient taken in the weight gradient's GEMM. */
+amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
 /* y = a @ b: a [m, k], b [k, n]. */
 amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 /* x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out] or NULL. */
@@ -26,6 +33,15 @@ amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, i
 amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                            amp_tensor *running_mean, amp_tensor *running_var, bool training,
                            float momentum, float eps, amp_tensor **out);
+/* torch.nn.SyncBatchNorm: in training the statistics are those of the global batch of every rank
+ * of the context's collective (amp_model_convert_sync_batchnorm in amp/parallel.h sets it; none:
+ * this process alone, the values of amp_batchnorm2d to rounding). The running statistics take the
+ * global unbiased variance; gamma's and beta's gradients are this rank's (DDP averages them), x's
+ * the global batch's. Collective in training, forward and backward: every rank must call it, in
+ * the same order, the ranks' x agreeing in c, h and w (n may differ). Eval: amp_batchnorm2d. */
+amp_status amp_sync_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                                float momentum, float eps, amp_tensor **out);
 amp_status amp_relu(amp_tensor *x, amp_tensor **out);
 amp_status amp_maxpool2d(amp_tensor *x, int kernel, int stride, int padding, amp_tensor **out);
 /* Same data, new shape (same numel). */
@@ -45,6 +61,11 @@ amp_status amp_mse_loss(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out);
 /* Inverted dropout with drop probability p in [0, 1); identity when !training. */
 amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out);
+/* acc += x element by element, in place and outside autograd (nothing recorded): PyTorch's
+ * `running_loss += loss.detach()`, which sums a loss over steps on the device without the host
+ * waiting for it at each step; read acc (amp_tensor_item) only when printing. acc: a tensor of
+ * x's dtype (f32, f16 or bf16), shape and context, caller-owned to keep it across steps. */
+amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x);
 
 /* ---- autograd ---- */
 /* Backward passes: amp_backward(loss) in amp/mixed_precision.h (d loss = 1, or the loss scale

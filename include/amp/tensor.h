@@ -55,6 +55,23 @@ typedef struct amp_ctx_opts {
     amp_device device; /* AMP_DEVICE_AUTO by default (zero) */
     uint64_t seed;     /* RNG seed: initialisation, dropout, shuffling */
     int n_threads;     /* CPU threads; 0 = all cores */
+    /* TF32 for f32 GEMMs and convolutions, PyTorch's torch.backends.cuda.matmul.allow_tf32 and
+     * torch.backends.cudnn.allow_tf32 in one switch; false by default (both PyTorch defaults for
+     * matmul, and what keeps the CUDA backend's f32 results matching the CPU's). When set, the
+     * CUDA backend may round the f32 inputs of a GEMM (cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32) or
+     * of a convolution (cuDNN tensor-op math) to TF32, 10 explicit mantissa bits (relative error
+     * up to 2^-11 per input, so about 2^-10 per product), keeping f32's exponent range and
+     * accumulating in f32: up to 8x the f32 throughput on A100/H100 tensor cores. Half-precision
+     * ops are not affected, nor are the bias gradients (true f32 sums). The CPU backend ignores
+     * it: the CPU computes true f32. */
+    bool allow_tf32;
+    /* Nondeterministic algorithms allowed (the reverse of torch.use_deterministic_algorithms;
+     * like torch.backends.cudnn.deterministic = False). false by default: every backend entry
+     * then gives the same bits for the same inputs (core/backend.h), which resume, DDP and the
+     * overflow-skip tests rely on. When set, the CUDA backend's convolutions take cuDNN's fastest
+     * algorithm as its heuristics rank them, also the backward ones that accumulate with atomics
+     * (a few ulps that change from run to run); the CPU backend is deterministic either way. */
+    bool allow_nondeterministic;
 } amp_ctx_opts;
 
 amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out);

@@ -9,29 +9,9 @@
  * running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted). */
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/batchnorm_tiles.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/batchnorm.h"
-
-/* A channel is visited in tiles: the n planes in order (plane i of channel ch starts at
- * (i * c + ch) * hw), each plane in pieces of AMP_CPU_REDUCE_CHUNK. Every loop over a channel
- * uses this one order, so the sums do not depend on which loop or thread runs them. */
-static int64_t channel_tiles(const amp_bn_desc *d) {
-    return d->n * ((d->hw + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK);
-}
-
-/* Tile t of channel ch: returns its first element's offset and sets its length. */
-static int64_t channel_tile(const amp_bn_desc *d, int64_t ch, int64_t t, int64_t *len) {
-    int64_t per_plane = (d->hw + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
-    int64_t i = t / per_plane, t0 = (t % per_plane) * AMP_CPU_REDUCE_CHUNK;
-    *len = d->hw - t0 < AMP_CPU_REDUCE_CHUNK ? d->hw - t0 : AMP_CPU_REDUCE_CHUNK;
-    return (i * d->c + ch) * d->hw + t0;
-}
-
-/* The fixed tree that combines 8 double lanes. */
-static double lanes_total(const double lane[8]) {
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-           ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
 
 /* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double. */
 static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, double mean,

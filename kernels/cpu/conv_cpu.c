@@ -14,6 +14,9 @@
  * has no kernel for the dtype on this CPU (f16: oneDNN 2.6 has no f16 CPU kernels) the operands
  * are widened to f32 and the result rounded back.
  *
+ * The descriptor's allow_tf32 and allow_nondeterministic are ignored: this CPU has no TF32
+ * arithmetic, and every algorithm here is deterministic.
+ *
  * Determinism: the same inputs give the same bits on every call with the same thread count.
  * Forward and backward data keep their bits across thread counts; the weight and bias gradients
  * do not (oneDNN reduces over the batch per thread). Plans are keyed by the thread count. */
@@ -282,6 +285,8 @@ static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io 
     conv_key key;
     memset(&key, 0, sizeof key);
     key.d = *d;
+    /* Ignored here (true f32, deterministic): not a reason for another plan. */
+    key.d.allow_tf32 = key.d.allow_nondeterministic = false;
     key.op = op;
     key.has_bias = io->bias != NULL;
     key.n_threads = amp_dnnl_threads();

@@ -67,6 +67,9 @@ static const amp_backend amp_cpu_backend = {
     .scaler_seed = amp_cpu_scaler_seed,
     .scaler_clip = amp_cpu_scaler_clip,
     .scaler_update = amp_cpu_scaler_update,
+    .bn_channel_sums = amp_cpu_bn_channel_sums,
+    .bn_sync_stats = amp_cpu_bn_sync_stats,
+    .bn_bwd_elemt = amp_cpu_bn_bwd_elemt,
 };
 
 const amp_backend *amp_backend_cpu(void) { return &amp_cpu_backend; }

@@ -54,6 +54,14 @@ amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float 
 amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
                           const float *save_mean, const float *save_invstd, void *dx,
                           float *dgamma, float *dbeta);
+amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
+                                   const void *dy, float *out1, float *out2);
+amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
+                                 const float *s1, const float *s2, float *mean, float *var,
+                                 float *invstd, float *running_mean, float *running_var);
+amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,
+                                const float *gamma, const float *mean, const float *invstd,
+                                const float *sum_dy, const float *sum_dy_xmu, void *dx);
 
 amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
 amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,

@@ -11,6 +11,16 @@
  * on this CPU is widened to f32, computed, and rounded back (DESIGN.md: fp16 on the CPU is
  * storage).
  *
+ * A half C's bias is rounded to C's dtype before it is added (core/backend.h), as the CUDA
+ * backend's cuBLASLt epilogue takes it: an n-element rounded copy.
+ *
+ * Fused parts (amp_gemm_desc after bias): the ReLU epilogue is a pass over C after the GEMM, in
+ * C's dtype (kernels/math/relu.h: the bits of applying it before the rounding), not oneDNN's
+ * eltwise post-op, whose relu keeps a NaN and -0 where cuBLASLt's epilogue gives +0. The bias
+ * gradient is sum_rows over A (the same chunked double sums, so the bits of the unfused linear
+ * backward), or, for a padded A, a double sum per column in row order. allow_tf32 is ignored:
+ * this CPU has no TF32 arithmetic and computes true f32.
+ *
  * Determinism: the same inputs give the same bits on every call with the same thread count.
  * Across thread counts oneDNN keeps the bits for most shapes but not where it splits k between
  * threads (small m*n, large k, e.g. 16x16x4096); plans are keyed by the thread count. */
@@ -21,6 +31,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/math/load_store.h"
+#include "kernels/math/relu.h"
 
 /* Everything a plan depends on; zeroed before filling because the cache compares its bytes. */
 typedef struct gemm_key {
@@ -85,18 +96,23 @@ static amp_status gemm_plan_fill(gemm_plan *plan, const gemm_key *key, dnnl_prim
                                       : DNNL_ARG_BIAS;
     }
     AMP_TRY(gemm_attr_fill(attr, key, &plan->bias_md, bias_post_op));
+    bool all_f32 = key->a_dtype == AMP_F32 && key->b_dtype == AMP_F32 && key->c_dtype == AMP_F32;
     dnnl_matmul_desc_t op;
-    AMP_DNNL_TRY(dnnl_matmul_desc_init(&op, &plan->a_md, &plan->b_md,
-                                       key->has_bias && !bias_post_op ? &plan->bias_md : NULL,
-                                       &plan->c_md));
+    dnnl_status_t ds = dnnl_matmul_desc_init(&op, &plan->a_md, &plan->b_md,
+                                             key->has_bias && !bias_post_op ? &plan->bias_md
+                                                                            : NULL,
+                                             &plan->c_md);
+    /* oneDNN 2.6 refuses to describe some dtype mixes at all (f16 x f32 -> f16 with a bias):
+     * widened like those it describes but has no kernel for. */
+    if (ds != dnnl_success && !all_f32) return AMP_OK;
+    AMP_DNNL_TRY(ds);
     dnnl_primitive_desc_t pd = NULL;
     amp_status s = amp_dnnl_pd_create(&op, attr, NULL, &pd);
-    bool all_f32 = key->a_dtype == AMP_F32 && key->b_dtype == AMP_F32 && key->c_dtype == AMP_F32;
     if (s == AMP_ERR_UNSUPPORTED && !all_f32) return AMP_OK; /* plan->prim stays NULL: widen */
     AMP_TRY(s);
     plan->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     plan->scratch_nbytes = dnnl_memory_desc_get_size(&plan->scratch_md);
-    dnnl_status_t ds = dnnl_primitive_create(&plan->prim, pd);
+    ds = dnnl_primitive_create(&plan->prim, pd);
     dnnl_primitive_desc_destroy(pd);
     AMP_DNNL_TRY(ds);
     return AMP_OK;
@@ -139,6 +155,8 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, amp_dn
     return amp_dnnl_wait();
 }
 
+static amp_status gemm_core(const amp_gemm_desc *d);
+
 /* The dtypes oneDNN refused: every non-f32 operand is widened into a dense f32 copy, the f32
  * GEMM runs, and C is rounded back. */
 static amp_status gemm_widened(const amp_gemm_desc *d) {
@@ -164,7 +182,7 @@ static amp_status gemm_widened(const amp_gemm_desc *d) {
         }
         w.c = c32, w.c_dtype = AMP_F32, w.ldc = d->n;
     }
-    if (s == AMP_OK) s = amp_cpu_gemm(&w);
+    if (s == AMP_OK) s = gemm_core(&w);
     if (s == AMP_OK && c32) amp_dnnl_narrow(d->c, d->c_dtype, d->m, d->n, d->ldc, c32);
     free(a32);
     free(b32);
@@ -203,11 +221,61 @@ static amp_status gemm_validate(const amp_gemm_desc *d) {
     return AMP_OK;
 }
 
+/* C = epilogue(C) in place, row by row (kernels/math/relu.h). */
+static void gemm_relu_pass(const amp_gemm_desc *d) {
+#pragma omp parallel for schedule(static) if (d->m * d->n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t i = 0; i < d->m; i++)
+        for (int64_t j = 0; j < d->n; j++) {
+            int64_t at = i * d->ldc + j;
+            float v = amp_load_f32(d->c, d->c_dtype, at);
+            amp_store_f32(d->c, d->c_dtype, at, amp_relu_epilogue(v));
+        }
+}
+
+/* bias_grad[i] = sum over p of op(A)[i, p] = sum over the k stored rows of A's column i (trans_a,
+ * checked): sum_rows when A is dense, else a double sum per column in row order. */
+static amp_status gemm_bias_grad(const amp_gemm_desc *d) {
+    if (d->lda == d->m) return amp_cpu_sum_rows(d->a_dtype, d->k, d->m, d->a, d->bias_grad);
+#pragma omp parallel for schedule(static) if (d->m * d->k >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t i = 0; i < d->m; i++) {
+        double s = 0.0;
+        for (int64_t p = 0; p < d->k; p++)
+            s += (double)amp_load_f32(d->a, d->a_dtype, p * d->lda + i);
+        d->bias_grad[i] = (float)s;
+    }
+    return AMP_OK;
+}
+
 amp_status amp_cpu_gemm(const amp_gemm_desc *d) {
     AMP_CHECK_ARG(d);
     AMP_TRY(gemm_validate(d));
+    AMP_TRY(amp_backend_check_gemm_fused("amp_cpu_gemm", d));
+    if (d->bias_grad && d->m > 0) {
+        if (d->k > 0) AMP_CHECK_ARG(d->a);
+        AMP_TRY(gemm_bias_grad(d));
+    }
     if (d->m == 0 || d->n == 0) return AMP_OK;
     AMP_CHECK_ARG(d->c);
+    /* A half C's bias is rounded to C's dtype first (core/backend.h), as cuBLASLt takes it. */
+    amp_gemm_desc h = *d;
+    float *rounded = NULL;
+    if (h.bias && h.c_dtype != AMP_F32) {
+        if (!(rounded = malloc((size_t)h.n * sizeof *rounded)))
+            return amp_fail(AMP_ERR_OOM, "amp_cpu_gemm: out of host memory for the bias");
+        for (int64_t j = 0; j < h.n; j++)
+            rounded[j] = h.c_dtype == AMP_F16
+                             ? amp_f16_bits_to_f32(amp_f32_to_f16_bits(h.bias[j]))
+                             : amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(h.bias[j]));
+        h.bias = rounded;
+    }
+    amp_status s = gemm_core(&h);
+    if (s == AMP_OK && h.epilogue == AMP_GEMM_EPILOGUE_RELU) gemm_relu_pass(&h);
+    free(rounded);
+    return s;
+}
+
+/* C = alpha op(A) op(B) + beta C (+ bias): everything but the fused parts; d validated, C set. */
+static amp_status gemm_core(const amp_gemm_desc *d) {
     if (d->k == 0) return gemm_empty_k(d);
     AMP_CHECK_ARG(d->a);
     AMP_CHECK_ARG(d->b);

@@ -19,6 +19,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/math/cast.h"
 #include "kernels/math/load_store.h"
+#include "kernels/math/relu.h"
 
 /* Stores v as dtype D. i32 goes through amp_f32_to_i32, whose NaN and out-of-range results are
  * defined (a plain (int32_t) cast is not). */
@@ -54,19 +55,20 @@ static __global__ void fill_scalar_kernel(void *dst, int64_t n, const float *sca
         store_as<D>(dst, i, v);
 }
 
-/* Strided 2-D dst = scale * src + bias[col], src and bias optional, float dtypes. The dtypes are
- * runtime values (the switch is uniform across the grid): this pass runs beside a GEMM, not in a
- * hot loop. The fma is written out so that nvcc and g++ (cudacpu) round alike. */
+/* Strided 2-D dst = epilogue(scale * src + bias[col]), src and bias optional, float dtypes, the
+ * epilogue the GEMM's ReLU (kernels/math/relu.h) or none. The dtypes are runtime values (the
+ * switch is uniform across the grid): this pass runs beside a GEMM, not in a hot loop. The fma
+ * is written out so that nvcc and g++ (cudacpu) round alike. */
 static __global__ void cast_rows_kernel(void *dst, amp_dtype dst_dt, int64_t ldd, const void *src,
                                         amp_dtype src_dt, int64_t lds, int64_t rows, int64_t cols,
-                                        float scale, const float *bias) {
+                                        float scale, const float *bias, bool relu) {
     int64_t total = rows * cols;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
         int64_t i = idx / cols, j = idx - i * cols;
         float b = bias ? bias[j] : 0.0f;
         float v = src ? __fmaf_rn(scale, amp_load_f32(src, src_dt, i * lds + j), b) : b;
-        amp_store_f32(dst, dst_dt, i * ldd + j, v);
+        amp_store_f32(dst, dst_dt, i * ldd + j, relu ? amp_relu_epilogue(v) : v);
     }
 }
 
@@ -139,10 +141,11 @@ static amp_status fill_scalar_launch(void *dst, amp_dtype dt, int64_t n, const f
 extern "C" amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd,
                                                 const void *src, amp_dtype src_dt, int64_t lds,
                                                 int64_t rows, int64_t cols, float scale,
-                                                const float *bias, cudaStream_t stream) {
+                                                const float *bias, bool relu,
+                                                cudaStream_t stream) {
     if (rows <= 0 || cols <= 0) return AMP_OK;
     cast_rows_kernel<<<grid_for(rows * cols), AMP_CUDA_BLOCK, 0, stream>>>(
-        dst, dst_dt, ldd, src, src_dt, lds, rows, cols, scale, bias);
+        dst, dst_dt, ldd, src, src_dt, lds, rows, cols, scale, bias, relu);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }

@@ -33,6 +33,8 @@ typedef struct amp_cuda_conv_stats {
     /* The cuDNN algorithm of the latest call of each entry (cudnnConvolutionFwdAlgo_t,
      * ...BwdDataAlgo_t, ...BwdFilterAlgo_t), -1 before the first. */
     int fwd_algo, bwd_data_algo, bwd_filter_algo;
+    /* The cudnnMathType_t of the latest call's plan (CUDNN_FMA_MATH: true f32), -1 before. */
+    int math_type;
 } amp_cuda_conv_stats;
 
 void amp_cuda_conv_stats_get(amp_cuda_conv_stats *out);

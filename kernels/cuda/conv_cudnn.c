@@ -11,22 +11,33 @@
  * configurations of cuDNN's cudnnConvolutionForward table): FLOAT_CONFIG for f32,
  * PSEUDO_HALF_CONFIG (f16 data, f32 compute) and PSEUDO_BFLOAT16_CONFIG (bf16 data, f32 compute),
  * one rounding to the output dtype. f16/bf16 run on tensor cores (CUDNN_TENSOR_OP_MATH). f32 uses
- * CUDNN_FMA_MATH, not CUDNN_DEFAULT_MATH: from Ampere on the default math type lets cuDNN round
- * f32 inputs to TF32 on tensor cores (10-bit mantissa), which PyTorch allows by default for
- * convolutions (torch.backends.cudnn.allow_tf32) but which would break the backends' promise of
- * f32 results matching the CPU's; PyTorch itself asks for FMA_MATH when allow_tf32 is off.
+ * CUDNN_FMA_MATH by default, not CUDNN_DEFAULT_MATH: from Ampere on the default math type lets
+ * cuDNN round f32 inputs to TF32 on tensor cores (10-bit mantissa), which PyTorch allows by
+ * default for convolutions (torch.backends.cudnn.allow_tf32) but which would break the backends'
+ * promise of f32 results matching the CPU's; PyTorch itself asks for FMA_MATH when allow_tf32 is
+ * off. With the descriptor's allow_tf32 (amp_ctx_opts.allow_tf32) f32 takes CUDNN_TENSOR_OP_MATH:
+ * tensor cores permitted, which for f32 data on Ampere and later means TF32 inputs with f32
+ * accumulation. Not CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: that also lets cuDNN convert f32 data
+ * to f16 for the tensor cores (cuDNN 7.2's FP32-to-FP16 conversion), f16's 5-bit exponent
+ * overflowing past 65504, which allow_tf32 does not grant.
  *
- * Plans: the descriptors and the algorithm of each problem (shape, dtype, direction,
- * deterministic mode) are made once and cached in a small table, as gemm_cublaslt.c caches its
- * heuristic's choice. The algorithm is the first that cudnnGetConvolution*Algorithm_v7 (cuDNN's
- * heuristics, no timing runs) reports as runnable, within AMP_CONV_MAX_WORKSPACE; in deterministic
- * mode (the default, see g_deterministic) the first whose determinism is CUDNN_DETERMINISTIC,
- * which excludes the backward algorithms that accumulate with atomics (ALGO_0, and ALGO_3 for the
- * filter). The workspace comes from the caching allocator for each call and goes back to it
- * right after the call is enqueued: the backend's one stream orders its reuse.
+ * Plans: the descriptors and the algorithm of each problem (shape, dtype, direction, the
+ * descriptor's allow_tf32 and allow_nondeterministic) are made once and cached in a small table,
+ * as gemm_cublaslt.c caches its heuristic's choice. The algorithm is the first that
+ * cudnnGetConvolution*Algorithm_v7 (cuDNN's heuristics, no timing runs, best expected time first)
+ * reports as runnable, within AMP_CONV_MAX_WORKSPACE; unless the descriptor allows
+ * nondeterministic algorithms (off by default: core/backend.h promises the same bits for the same
+ * inputs, which cuDNN's atomic backward algorithms do not give), the first whose determinism is
+ * CUDNN_DETERMINISTIC, which excludes the backward algorithms that accumulate with atomics
+ * (ALGO_0, and ALGO_3 for the filter). With them allowed this is PyTorch's
+ * cudnn.deterministic = False with cudnn.benchmark = False (heuristics, not timing runs:
+ * cudnnFind*AlgorithmEx would time every algorithm on the real buffers, a host wait and its
+ * workspace on the first call of each shape, and would overwrite the forward's output, which
+ * holds the bias already). The workspace comes from the caching allocator for each call and goes
+ * back to it right after the call is enqueued: the backend's one stream orders its reuse.
  *
- * One mutex guards the handle, the table and the mode: cuDNN handles are not to be used by two
- * threads at once, and contexts on different threads may share the backend. */
+ * One mutex guards the handle and the table: cuDNN handles are not to be used by two threads at
+ * once, and contexts on different threads may share the backend. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -54,9 +65,10 @@ static const char *const conv_fn[CONV_N_DIRS] = {
     "amp_cuda_conv2d_fwd", "amp_cuda_conv2d_bwd_data", "amp_cuda_conv2d_bwd_weight"};
 
 /* The descriptor's sizes (n through w_out), and the problem as int64s (no padding bytes, so
- * memcmp compares exactly the fields): those sizes, dtype, direction and deterministic mode. */
+ * memcmp compares exactly the fields): those sizes, dtype, direction, deterministic mode and
+ * TF32. */
 #define CONV_N_SIZES 13
-#define CONV_KEY_LEN (CONV_N_SIZES + 3)
+#define CONV_KEY_LEN (CONV_N_SIZES + 4)
 
 typedef struct conv_plan {
     int64_t key[CONV_KEY_LEN];
@@ -65,6 +77,7 @@ typedef struct conv_plan {
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     int algo; /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the plan's direction */
+    cudnnMathType_t math;
     size_t ws_nbytes;
 } conv_plan;
 
@@ -73,11 +86,7 @@ static cudnnHandle_t g_handle;
 static cudaStream_t g_handle_stream;
 static conv_plan g_plans[AMP_CONV_PLANS];
 static int g_next_victim;
-/* On by default: core/backend.h promises the same bits for the same inputs, which cuDNN's
- * atomic backward algorithms do not give. PyTorch's default is the other way round
- * (torch.backends.cudnn.deterministic = False); amp_cuda_conv_set_deterministic(false) is that. */
-static bool g_deterministic = true;
-static amp_cuda_conv_stats g_stats = {0, -1, -1, -1};
+static amp_cuda_conv_stats g_stats = {0, -1, -1, -1, -1};
 
 /* AMP_ERR_BACKEND naming our entry, the cuDNN function, its status and cuDNN's own message. */
 static amp_status cudnn_fail(const char *fn, const char *call, cudnnStatus_t st) {
@@ -137,12 +146,12 @@ static void desc_sizes(const amp_conv2d_desc *d, int64_t v[CONV_N_SIZES]) {
     memcpy(v, s, sizeof s);
 }
 
-static void key_fill(int64_t key[CONV_KEY_LEN], const amp_conv2d_desc *d, conv_dir dir,
-                     bool deterministic) {
+static void key_fill(int64_t key[CONV_KEY_LEN], const amp_conv2d_desc *d, conv_dir dir) {
     desc_sizes(d, key);
     key[CONV_N_SIZES] = d->dtype;
     key[CONV_N_SIZES + 1] = dir;
-    key[CONV_N_SIZES + 2] = deterministic;
+    key[CONV_N_SIZES + 2] = !d->allow_nondeterministic;
+    key[CONV_N_SIZES + 3] = d->dtype == AMP_F32 && d->allow_tf32;
 }
 
 /* Whether an algorithm listed by the heuristics may be used: runnable, and deterministic when
@@ -228,7 +237,7 @@ static amp_status plan_pick_algo(conv_plan *p, cudnnHandle_t h, conv_dir dir, bo
 }
 
 static amp_status plan_build(conv_plan *p, const int64_t key[CONV_KEY_LEN], cudnnHandle_t h,
-                             const amp_conv2d_desc *d, conv_dir dir, bool deterministic) {
+                             const amp_conv2d_desc *d, conv_dir dir) {
     const char *fn = conv_fn[dir];
     memset(p, 0, sizeof *p);
     memcpy(p->key, key, sizeof p->key);
@@ -252,16 +261,16 @@ static amp_status plan_build(conv_plan *p, const int64_t key[CONV_KEY_LEN], cudn
     CUDNN_TRY(fn, cudnnSetConvolution2dDescriptor,
               (p->conv, (int)d->pad_h, (int)d->pad_w, (int)d->stride_h, (int)d->stride_w, 1, 1,
                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    cudnnMathType_t math = d->dtype == AMP_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
-    CUDNN_TRY(fn, cudnnSetConvolutionMathType, (p->conv, math));
-    return plan_pick_algo(p, h, dir, deterministic, d);
+    p->math = d->dtype == AMP_F32 && !d->allow_tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    CUDNN_TRY(fn, cudnnSetConvolutionMathType, (p->conv, p->math));
+    return plan_pick_algo(p, h, dir, !d->allow_nondeterministic, d);
 }
 
 /* The cached plan of the problem, built on a miss; the caller holds g_lock. */
 static amp_status plan_get(const amp_conv2d_desc *d, conv_dir dir, cudnnHandle_t h,
                            conv_plan **out) {
     int64_t key[CONV_KEY_LEN];
-    key_fill(key, d, dir, g_deterministic);
+    key_fill(key, d, dir);
     for (int i = 0; i < AMP_CONV_PLANS; i++) {
         if (g_plans[i].used && memcmp(g_plans[i].key, key, sizeof key) == 0) {
             *out = &g_plans[i];
@@ -271,7 +280,7 @@ static amp_status plan_get(const amp_conv2d_desc *d, conv_dir dir, cudnnHandle_t
     conv_plan *p = &g_plans[g_next_victim];
     g_next_victim = (g_next_victim + 1) % AMP_CONV_PLANS;
     plan_release(p);
-    amp_status s = plan_build(p, key, h, d, dir, g_deterministic);
+    amp_status s = plan_build(p, key, h, d, dir);
     if (s != AMP_OK) {
         plan_release(p);
         return s;
@@ -297,6 +306,7 @@ static amp_status conv_enqueue(const amp_conv2d_desc *d, conv_dir dir, const con
     conv_plan *p = NULL;
     AMP_TRY(plan_get(d, dir, h, &p));
     if (p->ws_nbytes) AMP_TRY(amp_cuda_alloc(p->ws_nbytes, ws));
+    g_stats.math_type = (int)p->math;
     const float one = 1.0f, zero = 0.0f; /* host scalars, f32 for all three configurations */
     switch (dir) {
     case CONV_FWD:
@@ -393,12 +403,6 @@ amp_status amp_cuda_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, c
     if (!dbias) return AMP_OK;
     return amp_cuda_conv_bias_grad_launch(d->dtype, d->n, d->c_out, d->h_out * d->w_out, dy,
                                           dbias, amp_cuda_stream());
-}
-
-void amp_cuda_conv_set_deterministic(bool on) {
-    pthread_mutex_lock(&g_lock);
-    g_deterministic = on;
-    pthread_mutex_unlock(&g_lock);
 }
 
 void amp_cuda_conv_shutdown(void) {

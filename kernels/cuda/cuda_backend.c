@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/cuda/collectives.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -132,6 +133,16 @@ static const amp_backend amp_cuda_backend = {
     .scaler_seed = amp_cuda_scaler_seed,
     .scaler_clip = amp_cuda_scaler_clip,
     .scaler_update = amp_cuda_scaler_update,
+    .bn_channel_sums = amp_cuda_bn_channel_sums,
+    .bn_sync_stats = amp_cuda_bn_sync_stats,
+    .bn_bwd_elemt = amp_cuda_bn_bwd_elemt,
+    .coll_id = amp_cuda_coll_id,
+    .coll_create = amp_cuda_coll_create,
+    .coll_free = amp_cuda_coll_free,
+    .coll_allreduce = amp_cuda_coll_allreduce,
+    .coll_broadcast = amp_cuda_coll_broadcast,
+    .coll_join = amp_cuda_coll_join,
+    .coll_poll = amp_cuda_coll_poll,
 };
 
 static void amp_cuda_probe(void) {
@@ -168,8 +179,26 @@ static void amp_cuda_probe(void) {
     g_backend = &amp_cuda_backend;
 }
 
+static bool g_probed; /* set by the probe: the device is fixed from then on */
+
+amp_status amp_cuda_select_device(int local_rank) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        return AMP_OK; /* no device: the context will use the CPU and say why */
+    }
+    int want = local_rank % n, now = -1;
+    AMP_CUDA_TRY(cudaGetDevice(&now));
+    if (g_probed && now != want)
+        return amp_fail(AMP_ERR_STATE, "amp_cuda_select_device: the CUDA backend already runs on "
+                        "device %d; select the device before the first context", now);
+    AMP_CUDA_TRY(cudaSetDevice(want));
+    return AMP_OK;
+}
+
 const amp_backend *amp_backend_cuda(void) {
     pthread_once(&g_once, amp_cuda_probe);
+    g_probed = true;
     if (!g_backend) amp_fail(AMP_ERR_NO_DEVICE, "%s", g_why);
     return g_backend;
 }

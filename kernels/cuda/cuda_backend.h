@@ -82,17 +82,28 @@ amp_status amp_cuda_fill_scalar(void *dst, amp_dtype dt, int64_t n, const float 
                                 float scale);
 
 /* dst[i * ldd + j] = (dst_dt)(scale * src[i * lds + j] + bias[j]) for i < rows, j < cols, in f32
- * with one fma and one rounding; a NULL src reads as 0 (never touched), a NULL bias as 0; dst may
- * equal src (same ld and dtype). Used by the GEMM around cuBLASLt, whose bias epilogue takes a
- * bias of the output's dtype only. */
+ * with one fma and one rounding; with relu, the GEMM's ReLU epilogue (amp_relu_epilogue) before
+ * the rounding; a NULL src reads as 0 (never touched), a NULL bias as 0; dst may equal src (same
+ * ld and dtype). Used by the GEMM around cuBLASLt: widening operands, and finishing a result
+ * computed in f32 when no algorithm takes the epilogue or the output dtype. */
 amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, const void *src,
                                      amp_dtype src_dt, int64_t lds, int64_t rows, int64_t cols,
-                                     float scale, const float *bias, cudaStream_t stream);
+                                     float scale, const float *bias, bool relu,
+                                     cudaStream_t stream);
 
 /* GEMM (gemm_cublaslt.c). init creates the cuBLASLt handle; the first GEMM takes its workspace
  * from the allocator. */
 amp_status amp_cuda_gemm_init(void);
 amp_status amp_cuda_gemm(const amp_gemm_desc *d);
+/* What the latest amp_cuda_gemm that reached cuBLASLt ran (tests check what was fused): its
+ * cublasLtEpilogue_t (CUBLASLT_EPILOGUE_DEFAULT: nothing fused), whether cuBLASLt wrote C itself
+ * (else an f32 scratch rounded into C) and its cublasComputeType_t; -1 before the first. */
+typedef struct amp_cuda_gemm_stats {
+    int epilogue;
+    bool direct;
+    int compute;
+} amp_cuda_gemm_stats;
+void amp_cuda_gemm_stats_get(amp_cuda_gemm_stats *out);
 
 /* Loss-scaler entries (unscale.cu); same contracts as the table's unscale and sum_squares. The
  * launchers take an explicit stream; sum_squares needs amp_cuda_sum_squares_blocks(n) doubles of
@@ -174,8 +185,6 @@ amp_status amp_cuda_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, co
                                     void *dx);
 amp_status amp_cuda_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
                                       void *dw, float *dbias);
-/* Deterministic algorithms only (cuDNN's ALGO_1 for the backward passes) from the next call on. */
-void amp_cuda_conv_set_deterministic(bool on);
 /* Releases the cuDNN handle and the cached algorithm choices (process exit, tests). */
 void amp_cuda_conv_shutdown(void);
 
@@ -189,6 +198,16 @@ amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float
 amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy,
                            const float *gamma, const float *save_mean, const float *save_invstd,
                            void *dx, float *dgamma, float *dbeta);
+/* Synchronised batch norm (batchnorm_sync.cu); same contracts as the table's entries. */
+amp_status amp_cuda_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
+                                    const void *dy, float *out1, float *out2);
+amp_status amp_cuda_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
+                                  const float *s1, const float *s2, float *mean, float *var,
+                                  float *invstd, float *running_mean, float *running_var);
+amp_status amp_cuda_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x,
+                                 const void *dy, const float *gamma, const float *mean,
+                                 const float *invstd, const float *sum_dy,
+                                 const float *sum_dy_xmu, void *dx);
 amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
 amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
                                 void *dx);

@@ -1,26 +1,58 @@
-/* C = alpha * op(A) @ op(B) + beta * C (+ bias[n] per row) through cuBLASLt.
+/* C = epilogue(alpha * op(A) @ op(B) + beta * C (+ bias[n] per row)) through cuBLASLt, with the
+ * bias gradient of a weight-gradient GEMM fused into it (amp_gemm_desc in core/backend.h).
  *
  * Layout: our matrices are row-major and cuBLASLt's column-major, and a row-major [r, c] matrix
  * with leading dimension ld is the column-major [c, r] matrix with the same ld, its transpose. So
  * C^T = op(B)^T op(A)^T is computed: cuBLASLt's "A" is our B, its "B" our A, its m is our n, and
  * the transpose flags carry over unchanged. The bias then runs along cuBLASLt's rows (length n),
- * which is what CUBLASLT_EPILOGUE_BIAS broadcasts.
+ * which is what CUBLASLT_EPILOGUE_BIAS broadcasts. The bias gradient (sums over p of
+ * op(A)[i, p], length m) runs along cuBLASLt's columns and sums its op(B) = op(A)^T over k: that
+ * is CUBLASLT_EPILOGUE_BGRADB ("size of the columns of D, reduced over k"); BGRADA would sum
+ * cuBLASLt's A, our B (X of dW = dY^T X), which is no gradient of ours.
  *
  * Numerics (core/backend.h): f32 accumulation (CUBLAS_COMPUTE_32F; f16/bf16 inputs run on tensor
- * cores; f32 inputs stay true fp32, as PyTorch's default allow_tf32=False for matmul), alpha and
- * beta f32, one rounding to the output dtype. The epilogue's bias must have the output's dtype
- * (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) and ours is f32, so an f16/bf16 output with a
- * bias is computed into an f32 scratch matrix with the bias epilogue, then rounded into C once
- * (beta != 0 first widens C into the scratch); so is an output whose half dtype differs from the
- * inputs'. When no algorithm takes the epilogue, the bias is added by a separate pass before that
- * single rounding (for an f32 C, in place). cuBLASLt wants A and B of one dtype: a mixed pair
- * (which the CPU backend accepts) has its half operand widened to f32 first, which is exact.
- * Scratch buffers come from the caching allocator.
+ * cores; f32 inputs stay true fp32, as PyTorch's default allow_tf32=False for matmul, unless the
+ * descriptor's allow_tf32 asks for CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to TF32, f32
+ * accumulation), alpha and beta f32, one rounding to the output dtype. A half C's bias is
+ * rounded to C's dtype first (n elements), on every route: C = round(v + round(bias)), as
+ * core/backend.h states for both backends. cuBLASLt wants it so: bias vectors have D's type
+ * (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; IMMA and fp8 kernels excepted). Two routes:
+ *  - direct: C is f32, or has the inputs' dtype. cuBLASLt writes C and its epilogue adds the bias
+ *    (in D's dtype) and applies the ReLU;
+ *  - scratch: C's half dtype differs from the inputs' (f16 x f16 -> bf16, or a mixed pair, which
+ *    cuBLASLt does not take: its half operand is widened to f32 first, exactly). The product,
+ *    bias (its rounded values in f32) and ReLU go into an f32 scratch [m, n] (beta != 0 first
+ *    widens C into it), which is rounded into C once.
+ * When no algorithm takes the epilogue, an f32 result gets the bias and ReLU from a separate pass
+ * (for an f32 C in place, a second f32 rounding), and a half C takes the scratch route, so it is
+ * still rounded once.
+ * The bias gradient is fused (BGRADB, an unscaled sum, hence only with alpha = 1) for an f32 C
+ * with true f32 inputs; else a separate sum_rows over A (the table's sum_rows, double sums):
+ *  - cuBLASLt writes the bias gradient in D's type too, so an f16/bf16 dW would round it to half.
+ *    An f32 scratch for dW instead would write and read again 4 m n bytes and add a rounding
+ *    pass (m n = out x in: 16 MiB each way for a 2048 x 2048 layer), where sum_rows reads dY once
+ *    (k m s = batch x out x 2 bytes: 256 KiB at batch 64): half outputs keep sum_rows;
+ *  - with TF32 the epilogue may sum TF32-rounded inputs; PyTorch's bias gradient stays a true f32
+ *    sum under allow_tf32, and so does ours.
+ *
+ * What the fused epilogues save, for an m x n output of s-byte elements (dY [k, m] for dW):
+ *  - bias + ReLU in the GEMM (nn's linear_relu) against a GEMM and then the relu op: the relu op
+ *    reads and writes m n s bytes and the step holds a second m x n tensor; the epilogue applies
+ *    both in registers before the one store: 2 m n s bytes and a launch per layer, e.g. 512 KiB
+ *    and 256 KiB of step memory for the MLP's 2048-wide bf16 layers at batch 64 (forward only:
+ *    the backward masks dY by y > 0 from the output it keeps, so no aux bit-mask is written);
+ *  - half C with a bias, direct instead of scratch: the scratch route writes 4 m n, reads 4 m n
+ *    and writes s m n; direct writes s m n (the bias is rounded either way: 2 launches over n):
+ *    8 m n bytes, an m x n f32 allocation and a launch saved (1 MiB of traffic per 2048-wide
+ *    layer at batch 64);
+ *  - the bias gradient in the dW GEMM: sum_rows reads dY again (k m s bytes) and writes and reads
+ *    its double partials; the epilogue sums dY while the GEMM streams it in: k m s bytes and two
+ *    launches per layer (512 KiB of f32 dY for a 2048-wide layer at batch 64).
  *
  * Plans (matmul descriptor, layouts, the heuristic's algorithm) are cached by problem: shapes,
- * leading dimensions, dtypes, bias and pointer alignments, since the heuristic's choice depends
- * on the alignments it was promised. One mutex guards the cache and the descriptor whose bias
- * pointer is set per call. */
+ * leading dimensions, dtypes, compute type, epilogue and pointer alignments, since the
+ * heuristic's choice depends on the alignments it was promised. One mutex guards the cache and
+ * the descriptor whose bias pointer is set per call. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -40,26 +72,36 @@
 #define AMP_GEMM_PLANS 64
 
 typedef struct gemm_key {
-    int32_t trans_a, trans_b, bias, pad;
+    int32_t trans_a, trans_b;
+    int32_t epilogue; /* the cublasLtEpilogue_t wanted */
+    int32_t tf32;     /* CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F */
     int64_t m, n, k, lda, ldb, ldd;
     int32_t ab_dt, d_dt;
-    uint32_t align_a, align_b, align_d, align_bias;
+    uint32_t align_a, align_b, align_d, align_vec; /* vec: the bias or bias-gradient vector */
 } gemm_key;
 
 typedef struct gemm_plan {
     gemm_key key;
     bool used;
-    bool epilogue; /* bias fused by cuBLASLt; else a separate pass adds it */
+    /* What the algorithm runs: key.epilogue, or DEFAULT when no algorithm took it (the caller
+     * then does the epilogue's work in other passes). */
+    cublasLtEpilogue_t epilogue;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld; /* cuBLASLt's A (our B), B (our A), C = D */
     cublasLtMatmulAlgo_t algo;
 } gemm_plan;
+
+/* Scratch buffers of one call, from the caching allocator: the widened operands, the f32 result
+ * of the scratch route, the bias rounded to a half C's dtype (in that dtype for cuBLASLt's
+ * epilogue on a half D, and widened back to f32 for the other routes). */
+enum { SCR_A, SCR_B, SCR_D, SCR_BIAS, SCR_BIAS32, SCR_N };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cublasLtHandle_t g_lt;
 static void *g_workspace;
 static gemm_plan g_plans[AMP_GEMM_PLANS];
 static int g_next_victim;
+static amp_cuda_gemm_stats g_stats = {-1, false, -1};
 
 amp_status amp_cuda_gemm_init(void) {
     AMP_CUBLAS_TRY(cublasLtCreate(&g_lt));
@@ -86,19 +128,22 @@ static void plan_release(gemm_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Asks the heuristic for the best algorithm under the key's alignments and our workspace;
- * *found is false when none exists (then the caller retries without the epilogue). */
-static amp_status plan_pick_algo(gemm_plan *p, const float *bias, bool *found) {
+/* Asks the heuristic for the best algorithm with epilogue `epi` (its vector `vec`: the bias,
+ * or where the bias gradient goes) under the key's alignments and our workspace; *found is false
+ * when none exists (then the caller retries without the epilogue). */
+static amp_status plan_pick_algo(gemm_plan *p, cublasLtEpilogue_t epi, const void *vec,
+                                 bool *found) {
     const gemm_key *k = &p->key;
-    cublasLtEpilogue_t epi = p->epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    p->epilogue = epi;
     AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                   sizeof epi));
-    if (p->epilogue) {
-        int32_t bias_type = CUDA_R_32F;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
+        /* Bias and bias-gradient vectors have D's type (the documented default, said aloud). */
+        int32_t vec_type = cuda_type((amp_dtype)k->d_dt);
         AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                      &bias_type, sizeof bias_type));
+                                                      &vec_type, sizeof vec_type));
         AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias, sizeof bias));
+                                                      &vec, sizeof vec));
     }
     cublasLtMatmulPreference_t pref;
     AMP_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -134,10 +179,11 @@ static amp_status plan_pick_algo(gemm_plan *p, const float *bias, bool *found) {
     return AMP_OK;
 }
 
-static amp_status plan_build(gemm_plan *p, const gemm_key *key, const float *bias) {
+static amp_status plan_build(gemm_plan *p, const gemm_key *key, const void *vec) {
     memset(p, 0, sizeof *p);
     p->key = *key;
-    AMP_CUBLAS_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasComputeType_t compute = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    AMP_CUBLAS_TRY(cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
     p->used = true; /* from here plan_release frees what was made */
     cublasOperation_t ta = key->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = key->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -154,25 +200,24 @@ static amp_status plan_build(gemm_plan *p, const gemm_key *key, const float *bia
     AMP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->ld, cuda_type((amp_dtype)key->d_dt),
                                               (uint64_t)key->n, (uint64_t)key->m, key->ldd));
     bool found = false;
-    p->epilogue = key->bias != 0;
-    AMP_TRY(plan_pick_algo(p, bias, &found));
-    if (!found && p->epilogue) {
-        p->epilogue = false;
-        AMP_TRY(plan_pick_algo(p, NULL, &found));
-    }
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)key->epilogue;
+    AMP_TRY(plan_pick_algo(p, epi, vec, &found));
+    if (!found && epi != CUBLASLT_EPILOGUE_DEFAULT)
+        AMP_TRY(plan_pick_algo(p, CUBLASLT_EPILOGUE_DEFAULT, NULL, &found));
     if (!found)
         return amp_fail(AMP_ERR_UNSUPPORTED,
                         "amp_cuda_gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
-                        "(%s inputs, %s output, lda=%lld ldb=%lld ldc=%lld, alignments %u/%u/%u B)",
+                        "(%s inputs, %s output, lda=%lld ldb=%lld ldc=%lld, alignments "
+                        "%u/%u/%u B%s)",
                         (long long)key->m, (long long)key->n, (long long)key->k,
                         amp_dtype_name((amp_dtype)key->ab_dt), amp_dtype_name((amp_dtype)key->d_dt),
                         (long long)key->lda, (long long)key->ldb, (long long)key->ldd,
-                        key->align_a, key->align_b, key->align_d);
+                        key->align_a, key->align_b, key->align_d, key->tf32 ? ", TF32" : "");
     return AMP_OK;
 }
 
 /* The cached plan for key, built on a miss; the caller holds g_lock. */
-static amp_status plan_get(const gemm_key *key, const float *bias, gemm_plan **out) {
+static amp_status plan_get(const gemm_key *key, const void *vec, gemm_plan **out) {
     for (int i = 0; i < AMP_GEMM_PLANS; i++) {
         if (g_plans[i].used && memcmp(&g_plans[i].key, key, sizeof *key) == 0) {
             *out = &g_plans[i];
@@ -182,7 +227,7 @@ static amp_status plan_get(const gemm_key *key, const float *bias, gemm_plan **o
     gemm_plan *p = &g_plans[g_next_victim];
     g_next_victim = (g_next_victim + 1) % AMP_GEMM_PLANS;
     plan_release(p);
-    amp_status s = plan_build(p, key, bias);
+    amp_status s = plan_build(p, key, vec);
     if (s != AMP_OK) {
         plan_release(p);
         return s;
@@ -213,13 +258,12 @@ static amp_status gemm_validate(const amp_gemm_desc *d) {
     if (d->ldc < (d->n > 1 ? d->n : 1))
         return amp_fail(AMP_ERR_SHAPE, "amp_cuda_gemm: ldc = %lld < n = %lld", (long long)d->ldc,
                         (long long)d->n);
+    AMP_TRY(amp_backend_check_gemm_fused("amp_cuda_gemm", d));
     if (d->m > 0 && d->n > 0) {
         AMP_CHECK_ARG(d->c);
-        if (d->k > 0) {
-            AMP_CHECK_ARG(d->a);
-            AMP_CHECK_ARG(d->b);
-        }
+        if (d->k > 0) AMP_CHECK_ARG(d->b);
     }
+    if (d->m > 0 && d->k > 0 && (d->n > 0 || d->bias_grad)) AMP_CHECK_ARG(d->a);
     return AMP_OK;
 }
 
@@ -229,62 +273,97 @@ static amp_status widen_operand(const void **p, amp_dtype dt, int64_t *ld, int64
                                 int64_t cols, void **scratch, cudaStream_t stream) {
     AMP_TRY(amp_cuda_alloc((size_t)rows * (size_t)cols * sizeof(float), scratch));
     AMP_TRY(amp_cuda_cast_rows_launch(*scratch, AMP_F32, cols, *p, dt, *ld, rows, cols, 1.0f, NULL,
-                                      stream));
+                                      false, stream));
     *p = *scratch;
     *ld = cols;
     return AMP_OK;
 }
 
-static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[3], cudaStream_t stream) {
+/* The bias gradient in its own pass: column sums of the stored A [k, m] (trans_a) of dtype
+ * a_dt, through sum_rows, on a dense f32 copy when A is padded (scratch[SCR_A] is then free: a
+ * widened A is dense already). */
+static amp_status bias_grad_pass(const amp_gemm_desc *d, const void *a, amp_dtype a_dt,
+                                 int64_t lda, void *scratch[SCR_N], cudaStream_t stream) {
+    if (lda != d->m && d->k > 0) {
+        AMP_TRY(widen_operand(&a, a_dt, &lda, d->k, d->m, &scratch[SCR_A], stream));
+        a_dt = AMP_F32;
+    }
+    return amp_cuda_sum_rows(a_dt, d->k, d->m, a, d->bias_grad);
+}
+
+static cublasLtEpilogue_t epilogue_wanted(const amp_gemm_desc *d, bool fuse_bias_grad) {
+    bool relu = d->epilogue == AMP_GEMM_EPILOGUE_RELU;
+    if (d->bias) return relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    if (relu) return CUBLASLT_EPILOGUE_RELU;
+    return fuse_bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_t stream) {
     if (!g_workspace) AMP_TRY(amp_cuda_alloc(AMP_CUBLASLT_WORKSPACE, &g_workspace));
-    /* cuBLASLt takes A and B of one dtype: a mixed pair is widened to f32 (exactly). Its output
-     * is C itself when C is f32, or has the inputs' dtype and no bias (see the top); otherwise an
-     * f32 scratch [m, n] that is rounded into C once at the end. */
+    /* cuBLASLt takes A and B of one dtype: a mixed pair is widened to f32 (exactly). */
     amp_dtype ab_dt = d->a_dtype == d->b_dtype ? d->a_dtype : AMP_F32;
-    bool direct = d->c_dtype == AMP_F32 || (d->c_dtype == ab_dt && !d->bias);
     const void *a = d->a, *b = d->b;
-    int64_t lda = d->lda, ldb = d->ldb, ldd = d->ldc;
-    void *dst = d->c;
-    amp_dtype d_dt = direct ? d->c_dtype : AMP_F32;
+    int64_t lda = d->lda, ldb = d->ldb;
     if (d->a_dtype != ab_dt)
         AMP_TRY(widen_operand(&a, d->a_dtype, &lda, d->trans_a ? d->k : d->m,
-                              d->trans_a ? d->m : d->k, &scratch[0], stream));
+                              d->trans_a ? d->m : d->k, &scratch[SCR_A], stream));
     if (d->b_dtype != ab_dt)
         AMP_TRY(widen_operand(&b, d->b_dtype, &ldb, d->trans_b ? d->n : d->k,
-                              d->trans_b ? d->k : d->n, &scratch[1], stream));
-    if (!direct) {
-        AMP_TRY(amp_cuda_alloc((size_t)d->m * (size_t)d->n * sizeof(float), &scratch[2]));
-        dst = scratch[2];
-        ldd = d->n;
-        if (d->beta != 0.0f)
-            AMP_TRY(amp_cuda_cast_rows_launch(dst, AMP_F32, ldd, d->c, d->c_dtype, d->ldc, d->m,
-                                              d->n, 1.0f, NULL, stream));
-    }
+                              d->trans_b ? d->k : d->n, &scratch[SCR_B], stream));
+    bool tf32 = d->allow_tf32 && ab_dt == AMP_F32;
+    /* The fused bias gradient has D's type and is an unscaled sum: see the top. */
+    bool fuse_bias_grad = d->bias_grad && d->c_dtype == AMP_F32 && !tf32 && d->alpha == 1.0f;
+    cublasLtEpilogue_t want = epilogue_wanted(d, fuse_bias_grad);
+    bool direct = d->c_dtype == AMP_F32 || d->c_dtype == ab_dt;
 
-    gemm_key key;
-    memset(&key, 0, sizeof key); /* padding takes part in memcmp */
-    key.trans_a = d->trans_a;
-    key.trans_b = d->trans_b;
-    key.bias = d->bias != NULL;
-    key.m = d->m;
-    key.n = d->n;
-    key.k = d->k;
-    key.lda = lda;
-    key.ldb = ldb;
-    key.ldd = ldd;
-    key.ab_dt = ab_dt;
-    key.d_dt = d_dt;
-    key.align_a = align_of(a);
-    key.align_b = align_of(b);
-    key.align_d = align_of(dst);
-    key.align_bias = d->bias ? align_of(d->bias) : 0;
+    /* At most two rounds: a direct half C whose epilogue no algorithm takes goes the scratch
+     * way. */
     gemm_plan *p = NULL;
-    AMP_TRY(plan_get(&key, d->bias, &p));
-    if (p->epilogue) {
-        const float *bias = d->bias;
-        AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias, sizeof bias));
+    void *dst = d->c;
+    int64_t ldd = d->ldc;
+    amp_dtype d_dt = d->c_dtype;
+    const void *vec = NULL;
+    for (;;) {
+        dst = d->c, ldd = d->ldc, d_dt = d->c_dtype;
+        if (!direct) {
+            size_t nbytes = (size_t)d->m * (size_t)d->n * sizeof(float);
+            if (!scratch[SCR_D]) AMP_TRY(amp_cuda_alloc(nbytes, &scratch[SCR_D]));
+            dst = scratch[SCR_D], ldd = d->n, d_dt = AMP_F32;
+            if (d->beta != 0.0f)
+                AMP_TRY(amp_cuda_cast_rows_launch(dst, AMP_F32, ldd, d->c, d->c_dtype, d->ldc, d->m,
+                                                  d->n, 1.0f, NULL, false, stream));
+        }
+        vec = fuse_bias_grad ? (const void *)d->bias_grad : (const void *)d->bias;
+        if (d->bias && d_dt != AMP_F32) vec = scratch[SCR_BIAS]; /* D's dtype: amp_cuda_gemm's */
+        gemm_key key;
+        memset(&key, 0, sizeof key); /* padding takes part in memcmp */
+        key.trans_a = d->trans_a;
+        key.trans_b = d->trans_b;
+        key.epilogue = (int32_t)want;
+        key.tf32 = tf32;
+        key.m = d->m;
+        key.n = d->n;
+        key.k = d->k;
+        key.lda = lda;
+        key.ldb = ldb;
+        key.ldd = ldd;
+        key.ab_dt = ab_dt;
+        key.d_dt = d_dt;
+        key.align_a = align_of(a);
+        key.align_b = align_of(b);
+        key.align_d = align_of(dst);
+        key.align_vec = vec ? align_of(vec) : 0;
+        AMP_TRY(plan_get(&key, vec, &p));
+        /* A half C cannot take a missed bias or ReLU in a later pass without a second rounding. */
+        if (direct && d_dt != AMP_F32 && p->epilogue != want) {
+            direct = false;
+            continue;
+        }
+        break;
     }
+    if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &vec, sizeof vec));
     cublasStatus_t st = cublasLtMatmul(g_lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, dst,
                                        p->ld, dst, p->ld, &p->algo, g_workspace,
                                        AMP_CUBLASLT_WORKSPACE, stream);
@@ -293,29 +372,69 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[3], cudaStream_
                         "amp_cuda_gemm: cublasLtMatmul (m=%lld n=%lld k=%lld): %s (%s)",
                         (long long)d->m, (long long)d->n, (long long)d->k,
                         cublasLtGetStatusString(st), cublasLtGetStatusName(st));
-    /* The bias when the epilogue could not take it, and the one rounding out of the scratch. */
-    const float *late_bias = p->epilogue ? NULL : d->bias;
-    if (!direct || late_bias)
+    /* The bias and ReLU when the epilogue could not take them (D is f32 then), and the one
+     * rounding out of the scratch. */
+    bool late = p->epilogue != want && want != CUBLASLT_EPILOGUE_BGRADB;
+    const float *late_bias = late ? d->bias : NULL;
+    bool late_relu = late && d->epilogue == AMP_GEMM_EPILOGUE_RELU;
+    if (!direct || late_bias || late_relu)
         AMP_TRY(amp_cuda_cast_rows_launch(d->c, d->c_dtype, d->ldc, dst, d_dt, ldd, d->m, d->n,
-                                          1.0f, late_bias, stream));
+                                          1.0f, late_bias, late_relu, stream));
+    if (d->bias_grad && p->epilogue != CUBLASLT_EPILOGUE_BGRADB)
+        AMP_TRY(bias_grad_pass(d, a, ab_dt, lda, scratch, stream));
+    g_stats = (amp_cuda_gemm_stats){(int)p->epilogue, direct,
+                                    tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
     return AMP_OK;
 }
 
-amp_status amp_cuda_gemm(const amp_gemm_desc *d) {
-    AMP_TRY(gemm_validate(d));
-    if (d->m == 0 || d->n == 0) return AMP_OK;
+/* An empty product: C = epilogue(beta * C + bias) (C unread when beta = 0, as BLAS), and the
+ * bias gradient, which does not depend on n, sums A alone; cuBLASLt does not take k = 0. */
+static amp_status gemm_empty(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_t stream) {
+    if (d->n > 0)
+        AMP_TRY(amp_cuda_cast_rows_launch(d->c, d->c_dtype, d->ldc, d->beta != 0.0f ? d->c : NULL,
+                                          d->c_dtype, d->ldc, d->m, d->n, d->beta, d->bias,
+                                          d->epilogue == AMP_GEMM_EPILOGUE_RELU, stream));
+    if (d->bias_grad) AMP_TRY(bias_grad_pass(d, d->a, d->a_dtype, d->lda, scratch, stream));
+    return AMP_OK;
+}
+
+/* A half C's bias rounded to C's dtype (core/backend.h), into scratch[SCR_BIAS], and widened
+ * back to f32 (exactly) into scratch[SCR_BIAS32]; *d then points at the latter. */
+static amp_status bias_round(amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_t stream) {
+    AMP_TRY(amp_cuda_alloc((size_t)d->n * amp_dtype_size(d->c_dtype), &scratch[SCR_BIAS]));
+    AMP_TRY(amp_cuda_alloc((size_t)d->n * sizeof(float), &scratch[SCR_BIAS32]));
+    AMP_TRY(amp_cuda_cast_rows_launch(scratch[SCR_BIAS], d->c_dtype, d->n, d->bias, AMP_F32, d->n,
+                                      1, d->n, 1.0f, NULL, false, stream));
+    AMP_TRY(amp_cuda_cast_rows_launch(scratch[SCR_BIAS32], AMP_F32, d->n, scratch[SCR_BIAS],
+                                      d->c_dtype, d->n, 1, d->n, 1.0f, NULL, false, stream));
+    d->bias = scratch[SCR_BIAS32];
+    return AMP_OK;
+}
+
+amp_status amp_cuda_gemm(const amp_gemm_desc *desc) {
+    AMP_TRY(gemm_validate(desc));
     cudaStream_t stream = amp_cuda_stream();
-    /* An empty inner dimension: the product is zero, C = beta * C + bias (C unread when beta = 0,
-     * as BLAS); cuBLASLt does not take k = 0. */
-    if (d->k == 0)
-        return amp_cuda_cast_rows_launch(d->c, d->c_dtype, d->ldc, d->beta != 0.0f ? d->c : NULL,
-                                         d->c_dtype, d->ldc, d->m, d->n, d->beta, d->bias, stream);
-    void *scratch[3] = {NULL, NULL, NULL};
-    pthread_mutex_lock(&g_lock);
-    amp_status s = gemm_run(d, scratch, stream);
-    pthread_mutex_unlock(&g_lock);
+    void *scratch[SCR_N] = {NULL};
+    amp_status s = AMP_OK;
+    if (desc->m == 0) return AMP_OK;
+    amp_gemm_desc d = *desc;
+    if (d.bias && d.c_dtype != AMP_F32 && d.n > 0) s = bias_round(&d, scratch, stream);
+    if (s == AMP_OK && (d.n == 0 || d.k == 0)) {
+        s = gemm_empty(&d, scratch, stream);
+    } else if (s == AMP_OK) {
+        pthread_mutex_lock(&g_lock);
+        s = gemm_run(&d, scratch, stream);
+        pthread_mutex_unlock(&g_lock);
+    }
     /* Safe before the queued work ran: the allocator hands these only to work queued later on the
      * same stream. */
-    for (int i = 0; i < 3; i++) amp_cuda_free(scratch[i]);
+    for (int i = 0; i < SCR_N; i++) amp_cuda_free(scratch[i]);
     return s;
+}
+
+void amp_cuda_gemm_stats_get(amp_cuda_gemm_stats *out) {
+    if (!out) return;
+    pthread_mutex_lock(&g_lock);
+    *out = g_stats;
+    pthread_mutex_unlock(&g_lock);
 }

@@ -23,6 +23,11 @@ typedef struct amp_scaler_dev {
     float grad_norm;       /* the norm amp_clip_grad_norm measured this step */
     int32_t hysteresis_left;
     int32_t last_skipped;  /* 1 when the last update skipped its step */
+    /* What the last overflow did, for its log line when the host reads this later (clean steps
+     * may have grown the scale and refilled the hysteresis since): the scale it left, and the
+     * hysteresis it left when it kept the scale (DeepSpeed's delayed shift), 0 when it cut it. */
+    float overflow_scale;
+    int32_t overflow_hysteresis;
     int64_t growth_tracker;
     int64_t total_steps, skipped_steps;
     int64_t overflows;     /* overflows this scaler skipped (the host's log lines count them) */
@@ -86,15 +91,21 @@ AMP_HD static inline int amp_scaler_dev_update(amp_scaler_dev *s, const amp_scal
     else s->taken_steps++;
     s->last_skipped = skipped;
     if (own) s->overflows++;
-    if (!p->dynamic) return skipped;
+    if (!p->dynamic) {
+        if (own) s->overflow_scale = s->scale;
+        return skipped;
+    }
     if (own) {
         s->growth_tracker = 0;
         if (s->hysteresis_left > 1) { /* DeepSpeed's delayed shift: skip, keep the scale */
             s->hysteresis_left--;
+            s->overflow_hysteresis = s->hysteresis_left;
         } else {
             float next = amp_scaler_times(s->scale, p->backoff_factor);
             s->scale = next < p->floor ? p->floor : next;
+            s->overflow_hysteresis = 0;
         }
+        s->overflow_scale = s->scale;
     } else if (++s->growth_tracker >= p->growth_interval) {
         s->growth_tracker = 0;
         s->hysteresis_left = p->hysteresis;

@@ -218,10 +218,11 @@ static float load_ref(const void *p, amp_dtype dt, int64_t i) {
     return dt == AMP_F16 ? nv_f16_to_f32(h) : nv_bf16_to_f32(h);
 }
 
-/* The GEMM's helper pass: dst = scale * src + bias over a strided [rows, cols] window. Checks the
- * window against fmaf + NVIDIA rounding, and that the padding columns keep their sentinel. */
+/* The GEMM's helper pass: dst = scale * src + bias (then the ReLU epilogue, v > 0 ? v : +0,
+ * written out here) over a strided [rows, cols] window. Checks the window against fmaf + NVIDIA
+ * rounding, and that the padding columns keep their sentinel. */
 static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bool with_bias,
-                           bool in_place) {
+                           bool in_place, bool relu = false) {
     const int64_t rows = 37, cols = 50, lds = 61, ldd = in_place ? lds : 53;
     const float scale = with_src ? 0.75f : 1.0f;
     size_t ses = amp_dtype_size(src_dt), des = amp_dtype_size(dst_dt);
@@ -245,7 +246,7 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
     bias.upload();
     CHECK_OK(amp_cuda_cast_rows_launch(dst.ptr, dst_dt, ldd, with_src ? src.ptr : nullptr, src_dt,
                                        lds, rows, cols, scale,
-                                       with_bias ? bias.dev<float>() : nullptr, 0));
+                                       with_bias ? bias.dev<float>() : nullptr, relu, 0));
     CHECK(dev_sync());
     dst.download();
     int bad = 0, pad_bad = 0;
@@ -260,6 +261,7 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
             }
             float x = with_src ? load_ref(src_copy.data(), src_dt, i * lds + j) : 0.0f;
             float v = std::fma(scale, x, with_bias ? bias.h<float>()[j] : 0.0f);
+            if (relu) v = v > 0.0f ? v : 0.0f;
             uint32_t want = dst_dt == AMP_F32   ? amp_f32_bits(v)
                             : dst_dt == AMP_F16 ? nv_f32_to_f16(v)
                                                 : nv_f32_to_bf16(v);
@@ -268,9 +270,9 @@ static void test_cast_rows(amp_dtype dst_dt, amp_dtype src_dt, bool with_src, bo
             bad += got != want;
         }
     }
-    CHECK_MSG(bad == 0 && pad_bad == 0, "cast_rows %s -> %s src=%d bias=%d in_place=%d: %d wrong, "
-              "%d padding touched", amp_dtype_name(src_dt), amp_dtype_name(dst_dt), with_src,
-              with_bias, in_place, bad, pad_bad);
+    CHECK_MSG(bad == 0 && pad_bad == 0, "cast_rows %s -> %s src=%d bias=%d in_place=%d relu=%d: "
+              "%d wrong, %d padding touched", amp_dtype_name(src_dt), amp_dtype_name(dst_dt),
+              with_src, with_bias, in_place, relu, bad, pad_bad);
     /* In place the window lies inside src, whose guard is checked as well. */
     CHECK(dst.guard_intact());
 }
@@ -365,6 +367,8 @@ int main(void) {
     test_cast_rows(AMP_F32, AMP_F32, true, false, false);
     test_cast_rows(AMP_F32, AMP_F32, true, true, true);
     test_cast_rows(AMP_BF16, AMP_BF16, true, true, true);
+    test_cast_rows(AMP_F16, AMP_F32, true, true, false, true); /* the GEMM's late ReLU epilogue */
+    test_cast_rows(AMP_F32, AMP_F32, true, true, true, true);
     test_i32();
     test_errors();
     return test_summary("test_cast_cudacpu");

@@ -13,8 +13,12 @@
  *  - bad arguments (dtype, output size, stride, sizes, window, NULL pointers, sizes beyond int, a
  *    tensor cuDNN refuses) fail with the expected status and message and write nothing, and the
  *    next valid call works;
- *  - deterministic mode (the default) picks cuDNN's deterministic backward algorithms and gives
- *    identical bits on repeated runs; without it the emulation's first-listed ALGO_0 is taken;
+ *  - by default (the descriptor's allow_nondeterministic false) cuDNN's deterministic backward
+ *    algorithms are picked and give identical bits on repeated runs; with it the emulation's
+ *    first-listed ALGO_0, which cuDNN marks non-deterministic, is taken;
+ *  - the descriptor's allow_tf32 reaches the math type: CUDNN_FMA_MATH for f32 by default,
+ *    CUDNN_TENSOR_OP_MATH with it (and for f16/bf16 either way); the emulation computes every
+ *    math type alike, so only the choice is checked here;
  *  - one algorithm search per shape, dtype, direction and mode: a second call reuses the plan
  *    (same bits), a mode switched back finds its plan again, amp_cuda_conv_shutdown forgets all.
  * Run with CUDACPU_SCHEDULE=random:7 and CUDACPU_STREAMS=random as well. */
@@ -240,17 +244,42 @@ static void test_deterministic(void) {
                       st.bwd_filter_algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,
                   "deterministic mode chose backward algorithms %d and %d", st.bwd_data_algo,
                   st.bwd_filter_algo);
-        /* Off: the first runnable algorithm, which the emulation's heuristics list as ALGO_0 (it
-         * needs no workspace); the emulation computes every algorithm alike. */
-        amp_cuda_conv_set_deterministic(false);
-        conv_run c = run_all(d, x, w, dy, bias);
+        /* Allowed: the first runnable algorithm, which the emulation's heuristics list as ALGO_0
+         * (it needs no workspace); the emulation computes every algorithm alike. */
+        amp_conv2d_desc nd = d;
+        nd.allow_nondeterministic = true;
+        conv_run c = run_all(nd, x, w, dy, bias);
         amp_cuda_conv_stats_get(&st);
         CHECK(st.bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 &&
               st.bwd_filter_algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
         CHECK(c.y == a.y);
-        amp_cuda_conv_set_deterministic(true);
         conv_run e = run_all(d, x, w, dy, bias);
         CHECK(same_bits(a, e));
+        amp_cuda_conv_stats_get(&st);
+        CHECK(st.bwd_data_algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
+    }
+}
+
+/* allow_tf32 picks the math type of the plan (tensor-op math for f32 only with it). */
+static void test_tf32_math(void) {
+    amp_cuda_conv_stats st;
+    for (amp_dtype dt : {AMP_F32, AMP_BF16}) {
+        for (bool tf32 : {false, true}) {
+            amp_conv2d_desc d = make_desc({2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1}, dt);
+            d.allow_tf32 = tf32;
+            dev_buf x = random_buf(dt, numel_x(d), 1.0, false);
+            dev_buf w = random_buf(dt, numel_w(d), 1.0, false);
+            dev_buf y(numel_y(d) * amp_dtype_size(dt));
+            CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y.ptr));
+            amp_cuda_conv_stats_get(&st);
+            int want = dt == AMP_F32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+            CHECK_MSG(st.math_type == want, "%s, allow_tf32 %d: math type %d, want %d",
+                      amp_dtype_name(dt), tf32, st.math_type, want);
+            CHECK_OK(amp_cuda_conv2d_bwd_weight(&d, x.ptr, y.ptr, w.ptr, nullptr));
+            amp_cuda_conv_stats_get(&st);
+            CHECK(st.math_type == want);
+            CHECK(dev_sync());
+        }
     }
 }
 
@@ -289,18 +318,25 @@ static void test_cache(void) {
     dev_buf wh = random_buf(AMP_BF16, numel_w(h), 1.0, false), yh(numel_y(h) * 2);
     CHECK_OK(amp_cuda_conv2d_fwd(&h, xh.ptr, wh.ptr, nullptr, yh.ptr));
     CHECK(searches() == s0 + 4);
-    amp_cuda_conv_set_deterministic(false);
+    amp_conv2d_desc nd = d;
+    nd.allow_nondeterministic = true;
+    CHECK_OK(amp_cuda_conv2d_fwd(&nd, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK(searches() == s0 + 5);
     CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y2.ptr));
     CHECK(searches() == s0 + 5);
-    amp_cuda_conv_set_deterministic(true);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y2.ptr));
-    CHECK(searches() == s0 + 5);
+    nd.allow_nondeterministic = false; /* TF32 is another plan for f32, not for bf16 */
+    nd.allow_tf32 = true;
+    CHECK_OK(amp_cuda_conv2d_fwd(&nd, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK(searches() == s0 + 6);
+    h.allow_tf32 = true;
+    CHECK_OK(amp_cuda_conv2d_fwd(&h, xh.ptr, wh.ptr, nullptr, yh.ptr));
+    CHECK(searches() == s0 + 6);
 
     /* Shutdown forgets the plans and the handle; the next call makes both again. */
     amp_cuda_conv_shutdown();
     poison(y2);
     CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y2.ptr));
-    CHECK(searches() == s0 + 6);
+    CHECK(searches() == s0 + 7);
     CHECK(dev_sync());
     y2.download();
     CHECK(y1.host == y2.host);
@@ -370,6 +406,7 @@ static void test_errors(void) {
 int main(void) {
     test_values();
     test_deterministic();
+    test_tf32_math();
     test_cache();
     test_errors();
     amp_cuda_conv_shutdown();

@@ -126,11 +126,12 @@ static const scaler_field scaler_fields[] = {
     SCALER_FIELD(inv_used_scale, EK_F32),  SCALER_FIELD(half_grad_scale, EK_F32),
     SCALER_FIELD(clip_coef, EK_F32),       SCALER_FIELD(grad_norm, EK_F32),
     SCALER_FIELD(hysteresis_left, EK_I32), SCALER_FIELD(last_skipped, EK_I32),
+    SCALER_FIELD(overflow_scale, EK_F32),  SCALER_FIELD(overflow_hysteresis, EK_I32),
     SCALER_FIELD(growth_tracker, EK_I64),  SCALER_FIELD(total_steps, EK_I64),
     SCALER_FIELD(skipped_steps, EK_I64),   SCALER_FIELD(overflows, EK_I64),
     SCALER_FIELD(taken_steps, EK_I64),
 };
-static_assert(sizeof(amp_scaler_dev) == 6 * 4 + 2 * 4 + 5 * 8,
+static_assert(sizeof(amp_scaler_dev) == 7 * 4 + 3 * 4 + 5 * 8,
               "amp_scaler_dev changed: update scaler_fields");
 
 /* ---- Seeded generator (splitmix64) ---------------------------------------------------------- */

@@ -30,6 +30,7 @@ static amp_scaler_dev *scaler_state(const op_row *r, tcase *c) {
     *s = (amp_scaler_dev){.scale = r->f[0], .used_scale = 1234.5f, .inv_used_scale = 0.375f,
                           .half_grad_scale = 0.0625f, .clip_coef = 0.5f, .grad_norm = 42.25f,
                           .hysteresis_left = (int32_t)r->s[1], .last_skipped = 1,
+                          .overflow_scale = 96.0f, .overflow_hysteresis = 2,
                           .growth_tracker = r->s[0], .total_steps = 1000 + rng_below(&c->rng, 99),
                           .skipped_steps = 17, .overflows = 5, .taken_steps = 978};
     return s;

@@ -11,9 +11,12 @@
  * as passed; in the cudacpu build (AMP_CUDACPU=ON), where the CUDA backend runs on every machine
  * and fills every entry, it counts as a failure.
  *
- * The rows of the optimizer and unscale entries are in backend_ops_optim.h, those of their
+ * The GEMM entry and the rows of its fused parts (epilogue, bias gradient, TF32, the bias of half
+ * outputs) and of the convolution's switches are in backend_ops_gemm.h; the rows of the
+ * optimizer and unscale entries are in backend_ops_optim.h, those of their
  * multi-tensor versions (a list of tensors carved out of one buffer per list) in
- * backend_ops_multi.h and those of the loss scaler's device state in backend_ops_scaler.h. Every
+ * backend_ops_multi.h, those of the loss scaler's device state in backend_ops_scaler.h and those
+ * of synchronised batch norm in backend_ops_syncbn.h. Every
  * entry of the backend table that computes has rows, which the program checks before it runs;
  * the memory, copy and stream entries (not_op_entries) are not op rows.
  *
@@ -23,7 +26,7 @@
  * half type land one unit in the last place away when the f32 value before rounding differs in
  * its last bits (fused multiply-adds, another summation order); reductions, GEMM, convolution and
  * batch norm allow for their accumulation order in f32 (not for TF32, which the backend contract
- * excludes).
+ * excludes unless a descriptor's allow_tf32 asks for it: those rows are backend_ops_gemm.h's).
  *
  * Usage: test_backend_ops [--self] [--seed N] [--row SUBSTRING]
  *   (default) every device backend present against the CPU; none present: prints why and
@@ -40,7 +43,7 @@ typedef enum entry {
     E_SUM_ROWS, E_XENT_FWD, E_XENT_BWD, E_MSE_FWD, E_MSE_BWD, E_DROPOUT_FWD, E_DROPOUT_BWD,
     E_SGD, E_ADAM, E_UNSCALE, E_SUM_SQUARES, E_NONFINITE, E_SGD_MULTI, E_ADAM_MULTI,
     E_LAMB_MULTI, E_UNSCALE_MULTI, E_NONFINITE_MULTI, E_SUM_SQUARES_MULTI, E_SCALER_SEED,
-    E_SCALER_CLIP, E_SCALER_UPDATE, E_N
+    E_SCALER_CLIP, E_SCALER_UPDATE, E_BN_CHANNEL_SUMS, E_BN_SYNC_STATS, E_BN_BWD_ELEMT, E_N
 } entry;
 
 /* Row variants (the multi-tensor and scaler entries' are in their headers, from 1 << 10). */
@@ -51,6 +54,8 @@ enum {
     NO_STATS = 16,            /* bn_fwd_train: running stats and save_* NULL */
     NESTEROV = 32, FIRST_STEP = 64, /* SGD */
     DECOUPLED = 128,                /* AdamW */
+    ALLOW_TF32 = 256,               /* GEMM and conv2d descriptors: allow_tf32 */
+    NONDETERMINISTIC = 512,         /* conv2d descriptors: allow_nondeterministic */
 };
 
 typedef struct op_row {
@@ -115,41 +120,14 @@ static amp_status run_fill_scalar(const op_row *r, const amp_backend *be, void *
     return be->fill_scalar(p[1], r->dt, r->s[0], p[0], r->f[1]);
 }
 
-/* gemm: s = {m, n, k, pad}: every leading dimension is its row length + pad; a and b in dt, c in
- * dt2, f = {alpha, beta}. With beta = 0, c starts as NaN: BLAS does not read C then. */
-static int64_t gemm_cols(const op_row *r, int which) {
-    int64_t m = r->s[0], n = r->s[1], k = r->s[2];
-    if (which == 0) return (r->flags & TRANS_A ? m : k) + r->s[3];
-    if (which == 1) return (r->flags & TRANS_B ? k : n) + r->s[3];
-    return n + r->s[3];
-}
-static void setup_gemm(const op_row *r, tcase *c) {
-    int64_t m = r->s[0], n = r->s[1], k = r->s[2];
-    in_main(r, c, 0, "a", ek_of(r->dt), (r->flags & TRANS_A ? k : m) * gemm_cols(r, 0));
-    in_main(r, c, 1, "b", ek_of(r->dt), (r->flags & TRANS_B ? n : k) * gemm_cols(r, 1));
-    slot_decl(c, 2, "c", ROLE_INOUT, ek_of(r->dt2), m * gemm_cols(r, 2));
-    if (r->f[1] != 0.0f) gen_main(r, c, 2);
-    else gen_uniform(c, 2, NAN, NAN);
-    if (r->flags & BIAS) in_range(c, 3, "bias", ROLE_IN, EK_F32, n, -1, 1);
-}
-static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_gemm_desc d = {
-        .trans_a = r->flags & TRANS_A, .trans_b = r->flags & TRANS_B,
-        .m = r->s[0], .n = r->s[1], .k = r->s[2], .alpha = r->f[0], .beta = r->f[1],
-        .a = p[0], .a_dtype = r->dt, .lda = gemm_cols(r, 0),
-        .b = p[1], .b_dtype = r->dt, .ldb = gemm_cols(r, 1),
-        .c = p[2], .c_dtype = r->dt2, .ldc = gemm_cols(r, 2),
-        .bias = p[3],
-    };
-    return be->gemm(&d);
-}
-
 /* conv2d: s = {n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w}; dtype dt. */
 static amp_conv2d_desc conv_desc(const op_row *r) {
     const int64_t *s = r->s;
     amp_conv2d_desc d = {.n = s[0], .c_in = s[1], .h_in = s[2], .w_in = s[3], .c_out = s[4],
                          .kh = s[5], .kw = s[6], .stride_h = s[7], .stride_w = s[8],
-                         .pad_h = s[9], .pad_w = s[10], .dtype = r->dt};
+                         .pad_h = s[9], .pad_w = s[10], .dtype = r->dt,
+                         .allow_tf32 = r->flags & ALLOW_TF32,
+                         .allow_nondeterministic = r->flags & NONDETERMINISTIC};
     d.h_out = (d.h_in + 2 * d.pad_h - d.kh) / d.stride_h + 1;
     d.w_out = (d.w_in + 2 * d.pad_w - d.kw) / d.stride_w + 1;
     return d;
@@ -454,9 +432,17 @@ static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *
 #define ULP_F16 0x1p-10
 #define ACT_L1 (8 * 16 * 28 * 28) /* the ConvNet's layer1 activations: 100352 elements */
 
+/* The ConvNet of nn/presets.c at batch 8, and an odd shape (stride 2 x 1, pad 1 x 0, 3 x 2
+ * kernel) whose sizes divide nothing. */
+#define CONV_L1 {8, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2}
+#define CONV_L2 {8, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2}
+#define CONV_ODD {3, 3, 17, 13, 8, 3, 2, 2, 1, 1, 0}
+
+#include "backend_ops_gemm.h"
 #include "backend_ops_optim.h"
 #include "backend_ops_multi.h"
 #include "backend_ops_scaler.h"
+#include "backend_ops_syncbn.h"
 
 /* ---- The entry table ------------------------------------------------------------------------ */
 
@@ -510,6 +496,9 @@ static const entry_info entries[E_N] = {
     ENTRY(E_SCALER_SEED, scaler_seed, AMP_BE_UNSCALE, false, scaler_seed),
     ENTRY(E_SCALER_CLIP, scaler_clip, AMP_BE_UNSCALE, false, scaler_clip),
     ENTRY(E_SCALER_UPDATE, scaler_update, AMP_BE_UNSCALE, false, scaler_update),
+    ENTRY(E_BN_CHANNEL_SUMS, bn_channel_sums, AMP_BE_BATCHNORM, false, bn_channel_sums),
+    ENTRY(E_BN_SYNC_STATS, bn_sync_stats, AMP_BE_BATCHNORM, false, bn_sync_stats),
+    ENTRY(E_BN_BWD_ELEMT, bn_bwd_elemt, AMP_BE_BATCHNORM, false, bn_bwd_elemt),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
@@ -521,12 +510,6 @@ static const char *const not_op_entries[] = {
 };
 
 /* ---- The rows ------------------------------------------------------------------------------- */
-
-/* The ConvNet of nn/presets.c at batch 8, and an odd shape (stride 2 x 1, pad 1 x 0, 3 x 2
- * kernel) whose sizes divide nothing. */
-#define CONV_L1 {8, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2}
-#define CONV_L2 {8, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2}
-#define CONV_ODD {3, 3, 17, 13, 8, 3, 2, 2, 1, 1, 0}
 
 static const op_row rows[] = {
     /* Casts: every dtype pair the contract names, bits exact, specials in. */
@@ -666,9 +649,11 @@ typedef struct row_table {
 
 static const row_table tables[] = {
     {rows, N_OF(rows)},
+    {gemm_rows, N_OF(gemm_rows)},
     {optim_rows, N_OF(optim_rows)},
     {multi_rows, N_OF(multi_rows)},
     {scaler_rows, N_OF(scaler_rows)},
+    {syncbn_rows, N_OF(syncbn_rows)},
 };
 
 static bool implements(const amp_backend *be, const op_row *r) {

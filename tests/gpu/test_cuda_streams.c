@@ -107,6 +107,50 @@ static void test_stager(void) {
     amp_ctx_free(ctx);
 }
 
+/* A pair the stager makes new takes blocks from the caching allocator, which orders a block's
+ * reuse only on the compute stream: compute queued before the put may still write them (here a
+ * block written on the compute stream and freed at once, and the zero fill of the new tensors).
+ * The copy must wait for that compute, or the batch is overwritten after it lands. One fresh
+ * stager per round, so that every put makes its pair; under CUDACPU_STREAMS=random a copy that
+ * waited only on an older mark shows as a wrong batch within a few rounds. */
+static void test_stager_fresh_pair(void) {
+    amp_ctx *ctx = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CUDA, .seed = 1}, &ctx));
+    if (!ctx) return;
+    enum { N = 8, C = 1, H = 8, W = 8, PIX = C * H * W };
+    float hx[N * PIX];
+    int32_t hy[N];
+    int wrong = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        void *p = NULL;
+        CHECK_OK(amp_cuda_alloc(sizeof hx, &p)); /* the class the batch's x will take */
+        CHECK(cudaMemsetAsync(p, 0xFF, sizeof hx, amp_cuda_stream()) == cudaSuccess);
+        amp_cuda_free(p);
+        amp_stager *st = NULL;
+        CHECK_OK(amp_stager_create(ctx, &st));
+        for (int i = 0; i < N * PIX; i++) hx[i] = (float)(r + i % 7);
+        for (int i = 0; i < N; i++) hy[i] = r + i;
+        amp_batch b = {.x = hx, .y = hy, .n = N, .shape = {N, C, H, W}, .index = r};
+        amp_tensor *x = NULL, *y = NULL, *m = NULL;
+        CHECK_OK(amp_stager_put(st, &b, &x, &y));
+        if (x) CHECK_OK(amp_mean(x, &m));
+        float got = 0, want = 0;
+        for (int i = 0; i < N * PIX; i++) want += hx[i];
+        want /= (float)(N * PIX);
+        int32_t labels[N] = {0};
+        if (m) CHECK_OK(amp_tensor_item(m, &got));
+        if (y) CHECK_OK(amp_tensor_to_host(y, labels, sizeof labels));
+        bool ok = got == want;
+        for (int i = 0; i < N; i++) ok = ok && labels[i] == r + i;
+        wrong += !ok;
+        amp_ctx_reset_step(ctx);
+        amp_stager_free(st);
+    }
+    CHECK_MSG(wrong == 0, "%d of %d batches copied into a new pair were overwritten by compute "
+              "queued before the put", wrong, ROUNDS);
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
     if (!amp_backend_cuda()) {
         printf("test_cuda_streams: SKIPPED: %s\n", amp_last_error());
@@ -114,5 +158,6 @@ int main(void) {
     }
     test_record_stream();
     test_stager();
+    test_stager_fresh_pair();
     return test_summary("test_cuda_streams");
 }

@@ -4,12 +4,8 @@
  * device-to-host copy.
  *
  * The CUDA runtime calls that make the host wait are counted by wrapping them at link time
- * (-Wl,--wrap, tests/gpu/CMakeLists.txt): cudaStreamSynchronize, cudaDeviceSynchronize,
- * cudaEventSynchronize, cudaMemcpy (every kind waits) and cudaMemcpyAsync into host memory (the
- * backend's copy_to_host waits right after it), cudaFree (it synchronises the device) and
- * cudaMalloc. The library is linked statically, so its own calls go through the wrappers. Built
- * where the CUDA backend is (the cudacpu build runs it on this CPU; a GPU build on the device);
- * without a device it reports SKIPPED. With AMP_CUDA_SYNC_DEBUG=1 (a second ctest) it checks the
+ * (sync_count.h). Built where the CUDA backend is (the cudacpu build runs it on this CPU; a GPU
+ * build on the device); without a device it reports SKIPPED. With AMP_CUDA_SYNC_DEBUG=1 (a second ctest) it checks the
  * opposite: every launch then waits for the stream, and the waits must show. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,50 +14,10 @@
 #include <cuda_runtime_api.h>
 
 #include "amp/amp.h"
+#include "sync_count.h"
 #include "test_util.h"
 
-static long g_syncs, g_mallocs, g_d2h;
 static bool g_sync_debug; /* AMP_CUDA_SYNC_DEBUG=1: every launch waits, which must show here */
-
-cudaError_t __real_cudaStreamSynchronize(cudaStream_t s);
-cudaError_t __real_cudaDeviceSynchronize(void);
-cudaError_t __real_cudaEventSynchronize(cudaEvent_t e);
-cudaError_t __real_cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k);
-cudaError_t __real_cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
-                                   cudaStream_t st);
-cudaError_t __real_cudaMalloc(void **p, size_t n);
-cudaError_t __real_cudaFree(void *p);
-
-cudaError_t __wrap_cudaStreamSynchronize(cudaStream_t s) {
-    g_syncs++;
-    return __real_cudaStreamSynchronize(s);
-}
-cudaError_t __wrap_cudaDeviceSynchronize(void) {
-    g_syncs++;
-    return __real_cudaDeviceSynchronize();
-}
-cudaError_t __wrap_cudaEventSynchronize(cudaEvent_t e) {
-    g_syncs++;
-    return __real_cudaEventSynchronize(e);
-}
-cudaError_t __wrap_cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
-    g_syncs++;
-    if (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDefault) g_d2h++;
-    return __real_cudaMemcpy(d, s, n, k);
-}
-cudaError_t __wrap_cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
-                                   cudaStream_t st) {
-    if (k == cudaMemcpyDeviceToHost) g_d2h++;
-    return __real_cudaMemcpyAsync(d, s, n, k, st);
-}
-cudaError_t __wrap_cudaMalloc(void **p, size_t n) {
-    g_mallocs++;
-    return __real_cudaMalloc(p, n);
-}
-cudaError_t __wrap_cudaFree(void *p) {
-    g_syncs++;
-    return __real_cudaFree(p);
-}
 
 #define BATCH 32
 #define WARMUP 3
@@ -166,6 +122,41 @@ done:
     amp_ctx_free(ctx);
 }
 
+/* The sync-free step leaves the step counts on the device until something asks: amp_deinitialize
+ * must settle them before it removes the amp layer, or the steps taken since the last read are
+ * lost from amp_optimizer_step_count (and from a checkpoint made afterwards). */
+static void test_deinitialize_settles(void) {
+    amp_ctx *ctx = NULL;
+    amp_model *m = NULL;
+    amp_optimizer *opt = NULL;
+    amp_tensor *x = NULL, *y = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CUDA, .seed = 5}, &ctx));
+    if (!ctx) return;
+    CHECK_OK(amp_model_mlp_mnist(ctx, &m));
+    CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.01f}, &opt));
+    CHECK_OK(amp_initialize_ex(m, opt, &(amp_options){.opt_level = AMP_O1, .quiet = true}));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 4, (int64_t[]){BATCH, 1, 28, 28}, &x));
+    CHECK_OK(amp_tensor_create(ctx, AMP_I32, 1, (int64_t[]){BATCH}, &y));
+    enum { STEPS = 3 };
+    for (int i = 0; x && y && i < STEPS; i++) {
+        amp_tensor *logits = NULL, *loss = NULL;
+        CHECK_OK(amp_model_forward(m, x, &logits));
+        CHECK_OK(amp_cross_entropy(logits, y, &loss));
+        CHECK_OK(amp_backward(loss));
+        CHECK_OK(amp_step(opt, NULL));
+        CHECK_OK(amp_zero_grad(opt));
+    }
+    CHECK_OK(amp_deinitialize(ctx));
+    int64_t n = amp_optimizer_step_count(opt);
+    CHECK_MSG(n == STEPS, "after amp_deinitialize the optimizer counts %lld steps, want %d",
+              (long long)n, STEPS);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_optimizer_free(opt);
+    amp_model_free(m);
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
     const char *debug = getenv("AMP_CUDA_SYNC_DEBUG");
     g_sync_debug = debug && *debug && strcmp(debug, "0") != 0;
@@ -187,5 +178,6 @@ int main(void) {
     /* With every launch waiting, two configurations show it; the rest would only take time. */
     size_t n = g_sync_debug ? 2 : sizeof configs / sizeof configs[0];
     for (size_t i = 0; i < n; i++) run(&configs[i]);
+    if (!g_sync_debug) test_deinitialize_settles();
     return test_summary("test_step_syncs");
 }

@@ -9,7 +9,8 @@
  *  5. two losses of one forward (retain_graph);
  *  6. an f16 loss of one element under the default scale of 65536 (f16 max: 65504);
  *  7. skip_nonfinite at every level and half type;
- * 10. a failing optimizer step leaves parameters, state and scaler as they were. */
+ * 10. a failing optimizer step leaves parameters, state and scaler as they were;
+ * 11. amp_scaler_set_state between a backward and its step. */
 #include <math.h>
 
 #include "amp_rig.h"
@@ -324,6 +325,37 @@ static void test_failing_step_rolls_back(void) {
     rig_free(&r);
 }
 
+/* 11. amp_scaler_set_state between a backward and its step is refused, saying when to call it:
+ * taken, the step would unscale with the new scale instead of the one its backward used. The
+ * step then equals a plain one; between steps the state is taken. */
+static void test_set_state_inside_step(void) {
+    rig a = {0}, b = {0};
+    amp_options o = level(AMP_O1);
+    if (rig_make(&a, TINY, false, &o, 13) && rig_make(&b, TINY, false, &o, 13)) {
+        amp_scaler_state st, halved, got;
+        CHECK_OK(amp_scaler_get_state(a.opt, 0, &st));
+        halved = st;
+        halved.scale = st.scale / 2;
+        CHECK(forward_backward(&a));
+        CHECK_FAILS(amp_scaler_set_state(a.opt, 0, &halved), AMP_ERR_STATE,
+                    "before amp_backward, or after amp_step or amp_zero_grad");
+        bool sa = false, sb = false;
+        CHECK_OK(amp_step(a.opt, &sa));
+        CHECK_OK(amp_zero_grad(a.opt));
+        CHECK(plain_step(&b, &sb));
+        CHECK_MSG(sa && sb && same_params(&a, &b), "a scaler state set inside the step changed "
+                  "what the step did");
+        CHECK_OK(amp_scaler_get_state(a.opt, 0, &st)); /* between steps: taken */
+        halved = st;
+        halved.scale = st.scale / 2;
+        CHECK_OK(amp_scaler_set_state(a.opt, 0, &halved));
+        CHECK_OK(amp_scaler_get_state(a.opt, 0, &got));
+        CHECK(got.scale == halved.scale && got.total_steps == st.total_steps);
+    }
+    rig_free(&a);
+    rig_free(&b);
+}
+
 int main(void) {
     test_nograd_forward_first();
     test_stale_step_tensor();
@@ -335,5 +367,6 @@ int main(void) {
     test_half_loss_seed();
     test_skip_nonfinite();
     test_failing_step_rolls_back();
+    test_set_state_inside_step();
     return test_summary("test_amp_misuse");
 }

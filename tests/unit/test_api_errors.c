@@ -326,6 +326,33 @@ static void test_autograd_misuse(amp_ctx *ctx) {
     amp_ctx_reset_step(ctx);
 }
 
+/* amp_accumulate: a running sum across steps (acc survives amp_ctx_reset_step), nothing
+ * recorded, and its arguments checked. */
+static void test_accumulate(amp_ctx *ctx) {
+    amp_tensor *acc = MK(AMP_F32, 1), *x = MKG(AMP_F32, 2, 3), *loss = NULL;
+    const float zero = 0.0f;
+    CHECK_OK(amp_tensor_copy_from_host(acc, &zero, sizeof zero));
+    float want = 0.0f, got = -1.0f;
+    for (int step = 0; step < 3; step++) {
+        CHECK_OK(amp_mean(x, &loss));
+        float v = 0.0f;
+        CHECK_OK(amp_tensor_item(loss, &v));
+        want += v;
+        CHECK_OK(amp_accumulate(acc, loss));
+        CHECK_OK(amp_backward(loss)); /* the tape holds the mean only: accumulate is not on it */
+        amp_ctx_reset_step(ctx);
+    }
+    CHECK_OK(amp_tensor_item(acc, &got));
+    CHECK_MSG(got == want, "accumulated %g, want %g", (double)got, (double)want);
+    CHECK_OK(amp_mean(x, &loss));
+    CHECK_FAILS(amp_accumulate(NULL, loss), AMP_ERR_INVALID_ARG, "acc");
+    CHECK_FAILS(amp_accumulate(acc, NULL), AMP_ERR_INVALID_ARG, "x");
+    CHECK_FAILS(amp_accumulate(acc, x), AMP_ERR_SHAPE, "differ in shape");
+    CHECK_FAILS(amp_accumulate(MK(AMP_I32, 1), MK(AMP_I32, 1)), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_accumulate(MK(AMP_F16, 1), loss), AMP_ERR_DTYPE, "f16");
+    amp_ctx_reset_step(ctx);
+}
+
 /* A label outside [0, classes) is found by the kernel; the message names it and its row. */
 static void test_label_out_of_range(amp_ctx *ctx) {
     amp_tensor *logits = MKG(AMP_F32, 3, 10), *lab, *loss;
@@ -498,6 +525,7 @@ int main(void) {
     test_dtypes(ctx);
     test_options(ctx);
     test_autograd_misuse(ctx);
+    test_accumulate(ctx);
     test_label_out_of_range(ctx);
     test_model_misuse(ctx);
     for (int i = 0; i < n_owned; i++) amp_tensor_free(owned[i]);

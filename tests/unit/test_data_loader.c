@@ -9,7 +9,9 @@
 #include <time.h>
 
 #include "amp/data.h"
+#include "core/ctx.h"
 #include "data/sampler.h"
+#include "tests/flaky_backend.h"
 #include "tests/test_util.h"
 
 enum { C = 1, H = 2, W = 3, NUMEL = C * H * W, N_CLASSES = 10 };
@@ -336,6 +338,49 @@ static void test_permutation(void) {
     CHECK_MSG(fixed > 3600 && fixed < 4400, "fixed points %ld", fixed);
 }
 
+/* The stager on the CPU (plain copies): when the labels' block cannot be made after the pixels'
+ * was, the put fails, keeps no half-made pair and leaks nothing; the next put makes the pair
+ * again and copies the batch (it used to find x in place and write through the missing y). */
+static void test_stager_alloc_failure(void) {
+    amp_ctx *ctx = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx));
+    if (!ctx) return;
+    amp_backend flaky = flaky_backend();
+    const amp_backend *cpu = ctx->backend;
+    ctx->backend = &flaky;
+    g_flaky = (flaky_state){0};
+    amp_stager *st = NULL;
+    CHECK_OK(amp_stager_create(ctx, &st));
+    enum { N = 4 };
+    float hx[N * NUMEL];
+    int32_t hy[N];
+    for (int i = 0; i < N * NUMEL; i++) hx[i] = (float)i;
+    for (int i = 0; i < N; i++) hy[i] = 7 - i;
+    amp_batch b = {.x = hx, .y = hy, .n = N, .shape = {N, C, H, W}};
+    amp_tensor *x = NULL, *y = NULL;
+    for (int fail_at = 1; st && fail_at <= 2; fail_at++) { /* x out of memory, then y */
+        g_flaky = (flaky_state){.fail_alloc_at = fail_at};
+        CHECK_FAILS(amp_stager_put(st, &b, &x, &y), AMP_ERR_OOM, "amp_stager_put");
+        CHECK(x == NULL && y == NULL);
+        CHECK_MSG(g_flaky.n_alloc == g_flaky.n_free, "failing alloc %d: %d blocks made, %d freed",
+                  fail_at, g_flaky.n_alloc, g_flaky.n_free);
+    }
+    g_flaky = (flaky_state){0};
+    CHECK_OK(amp_stager_put(st, &b, &x, &y));
+    if (x && y) {
+        float gx[N * NUMEL];
+        int32_t gy[N];
+        CHECK_OK(amp_tensor_to_host(x, gx, sizeof gx));
+        CHECK_OK(amp_tensor_to_host(y, gy, sizeof gy));
+        CHECK(memcmp(gx, hx, sizeof gx) == 0 && memcmp(gy, hy, sizeof gy) == 0);
+    }
+    amp_stager_free(st);
+    CHECK_MSG(g_flaky.n_alloc == g_flaky.n_free, "after free: %d blocks made, %d freed",
+              g_flaky.n_alloc, g_flaky.n_free);
+    ctx->backend = cpu;
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
     test_permutation();
     test_epochs();
@@ -344,5 +389,6 @@ int main(void) {
     test_shards();
     test_buffer_held();
     test_bad_opts();
+    test_stager_alloc_failure();
     return test_summary("test_data_loader");
 }

@@ -109,8 +109,9 @@ static const preset g_mlp = {
     .n_params = 6,
     .params = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"},
     .is_weight = {true, false, true, false, true, false},
-    .ops = {"reshape", "linear", "relu", "linear", "relu", "linear", "cross_entropy"},
-    .n_ops = 7,
+    /* A linear layer followed by a ReLU runs as one fused op (nn/sequential.c). */
+    .ops = {"reshape", "linear_relu", "linear_relu", "linear", "cross_entropy"},
+    .n_ops = 5,
 };
 
 /* ---- the expectation table ---- */
@@ -221,8 +222,8 @@ static bool is_param(const amp_model *m, const amp_tensor *t, int *index) {
 }
 
 static bool is_compute_op(const char *op) {
-    return !strcmp(op, "conv2d") || !strcmp(op, "linear") || !strcmp(op, "batchnorm2d") ||
-           !strcmp(op, "relu") || !strcmp(op, "maxpool2d");
+    return !strcmp(op, "conv2d") || !strcmp(op, "linear") || !strcmp(op, "linear_relu") ||
+           !strcmp(op, "batchnorm2d") || !strcmp(op, "relu") || !strcmp(op, "maxpool2d");
 }
 
 /* Parameters and buffers: names in registration order and the table's dtypes. */
@@ -286,7 +287,7 @@ static void check_trace(const char *cfg, const preset *p, const amp_model *m, co
             CHECK_MSG(t->in_dt[0] == half, "%s: %s input %s, want %s", cfg, t->op,
                       amp_dtype_name(t->in_dt[0]), amp_dtype_name(half));
         }
-        if (!strcmp(t->op, "conv2d") || !strcmp(t->op, "linear"))
+        if (!strcmp(t->op, "conv2d") || !strcmp(t->op, "linear") || !strcmp(t->op, "linear_relu"))
             CHECK_MSG(t->in_dt[1] == half, "%s: %s weight operand %s, want %s", cfg, t->op,
                       amp_dtype_name(t->in_dt[1]), amp_dtype_name(half));
         if (!strcmp(t->op, "batchnorm2d") || !strcmp(t->op, "relu") ||

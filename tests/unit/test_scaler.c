@@ -10,7 +10,8 @@
  *  - min/max clamps, torch's "never grow to inf", the 2^-126 floor, static scales with and
  *    without overflow checks, multi-loss counters;
  *  - state get/set round trip and every rejected state and config, with its message;
- *  - the overflow log line (Apex's wording) and its rate limit. */
+ *  - the overflow log line (Apex's wording) and its rate limit, and the line of an overflow read
+ *    lazily from the device struct after clean steps grew the scale again. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -436,6 +437,59 @@ static void test_log(void) {
     free(text);
 }
 
+/* The lazy read of the sync-free step: one overflow, then enough clean steps to grow the scale
+ * again, all on the device struct; the host reads it once afterwards. The line must state what
+ * the overflow did, not the state after the growth. Returns the log text (malloc'd). */
+static char *capture_lazy_overflow(amp_scaler_config c, int clean_after) {
+    amp_scaler *s = make(c);
+    if (!s) return NULL;
+    amp_scaler_params p = amp_scaler_params_of(s);
+    amp_scaler_dev d;
+    amp_scaler_to_dev(s, &d);
+    amp_scaler_dev_update(&d, &p, 1, 1, 0);
+    for (int i = 0; i < clean_after; i++) amp_scaler_dev_update(&d, &p, 0, 1, 0);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    amp_scaler_from_dev(s, &d);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long size = ftell(tmp);
+    char *text = calloc(1, (size_t)size + 1);
+    rewind(tmp);
+    size_t got = fread(text, 1, (size_t)size, tmp);
+    text[got] = '\0';
+    fclose(tmp);
+    CHECK(amp_scaler_scale(s) == d.scale);
+    amp_scaler_free(s);
+    return text;
+}
+
+static void test_log_lazy(void) {
+    /* 65536 -> 32768 on the overflow, back to 65536 after 3 clean steps. */
+    amp_scaler_config c = {.dynamic = true, .growth_interval = 3};
+    char *text = capture_lazy_overflow(c, 3);
+    if (text)
+        CHECK_MSG(strstr(text, "loss scaler 0 reducing loss scale to 32768.0; the scale has grown "
+                               "to 65536.0 since\n") != NULL, "log: %s", text);
+    free(text);
+    text = capture_lazy_overflow(c, 2); /* read before the growth: the eager words exactly */
+    if (text)
+        CHECK_MSG(strstr(text, "loss scaler 0 reducing loss scale to 32768.0\n") != NULL,
+                  "log: %s", text);
+    free(text);
+    /* Hysteresis 2: the overflow keeps 1024 (left 1); the growth doubles it and refills. */
+    c = (amp_scaler_config){.dynamic = true, .scale = 1024.0f, .hysteresis = 2,
+                            .growth_interval = 2};
+    text = capture_lazy_overflow(c, 2);
+    if (text)
+        CHECK_MSG(strstr(text, "keeping loss scale at 1024.0 (hysteresis reduced to 1); the scale "
+                               "has grown to 2048.0 since\n") != NULL, "log: %s", text);
+    free(text);
+}
+
 /* Two clips in one step (torch: the second, under max_norm, multiplies by 1): the f32
  * gradients are scaled in place by each call's own coefficient, so the second must not carry the
  * first one's; the half gradients' factor takes the product. */
@@ -485,6 +539,7 @@ int main(void) {
     test_bad_states();
     test_bad_configs();
     test_log();
+    test_log_lazy();
     test_clip_twice();
     test_clip_inf_norm();
     return test_summary("test_scaler");

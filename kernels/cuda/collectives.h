@@ -1,0 +1,29 @@
+/* NCCL collectives of the CUDA backend (kernels/cuda/collectives.c): the table's coll_* entries,
+ * whose contract core/backend.h states. */
+#ifndef AMP_KERNELS_CUDA_COLLECTIVES_H
+#define AMP_KERNELS_CUDA_COLLECTIVES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+amp_status amp_cuda_coll_id(void *id);
+amp_status amp_cuda_coll_create(const void *id, int rank, int size, void **comm);
+void amp_cuda_coll_free(void *comm, bool abort);
+amp_status amp_cuda_coll_allreduce(void *comm, void *buf, amp_dtype dt, int64_t n, amp_coll_op op);
+amp_status amp_cuda_coll_broadcast(void *comm, void *buf, size_t nbytes, int root);
+amp_status amp_cuda_coll_join(void *comm);
+amp_status amp_cuda_coll_poll(void *comm, bool *pending);
+/* One GPU per process: device local_rank modulo the devices this process sees, before the
+ * backend's first use (kernels/cuda/cuda_backend.c). No device: AMP_OK, nothing done. */
+amp_status amp_cuda_select_device(int local_rank);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

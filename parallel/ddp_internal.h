@@ -1,0 +1,67 @@
+/* DDP's state, shared by parallel/ddp.c (creation, checks, broadcast) and parallel/ddp_buckets.c
+ * (the all-reduce of gradient buckets during backward). */
+#ifndef AMP_PARALLEL_DDP_INTERNAL_H
+#define AMP_PARALLEL_DDP_INTERNAL_H
+
+#include "core/ctx.h"
+#include "nn/autograd.h"
+#include "nn/model_internal.h"
+#include "parallel/comm_internal.h"
+
+/* One bucket: consecutive parameters (in reverse registration order) of one gradient dtype, whose
+ * gradients are one contiguous range of the model's gradient block (views start on 64-byte
+ * boundaries and the padding between them is zero, so the range is reduced whole). */
+typedef struct amp_ddp_bucket {
+    int first, last;         /* parameter indices, first <= last; reverse order: last is ready first */
+    amp_dtype dtype;         /* the gradients' dtype */
+    void *data;              /* the range in the gradient block (backend memory) */
+    int64_t numel;           /* elements of dtype in the range, padding included */
+    float *f32;              /* allreduce_always_fp32 with a half dtype: the f32 copy reduced */
+    int pending;             /* parameters whose gradient is not complete yet this backward */
+    bool launched;
+    MPI_Request req;
+} amp_ddp_bucket;
+
+struct amp_ddp {
+    amp_comm *comm;
+    bool owns_comm;
+    amp_model *model;
+    amp_optimizer *opt;
+    amp_ctx *ctx;
+    amp_ddp_opts opts;       /* with the defaults filled in */
+    void *grad_block;        /* the model's gradient block when the buckets were cut */
+    int n_params;
+    const amp_tensor **sorted; /* the parameters sorted by address, to find an input's index */
+    int *sorted_index;       /* parameter index of sorted[i] */
+    int *uses;               /* per parameter: tape inputs still to run this backward */
+    int *bucket_of;          /* per parameter: its bucket */
+    amp_ddp_bucket *buckets;
+    int n_buckets;
+    int next_launch;         /* buckets are launched in order: every rank issues the same sequence */
+    bool sync;               /* amp_ddp_set_sync */
+    bool active;             /* the backward in progress all-reduces */
+    MPI_Op op_f16_sum, op_bf16_sum; /* MPI has no half types: sums widened to f32 per element */
+    void *coll;              /* the backend's communicator (NCCL) when its memory is not host
+                                memory; NULL: MPI on host memory */
+    bool coll_lost;          /* a collective outlived the deadline: abort, do not wait, on free */
+    double t_last_coll;      /* when the newest backend collective was queued */
+    double t_first_launch, t_walk_end;
+    int launched_in_walk;
+    int nodes_left;          /* tape nodes backward has still to run */
+    int launched_early;      /* buckets launched while nodes were left: hidden behind backward */
+    amp_ddp_stats stats;
+};
+
+/* parallel/ddp.c: the backend's communicator for the DDP's ranks (NCCL on CUDA), bootstrapped
+ * over MPI. */
+amp_status amp_ddp_coll_create(amp_ddp *d);
+/* Fails when the backend's collectives queued before now are still running past the deadline
+ * (a peer died or hangs): NCCL does not wait on the host, so this is where it is noticed. */
+amp_status amp_ddp_coll_watchdog(amp_ddp *d);
+
+/* parallel/ddp_buckets.c */
+amp_status amp_ddp_buckets_create(amp_ddp *d);
+void amp_ddp_buckets_free(amp_ddp *d);
+extern const amp_backward_observer amp_ddp_observer;
+
+#endif

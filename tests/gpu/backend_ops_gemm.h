@@ -1,0 +1,95 @@
+/* test_backend_ops: the GEMM entry (its setup and run) and the rows of the descriptor fields
+ * after the plain GEMM: the ReLU epilogue, the bias gradient, allow_tf32, the bias of a half
+ * output (which a backend may round to the output's dtype first), and the convolution
+ * descriptor's allow_tf32 and allow_nondeterministic. Included by test_backend_ops.c after
+ * op_row, its helpers and the tolerance macros; the plain GEMM rows are in its own table.
+ *
+ * Tolerances: as the plain GEMM's (f32 accumulation in another order, one rounding to a half C;
+ * both backends round a half C's bias to its dtype first, core/backend.h). The bias
+ * gradient is a sum of k values, in f32 (cuBLASLt's epilogue) or double (sum_rows). TF32 rows
+ * allow what TF32 may do on a device (the emulation rounds GEMM inputs to TF32, not convolution
+ * inputs; the CPU computes true f32): each input rounded to 10 mantissa bits, so each product
+ * off by up to 2^-10 of |a b|, k |a b| of about k / 4 for inputs in [-1, 1): k = 64 gives
+ * 2^-10 * 16 = 0.016 on average, 3e-2 with the spread of the sum. */
+#ifndef AMP_TESTS_GPU_BACKEND_OPS_GEMM_H
+#define AMP_TESTS_GPU_BACKEND_OPS_GEMM_H
+
+/* Row variants of the GEMM entry (from 1 << 10, as the other headers' variants of their own
+ * entries). */
+enum {
+    GEMM_RELU = 1 << 10,      /* epilogue AMP_GEMM_EPILOGUE_RELU */
+    GEMM_BIAS_GRAD = 1 << 11, /* bias_grad (with TRANS_A) */
+};
+
+/* gemm: s = {m, n, k, pad}: every leading dimension is its row length + pad; a and b in dt, c in
+ * dt2, f = {alpha, beta}. With beta = 0, c starts as NaN: BLAS does not read C then. bias (f32,
+ * n) with BIAS; bias_grad (f32, m) with GEMM_BIAS_GRAD. */
+static int64_t gemm_cols(const op_row *r, int which) {
+    int64_t m = r->s[0], n = r->s[1], k = r->s[2];
+    if (which == 0) return (r->flags & TRANS_A ? m : k) + r->s[3];
+    if (which == 1) return (r->flags & TRANS_B ? k : n) + r->s[3];
+    return n + r->s[3];
+}
+static void setup_gemm(const op_row *r, tcase *c) {
+    int64_t m = r->s[0], n = r->s[1], k = r->s[2];
+    in_main(r, c, 0, "a", ek_of(r->dt), (r->flags & TRANS_A ? k : m) * gemm_cols(r, 0));
+    in_main(r, c, 1, "b", ek_of(r->dt), (r->flags & TRANS_B ? n : k) * gemm_cols(r, 1));
+    slot_decl(c, 2, "c", ROLE_INOUT, ek_of(r->dt2), m * gemm_cols(r, 2));
+    if (r->f[1] != 0.0f) gen_main(r, c, 2);
+    else gen_uniform(c, 2, NAN, NAN);
+    if (r->flags & BIAS) in_range(c, 3, "bias", ROLE_IN, EK_F32, n, -1, 1);
+    if (r->flags & GEMM_BIAS_GRAD) slot_decl(c, 4, "bias_grad", ROLE_OUT, EK_F32, m);
+}
+static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_gemm_desc d = {
+        .trans_a = r->flags & TRANS_A, .trans_b = r->flags & TRANS_B,
+        .m = r->s[0], .n = r->s[1], .k = r->s[2], .alpha = r->f[0], .beta = r->f[1],
+        .a = p[0], .a_dtype = r->dt, .lda = gemm_cols(r, 0),
+        .b = p[1], .b_dtype = r->dt, .ldb = gemm_cols(r, 1),
+        .c = p[2], .c_dtype = r->dt2, .ldc = gemm_cols(r, 2),
+        .bias = p[3],
+        .epilogue = r->flags & GEMM_RELU ? AMP_GEMM_EPILOGUE_RELU : AMP_GEMM_EPILOGUE_NONE,
+        .bias_grad = p[4],
+        .allow_tf32 = r->flags & ALLOW_TF32,
+    };
+    return be->gemm(&d);
+}
+
+/* The ConvNet's and MLP's layers: fc1 of the MLP (784 -> 2048, here 784 -> 256 at batch 64), the
+ * ConvNet's fc (1568 -> 10 at batch 8). */
+static const op_row gemm_rows[] = {
+    /* Bias + ReLU in the epilogue: f32 and a half C written directly, beta, padded leading
+     * dimensions, no bias, and a half C of the other half dtype (CUDA's f32 scratch route). */
+    {"gemm_f32_nt_bias_relu", E_GEMM, {32, 128, 200}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_nt_bias_relu_fc1", E_GEMM, {64, 256, 784}, BF16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f16_nt_bias_relu_beta_ld", E_GEMM, {33, 40, 72, 3}, F16, F16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0.5f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_f32_nn_relu_alpha", E_GEMM, {40, 56, 48}, F32, F32, .flags = GEMM_RELU, .f = {-0.5f, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_bf16c_bias_relu", E_GEMM, {24, 40, 64}, F16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_bf16_tt_f32c_bias_relu", E_GEMM, {20, 36, 44, 2}, BF16, F32, .flags = TRANS_A | TRANS_B | BIAS | GEMM_RELU, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    /* A half C with a bias and no epilogue: written directly, the bias rounded to f16 first. */
+    {"gemm_f16_nt_bias_direct", E_GEMM, {48, 64, 80}, F16, F16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    /* The bias gradient with the weight gradient (dW = dY^T X): fused for an f32 C (dense and
+     * padded dY, half inputs), sum_rows for a half C, alpha != 1 (the sum is not scaled) and
+     * TF32. */
+    {"gemm_f32_tn_dw_dbias_fc", E_GEMM, {10, 1568, 8}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dw_dbias_ld", E_GEMM, {40, 72, 56, 4}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_tn_f32c_dbias", E_GEMM, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_dw_dbias_fc1", E_GEMM, {256, 784, 64}, BF16, BF16, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dbias_alpha_beta", E_GEMM, {24, 40, 33, 1}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dbias_tf32", E_GEMM, {32, 48, 64}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    /* TF32: f32 inputs may be rounded; half inputs are not affected. */
+    {"gemm_f32_nn_tf32", E_GEMM, {64, 96, 64}, F32, F32, .flags = ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_bias_relu_tf32", E_GEMM, {16, 40, 64, 2}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    {"gemm_bf16_nt_tf32_ignored", E_GEMM, {32, 48, 64}, BF16, BF16, .flags = TRANS_B | ALLOW_TF32, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    /* The convolution's switches. TF32: 25 products per output for layer 1 (2^-10 of about 6);
+     * 324 per weight gradient of CONV_ODD (2^-10 of about 80). Nondeterministic algorithms sum
+     * in another order: the f32 tolerances of the deterministic rows. */
+    {"conv2d_fwd_f32_l1_bias_tf32", E_CONV_FWD, CONV_L1, F32, .flags = BIAS | ALLOW_TF32, .tol = TOL(1e-2, 1e-2), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_odd_tf32", E_CONV_BWD_WEIGHT, CONV_ODD, F32, .flags = BIAS | ALLOW_TF32, .tol = TOL(1e-1, 1e-2), .lo = -1, .hi = 1},
+    {"conv2d_fwd_bf16_l2_tf32_ignored", E_CONV_FWD, CONV_L2, BF16, .flags = ALLOW_TF32, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f32_l2_nondet", E_CONV_BWD_DATA, CONV_L2, F32, .flags = NONDETERMINISTIC, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_l1_nondet_dbias", E_CONV_BWD_WEIGHT, CONV_L1, F32, .flags = BIAS | NONDETERMINISTIC, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f16_odd_nondet", E_CONV_FWD, CONV_ODD, F16, .flags = NONDETERMINISTIC, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+};
+
+#endif
