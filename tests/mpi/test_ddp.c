@@ -15,29 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/amp.h"
-#include "core/half.h"
-#include "test_util.h"
+#include "mpi_test_util.h"
 
-#define PER_RANK 64
-#define IMG (28 * 28)
-
-static int g_rank, g_size;
-/* AMP_TEST_DEVICE=cuda runs DDP on the CUDA backend (NCCL), e.g. under the cudacpu build. */
-static amp_device g_device = AMP_DEVICE_CPU;
-
-/* The global batch of step `step`: x [g, 1, 28, 28] in [0, 1), labels in [0, 10). */
-static void make_batch(int step, int g, float *x, int32_t *y) {
-    uint32_t s = 12345u + 7919u * (uint32_t)step;
-    for (int i = 0; i < g * IMG; i++) {
-        s = s * 1664525u + 1013904223u;
-        x[i] = (float)(s >> 8) / 16777216.0f;
-    }
-    for (int i = 0; i < g; i++) {
-        s = s * 1664525u + 1013904223u;
-        y[i] = (int32_t)((s >> 16) % 10);
-    }
-}
+static void make_batch(int step, int g, float *x, int32_t *y) { make_batch_seeded(12345u, step, g, x, y); }
 
 typedef struct run {
     amp_ctx *ctx;
@@ -114,63 +94,7 @@ static bool run_step(run *r, bool *stepped) {
     return s == AMP_OK;
 }
 
-/* Every parameter as f64 values, concatenated. */
-static double *weights_of(const amp_model *m, int64_t *n_out) {
-    int64_t n = 0;
-    for (int i = 0; i < amp_model_n_params(m); i++) n += amp_model_param(m, i)->numel;
-    double *w = malloc((size_t)n * sizeof *w);
-    void *tmp = malloc((size_t)n * sizeof(float));
-    int64_t k = 0;
-    for (int i = 0; i < amp_model_n_params(m); i++) {
-        const amp_tensor *p = amp_model_param(m, i);
-        CHECK_OK(amp_tensor_to_host(p, tmp, amp_tensor_nbytes(p)));
-        for (int64_t j = 0; j < p->numel; j++) {
-            uint16_t h = ((uint16_t *)tmp)[j];
-            w[k++] = p->dtype == AMP_F32 ? (double)((float *)tmp)[j]
-                     : p->dtype == AMP_F16 ? (double)amp_f16_bits_to_f32(h)
-                                           : (double)amp_bf16_bits_to_f32(h);
-        }
-    }
-    free(tmp);
-    *n_out = n;
-    return w;
-}
-
-/* The weights are bit-identical on every rank: rank 0's go to all, each compares. */
-static void check_same_on_all_ranks(const amp_model *m, const char *what) {
-    int64_t n;
-    double *w = weights_of(m, &n);
-    double *w0 = malloc((size_t)n * sizeof *w0);
-    memcpy(w0, w, (size_t)n * sizeof *w0);
-    MPI_Bcast(w0, (int)n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n; i++) differ += memcmp(&w[i], &w0[i], sizeof w[i]) != 0;
-    CHECK_MSG(differ == 0, "%s: rank %d has %lld weights that differ from rank 0's", what, g_rank,
-              (long long)differ);
-    free(w);
-    free(w0);
-}
-
-/* ||a - b|| / ||b|| over all weights (the relative error of the weight vector); *max_rel gets
- * max |a - b| / max |b|. One ReLU whose input sits within rounding of 0 can flip between two
- * correct summation orders and move its unit's row by far more than an ulp, so the element-wise
- * maximum is reported but the vector's relative error is what is bounded. */
-static double rel_diff(const amp_model *a, const amp_model *b, double *max_rel) {
-    int64_t na, nb;
-    double *wa = weights_of(a, &na), *wb = weights_of(b, &nb);
-    double dmax = 0, bmax = 0, d2 = 0, b2 = 0;
-    for (int64_t i = 0; i < na && na == nb; i++) {
-        double d = wa[i] - wb[i];
-        dmax = fmax(dmax, fabs(d));
-        bmax = fmax(bmax, fabs(wb[i]));
-        d2 += d * d;
-        b2 += wb[i] * wb[i];
-    }
-    free(wa);
-    free(wb);
-    *max_rel = na == nb ? dmax / bmax : INFINITY;
-    return na == nb ? sqrt(d2 / b2) : INFINITY;
-}
+static double *weights_of(const amp_model *m, int64_t *n) { return state_of(m, false, n); }
 
 /* `steps` steps of DDP (this rank's slice) and, on rank 0, of one process on the whole batch;
  * accumulate > 1: that many micro-batches per step under no_sync but the last, at lr / accumulate
@@ -211,9 +135,9 @@ static void ddp_vs_single(const char *name, run_cfg cfg, int steps, int accumula
                   "%s: %d buckets, %d launched during backward", name, amp_ddp_n_buckets(d.ddp),
                   st.buckets_launched_early);
     if (ok) {
-        check_same_on_all_ranks(d.m, name);
+        check_same_on_all_ranks(d.m, false, name);
         if (g_rank == 0) {
-            double max_rel, diff = rel_diff(d.m, ref.m, &max_rel);
+            double max_rel, diff = rel_diff(d.m, ref.m, false, &max_rel);
             printf("%s: %d ranks, %d steps: ||w - w_single|| / ||w_single|| = %.3g (tolerance "
                    "%.0e), largest element difference %.3g of the largest weight\n", name, g_size,
                    steps, diff, tol, max_rel);
@@ -277,7 +201,7 @@ static void inf_on_one_rank(void) {
     CHECK_MSG(scales[2] == scales[1] * 0.5f && scales[4] == scales[3] * 0.5f,
               "scales %g %g %g %g", (double)scales[1], (double)scales[2], (double)scales[3],
               (double)scales[4]);
-    check_same_on_all_ranks(d.m, "inf on one rank");
+    check_same_on_all_ranks(d.m, false, "inf on one rank");
     run_free(&d);
     free(x);
     free(y);
@@ -449,12 +373,8 @@ static int fault_mode(const char *mode) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    mpi_test_init(&argc, &argv);
     const char *only = argc > 1 ? argv[1] : "";
-    const char *dev = getenv("AMP_TEST_DEVICE");
-    if (dev && !strcmp(dev, "cuda")) g_device = AMP_DEVICE_CUDA;
     if (!strcmp(only, "kill") || !strcmp(only, "hang")) return fault_mode(only);
     if (!*only || !strcmp(only, "o0"))
         ddp_vs_single("MLP O0", (run_cfg){.level = AMP_O0, .use_amp = true, .lr = 0.01f},
@@ -471,9 +391,5 @@ int main(int argc, char **argv) {
     if (!*only || !strcmp(only, "inf")) inf_on_one_rank();
     if (!*only || !strcmp(only, "resume")) resume_bit_exact();
     if ((!*only || !strcmp(only, "differ")) && g_size > 1) models_differ();
-    int fails = test_n_fail, total_fails;
-    MPI_Allreduce(&fails, &total_fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    int rc = g_rank == 0 ? test_summary("test_ddp") : (test_n_fail ? 1 : 0);
-    MPI_Finalize();
-    return total_fails ? 1 : rc;
+    return mpi_test_finish("test_ddp");
 }

@@ -15,28 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/amp.h"
-#include "test_util.h"
+#include "mpi_test_util.h"
 
-#define PER_RANK 64
-#define IMG (28 * 28)
-
-static int g_rank, g_size;
 static float g_lr = 0.05f;
-/* AMP_TEST_DEVICE=cuda: the CUDA backend (NCCL collectives), e.g. under the cudacpu build. */
-static amp_device g_device = AMP_DEVICE_CPU;
 
-static void make_batch(int step, int g, float *x, int32_t *y) {
-    uint32_t s = 4242u + 7919u * (uint32_t)step;
-    for (int i = 0; i < g * IMG; i++) {
-        s = s * 1664525u + 1013904223u;
-        x[i] = (float)(s >> 8) / 16777216.0f;
-    }
-    for (int i = 0; i < g; i++) {
-        s = s * 1664525u + 1013904223u;
-        y[i] = (int32_t)((s >> 16) % 10);
-    }
-}
+static void make_batch(int step, int g, float *x, int32_t *y) { make_batch_seeded(4242u, step, g, x, y); }
 
 typedef struct run {
     amp_ctx *ctx;
@@ -109,57 +92,6 @@ static bool run_step(run *r, const float *x, const int32_t *y, int first, float 
     return s == AMP_OK;
 }
 
-/* Every parameter, then every buffer (running statistics), as f64. */
-static double *state_of(const amp_model *m, bool buffers, int64_t *n_out) {
-    int n_t = buffers ? amp_model_n_buffers(m) : amp_model_n_params(m);
-    int64_t n = 0;
-    for (int i = 0; i < n_t; i++)
-        n += (buffers ? amp_model_buffer(m, i) : amp_model_param(m, i))->numel;
-    double *w = malloc((size_t)n * sizeof *w);
-    int64_t k = 0;
-    for (int i = 0; i < n_t; i++) {
-        const amp_tensor *p = buffers ? amp_model_buffer(m, i) : amp_model_param(m, i);
-        float *tmp = malloc((size_t)p->numel * sizeof *tmp);
-        CHECK_OK(amp_tensor_to_host(p, tmp, (size_t)p->numel * sizeof *tmp));
-        for (int64_t j = 0; j < p->numel; j++) w[k++] = tmp[j];
-        free(tmp);
-    }
-    *n_out = n;
-    return w;
-}
-
-static void check_same_on_all_ranks(const amp_model *m, bool buffers, const char *what) {
-    int64_t n;
-    double *w = state_of(m, buffers, &n);
-    double *w0 = malloc((size_t)n * sizeof *w0);
-    memcpy(w0, w, (size_t)n * sizeof *w0);
-    MPI_Bcast(w0, (int)n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n; i++) differ += memcmp(&w[i], &w0[i], sizeof w[i]) != 0;
-    CHECK_MSG(differ == 0, "%s: rank %d has %lld %s that differ from rank 0's", what, g_rank,
-              (long long)differ, buffers ? "running statistics" : "weights");
-    free(w);
-    free(w0);
-}
-
-/* ||a - b|| / ||b||, and max |a - b| / max |b| in *max_rel. */
-static double rel_diff(const amp_model *a, const amp_model *b, bool buffers, double *max_rel) {
-    int64_t na, nb;
-    double *wa = state_of(a, buffers, &na), *wb = state_of(b, buffers, &nb);
-    double dmax = 0, bmax = 0, d2 = 0, b2 = 0;
-    for (int64_t i = 0; i < na && na == nb; i++) {
-        double d = wa[i] - wb[i];
-        dmax = fmax(dmax, fabs(d));
-        bmax = fmax(bmax, fabs(wb[i]));
-        d2 += d * d;
-        b2 += wb[i] * wb[i];
-    }
-    free(wa);
-    free(wb);
-    *max_rel = na == nb ? dmax / bmax : INFINITY;
-    return na == nb ? sqrt(d2 / b2) : INFINITY;
-}
-
 /* uneven: rank r takes 64 + 8 r samples (the global batch is their sum). */
 static void syncbn_vs_single(const char *name, int steps, bool uneven, double tol,
                              double tol_stats) {
@@ -203,12 +135,8 @@ static void syncbn_vs_single(const char *name, int steps, bool uneven, double to
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    mpi_test_init(&argc, &argv);
     if (getenv("SYNCBN_LR")) g_lr = (float)atof(getenv("SYNCBN_LR"));
-    const char *dev = getenv("AMP_TEST_DEVICE");
-    if (dev && !strcmp(dev, "cuda")) g_device = AMP_DEVICE_CUDA;
     /* Before any ReLU flips (below) the runs agree to rounding: the statistics, the backward's
      * all-reduced sums and the count are right, or this fails at once. */
     syncbn_vs_single("ConvNet SyncBN O0, 2 steps", 2, false, 1e-5, 1e-5);
@@ -229,9 +157,5 @@ int main(int argc, char **argv) {
     bool two = g_size <= 2;
     syncbn_vs_single("ConvNet SyncBN O0, 40 steps", steps, false, two ? 1e-5 : 1e-4,
                      two ? 1e-4 : 1e-3);
-    int fails = test_n_fail, total_fails;
-    MPI_Allreduce(&fails, &total_fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    int rc = g_rank == 0 ? test_summary("test_sync_bn") : (test_n_fail ? 1 : 0);
-    MPI_Finalize();
-    return total_fails ? 1 : rc;
+    return mpi_test_finish("test_sync_bn");
 }
