@@ -125,6 +125,7 @@ amp_status amp_comm_create(amp_comm **out) {
 
 void amp_comm_free(amp_comm *c) {
     if (!c) return;
+    if (c->coll) c->coll_be->coll_free(c->coll, c->broken);
     if (c->broken) { /* freeing communicators and MPI_Finalize synchronise with the lost peers */
         free(c);
         return;
@@ -215,6 +216,35 @@ amp_status amp_comm_wait(amp_comm *c, int n, MPI_Request *reqs, const char *what
             nanosleep(&ts, NULL);
         }
     }
+}
+
+amp_status amp_comm_backend_coll(amp_comm *c, const amp_backend *be, void **out) {
+    if (c->coll && c->coll_be != be)
+        return amp_fail(AMP_ERR_STATE, "the communicator already serves the %s backend; one "
+                        "communicator per backend", c->coll_be->name);
+    if (!c->coll) {
+        unsigned char id[AMP_COLL_ID_BYTES] = {0};
+        amp_status s = c->rank == 0 ? be->coll_id(id) : AMP_OK;
+        bool any;
+        AMP_TRY(amp_comm_agree_failure(c, s != AMP_OK, &any));
+        if (s != AMP_OK) return s;
+        if (any) return amp_fail(AMP_ERR_BACKEND, "rank 0 could not make a %s communicator id "
+                                 "(its error says why)", be->name);
+        AMP_TRY(amp_comm_bcast_bytes(c, id, sizeof id, "the backend communicator's id"));
+        void *coll = NULL;
+        s = be->coll_create(id, c->rank, c->size, &coll);
+        AMP_TRY(amp_comm_agree_failure(c, s != AMP_OK, &any));
+        if (s != AMP_OK) return s;
+        if (any) {
+            be->coll_free(coll, true);
+            return amp_fail(AMP_ERR_BACKEND, "another rank could not join the %s communicator "
+                            "(its error says why)", be->name);
+        }
+        c->coll = coll;
+        c->coll_be = be;
+    }
+    *out = c->coll;
+    return AMP_OK;
 }
 
 amp_status amp_comm_select_device(const amp_comm *c) {

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "amp/parallel.h"
+#include "core/backend.h"
 
 struct amp_comm {
     int rank, size, local_rank, local_size;
@@ -13,8 +14,17 @@ struct amp_comm {
     MPI_Comm world;     /* a duplicate of MPI_COMM_WORLD: our traffic never meets the user's */
     MPI_Comm roll_call; /* another duplicate: after a timeout, who is still answering */
     bool broken;        /* a collective timed out: peers are gone, MPI_Finalize would wait on them */
+    /* The backend's communicator over the same ranks (NCCL on CUDA), made by the first user
+     * (DDP, SyncBatchNorm) and shared by all, as PyTorch's process group is: one communicator
+     * keeps every rank's collectives in one order on one stream. */
+    void *coll;
+    const struct amp_backend *coll_be;
     double timeout_s;   /* longest wait for a collective before it is reported as stuck */
 };
+
+/* The backend's communicator over c's ranks, made at the first call (collective then: every
+ * rank must call it, rank 0's id is broadcast over MPI). One backend per communicator. */
+amp_status amp_comm_backend_coll(amp_comm *c, const struct amp_backend *be, void **out);
 
 /* A monotonic clock in seconds. */
 double amp_comm_now(void);

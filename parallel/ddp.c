@@ -93,21 +93,8 @@ static amp_status amp_ddp_bcast_tensor(amp_ddp *d, amp_tensor *t, const char *wh
 }
 
 amp_status amp_ddp_coll_create(amp_ddp *d) {
-    const amp_backend *be = d->ctx->backend;
-    unsigned char id[AMP_COLL_ID_BYTES] = {0};
-    amp_status s = d->comm->rank == 0 ? be->coll_id(id) : AMP_OK;
-    bool any;
-    AMP_TRY(amp_comm_agree_failure(d->comm, s != AMP_OK, &any));
-    if (s != AMP_OK) return s;
-    if (any) return amp_fail(AMP_ERR_BACKEND, "amp_ddp_create: rank 0 could not make a %s "
-                             "communicator id (its error says why)", be->name);
-    AMP_TRY(amp_comm_bcast_bytes(d->comm, id, sizeof id, "amp_ddp_create's communicator id"));
-    s = be->coll_create(id, d->comm->rank, d->comm->size, &d->coll);
-    AMP_TRY(amp_comm_agree_failure(d->comm, s != AMP_OK, &any));
-    if (s != AMP_OK) return amp_fail_context(s, "amp_ddp_create");
-    if (any) return amp_fail(AMP_ERR_BACKEND, "amp_ddp_create: another rank could not join the "
-                             "%s communicator (its error says why)", be->name);
-    return AMP_OK;
+    amp_status s = amp_comm_backend_coll(d->comm, d->ctx->backend, &d->coll);
+    return s == AMP_OK ? AMP_OK : amp_fail_context(s, "amp_ddp_create");
 }
 
 amp_status amp_ddp_coll_watchdog(amp_ddp *d) {
@@ -115,12 +102,12 @@ amp_status amp_ddp_coll_watchdog(amp_ddp *d) {
     bool pending = false;
     amp_status s = d->ctx->backend->coll_poll(d->coll, &pending);
     if (s != AMP_OK) {
-        d->coll_lost = true;
+        d->comm->broken = true;
         return amp_fail_context(s, "rank %d of %d", d->comm->rank, d->comm->size);
     }
     double waited = amp_comm_now() - d->t_last_coll;
     if (pending && waited > d->comm->timeout_s) {
-        d->coll_lost = true;
+        d->comm->broken = true;
         return amp_fail(AMP_ERR_BACKEND, "rank %d of %d: the %s collectives of the last step have "
                         "not completed after %.0f s: another rank died or hangs (AMP_COMM_TIMEOUT "
                         "sets the limit)", d->comm->rank, d->comm->size, d->ctx->backend->name,
@@ -225,7 +212,6 @@ void amp_ddp_free(amp_ddp *d) {
         d->ctx->bw_observer_user = NULL;
     }
     if (d->buckets || d->sorted) amp_ddp_buckets_free(d);
-    if (d->coll) d->ctx->backend->coll_free(d->coll, d->coll_lost);
     if (d->owns_comm) amp_comm_free(d->comm);
     free(d);
 }

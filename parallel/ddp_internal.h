@@ -41,9 +41,8 @@ struct amp_ddp {
     bool sync;               /* amp_ddp_set_sync */
     bool active;             /* the backward in progress all-reduces */
     MPI_Op op_f16_sum, op_bf16_sum; /* MPI has no half types: sums widened to f32 per element */
-    void *coll;              /* the backend's communicator (NCCL) when its memory is not host
-                                memory; NULL: MPI on host memory */
-    bool coll_lost;          /* a collective outlived the deadline: abort, do not wait, on free */
+    void *coll;              /* the communicator's backend communicator (NCCL) when the memory
+                                is not host memory (owned by comm); NULL: MPI on host memory */
     double t_last_coll;      /* when the newest backend collective was queued */
     double t_first_launch, t_walk_end;
     int launched_in_walk;

@@ -9,8 +9,10 @@
  * replicas, drift apart). The vectors are per channel, so gathering them costs nothing that
  * matters. On a backend whose memory is not host memory (CUDA) the backend's collectives
  * (NCCL) sum the statistics on the device, every rank getting the same bits (a ring all-reduce
- * reduces each element once and hands the result to all), on a communicator of their own made at
- * the conversion; the counts, host integers, go to MPI. A world of one needs none. */
+ * reduces each element once and hands the result to all), on the communicator's one backend
+ * communicator, which DDP shares (PyTorch's SyncBatchNorm uses DDP's process group: one
+ * communicator keeps every rank's collectives in one order); the counts, host integers, go to
+ * MPI. A world of one needs none. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -63,36 +65,13 @@ static amp_status sync_bn_allreduce_i64(void *user, int64_t *v, int n) {
     return amp_comm_wait(c, 1, &r, "sync batch norm's count");
 }
 
-static void sync_bn_release(void *user) {
-    sync_bn_comm *sc = user;
-    if (!sc) return;
-    if (sc->coll) sc->be->coll_free(sc->coll, sc->comm->broken);
-    free(sc);
-}
+static void sync_bn_release(void *user) { free(user); } /* the communicators are comm's */
 
 static const amp_collective sync_bn_collective = {
     .allreduce_sum_f32 = sync_bn_allreduce_f32,
     .allreduce_sum_i64 = sync_bn_allreduce_i64,
     .release = sync_bn_release,
 };
-
-/* The backend's communicator over comm's ranks, its id made on rank 0 and broadcast by MPI. */
-static amp_status sync_bn_coll_create(sync_bn_comm *sc) {
-    unsigned char id[AMP_COLL_ID_BYTES] = {0};
-    amp_status s = sc->comm->rank == 0 ? sc->be->coll_id(id) : AMP_OK;
-    bool any;
-    AMP_TRY(amp_comm_agree_failure(sc->comm, s != AMP_OK, &any));
-    if (s != AMP_OK) return s;
-    if (any) return amp_fail(AMP_ERR_BACKEND, "rank 0 could not make a %s communicator id",
-                             sc->be->name);
-    AMP_TRY(amp_comm_bcast_bytes(sc->comm, id, sizeof id, "sync batch norm's communicator id"));
-    s = sc->be->coll_create(id, sc->comm->rank, sc->comm->size, &sc->coll);
-    AMP_TRY(amp_comm_agree_failure(sc->comm, s != AMP_OK, &any));
-    if (s != AMP_OK) return s;
-    if (any) return amp_fail(AMP_ERR_BACKEND, "another rank could not join the %s communicator",
-                             sc->be->name);
-    return AMP_OK;
-}
 
 amp_status amp_model_convert_sync_batchnorm(amp_model *m, amp_comm *comm) {
     AMP_CHECK_ARG(m);
@@ -108,7 +87,7 @@ amp_status amp_model_convert_sync_batchnorm(amp_model *m, amp_comm *comm) {
         sc = calloc(1, sizeof *sc);
         if (!sc) return amp_fail(AMP_ERR_OOM, "%s: out of memory", __func__);
         *sc = (sync_bn_comm){.comm = comm, .be = be};
-        amp_status s = host ? AMP_OK : sync_bn_coll_create(sc);
+        amp_status s = host ? AMP_OK : amp_comm_backend_coll(comm, be, &sc->coll);
         if (s != AMP_OK) {
             free(sc);
             return amp_fail_context(s, "%s", __func__);

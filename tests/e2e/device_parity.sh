@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA backend against the CPU backend through amp-train: the same run (model, batch 32,
 # 30 steps, seed 0) on --device cpu and --device cuda must take the same skip decisions and give
-# the same per-step losses, within 1e-4 relative at O0 and 2e-3 at the half levels (different
-# summation orders in GEMM, convolution and the reductions; the half levels round those
-# differences to 8 or 11 bits). Run in the AMP_CUDACPU=ON build, where --device cuda runs the
+# the same per-step losses, within 1e-4 relative at O0, 2e-3 at the fp16 levels and 4e-3 with
+# bf16 (different summation orders in GEMM, convolution and the reductions; the half levels round
+# those differences to 11 or 8 bits: bf16's weights, rounded from masters that differ in their
+# last f32 bits, move by one bf16 step, 2^-8 = 3.9e-3 relative, now and then). Run in the AMP_CUDACPU=ON build, where --device cuda runs the
 # unchanged CUDA backend on this CPU; on a machine with a GPU it compares the GPU with the CPU.
 #   device_parity.sh AMP_TRAIN WORKDIR MODEL
 # SGD at lr 0.001 (momentum 0.9; PARITY_LR overrides): at amp-train's default 0.05 both models
@@ -11,8 +12,9 @@
 # another summation order) grows two- to threefold per step: measured here, the MLP at O0 reached
 # 1.8e-3 by step 28 at lr 0.05, the ConvNet 1.1e-4 at O0 and 3-6 % at the half levels at lr 0.01.
 # Two correct backends differ that much there; at lr 0.001 the differences stay near the
-# rounding level (ConvNet: at most 4.7e-5 at O0, 1.6e-3 with bf16), so the comparison measures
-# the backends and not the dynamics.
+# rounding level (ConvNet: at most 7e-5 at O0, 4.3e-4 with fp16; with bf16 1.6e-3 on one machine
+# and 2.2e-3 on another, at single steps between steps near 1e-4), so the comparison measures the
+# backends and not the dynamics.
 # Prints one line per level with the largest relative difference. Exits 77 (SKIPPED) without the
 # Fashion-MNIST data set.
 set -euo pipefail
@@ -82,5 +84,5 @@ PY
 run_level O0 1e-4 --opt-level O0
 run_level O1_fp16 2e-3 --opt-level O1 --init-scale 131072
 run_level O2_fp16 2e-3 --opt-level O2 --init-scale 131072
-run_level O2_bf16 2e-3 --opt-level O2 --half bf16
+run_level O2_bf16 4e-3 --opt-level O2 --half bf16
 exit $fail
