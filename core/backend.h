@@ -430,6 +430,11 @@ amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool train
 /* The synchronised batch norm entries' count: >= 1, and >= 2 where a variance is formed
  * (`unbiased`); AMP_ERR_INVALID_ARG naming fn. */
 amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbiased);
+/* bn_bwd_elemt's descriptor, count and pointers (gamma may be NULL), shared by every backend. */
+amp_status amp_backend_check_bn_bwd_elemt(const char *fn, const amp_bn_desc *d, int64_t count,
+                                          const void *x, const void *dy, const float *mean,
+                                          const float *invstd, const float *sum_dy,
+                                          const float *sum_dy_xmu, const void *dx);
 /* Max pooling's descriptor: d set, a float dtype, non-empty input, kernel and stride >= 1, pad in
  * [0, kernel / 2], h_out and w_out as the window arithmetic gives them, a plane that an i32
  * argmax can index. */

@@ -103,6 +103,23 @@ amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbias
     return AMP_OK;
 }
 
+amp_status amp_backend_check_bn_bwd_elemt(const char *fn, const amp_bn_desc *d, int64_t count,
+                                          const void *x, const void *dy, const float *mean,
+                                          const float *invstd, const float *sum_dy,
+                                          const float *sum_dy_xmu, const void *dx) {
+    AMP_TRY(amp_backend_check_bn(fn, d, false));
+    AMP_TRY(amp_backend_check_bn_count(fn, count, false));
+    const struct {
+        const char *name;
+        const void *p;
+    } args[] = {{"x", x}, {"dy", dy}, {"mean", mean}, {"invstd", invstd}, {"sum_dy", sum_dy},
+                {"sum_dy_xmu", sum_dy_xmu}, {"dx", dx}};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
+        if (!args[i].p)
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, args[i].name);
+    return AMP_OK;
+}
+
 amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d) {
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     AMP_TRY(amp_backend_check_float(fn, d->dtype));

@@ -22,13 +22,10 @@
  * makes later compute wait for them: nothing in backward or the step waits on the host. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "parallel/ddp_internal.h"
-
-static double amp_ddp_now(void) { return amp_comm_now(); }
 
 static void amp_f16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
@@ -156,10 +153,10 @@ static amp_status amp_ddp_launch(amp_ddp *d, amp_ddp_bucket *b) {
     float pre = d->opts.gradient_predivide_factor;
     if (pre != 1.0f)
         AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, dt, b->numel, buf, 1.0f / pre, buf));
-    if (d->launched_in_walk == 0) d->t_first_launch = amp_ddp_now();
+    if (d->launched_in_walk == 0) d->t_first_launch = amp_comm_now();
     if (d->coll) {
         AMP_TRY(be->coll_allreduce(d->coll, buf, dt, b->numel, AMP_COLL_SUM));
-        d->t_last_coll = amp_ddp_now();
+        d->t_last_coll = amp_comm_now();
     } else {
         MPI_Datatype type = dt == AMP_F32 ? MPI_FLOAT : MPI_UINT16_T;
         MPI_Op op = dt == AMP_F32 ? MPI_SUM : dt == AMP_F16 ? d->op_f16_sum : d->op_bf16_sum;
@@ -245,7 +242,7 @@ static amp_status amp_ddp_end(void *user, amp_status walk) {
     amp_ddp *d = user;
     if (!d->active) return AMP_OK;
     d->active = false;
-    d->t_walk_end = amp_ddp_now();
+    d->t_walk_end = amp_comm_now();
     d->nodes_left = 0;
     /* After a failed walk the remaining buckets still go out (with whatever they hold), so the
      * other ranks are not left waiting for collectives this rank never issues; the walk's error
@@ -258,7 +255,7 @@ static amp_status amp_ddp_end(void *user, amp_status walk) {
         if (!d->coll) s = amp_comm_wait(d->comm, 1, &b->req, "the all-reduce of a gradient bucket");
         if (s == AMP_OK && walk == AMP_OK) s = amp_ddp_finish_bucket(d, b);
     }
-    double t_done = amp_ddp_now();
+    double t_done = amp_comm_now();
     d->stats = (amp_ddp_stats){.comm_seconds = t_done - d->t_first_launch,
                                .exposed_seconds = t_done - d->t_walk_end,
                                .buckets_launched_early = d->launched_early};
@@ -275,7 +272,7 @@ static amp_status amp_ddp_agree_found_inf(void *user, float *found_inf, int n) {
     if (d->coll) {
         const amp_backend *be = d->ctx->backend;
         AMP_TRY(be->coll_allreduce(d->coll, found_inf, AMP_F32, n, AMP_COLL_MAX));
-        d->t_last_coll = amp_ddp_now();
+        d->t_last_coll = amp_comm_now();
         return be->coll_join(d->coll);
     }
     MPI_Request r;

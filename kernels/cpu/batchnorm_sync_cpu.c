@@ -72,15 +72,8 @@ amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const floa
 amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,
                                 const float *gamma, const float *mean, const float *invstd,
                                 const float *sum_dy, const float *sum_dy_xmu, void *dx) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
-    AMP_TRY(amp_backend_check_bn_count(__func__, count, false));
-    AMP_CHECK_ARG(x);
-    AMP_CHECK_ARG(dy);
-    AMP_CHECK_ARG(mean);
-    AMP_CHECK_ARG(invstd);
-    AMP_CHECK_ARG(sum_dy);
-    AMP_CHECK_ARG(sum_dy_xmu);
-    AMP_CHECK_ARG(dx);
+    AMP_TRY(amp_backend_check_bn_bwd_elemt(__func__, d, count, x, dy, mean, invstd, sum_dy,
+                                           sum_dy_xmu, dx));
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
     for (int64_t ch = 0; ch < d->c; ch++) {
         float proj, mean_dy, k, m = mean[ch];

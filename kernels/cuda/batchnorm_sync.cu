@@ -276,15 +276,8 @@ extern "C" amp_status amp_cuda_bn_bwd_elemt(const amp_bn_desc *d, int64_t count,
                                             const float *mean, const float *invstd,
                                             const float *sum_dy, const float *sum_dy_xmu,
                                             void *dx) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
-    AMP_TRY(amp_backend_check_bn_count(__func__, count, false));
-    AMP_CHECK_ARG(x);
-    AMP_CHECK_ARG(dy);
-    AMP_CHECK_ARG(mean);
-    AMP_CHECK_ARG(invstd);
-    AMP_CHECK_ARG(sum_dy);
-    AMP_CHECK_ARG(sum_dy_xmu);
-    AMP_CHECK_ARG(dx);
+    AMP_TRY(amp_backend_check_bn_bwd_elemt(__func__, d, count, x, dy, mean, invstd, sum_dy,
+                                           sum_dy_xmu, dx));
     cudaStream_t stream = amp_cuda_stream();
     switch (d->dtype) {
     case AMP_F16:
