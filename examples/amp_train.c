@@ -109,15 +109,23 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     return s;
 }
 
-/* Whether to stop: a signal reached this process or, under mpirun, any of them (the launcher
- * passes SIGTERM to all, but not at the same step: stopping together keeps the final save, a
- * collective, in step). */
-static bool stop_all(amp_comm *comm) {
-    if (!amp_comm_is_distributed(comm)) return g_stop;
-    double f = g_stop;
-    if (amp_comm_allreduce_max_f64(comm, &f, 1) != AMP_OK) return true;
-    if (f != 0) g_stop = 1;
-    return f != 0;
+/* What every rank must decide alike after a step: whether to stop (a signal reached this process
+ * or, under mpirun, any of them: the launcher passes SIGTERM to all, but not at the same step, and
+ * stopping together keeps the final save, a collective, in step) and whether to read the step's
+ * loss for rank 0's progress bar (read on every rank: the bar shows the ranks' average, and no
+ * rank waits for its device while the others wait in MPI). One MAX all-reduce decides both. A
+ * failed agreement is an error, never a quiet stop: a rank that stopped alone would meet its
+ * peers' next collective with another one. */
+static amp_status agree_after_step(amp_comm *comm, bool *stop, bool *draw) {
+    double f[2] = {g_stop, *draw};
+    if (amp_comm_is_distributed(comm)) {
+        amp_status s = amp_comm_allreduce_max_f64(comm, f, 2);
+        if (s != AMP_OK) return s;
+    }
+    if (f[0] != 0) g_stop = 1;
+    *stop = f[0] != 0;
+    *draw = f[1] != 0;
+    return AMP_OK;
 }
 
 /* A process of several that fails must take the others down, which would otherwise wait for it
@@ -265,7 +273,8 @@ int main(int argc, char **argv) {
         TRY(amp_tensor_copy_from_host(loss_sum, &zero, sizeof zero));
         amp_batch b;
         bool epoch_end = false;
-        while (!(a.max_steps && steps >= a.max_steps) && !stop_all(comm) && !epoch_end) {
+        bool stop = false;
+        while (!(a.max_steps && steps >= a.max_steps) && !stop && !epoch_end) {
             amp_tensor *loss = NULL;
             float loss_value = 0.0f;
             /* --accumulate K: K micro-batches, each loss divided by K, their gradients summed
@@ -299,23 +308,24 @@ int main(int argc, char **argv) {
             /* Whether the step was taken costs one 4-byte read: asked only when it is logged. */
             bool log_step = a.log_every && (steps + 1) % a.log_every == 0, stepped = true;
             TRY(amp_step(opt, log_step ? &stepped : NULL));
-            /* The step's loss is read (the host waits for the step) only to print it. */
+            /* The step's loss is read (the host waits for the step) only to print it, and
+             * printed as the average of the ranks' losses. */
             double now = tty ? now_seconds() : 0.0;
             bool draw = tty && (now - drawn_at >= PROGRESS_SECONDS || b.index + 1 == n_batches);
-            if (log_step || draw) TRY(amp_tensor_item(loss, &loss_value));
+            TRY(agree_after_step(comm, &stop, &draw));
+            if (log_step || draw) {
+                TRY(amp_tensor_item(loss, &loss_value));
+                double v = loss_value;
+                TRY(amp_comm_allreduce_sum_f64(comm, &v, 1));
+                loss_value = (float)(v / world);
+            }
             TRY(amp_zero_grad(opt));
             n_loss++;
             steps++;
-            if (log_step) {
-                double v = loss_value; /* the average of the ranks' losses (every rank logs) */
-                TRY(amp_comm_allreduce_sum_f64(comm, &v, 1));
-                TRY(log_step_line(opt, steps, (float)(v / world), !stepped, a.json, tty));
-            }
+            if (log_step) TRY(log_step_line(opt, steps, loss_value, !stepped, a.json, tty));
             if (steps == 3) TRY(amp_ctx_system_allocs(ctx, &allocs_warm));
-            if (draw) {
-                progress(epoch, b.index, n_batches, loss_value);
-                drawn_at = now;
-            }
+            if (draw && tty) progress(epoch, b.index, n_batches, loss_value);
+            if (draw) drawn_at = now;
             if (a.checkpoint_dir && a.save_every && steps % a.save_every == 0) {
                 TRY(ddp ? amp_ddp_checkpoint_save(ddp, a.checkpoint_dir, steps, &ckpt, NULL, 0)
                         : amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, NULL, 0));
