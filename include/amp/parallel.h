@@ -107,8 +107,9 @@ amp_status amp_ddp_get_stats(const amp_ddp *ddp, amp_ddp_stats *out);
  * and the world size is stored with the checkpoint. load: every rank reads the same folder (a
  * file system all ranks see), and any rank's failure fails all of them; a checkpoint of another
  * world size is refused (the sampler would cut the epochs differently). Resuming with the same
- * world size is bit-exact, as amp_checkpoint_load is. The state is rank 0's: a context RNG that
- * differs between ranks (a per-rank seed for dropout) comes back as rank 0's on every rank. */
+ * world size is bit-exact, as amp_checkpoint_load is. The replicated state is rank 0's; every
+ * rank's RNG state (ranks may seed theirs apart, for dropout masks of their own) is stored too,
+ * and each rank gets its own back. */
 amp_status amp_ddp_checkpoint_save(amp_ddp *ddp, const char *dir, int64_t step,
                                    const amp_checkpoint_opts *opts, char *path_out,
                                    size_t path_size);

@@ -209,8 +209,9 @@ static void inf_on_one_rank(void) {
 
 /* Resume under DDP: a loader with the distributed sampler over a small random data set, 6 steps
  * with a save after 3 (rank 0 writes), then new objects on every rank load it and run 3 more: the
- * weights equal the uninterrupted run's bit for bit, on every rank. A checkpoint of another world
- * size is refused on every rank. */
+ * weights equal the uninterrupted run's bit for bit, on every rank, and every rank gets its own
+ * random generator state back (the ranks' generators are set apart, as for dropout masks of
+ * their own). A checkpoint of another world size is refused on every rank. */
 static bool resume_run(amp_dataset *ds, const char *dir, int first, int last, bool save_mid,
                        bool load, double **w_out, int64_t *n_out) {
     run d;
@@ -222,12 +223,20 @@ static bool resume_run(amp_dataset *ds, const char *dir, int first, int last, bo
                                .rank = g_rank, .world_size = g_size, .drop_last = true}, &ld));
     amp_checkpoint_opts co = {.loader = ld};
     bool ok = ld != NULL;
+    const amp_rng_state rank_rng = {.seed = 1000u + (uint64_t)g_rank, .counter = 7u * (uint64_t)g_rank};
+    if (ok && !load) CHECK_OK(amp_rng_set_state(d.ctx, &rank_rng));
     if (ok && load) {
         int64_t step = -1;
         amp_status s = amp_ddp_checkpoint_load(d.ddp, dir, &co, &step);
         CHECK_MSG(s == AMP_OK && step == first, "load: %s (step %lld)", amp_last_error(),
                   (long long)step);
         ok = s == AMP_OK;
+        amp_rng_state got = {0};
+        CHECK_OK(amp_rng_get_state(d.ctx, &got));
+        CHECK_MSG(got.seed == rank_rng.seed && got.counter == rank_rng.counter,
+                  "rank %d: the loaded generator state is seed %llu counter %llu, saved %llu %llu",
+                  g_rank, (unsigned long long)got.seed, (unsigned long long)got.counter,
+                  (unsigned long long)rank_rng.seed, (unsigned long long)rank_rng.counter);
     }
     for (int s = first; ok && s < last; s++) {
         amp_batch b;
@@ -297,6 +306,22 @@ static void resume_bit_exact(void) {
         MPI_Barrier(MPI_COMM_WORLD);
         CHECK_FAILS(amp_ddp_checkpoint_load(d.ddp, other, NULL, NULL), AMP_ERR_STATE,
                     "saved by 99 ranks");
+        /* The right world size but no per-rank generator states (not a DDP save): refused
+         * under mpirun, where rank 0's state would silently become everyone's. */
+        if (g_size > 1) {
+            char plain[600], world[16];
+            snprintf(plain, sizeof plain, "%s-plain", dir);
+            snprintf(world, sizeof world, "%d", g_size);
+            const char *pv[] = {world};
+            if (g_rank == 0)
+                CHECK_OK(amp_checkpoint_save(plain, 1, d.m, d.opt,
+                                             &(amp_checkpoint_opts){.user_keys = k,
+                                                                    .user_values = pv,
+                                                                    .n_user = 1}, NULL, 0));
+            MPI_Barrier(MPI_COMM_WORLD);
+            CHECK_FAILS(amp_ddp_checkpoint_load(d.ddp, plain, NULL, NULL), AMP_ERR_STATE,
+                        "no per-rank generator states");
+        }
         run_free(&d);
     }
     free(w_full);
