@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/tensor_internal.h"
 #include "optim/optimizer_internal.h"
 
 /* What makes two parameters' updates the same call. */
@@ -102,18 +103,18 @@ static amp_status amp_fused_run(amp_optimizer *opt, const amp_fused_key *k,
         amp_sgd_desc d = amp_sgd_make_desc(opt, false);
         d.grad_scale = k->grad_scale;
         d.half_dtype = k->half_dtype;
-        return be->sgd_multi(&d, &t, scalars);
+        return AMP_BE(be, sgd_multi, &d, &t, scalars);
     }
     case AMP_OPTIM_ADAM: {
         amp_adam_desc d = amp_adam_make_desc(opt, 0);
         d.grad_scale = k->grad_scale;
         d.half_dtype = k->half_dtype;
-        return be->adam_multi(&d, &t, scalars);
+        return AMP_BE(be, adam_multi, &d, &t, scalars);
     }
     case AMP_OPTIM_LAMB: {
         amp_lamb_desc d = amp_lamb_make_desc(opt, 0);
         d.grad_scale = k->grad_scale;
-        return be->lamb_multi(&d, &t, scalars);
+        return AMP_BE(be, lamb_multi, &d, &t, scalars);
     }
     }
     return amp_fail(AMP_ERR_STATE, "amp_optimizer_step: unknown optimizer kind %d",

@@ -90,8 +90,9 @@ float *amp_optimizer_master_grad(amp_optimizer *opt, int i) {
 static amp_status amp_optim_master_to_param(amp_optimizer *opt, int i) {
     amp_tensor *p = opt->params[i];
     const amp_tensor *m = opt->master_views[i];
-    if (p->dtype == AMP_F32) return opt->backend->copy(p->data, m->data, amp_tensor_nbytes(m));
-    return opt->backend->cast(p->data, p->dtype, m->data, AMP_F32, m->numel);
+    if (p->dtype == AMP_F32)
+        return AMP_BE(opt->backend, copy, p->data, m->data, amp_tensor_nbytes(m));
+    return AMP_BE(opt->backend, cast, p->data, p->dtype, m->data, AMP_F32, m->numel);
 }
 
 amp_status amp_optimizer_masters_to_params(amp_optimizer *opt) {

@@ -11,5 +11,6 @@
 #include "amp/mixed_precision.h"
 #include "amp/checkpoint.h"
 #include "amp/parallel.h"
+#include "amp/profile.h"
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/profile.h"
 #include "kernels/cuda/collectives.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -58,6 +59,7 @@ amp_status amp_cuda_copy_to_host(void *host, const void *src, size_t nbytes) {
     AMP_CHECK_ARG(host);
     AMP_CHECK_ARG(src);
     AMP_CUDA_TRY(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, g_stream));
+    amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
     return AMP_OK;
 }
@@ -70,11 +72,13 @@ amp_status amp_cuda_copy_from_host(void *dst, const void *host, size_t nbytes) {
     AMP_CHECK_ARG(dst);
     AMP_CHECK_ARG(host);
     AMP_CUDA_TRY(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, g_stream));
+    amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
     return AMP_OK;
 }
 
 amp_status amp_cuda_sync(void) {
+    amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
     return AMP_OK;
 }

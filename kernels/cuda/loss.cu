@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -188,6 +189,7 @@ static amp_status check_labels(const char *fn, int64_t rows, int64_t classes,
         AMP_CUDA_LAUNCHED(stream);
     }
     AMP_CUDA_TRY(cudaMemcpyAsync(seen, record, sizeof seen, cudaMemcpyDeviceToHost, stream));
+    amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(stream));
     if (seen[0] == NO_BAD_ROW && seen[1] == NO_BAD_ROW) return AMP_OK;
     AMP_CUDA_TRY(cudaMemsetAsync(record, 0xff, sizeof seen, stream));
