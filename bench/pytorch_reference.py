@@ -11,21 +11,43 @@ exact losses) differ from libamp's Philox order; only statistics are comparable.
 
     python3 bench/pytorch_reference.py --model convnet --epochs 2 --threads 2 --json
 
-Needs torch and numpy (scripts/setup.sh --bench); no torchvision.
+Benchmark mode (--bench), what amp-bench runs beside libamp: no data set, one batch of random
+inputs and labels (fixed seed) generated once and reused every step, as amp-bench does; --warmup
+untimed steps, then --steps timed ones (torch.cuda.synchronize after each on cuda); prints one
+JSON line with the per-step times and samples/s from their median:
+
+    python3 bench/pytorch_reference.py --bench --model mlp --precision bf16 --batch 128 \
+        --steps 20 --warmup 5 --threads 2
+
+Needs torch (and numpy outside --bench; scripts/setup.sh --bench); no torchvision. Without an
+importable torch it prints one line to stderr and exits with status 3 (amp-bench reports "PyTorch
+not importable: ..."); --device cuda without a usable GPU exits with status 4.
 """
 import argparse
 import gzip
 import json
 import os
 import resource
+import statistics
 import struct
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+EXIT_NO_TORCH = 3  # amp-bench reads this status as "PyTorch not importable"
+EXIT_NO_DEVICE = 4
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except Exception as e:  # ImportError, or a broken install failing inside torch's own imports
+    print(f"pytorch_reference.py: PyTorch not importable: {type(e).__name__}: {e}",
+          file=sys.stderr)
+    sys.exit(EXIT_NO_TORCH)
+try:
+    import numpy as np  # the accuracy mode's IDX reader; --bench does without
+except ImportError:
+    np = None
 
 # include/amp/data.h: AMP_FASHION_MNIST_MEAN / AMP_FASHION_MNIST_STD, what amp-train passes to
 # amp_mnist_load_ex (pixel mean and std of the 60000 training images after x / 255).
@@ -36,6 +58,9 @@ EVAL_BATCH = 1000  # examples/amp_train.c EVAL_BATCH
 
 def read_idx(path, magic, ndim):
     """Reads a gzipped (or plain) IDX file as a uint8 array; checks magic and size."""
+    if np is None:
+        raise SystemExit("pytorch_reference.py: numpy is needed to read the data set (pip install "
+                         "numpy), or run --bench")
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as f:
         data = f.read()
@@ -108,7 +133,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("convnet", "mlp"), default="convnet")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", "--batch", dest="batch_size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
@@ -124,10 +149,70 @@ def parse_args(argv):
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: model and data on the GPU (scripts/gpu.sh), cuDNN autotuning on")
     p.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    p.add_argument("--bench", action="store_true",
+                   help="benchmark mode: random data, --warmup + --steps steps, one JSON line")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None,
+                   help="bf16 / fp16: torch.autocast in that dtype (fp16 with a GradScaler); "
+                        "the same as --autocast-bf16 / --autocast-fp16")
+    p.add_argument("--steps", type=int, default=50, help="--bench: timed steps")
+    p.add_argument("--warmup", type=int, default=5, help="--bench: untimed steps before them")
     a = p.parse_args(argv)
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.max_steps < 0 or a.std <= 0:
         p.error("--epochs, --batch-size, --threads must be >= 1, --max-steps >= 0, --std > 0")
+    if a.steps < 1 or a.warmup < 0:
+        p.error("--steps must be >= 1, --warmup >= 0")
+    if a.autocast_fp16 and a.autocast_bf16:
+        p.error("--autocast-fp16 and --autocast-bf16 exclude each other")
+    flag = "fp16" if a.autocast_fp16 else "bf16" if a.autocast_bf16 else None
+    if flag and a.precision and a.precision != flag:
+        p.error(f"--precision {a.precision} contradicts --autocast-{flag}")
+    a.precision = a.precision or flag or "fp32"
     return a
+
+
+def autocast_dtype(precision):
+    """torch.autocast's dtype for --precision, None for fp32."""
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def bench(a):
+    """--bench: the training step of the accuracy mode on one random batch, timed step by step."""
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    model = make_model(a.model).to(DEVICE)
+    gen = torch.Generator().manual_seed(a.seed)
+    x = torch.randn(a.batch_size, 1, 28, 28, generator=gen).to(DEVICE)
+    y = torch.randint(0, 10, (a.batch_size,), generator=gen).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    amp_dtype = autocast_dtype(a.precision)
+    scaler = torch.amp.GradScaler(DEVICE, enabled=a.precision == "fp16")
+    step_ms = []
+    for step in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        with autocast(amp_dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        if step >= a.warmup:
+            step_ms.append((time.perf_counter() - t0) * 1e3)
+    median_ms = statistics.median(step_ms)
+    config = "fp32" if amp_dtype is None else "autocast-" + a.precision
+    print(json.dumps({
+        "impl": "pytorch", "model": a.model, "precision": a.precision, "config": config,
+        "device": DEVICE, "batch": a.batch_size, "steps": a.steps, "warmup": a.warmup,
+        "threads": torch.get_num_threads(), "step_ms": [round(t, 4) for t in step_ms],
+        "step_ms_median": round(median_ms, 4),
+        "samples_per_s": round(a.batch_size / (median_ms * 1e-3), 2),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cuda_peak_bytes": torch.cuda.max_memory_allocated() if DEVICE == "cuda" else None,
+        "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+        "final_loss": loss.item(), "n_params": sum(p.numel() for p in model.parameters()),
+        "torch": torch.__version__}), flush=True)
+    return 0
 
 
 def main(argv):
@@ -135,7 +220,13 @@ def main(argv):
     global DEVICE
     DEVICE = a.device
     if DEVICE == "cuda":
+        if not torch.cuda.is_available():
+            print(f"pytorch_reference.py: torch {torch.__version__} sees no usable CUDA device",
+                  file=sys.stderr)
+            return EXIT_NO_DEVICE
         torch.backends.cudnn.benchmark = True
+    if a.bench:
+        return bench(a)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     x_train, y_train = load_split(a.data, True, a.mean, a.std)
@@ -144,11 +235,9 @@ def main(argv):
     x_train, y_train = x_train.to(DEVICE), y_train.to(DEVICE)
     x_test, y_test = x_test.to(DEVICE), y_test.to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
-    if a.autocast_fp16 and a.autocast_bf16:
-        sys.exit("pytorch_reference.py: --autocast-fp16 and --autocast-bf16 exclude each other")
-    amp_dtype = torch.float16 if a.autocast_fp16 else torch.bfloat16 if a.autocast_bf16 else None
+    amp_dtype = autocast_dtype(a.precision)
     # fp16 needs loss scaling (torch.amp.GradScaler); bf16 and fp32 do not.
-    scaler = torch.amp.GradScaler(DEVICE, enabled=a.autocast_fp16)
+    scaler = torch.amp.GradScaler(DEVICE, enabled=a.precision == "fp16")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"pytorch-reference: {a.model}, {n_params} parameters, sgd, lr {a.lr:g}, "
           f"batch {a.batch_size}, torch {torch.__version__}, {a.threads} threads"

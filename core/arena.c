@@ -8,6 +8,20 @@ void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*f
     *a = (amp_arena){.alloc = alloc, .free = free_fn};
 }
 
+void amp_arena_init_user(amp_arena *a, amp_status (*alloc)(void *, size_t, void **),
+                         void (*free_fn)(void *, void *), void *user) {
+    *a = (amp_arena){.alloc_user = alloc, .free_user = free_fn, .user = user};
+}
+
+static amp_status amp_chunk_alloc(amp_arena *a, size_t size, void **base) {
+    return a->alloc_user ? a->alloc_user(a->user, size, base) : a->alloc(size, base);
+}
+
+static void amp_chunk_free(amp_arena *a, void *base) {
+    if (a->free_user) a->free_user(a->user, base);
+    else a->free(base);
+}
+
 static size_t amp_align_up(size_t n) { return (n + AMP_ARENA_ALIGN - 1) & ~(size_t)(AMP_ARENA_ALIGN - 1); }
 
 static amp_status amp_arena_add_chunk(amp_arena *a, size_t size) {
@@ -19,7 +33,7 @@ static amp_status amp_arena_add_chunk(amp_arena *a, size_t size) {
         a->cap_chunks = cap;
     }
     void *base = NULL;
-    amp_status s = a->alloc(size, &base);
+    amp_status s = amp_chunk_alloc(a, size, &base);
     if (s != AMP_OK) return amp_fail_context(s, "step arena: chunk of %zu bytes", size);
     a->chunks[a->n_chunks++] = (amp_arena_chunk){.base = base, .size = size};
     return AMP_OK;
@@ -52,11 +66,11 @@ void amp_arena_reset(amp_arena *a) {
         /* Coalesce into one chunk of the step's peak: the doubling chunks sum to up to twice
          * that. Freed first (nothing is live), so the two never coexist; if the allocation fails
          * the arena simply starts empty and grows again. */
-        for (int i = 0; i < a->n_chunks; i++) a->free(a->chunks[i].base);
+        for (int i = 0; i < a->n_chunks; i++) amp_chunk_free(a, a->chunks[i].base);
         a->n_chunks = 0;
         void *base = NULL;
         size_t size = a->step_peak < AMP_ARENA_MIN_CHUNK ? AMP_ARENA_MIN_CHUNK : a->step_peak;
-        if (a->alloc(size, &base) == AMP_OK) {
+        if (amp_chunk_alloc(a, size, &base) == AMP_OK) {
             a->chunks[0] = (amp_arena_chunk){.base = base, .size = size};
             a->n_chunks = 1;
         }
@@ -67,8 +81,16 @@ void amp_arena_reset(amp_arena *a) {
     a->step_peak = 0;
 }
 
+void amp_arena_release(amp_arena *a) {
+    for (int i = 0; i < a->n_chunks; i++) amp_chunk_free(a, a->chunks[i].base);
+    a->n_chunks = 0;
+    a->current = 0;
+    a->in_use = 0;
+    a->step_peak = 0;
+}
+
 void amp_arena_destroy(amp_arena *a) {
-    for (int i = 0; i < a->n_chunks; i++) a->free(a->chunks[i].base);
+    for (int i = 0; i < a->n_chunks; i++) amp_chunk_free(a, a->chunks[i].base);
     free(a->chunks);
     *a = (amp_arena){0};
 }

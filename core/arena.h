@@ -1,5 +1,6 @@
 /* Step arena: a bump allocator for the tensors of one training step, released all at once.
- * Memory comes in chunks from an allocation function (host malloc, or a backend's alloc). After a
+ * Memory comes in chunks from an allocation function (host malloc, or the context's memory
+ * ledger over its backend, core/mem_ledger.h, which needs the context: the _user form). After a
  * step that needed several chunks, reset() replaces them with one chunk the size of that step's
  * peak use (the old chunks are freed first: nothing in them is live after a reset), so the
  * steady-state step allocates nothing and holds no more than it uses. */
@@ -21,6 +22,10 @@ typedef struct amp_arena_chunk {
 typedef struct amp_arena {
     amp_status (*alloc)(size_t nbytes, void **out);
     void (*free)(void *p);
+    /* Set instead of alloc and free by amp_arena_init_user: the same, given `user`. */
+    amp_status (*alloc_user)(void *user, size_t nbytes, void **out);
+    void (*free_user)(void *user, void *p);
+    void *user;
     amp_arena_chunk *chunks;
     int n_chunks, cap_chunks, current;
     size_t in_use, peak;
@@ -28,9 +33,14 @@ typedef struct amp_arena {
 } amp_arena;
 
 void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *));
+void amp_arena_init_user(amp_arena *a, amp_status (*alloc)(void *, size_t, void **),
+                         void (*free_fn)(void *, void *), void *user);
 /* Aligned memory for nbytes (>= 1), valid until reset. */
 amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out);
 void amp_arena_reset(amp_arena *a);
+/* As reset, but every chunk goes back to the free function: the arena holds nothing and grows
+ * again from its next allocation (peak, since creation, stays). */
+void amp_arena_release(amp_arena *a);
 void amp_arena_destroy(amp_arena *a);
 
 #endif

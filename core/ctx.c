@@ -57,7 +57,7 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     ctx->autocast.half = AMP_F16;
     amp_arena_init(&ctx->host_arenas[0], amp_host_alloc, free);
     amp_arena_init(&ctx->host_arenas[1], amp_host_alloc, free);
-    amp_arena_init(&ctx->data_arena, be->alloc, be->free);
+    amp_arena_init_user(&ctx->data_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
     if (o.n_threads > 0) omp_set_num_threads(o.n_threads);
     const char *trace = getenv("AMP_TRACE");
     if (trace && strcmp(trace, "0") != 0 && *trace) amp_trace_enable(ctx, true);
@@ -72,6 +72,7 @@ void amp_ctx_free(amp_ctx *ctx) {
     amp_arena_destroy(&ctx->host_arenas[0]);
     amp_arena_destroy(&ctx->host_arenas[1]);
     amp_arena_destroy(&ctx->data_arena);
+    amp_ledger_destroy(ctx); /* last: the amp layer and the arena free through it */
     free(ctx->tape);
     free(ctx);
 }
@@ -132,5 +133,14 @@ amp_status amp_ctx_system_allocs(const amp_ctx *ctx, uint64_t *n) {
 }
 
 void amp_ctx_memory_reset_peak(amp_ctx *ctx) {
-    if (ctx && ctx->backend->memory_reset_peak) ctx->backend->memory_reset_peak();
+    if (!ctx) return;
+    if (ctx->backend->memory_reset_peak) ctx->backend->memory_reset_peak();
+    amp_ledger_reset_peak(ctx);
+}
+
+amp_status amp_ctx_memory_trim(amp_ctx *ctx) {
+    AMP_CHECK_ARG(ctx);
+    amp_ctx_reset_step(ctx);
+    amp_arena_release(&ctx->data_arena);
+    return AMP_OK;
 }

@@ -6,6 +6,7 @@
 #include "amp/tensor.h"
 #include "core/arena.h"
 #include "core/backend.h"
+#include "core/mem_ledger.h"
 
 /* Autocast: what the amp layer switches and the op dispatcher in nn/ obeys (nn/autocast.c). */
 #define AMP_CAST_CACHE_MAX 64
@@ -34,7 +35,9 @@ struct amp_ctx {
      * recognised as stale (its step_gen) instead of being read from reused memory. */
     amp_arena host_arenas[2];
     uint32_t step_gen; /* steps ended so far; host_arenas[step_gen & 1] is the current one */
-    amp_arena data_arena; /* tensor data of the step, in backend memory */
+    amp_arena data_arena; /* tensor data of the step, in backend memory (chunks: the ledger's) */
+    /* Every backend block allocated for this context, by kind (core/mem_ledger.h). */
+    amp_mem_ledger ledger;
     struct amp_tape_node **tape; /* nodes in execution order: a topological order */
     int n_tape, cap_tape;
     amp_rng_state rng;

@@ -74,10 +74,10 @@ amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t
     if (!t) return amp_fail(AMP_ERR_OOM, "amp_tensor_create: out of memory");
     amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
     size_t nbytes = (size_t)numel * amp_dtype_size(dt);
-    amp_status s = ctx->backend->alloc(nbytes, &t->data);
+    amp_status s = amp_ledger_alloc(ctx, AMP_MEM_OTHER, nbytes, &t->data);
     if (s == AMP_OK) s = ctx->backend->memset_zero(t->data, nbytes);
     if (s != AMP_OK) {
-        if (t->data) ctx->backend->free(t->data);
+        amp_ledger_free(ctx, t->data);
         free(t);
         return amp_fail_context(s, "amp_tensor_create");
     }
@@ -131,7 +131,7 @@ amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor
 
 void amp_tensor_free(amp_tensor *t) {
     if (!t || (t->flags & AMP_TENSOR_STEP)) return;
-    if ((t->flags & AMP_TENSOR_OWNED) && t->data) t->backend->free(t->data);
+    if (t->flags & AMP_TENSOR_OWNED) amp_ledger_free(t->ctx, t->data);
     if (t->grad && t->grad != t && !(t->grad->flags & AMP_TENSOR_STEP)) amp_tensor_free(t->grad);
     free(t);
 }

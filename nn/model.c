@@ -55,15 +55,17 @@ static int64_t amp_named_block_numel(const amp_named_tensor *l, int n) {
 }
 
 /* Allocates one f32 block for the list and makes each entry a view into it (and, when grads is
- * non-NULL, a second block for the gradients, viewed the same way). */
+ * non-NULL, a second block for the gradients, viewed the same way). Both blocks are the model's
+ * in the context's memory ledger: parameters and buffers AMP_MEM_PARAMS, gradients
+ * AMP_MEM_GRADS. */
 static amp_status amp_named_carve(amp_model *m, amp_named_tensor *l, int n, void **block,
                                   void **grads) {
     const amp_backend *be = m->ctx->backend;
     size_t nbytes = (size_t)(amp_named_block_numel(l, n) ? amp_named_block_numel(l, n) : 1) * 4;
-    AMP_TRY(be->alloc(nbytes, block));
+    AMP_TRY(amp_ledger_alloc(m->ctx, AMP_MEM_PARAMS, nbytes, block));
     AMP_TRY(be->memset_zero(*block, nbytes));
     if (grads) {
-        AMP_TRY(be->alloc(nbytes, grads));
+        AMP_TRY(amp_ledger_alloc(m->ctx, AMP_MEM_GRADS, nbytes, grads));
         AMP_TRY(be->memset_zero(*grads, nbytes));
     }
     int64_t off = 0;
@@ -94,12 +96,11 @@ amp_status amp_model_build(amp_model *m) {
 void amp_model_free(amp_model *m) {
     if (!m) return;
     if (m->ctx->amp_hooks) m->ctx->amp_hooks->forget(m->ctx->amp, m);
-    const amp_backend *be = m->ctx->backend;
     for (int i = 0; i < m->n_params; i++) amp_tensor_free(m->params[i].t);
     for (int i = 0; i < m->n_buffers; i++) amp_tensor_free(m->buffers[i].t);
-    if (m->param_block) be->free(m->param_block);
-    if (m->grad_block) be->free(m->grad_block);
-    if (m->buffer_block) be->free(m->buffer_block);
+    amp_ledger_free(m->ctx, m->param_block);
+    amp_ledger_free(m->ctx, m->grad_block);
+    amp_ledger_free(m->ctx, m->buffer_block);
     free(m->params);
     free(m->buffers);
     free(m->layers);

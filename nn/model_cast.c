@@ -1,6 +1,7 @@
 /* Converting a built model to a half type (Apex O2/O3's model.half(), batch norm optionally kept
  * in f32): parameters, gradients and buffers get new blocks of mixed dtypes, each tensor 64-byte
- * aligned as before, and the f32 blocks are freed. */
+ * aligned as before, and the f32 blocks are freed. The new blocks are still the model's own
+ * storage in the context's memory ledger (AMP_MEM_PARAMS, gradients AMP_MEM_GRADS). */
 #include <stdlib.h>
 
 #include "core/ctx.h"
@@ -34,36 +35,37 @@ typedef struct amp_cast_block {
     void *data, *grads;
 } amp_cast_block;
 
-static void amp_cast_block_free(const amp_backend *be, amp_cast_block *b) {
-    if (b->data) be->free(b->data);
-    if (b->grads) be->free(b->grads);
+static void amp_cast_block_free(amp_ctx *ctx, amp_cast_block *b) {
+    amp_ledger_free(ctx, b->data);
+    amp_ledger_free(ctx, b->grads);
     b->data = b->grads = NULL;
 }
 
 /* Allocates list[0..n)'s new block in dtypes dts[] (with a gradient block when with_grads) and
  * converts the values into it; the tensors themselves are not touched. On failure nothing stays
  * allocated. */
-static amp_status amp_cast_fill(const amp_backend *be, const amp_named_tensor *list, int n,
+static amp_status amp_cast_fill(amp_ctx *ctx, const amp_named_tensor *list, int n,
                                 const amp_dtype *dts, bool with_grads, amp_cast_block *out) {
+    const amp_backend *be = ctx->backend;
     *out = (amp_cast_block){0};
     size_t total = 0;
     for (int i = 0; i < n; i++) total += amp_aligned_bytes(list[i].t, dts[i]);
     if (total == 0) return AMP_OK;
-    amp_status s = be->alloc(total, &out->data);
-    if (s == AMP_OK && with_grads) s = be->alloc(total, &out->grads);
+    amp_status s = amp_ledger_alloc(ctx, AMP_MEM_PARAMS, total, &out->data);
+    if (s == AMP_OK && with_grads) s = amp_ledger_alloc(ctx, AMP_MEM_GRADS, total, &out->grads);
     if (s == AMP_OK && with_grads) s = be->memset_zero(out->grads, total);
     for (size_t i = 0, off = 0; s == AMP_OK && i < (size_t)n; i++) {
         const amp_tensor *t = list[i].t;
         s = AMP_BE(be, cast, (char *)out->data + off, dts[i], t->data, t->dtype, t->numel);
         off += amp_aligned_bytes(t, dts[i]);
     }
-    if (s != AMP_OK) amp_cast_block_free(be, out);
+    if (s != AMP_OK) amp_cast_block_free(ctx, out);
     return s;
 }
 
 /* Points list[0..n) (and their gradients, with a gradient block) at the filled block b, then
  * frees the old blocks. Cannot fail: it runs only once every new block is ready. */
-static void amp_cast_rebind(const amp_backend *be, amp_named_tensor *list, int n,
+static void amp_cast_rebind(amp_ctx *ctx, amp_named_tensor *list, int n,
                             const amp_dtype *dts, amp_cast_block *b, void **block,
                             void **grad_block) {
     if (!b->data) return; /* an empty list keeps its (empty) block */
@@ -78,10 +80,10 @@ static void amp_cast_rebind(const amp_backend *be, amp_named_tensor *list, int n
         }
         off += amp_aligned_bytes(t, dts[i]);
     }
-    if (*block) be->free(*block);
+    amp_ledger_free(ctx, *block);
     *block = b->data;
     if (grad_block) {
-        if (*grad_block) be->free(*grad_block);
+        amp_ledger_free(ctx, *grad_block);
         *grad_block = b->grads;
     }
 }
@@ -100,7 +102,6 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
         return amp_fail(AMP_ERR_DTYPE, "amp_model_cast: target %s is not a float type",
                         amp_dtype_name(half));
     AMP_TRY(amp_model_build(m));
-    const amp_backend *be = m->ctx->backend;
     int n = m->n_params + m->n_buffers;
     amp_dtype *dts = malloc((size_t)(n ? n : 1) * sizeof *dts);
     if (!dts) return amp_fail(AMP_ERR_OOM, "amp_model_cast: out of memory");
@@ -111,10 +112,10 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
     for (int i = 0; i < m->n_buffers; i++) buffer_dts[i] = keep_norm_f32 ? AMP_F32 : half;
 
     amp_cast_block pb, bb = {0};
-    amp_status s = amp_cast_fill(be, m->params, m->n_params, param_dts, true, &pb);
-    if (s == AMP_OK) s = amp_cast_fill(be, m->buffers, m->n_buffers, buffer_dts, false, &bb);
+    amp_status s = amp_cast_fill(m->ctx, m->params, m->n_params, param_dts, true, &pb);
+    if (s == AMP_OK) s = amp_cast_fill(m->ctx, m->buffers, m->n_buffers, buffer_dts, false, &bb);
     if (s != AMP_OK) {
-        amp_cast_block_free(be, &pb);
+        amp_cast_block_free(m->ctx, &pb);
         free(dts);
         return amp_fail_context(s, "amp_model_cast");
     }
@@ -124,20 +125,19 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
 }
 
 void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan) {
-    const amp_backend *be = m->ctx->backend;
     amp_cast_block pb = {plan->params, plan->grads}, bb = {plan->buffers, NULL};
-    amp_cast_rebind(be, m->params, m->n_params, plan->dts, &pb, &m->param_block, &m->grad_block);
-    amp_cast_rebind(be, m->buffers, m->n_buffers, plan->dts + m->n_params, &bb, &m->buffer_block,
+    amp_cast_rebind(m->ctx, m->params, m->n_params, plan->dts, &pb, &m->param_block,
+                    &m->grad_block);
+    amp_cast_rebind(m->ctx, m->buffers, m->n_buffers, plan->dts + m->n_params, &bb, &m->buffer_block,
                     NULL);
     free(plan->dts);
     *plan = (amp_model_cast_plan){0};
 }
 
 void amp_model_cast_abort(amp_model *m, amp_model_cast_plan *plan) {
-    const amp_backend *be = m->ctx->backend;
     amp_cast_block pb = {plan->params, plan->grads}, bb = {plan->buffers, NULL};
-    amp_cast_block_free(be, &pb);
-    amp_cast_block_free(be, &bb);
+    amp_cast_block_free(m->ctx, &pb);
+    amp_cast_block_free(m->ctx, &bb);
     free(plan->dts);
     *plan = (amp_model_cast_plan){0};
 }

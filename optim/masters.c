@@ -45,8 +45,9 @@ amp_status amp_optimizer_make_masters(amp_optimizer *opt) {
     }
     void *data = NULL, *grad_data = NULL;
     amp_tensor **views = NULL, **grads = NULL;
-    amp_status s = amp_optimizer_alloc_views(opt, 1, &data, &views);
-    if (s == AMP_OK) s = amp_optimizer_alloc_views(opt, 1, &grad_data, &grads);
+    amp_status s = amp_optimizer_alloc_views(opt, 1, AMP_MEM_MASTERS, &data, &views);
+    if (s == AMP_OK)
+        s = amp_optimizer_alloc_views(opt, 1, AMP_MEM_MASTERS, &grad_data, &grads);
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++)
         s = opt->backend->copy(views[i]->data, opt->params[i]->data,
                                amp_tensor_nbytes(opt->params[i]));

@@ -65,11 +65,13 @@ void amp_optimizer_free_views(const amp_optimizer *opt, int per_param, void *blo
         for (int k = 0; k < opt->n_params * per_param; k++) amp_tensor_free(views[k]);
         free(views);
     }
-    if (block) opt->backend->free(block);
+    amp_ledger_free(opt->ctx, block);
 }
 
-amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, void **block,
-                                     amp_tensor ***views) {
+/* The block is recorded in the context's memory ledger as `kind`: AMP_MEM_OPTIM_STATE for the
+ * optimizer's state here, AMP_MEM_MASTERS for optim/masters.c's master weights and gradients. */
+amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, amp_mem_kind kind,
+                                     void **block, amp_tensor ***views) {
     *block = NULL;
     *views = NULL;
     int64_t total = 0;
@@ -78,7 +80,7 @@ amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, vo
     if (total == 0) return AMP_OK;
     size_t nbytes = (size_t)total * sizeof(float);
     void *data = NULL;
-    AMP_TRY(opt->backend->alloc(nbytes, &data));
+    AMP_TRY(amp_ledger_alloc(opt->ctx, kind, nbytes, &data));
     amp_tensor **v = calloc((size_t)opt->n_params * (size_t)per_param, sizeof *v);
     amp_status s = v ? opt->backend->memset_zero(data, nbytes)
                      : amp_fail(AMP_ERR_OOM, "optimizer: out of memory for %d views",
@@ -130,12 +132,13 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
             opt->params[i] = params[i];
             opt->names[i] = names ? names[i] : NULL;
         }
-        s = amp_optimizer_alloc_views(opt, n_state, &opt->state_data, &opt->state);
+        s = amp_optimizer_alloc_views(opt, n_state, AMP_MEM_OPTIM_STATE, &opt->state_data,
+                                     &opt->state);
         if (s != AMP_OK) s = amp_fail_context(s, "%s: optimizer state", who);
     }
     if (s == AMP_OK) {
         size_t bytes = (size_t)n * sizeof *opt->dev_steps;
-        s = opt->backend->alloc(bytes, (void **)&opt->dev_steps);
+        s = amp_ledger_alloc(opt->ctx, AMP_MEM_OPTIM_STATE, bytes, (void **)&opt->dev_steps);
         if (s == AMP_OK) s = opt->backend->memset_zero(opt->dev_steps, bytes);
         if (s != AMP_OK) s = amp_fail_context(s, "%s: step counts", who);
     }
@@ -157,7 +160,7 @@ void amp_optimizer_free(amp_optimizer *opt) {
     free(opt->names);
     free(opt->has_state);
     free(opt->param_steps);
-    if (opt->dev_steps) opt->backend->free(opt->dev_steps);
+    amp_ledger_free(opt->ctx, opt->dev_steps);
     free(opt);
 }
 

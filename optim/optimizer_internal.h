@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "amp/memory.h"
 #include "amp/optim.h"
 #include "core/backend.h"
 
@@ -101,9 +102,10 @@ amp_lamb_desc amp_lamb_make_desc(const amp_optimizer *opt, int64_t step);
 
 /* One zeroed backend block with per_param f32 views per parameter, each shaped like its
  * parameter and starting on a 64-byte boundary; views[i * per_param + j]. per_param 0 gives NULLs.
- * On failure nothing stays allocated. amp_optimizer_free_views releases both (NULLs are fine). */
-amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, void **block,
-                                     amp_tensor ***views);
+ * On failure nothing stays allocated. amp_optimizer_free_views releases both (NULLs are fine).
+ * The block is recorded in the context's memory ledger as `kind` (amp/memory.h). */
+amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, amp_mem_kind kind,
+                                     void **block, amp_tensor ***views);
 void amp_optimizer_free_views(const amp_optimizer *opt, int per_param, void *block,
                               amp_tensor **views);
 

@@ -112,7 +112,8 @@ amp_status amp_ddp_buckets_create(amp_ddp *d) {
                             "elements; MPI counts stop at 2^31 - 1", m->params[b->first].name,
                             (long long)b->numel);
         if (d->opts.allreduce_always_fp32 && b->dtype != AMP_F32)
-            AMP_TRY(d->ctx->backend->alloc((size_t)b->numel * sizeof(float), (void **)&b->f32));
+            AMP_TRY(amp_ledger_alloc(d->ctx, AMP_MEM_WORKSPACE, (size_t)b->numel * sizeof(float),
+                                     (void **)&b->f32));
     }
     AMP_MPI_TRY(MPI_Op_create(amp_f16_sum, 1, &d->op_f16_sum));
     AMP_MPI_TRY(MPI_Op_create(amp_bf16_sum, 1, &d->op_bf16_sum));
@@ -122,7 +123,7 @@ amp_status amp_ddp_buckets_create(amp_ddp *d) {
 void amp_ddp_buckets_free(amp_ddp *d) {
     for (int k = 0; k < d->n_buckets; k++) {
         if (d->buckets[k].req != MPI_REQUEST_NULL) MPI_Request_free(&d->buckets[k].req);
-        if (d->buckets[k].f32) d->ctx->backend->free(d->buckets[k].f32);
+        amp_ledger_free(d->ctx, d->buckets[k].f32);
     }
     if (d->op_f16_sum != MPI_OP_NULL) MPI_Op_free(&d->op_f16_sum);
     if (d->op_bf16_sum != MPI_OP_NULL) MPI_Op_free(&d->op_bf16_sum);

@@ -18,7 +18,7 @@ static amp_dtype amp_cast_dtype(amp_cast_type c, amp_half_type h) {
 }
 
 static void amp_opt_state_free(amp_state *st, amp_opt_state *os) {
-    if (os->accum_block) st->ctx->backend->free(os->accum_block);
+    amp_ledger_free(st->ctx, os->accum_block);
     free(os->accum);
     free(os->accum_has);
     *os = (amp_opt_state){0};
@@ -29,8 +29,8 @@ static void amp_state_free(void *p) {
     if (!st) return;
     for (int i = 0; i < AMP_MAX_LOSSES; i++) amp_scaler_free(st->scalers[i]);
     for (int i = 0; i < st->n_opts; i++) amp_opt_state_free(st, &st->opts_state[i]);
-    if (st->found_inf) st->ctx->backend->free(st->found_inf);
-    if (st->scaler_dev) st->ctx->backend->free(st->scaler_dev);
+    amp_ledger_free(st->ctx, st->found_inf);
+    amp_ledger_free(st->ctx, st->scaler_dev);
     free(st);
 }
 
@@ -117,12 +117,13 @@ static amp_status amp_state_create_scalers(amp_state *st) {
     }
     const amp_backend *be = st->ctx->backend;
     size_t nbytes = sizeof(float) * (size_t)o->num_losses;
-    AMP_TRY(be->alloc(nbytes, (void **)&st->found_inf));
+    AMP_TRY(amp_ledger_alloc(st->ctx, AMP_MEM_OTHER, nbytes, (void **)&st->found_inf));
     return be->memset_zero(st->found_inf, nbytes);
 }
 
 /* At each backward: the f32 sums of one optimizer's parameters (the master gradients when there
- * are masters, else one block of 64-byte aligned views; sizes and offsets in size_t). */
+ * are masters, else one block of 64-byte aligned views, gradients in the memory ledger; sizes and
+ * offsets in size_t). */
 static amp_status amp_opt_state_create_accum(amp_state *st, amp_opt_state *os) {
     amp_optimizer *opt = os->opt;
     size_t n = (size_t)opt->n_params;
@@ -138,7 +139,8 @@ static amp_status amp_opt_state_create_accum(amp_state *st, amp_opt_state *os) {
     amp_status s = numel && offsets ? AMP_OK : amp_fail(AMP_ERR_OOM, "amp_initialize: out of memory");
     for (size_t i = 0; s == AMP_OK && i < n; i++) numel[i] = opt->params[i]->numel;
     size_t total = s == AMP_OK ? amp_block_layout(numel, (int)n, sizeof(float), 64, offsets) : 0;
-    if (s == AMP_OK) s = st->ctx->backend->alloc(total ? total : 64, &os->accum_block);
+    if (s == AMP_OK)
+        s = amp_ledger_alloc(st->ctx, AMP_MEM_GRADS, total ? total : 64, &os->accum_block);
     for (size_t i = 0; s == AMP_OK && i < n; i++)
         os->accum[i] = (float *)((char *)os->accum_block + offsets[i]);
     free(numel);

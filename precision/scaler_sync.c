@@ -11,9 +11,8 @@
 #include "precision/amp_state.h"
 
 amp_status amp_scalers_dev_create(amp_state *st) {
-    const amp_backend *be = st->ctx->backend;
     size_t nbytes = sizeof(amp_scaler_dev) * (size_t)st->opts.num_losses;
-    AMP_TRY(be->alloc(nbytes, (void **)&st->scaler_dev));
+    AMP_TRY(amp_ledger_alloc(st->ctx, AMP_MEM_OTHER, nbytes, (void **)&st->scaler_dev));
     for (int i = 0; i < st->opts.num_losses; i++) AMP_TRY(amp_scaler_dev_push(st, i));
     return AMP_OK;
 }

@@ -25,9 +25,11 @@ done
 # Compilers and build tools; oneDNN (CPU GEMM and convolution) and OpenBLAS; zlib (gzip'd IDX
 # files); jansson (JSON); Open MPI (DDP bootstrap, mpi tests); Fashion-MNIST under
 # /usr/share/datasets/fashion-mnist for amp-train and the end-to-end tests; clang and its
-# compiler-rt (libclang_rt.fuzzer, only a recommends of clang) for scripts/fuzz.sh.
+# compiler-rt (libclang_rt.fuzzer, only a recommends of clang) for scripts/fuzz.sh; gnuplot-nox
+# for amp-bench --plot (its test reports SKIPPED without it).
 packages=(cmake gcc g++ make libdnnl-dev libopenblas-dev zlib1g-dev libjansson-dev
-    libopenmpi-dev openmpi-bin dataset-fashion-mnist ocl-icd-opencl-dev clang libclang-rt-dev)
+    libopenmpi-dev openmpi-bin dataset-fashion-mnist ocl-icd-opencl-dev clang libclang-rt-dev
+    gnuplot-nox)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -12,5 +12,6 @@
 #include "amp/checkpoint.h"
 #include "amp/parallel.h"
 #include "amp/profile.h"
+#include "amp/memory.h"
 
 #endif

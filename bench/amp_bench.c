@@ -1,0 +1,376 @@
+/* amp-bench: throughput, memory and model FLOP utilisation of every opt level side by side, and
+ * PyTorch's in the same run.
+ *
+ *     amp-bench --model mlp --opt-level O0,O1,O2,O3 --half bf16 --compare-torch --plot mlp.png
+ *
+ * Every configuration (model x batch x level x half type; O0 has no half type) runs in a child
+ * process of its own, so that its memory, its host RSS and its thread pools are its own, as a
+ * PyTorch run is; the children run one after the other, never side by side. With
+ * --compare-torch each configuration's PyTorch run (the same model, batch and precision:
+ * autocast for the half levels, Apex's O1 being PyTorch's one mixed-precision mode) follows it
+ * at once, so both see the machine in the same state. MFU is the GEMM/convolution FLOPs per
+ * second (counted by the ops, amp/profile.h) over the peak that amp-bench measures first through
+ * the backend's own GEMM in the level's compute dtype (f32 at O0, the half type otherwise). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench_libamp.h"
+#include "bench/bench_machine.h"
+#include "bench/bench_plot.h"
+#include "bench/bench_torch.h"
+
+#ifndef AMP_BENCH_SOURCE_DIR
+#define AMP_BENCH_SOURCE_DIR "."
+#endif
+#define MAX_LIST 8
+#define MAX_ROWS 256
+
+typedef enum out_format { OUT_TABLE, OUT_JSON, OUT_CSV, OUT_MARKDOWN, OUT_N } out_format;
+
+typedef struct bench_args {
+    const char *models[MAX_LIST];
+    int n_models;
+    amp_opt_level levels[MAX_LIST];
+    int n_levels;
+    amp_half_type halves[MAX_LIST];
+    int n_halves;
+    int batches[MAX_LIST];
+    int n_batches;
+    amp_device device;
+    int threads, steps, warmup;
+    bool compare_torch, profile;
+    const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
+    const char *plot;
+    bench_torch_opts torch;
+} bench_args;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: amp-bench [options]\n"
+            "  --model LIST          mlp,convnet (default mlp)\n"
+            "  --opt-level LIST      O0,O1,O2,O3 (default all four)\n"
+            "  --half LIST           fp16,bf16 for O1-O3 (default bf16)\n"
+            "  --batch LIST          samples per step (default 128)\n"
+            "  --steps N             timed steps (default 20)\n"
+            "  --warmup W            untimed steps before them (default 5)\n"
+            "  --device cpu|cuda     (default cpu)\n"
+            "  --threads T           CPU threads (default: all cores)\n"
+            "  --compare-torch       run each configuration in PyTorch too, and give the ratio\n"
+            "  --profile             time the step's op categories (extra steps)\n"
+            "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
+            "                        that format to FILE, or instead of the table to stdout\n"
+            "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
+            "  --torch-script PATH   bench/pytorch_reference.py (default: the source tree's)\n");
+}
+
+/* Splits a comma list; each item through parse_one, which returns false for a bad item. */
+static bool parse_list(const char *opt, const char *text, int *n, bool (*parse_one)(const char *,
+                                                                                   void *, int),
+                       void *out) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    *n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LIST) {
+            fprintf(stderr, "amp-bench: %s: at most %d values\n", opt, MAX_LIST);
+            return false;
+        }
+        if (!parse_one(tok, out, (*n)++)) {
+            fprintf(stderr, "amp-bench: %s: bad value '%s'\n", opt, tok);
+            return false;
+        }
+    }
+    return *n > 0;
+}
+
+static bool one_model(const char *s, void *out, int i) {
+    if (strcmp(s, "mlp") && strcmp(s, "convnet")) return false;
+    ((const char **)out)[i] = strcmp(s, "mlp") ? "convnet" : "mlp";
+    return true;
+}
+
+static bool one_level(const char *s, void *out, int i) {
+    if ((s[0] != 'O' && s[0] != 'o') || s[1] < '0' || s[1] > '3' || s[2]) return false;
+    ((amp_opt_level *)out)[i] = (amp_opt_level)(s[1] - '0');
+    return true;
+}
+
+static bool one_half(const char *s, void *out, int i) {
+    if (!strcmp(s, "bf16")) ((amp_half_type *)out)[i] = AMP_HALF_BF16;
+    else if (!strcmp(s, "fp16") || !strcmp(s, "f16")) ((amp_half_type *)out)[i] = AMP_HALF_F16;
+    else return false;
+    return true;
+}
+
+static bool one_batch(const char *s, void *out, int i) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 1 || v > 1 << 20) return false;
+    ((int *)out)[i] = (int)v;
+    return true;
+}
+
+static bool parse_int(const char *opt, const char *s, int lo, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || !*s || v < lo || v > 1 << 24) {
+        fprintf(stderr, "amp-bench: %s: want an integer >= %d, got '%s'\n", opt, lo, s);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+/* --json / --json=FILE and the like. */
+static bool parse_format(const char *arg, bench_args *a) {
+    static const char *names[OUT_N] = {NULL, "--json", "--csv", "--markdown"};
+    for (int f = 1; f < OUT_N; f++) {
+        size_t n = strlen(names[f]);
+        if (strncmp(arg, names[f], n)) continue;
+        if (arg[n] == '\0') a->out_path[f] = "-";
+        else if (arg[n] == '=' && arg[n + 1]) a->out_path[f] = arg + n + 1;
+        else continue;
+        return true;
+    }
+    return false;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){.models = {"mlp"}, .n_models = 1, .levels = {AMP_O0, AMP_O1, AMP_O2, AMP_O3},
+                      .n_levels = 4, .halves = {AMP_HALF_BF16}, .n_halves = 1, .batches = {128},
+                      .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5,
+                      .torch = {.script = AMP_BENCH_SOURCE_DIR "/bench/pytorch_reference.py",
+                                .python = getenv("PYTHON") ? getenv("PYTHON") : "python3"}};
+    a->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true, ok = true;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--compare-torch")) a->compare_torch = true, takes = false;
+        else if (!strcmp(o, "--profile")) a->profile = true, takes = false;
+        else if (parse_format(o, a)) takes = false;
+        else if (!v) {
+            fprintf(stderr, "amp-bench: %s: unknown option or missing value (--help)\n", o);
+            return 2;
+        } else if (!strcmp(o, "--model")) ok = parse_list(o, v, &a->n_models, one_model, a->models);
+        else if (!strcmp(o, "--opt-level")) ok = parse_list(o, v, &a->n_levels, one_level, a->levels);
+        else if (!strcmp(o, "--half")) ok = parse_list(o, v, &a->n_halves, one_half, a->halves);
+        else if (!strcmp(o, "--batch")) ok = parse_list(o, v, &a->n_batches, one_batch, a->batches);
+        else if (!strcmp(o, "--steps")) ok = parse_int(o, v, 1, &a->steps);
+        else if (!strcmp(o, "--warmup")) ok = parse_int(o, v, 0, &a->warmup);
+        else if (!strcmp(o, "--threads")) ok = parse_int(o, v, 1, &a->threads);
+        else if (!strcmp(o, "--plot")) a->plot = v;
+        else if (!strcmp(o, "--torch-script")) a->torch.script = v;
+        else if (!strcmp(o, "--device")) {
+            if (!strcmp(v, "cpu")) a->device = AMP_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) a->device = AMP_DEVICE_CUDA;
+            else ok = false, fprintf(stderr, "amp-bench: --device: want cpu or cuda, got '%s'\n", v);
+        } else {
+            fprintf(stderr, "amp-bench: unknown option %s (--help)\n", o);
+            return 2;
+        }
+        if (!ok) return 2;
+        if (takes) i++;
+    }
+    return -1; /* go on */
+}
+
+/* What a child sends back: its row, or its error. */
+typedef struct child_result {
+    amp_status status;
+    bench_row row;
+    double peaks[3];
+    char torch_version[32];
+    char message[1024];
+} child_result;
+
+typedef enum child_job { JOB_PEAKS, JOB_LIBAMP, JOB_TORCH } child_job;
+
+static void child_run(child_job job, const bench_args *a, const bench_cfg *cfg, child_result *r) {
+    memset(r, 0, sizeof *r);
+    if (job == JOB_PEAKS)
+        r->status = bench_measure_peaks(a->device, a->threads, &r->peaks[0], &r->peaks[1],
+                                        &r->peaks[2]);
+    else if (job == JOB_LIBAMP) r->status = bench_libamp_run(cfg, &r->row);
+    else r->status = bench_torch_run(&a->torch, cfg, &r->row, r->torch_version,
+                                     sizeof r->torch_version);
+    if (r->status != AMP_OK) snprintf(r->message, sizeof r->message, "%s", bench_last_error());
+}
+
+/* Runs a job in a child process and reads its result through a pipe. */
+static amp_status in_child(child_job job, const bench_args *a, const bench_cfg *cfg,
+                           child_result *r) {
+    int fd[2];
+    if (pipe(fd)) return bench_fail(AMP_ERR_IO, "pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return bench_fail(AMP_ERR_IO, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        child_result mine;
+        child_run(job, a, cfg, &mine);
+        const char *p = (const char *)&mine;
+        for (size_t off = 0; off < sizeof mine;) {
+            ssize_t n = write(fd[1], p + off, sizeof mine - off);
+            if (n <= 0) _exit(1);
+            off += (size_t)n;
+        }
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    char *p = (char *)r;
+    for (ssize_t n; got < sizeof *r && (n = read(fd[0], p + got, sizeof *r - got)) > 0;)
+        got += (size_t)n;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != sizeof *r)
+        return bench_fail(AMP_ERR_IO, "the benchmark process died (%s %d) before it reported",
+                          WIFSIGNALED(status) ? "signal" : "exit status",
+                          WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    if (r->status != AMP_OK) return bench_fail(r->status, "%s", r->message);
+    return AMP_OK;
+}
+
+/* The progress line on a terminal: "[ 3/8] convnet O1 bf16 batch 128 (pytorch)". */
+static void progress(int done, int total, const char *what) {
+    if (!isatty(STDERR_FILENO)) return;
+    const int width = 24;
+    int filled = total ? done * width / total : width;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d %-48s", filled, "########################", width - filled,
+            "", done, total, what);
+    if (done == total) fprintf(stderr, "\r%*s\r", width + 60, "");
+    fflush(stderr);
+}
+
+static double peak_for(const bench_run_header *h, const bench_row *r) {
+    if (!strcmp(r->half, "bf16")) return h->peak_gflops_bf16;
+    if (!strcmp(r->half, "fp16")) return h->peak_gflops_f16;
+    return h->peak_gflops_f32;
+}
+
+static int write_outputs(const bench_args *a, const bench_run_header *h, const bench_row *rows,
+                         int n) {
+    bool table = true;
+    for (int f = 1; f < OUT_N; f++)
+        if (a->out_path[f] && !strcmp(a->out_path[f], "-")) table = false;
+    int rc = 0;
+    if (table && bench_write_table(stdout, h, rows, n) != AMP_OK) rc = 1;
+    for (int f = 1; f < OUT_N; f++) {
+        if (!a->out_path[f]) continue;
+        bool std = !strcmp(a->out_path[f], "-");
+        FILE *out = std ? stdout : fopen(a->out_path[f], "w");
+        if (!out) {
+            fprintf(stderr, "amp-bench: cannot write %s: %s\n", a->out_path[f], strerror(errno));
+            rc = 1;
+            continue;
+        }
+        amp_status s = f == OUT_JSON ? bench_write_json(out, h, rows, n)
+                       : f == OUT_CSV ? bench_write_csv(out, rows, n)
+                                      : bench_write_markdown(out, h, rows, n);
+        if (!std && fclose(out) != 0) s = AMP_ERR_IO;
+        if (s != AMP_OK) {
+            fprintf(stderr, "amp-bench: writing %s: %s\n", a->out_path[f], bench_last_error());
+            rc = 1;
+        }
+    }
+    if (a->plot && bench_plot_png(a->plot, h, rows, n) != AMP_OK) {
+        fprintf(stderr, "amp-bench: --plot: %s\n", bench_last_error());
+        rc = 1;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    bench_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    bench_run_header h;
+    bench_run_header_init(&h);
+    bench_machine_describe(&h, a.threads, a.device == AMP_DEVICE_CUDA);
+    child_result r;
+    if (in_child(JOB_PEAKS, &a, NULL, &r) != AMP_OK) {
+        fprintf(stderr, "amp-bench: measuring the GEMM peaks: %s\n", bench_last_error());
+        return 1;
+    }
+    h.peak_gflops_f32 = r.peaks[0];
+    h.peak_gflops_bf16 = r.peaks[1];
+    h.peak_gflops_f16 = r.peaks[2];
+
+    bench_cfg cfgs[MAX_ROWS];
+    int n_cfg = 0;
+    for (int m = 0; m < a.n_models; m++)
+        for (int b = 0; b < a.n_batches; b++)
+            for (int l = 0; l < a.n_levels; l++)
+                for (int hh = 0; hh < (a.levels[l] == AMP_O0 ? 1 : a.n_halves); hh++)
+                    if (n_cfg < MAX_ROWS / 2)
+                        cfgs[n_cfg++] = (bench_cfg){
+                            .model = a.models[m], .level = a.levels[l], .half = a.halves[hh],
+                            .batch = a.batches[b], .device = a.device, .threads = a.threads,
+                            .steps = a.steps, .warmup = a.warmup, .profile = a.profile};
+    static bench_row rows[MAX_ROWS];
+    int n_rows = 0, failures = 0, total = n_cfg * (a.compare_torch ? 2 : 1), done = 0;
+    bool torch_ok = a.compare_torch;
+    for (int i = 0; i < n_cfg; i++) {
+        const bench_cfg *c = &cfgs[i];
+        char what[96];
+        snprintf(what, sizeof what, "%s %s%d %s batch %d", c->model, "O", (int)c->level,
+                 c->level == AMP_O0 ? "f32" : c->half == AMP_HALF_BF16 ? "bf16" : "fp16", c->batch);
+        progress(done, total, what);
+        if (in_child(JOB_LIBAMP, &a, c, &r) == AMP_OK) {
+            rows[n_rows] = r.row;
+            double peak = peak_for(&h, &rows[n_rows]);
+            rows[n_rows].mfu = peak > 0 ? rows[n_rows].gflop_per_s / peak : NAN;
+            n_rows++;
+        } else {
+            fprintf(stderr, "\namp-bench: %s: %s\n", what, bench_last_error());
+            failures++;
+        }
+        progress(++done, total, what);
+        if (!torch_ok) continue;
+        /* PyTorch's run of the same precision, once per model, batch and precision. */
+        int same = -1;
+        for (int k = 0; k < n_rows; k++)
+            if (!strcmp(rows[k].impl, "pytorch") && !strcmp(rows[k].model, c->model) &&
+                rows[k].batch == c->batch && !strcmp(rows[k].half, c->level == AMP_O0 ? "-"
+                                                                   : bench_torch_precision(c)))
+                same = k;
+        if (same < 0) {
+            char twhat[128];
+            snprintf(twhat, sizeof twhat, "%s (pytorch)", what);
+            progress(done, total, twhat);
+            amp_status s = in_child(JOB_TORCH, &a, c, &r);
+            if (s == AMP_OK) {
+                snprintf(h.torch_version, sizeof h.torch_version, "%s", r.torch_version);
+                rows[n_rows++] = r.row;
+            } else {
+                fprintf(stderr, "\namp-bench: --compare-torch: %s\n", bench_last_error());
+                failures++;
+                torch_ok = s != AMP_ERR_UNSUPPORTED; /* no torch: say it once */
+            }
+        }
+        progress(++done, total, what);
+    }
+    progress(total, total, "");
+    /* The ratios, each libamp row against PyTorch's of its model, batch and precision. */
+    for (int i = 0; i < n_rows; i++) {
+        int k = bench_find_pytorch_match(rows, n_rows, i);
+        if (k >= 0 && rows[k].samples_per_s > 0)
+            rows[i].ratio_vs_pytorch = rows[i].samples_per_s / rows[k].samples_per_s;
+    }
+    rc = write_outputs(&a, &h, rows, n_rows);
+    return failures || rc ? 1 : 0;
+}

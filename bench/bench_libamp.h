@@ -1,0 +1,36 @@
+/* One amp-bench configuration run in libamp, and the machine's GEMM peaks as libamp's backend
+ * reaches them. Both run in the calling process (amp_bench.c runs each in a child of its own,
+ * so that every configuration starts from a fresh process: its memory and RSS are its own). */
+#ifndef AMP_BENCH_LIBAMP_H
+#define AMP_BENCH_LIBAMP_H
+
+#include <stdbool.h>
+
+#include "amp/amp.h"
+#include "bench/bench_report.h"
+
+typedef struct bench_cfg {
+    const char *model;      /* "mlp" or "convnet" */
+    amp_opt_level level;
+    amp_half_type half;     /* ignored at O0 */
+    int batch;
+    amp_device device;      /* AMP_DEVICE_CPU or AMP_DEVICE_CUDA */
+    int threads;
+    int steps, warmup;      /* timed steps, and untimed ones before them */
+    bool profile;           /* also time the step's op categories (extra steps, after) */
+} bench_cfg;
+
+/* Trains cfg's model on one synthetic batch (fixed random images, labels i % 10), SGD with
+ * momentum as amp-train: warm-up steps, then `steps` timed steps (the host waits for the device
+ * at each step's end, so a step's time is its own), then one step counted by the op profile
+ * (FLOPs, host waits) and, with cfg->profile, `steps` timed-profile steps. Fills the row's
+ * configuration and measurements (MFU is left for the caller, who knows the peaks). */
+amp_status bench_libamp_run(const bench_cfg *cfg, bench_row *row);
+
+/* The best GFLOP/s of square GEMMs (f32, bf16, f16 inputs, f32 accumulation, output in the
+ * input's dtype) through the backend of `device` with `threads` threads: the roofline amp-bench
+ * computes MFU against. A dtype the backend cannot multiply gives NaN. */
+amp_status bench_measure_peaks(amp_device device, int threads, double *f32, double *bf16,
+                               double *f16);
+
+#endif

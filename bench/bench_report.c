@@ -1,0 +1,410 @@
+/* amp-bench's rows and their writers (bench_report.h): terminal table, JSON (jansson), CSV and
+ * the Markdown of bench/RESULTS.md. Unknown values (NaN, -1 bytes) print as "-", null or "". */
+#define _POSIX_C_SOURCE 200809L /* localtime_r */
+#include "bench/bench_report.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+
+#define BENCH_MIB (1024.0 * 1024.0)
+
+static _Thread_local char bench_error[2048];
+
+const char *bench_last_error(void) { return bench_error; }
+
+amp_status bench_fail(amp_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(bench_error, sizeof bench_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static const char *const bench_mem_names[BENCH_MEM_N_KINDS] = {
+    "params", "grads", "masters", "optimizer", "activations", "workspace", "other"};
+static const char *const bench_prof_names[BENCH_PROF_N_CATS] = {
+    "gemm_conv", "norm", "elementwise", "cast", "optimizer", "overhead"};
+
+const char *bench_mem_kind_name(int kind) {
+    return kind >= 0 && kind < BENCH_MEM_N_KINDS ? bench_mem_names[kind] : "?";
+}
+
+const char *bench_prof_cat_name(int cat) {
+    return cat >= 0 && cat < BENCH_PROF_N_CATS ? bench_prof_names[cat] : "?";
+}
+
+void bench_row_init(bench_row *row) {
+    memset(row, 0, sizeof *row);
+    strcpy(row->half, "-");
+    row->world_size = 1;
+    row->step_ms_median = row->step_ms_p10 = row->step_ms_p90 = NAN;
+    row->samples_per_s = row->gflop_per_step = row->gflop_per_s = row->mfu = NAN;
+    for (int k = 0; k < BENCH_MEM_N_KINDS; k++) row->mem_peak_nbytes[k] = -1;
+    row->mem_peak_total_nbytes = row->host_peak_rss_nbytes = row->skipped_steps = -1;
+    row->host_syncs_per_step = row->ratio_vs_pytorch = NAN;
+    for (int c = 0; c < BENCH_PROF_N_CATS; c++) row->prof_s_per_step[c] = NAN;
+}
+
+/* The ISA features that decide which half-precision paths a CPU has, in the order printed. */
+static const char *const bench_isa_flags[] = {
+    "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+    "amx_tile", "amx_bf16", "amx_fp16", "asimd", "asimdhp", "bf16", "sve"};
+
+static bool bench_has_word(const char *list, const char *word) {
+    size_t len = strlen(word);
+    for (const char *p = strstr(list, word); p; p = strstr(p + 1, word))
+        if ((p == list || p[-1] == ' ' || p[-1] == '\t') && (p[len] == ' ' || p[len] == '\n' ||
+                                                             p[len] == '\0'))
+            return true;
+    return false;
+}
+
+void bench_run_header_init(bench_run_header *run) {
+    memset(run, 0, sizeof *run);
+    run->peak_gflops_f32 = run->peak_gflops_bf16 = run->peak_gflops_f16 = NAN;
+    time_t now = time(NULL);
+    struct tm local;
+    if (localtime_r(&now, &local)) strftime(run->date, sizeof run->date, "%Y-%m-%d %H:%M", &local);
+    strcpy(run->cpu_model, "unknown");
+    strcpy(run->isa, "unknown");
+    FILE *cpuinfo = fopen("/proc/cpuinfo", "r");
+    if (!cpuinfo) return;
+    char line[8192]; /* a flags line runs to ~1.5 KiB */
+    bool have_model = false, have_flags = false;
+    while (fgets(line, sizeof line, cpuinfo) && !(have_model && have_flags)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        const char *value = colon + 1 + (colon[1] == ' ');
+        if (!have_model && !strncmp(line, "model name", 10)) {
+            snprintf(run->cpu_model, sizeof run->cpu_model, "%.*s", (int)strcspn(value, "\n"),
+                     value);
+            have_model = true;
+        } else if (!have_flags && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8))) {
+            size_t used = 0;
+            for (size_t i = 0; i < sizeof bench_isa_flags / sizeof *bench_isa_flags; i++)
+                if (bench_has_word(value, bench_isa_flags[i]) && used + 1 < sizeof run->isa)
+                    used += (size_t)snprintf(run->isa + used, sizeof run->isa - used, "%s%s",
+                                             used ? " " : "", bench_isa_flags[i]);
+            if (!used) strcpy(run->isa, "none of the listed");
+            have_flags = true;
+        }
+    }
+    fclose(cpuinfo);
+}
+
+const char *bench_pytorch_config_for(const bench_row *r) {
+    if (strcmp(r->impl, "libamp") != 0) return NULL;
+    if (!strcmp(r->opt_level, "O0") || !strcmp(r->half, "-")) return "fp32";
+    return !strcmp(r->half, "fp16") ? "autocast-fp16" : "autocast-bf16";
+}
+
+int bench_find_pytorch_match(const bench_row *rows, int n_rows, int i) {
+    const char *want = bench_pytorch_config_for(&rows[i]);
+    if (!want) return -1;
+    for (int j = 0; j < n_rows; j++) {
+        const bench_row *a = &rows[i], *b = &rows[j];
+        if (!strcmp(b->impl, "pytorch") && !strcmp(b->opt_level, want) &&
+            !strcmp(b->model, a->model) && !strcmp(b->device, a->device) &&
+            b->batch == a->batch && b->threads == a->threads && b->world_size == a->world_size)
+            return j;
+    }
+    return -1;
+}
+
+/* rows[i]'s ratio: its own when set, else from its PyTorch match; NaN without one. */
+static double bench_ratio(const bench_row *rows, int n_rows, int i, int match) {
+    if (!isnan(rows[i].ratio_vs_pytorch)) return rows[i].ratio_vs_pytorch;
+    return match >= 0 ? rows[i].samples_per_s / rows[match].samples_per_s : NAN;
+}
+
+/* printf of one number into a small buffer, "-" when unknown. */
+typedef struct bench_cell {
+    char s[32];
+} bench_cell;
+
+static bench_cell bench_num(double v, const char *fmt) {
+    bench_cell c;
+    if (isnan(v)) strcpy(c.s, "-");
+    else snprintf(c.s, sizeof c.s, fmt, v);
+    return c;
+}
+
+static bench_cell bench_mib(int64_t nbytes) {
+    return bench_num(nbytes < 0 ? NAN : (double)nbytes / BENCH_MIB, "%.1f");
+}
+
+static bench_cell bench_int(int64_t v) { return bench_num(v < 0 ? NAN : (double)v, "%.0f"); }
+
+static amp_status bench_check_args(const char *who, FILE *f, const void *run, bool need_run,
+                                   const bench_row *rows, int n_rows) {
+    if (!f) return bench_fail(AMP_ERR_INVALID_ARG, "%s: argument 'f' is NULL", who);
+    if (need_run && !run) return bench_fail(AMP_ERR_INVALID_ARG, "%s: argument 'run' is NULL", who);
+    if (n_rows < 0 || (!rows && n_rows > 0))
+        return bench_fail(AMP_ERR_INVALID_ARG, "%s: %d rows at %p", who, n_rows, (void *)rows);
+    return AMP_OK;
+}
+
+static amp_status bench_check_stream(const char *who, FILE *f) {
+    return ferror(f) ? bench_fail(AMP_ERR_IO, "%s: writing failed", who) : AMP_OK;
+}
+
+amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_row *rows,
+                             int n_rows) {
+    amp_status s = bench_check_args(__func__, f, run, true, rows, n_rows);
+    if (s != AMP_OK) return s;
+    fprintf(f, "%s  %s  [%s]  %d threads%s%s\n", run->date, run->cpu_model, run->isa,
+            run->threads, run->gpu_model[0] ? "  GPU: " : "", run->gpu_model);
+    fprintf(f,
+            "%-7s %-7s %-13s %-4s %5s %-4s %3s %2s %8s %7s %7s %9s %7s %5s %8s %7s %4s %5s %5s\n",
+            "impl", "model", "level", "half", "batch", "dev", "thr", "ws", "ms med", "ms p10",
+            "ms p90", "samples/s", "GFLOP/s", "MFU%", "peak MiB", "RSS MiB", "skip", "syncs",
+            "vs pt");
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        double ratio = bench_ratio(rows, n_rows, i, bench_find_pytorch_match(rows, n_rows, i));
+        fprintf(f,
+                "%-7s %-7s %-13s %-4s %5d %-4s %3d %2d %8s %7s %7s %9s %7s %5s %8s %7s %4s %5s "
+                "%5s\n",
+                r->impl, r->model, r->opt_level, r->half, r->batch, r->device, r->threads,
+                r->world_size, bench_num(r->step_ms_median, "%.2f").s,
+                bench_num(r->step_ms_p10, "%.2f").s, bench_num(r->step_ms_p90, "%.2f").s,
+                bench_num(r->samples_per_s, "%.0f").s, bench_num(r->gflop_per_s, "%.1f").s,
+                bench_num(100.0 * r->mfu, "%.1f").s, bench_mib(r->mem_peak_total_nbytes).s,
+                bench_mib(r->host_peak_rss_nbytes).s, bench_int(r->skipped_steps).s,
+                bench_num(r->host_syncs_per_step, "%.1f").s, bench_num(ratio, "%.2f").s);
+    }
+    fprintf(f, "\npeak memory by kind, MiB\n%-7s %-7s %-13s %-4s %5s", "impl", "model", "level",
+            "half", "batch");
+    for (int k = 0; k < BENCH_MEM_N_KINDS; k++) fprintf(f, " %11s", bench_mem_names[k]);
+    fprintf(f, " %9s %8s\n", "total", "RSS");
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, r->model, r->opt_level, r->half, r->batch);
+        for (int k = 0; k < BENCH_MEM_N_KINDS; k++)
+            fprintf(f, " %11s", bench_mib(r->mem_peak_nbytes[k]).s);
+        fprintf(f, " %9s %8s\n", bench_mib(r->mem_peak_total_nbytes).s,
+                bench_mib(r->host_peak_rss_nbytes).s);
+    }
+    bool profiled = false;
+    for (int i = 0; i < n_rows; i++)
+        for (int c = 0; c < BENCH_PROF_N_CATS; c++) profiled |= !isnan(rows[i].prof_s_per_step[c]);
+    if (profiled) {
+        fprintf(f, "\nprofile, ms per step\n%-7s %-7s %-13s %-4s %5s", "impl", "model", "level",
+                "half", "batch");
+        for (int c = 0; c < BENCH_PROF_N_CATS; c++) fprintf(f, " %11s", bench_prof_names[c]);
+        fputc('\n', f);
+        for (int i = 0; i < n_rows; i++) {
+            const bench_row *r = &rows[i];
+            fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, r->model, r->opt_level, r->half,
+                    r->batch);
+            for (int c = 0; c < BENCH_PROF_N_CATS; c++)
+                fprintf(f, " %11s", bench_num(1e3 * r->prof_s_per_step[c], "%.3f").s);
+            fputc('\n', f);
+        }
+    }
+    return bench_check_stream(__func__, f);
+}
+
+/* JSON values for unknowns: null. json_object_set_new takes NULL values as a failure, so every
+ * value goes through these. */
+static json_t *bench_json_real(double v) {
+    return isnan(v) || isinf(v) ? json_null() : json_real(v);
+}
+static json_t *bench_json_bytes(int64_t v) { return v < 0 ? json_null() : json_integer(v); }
+
+static json_t *bench_json_run(const bench_run_header *run) {
+    json_t *peaks = json_pack("{s:o, s:o, s:o}", "f32", bench_json_real(run->peak_gflops_f32),
+                              "bf16", bench_json_real(run->peak_gflops_bf16), "f16",
+                              bench_json_real(run->peak_gflops_f16));
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:s, s:s}", "date", run->date, "cpu_model",
+                     run->cpu_model, "isa", run->isa, "gpu_model", run->gpu_model, "threads",
+                     run->threads, "peak_gflops", peaks, "lib_version", run->lib_version,
+                     "torch_version", run->torch_version);
+}
+
+static json_t *bench_json_row(const bench_row *r) {
+    json_t *mem = json_object(), *prof = json_object();
+    for (int k = 0; mem && k < BENCH_MEM_N_KINDS; k++)
+        json_object_set_new(mem, bench_mem_names[k], bench_json_bytes(r->mem_peak_nbytes[k]));
+    if (mem) json_object_set_new(mem, "total", bench_json_bytes(r->mem_peak_total_nbytes));
+    for (int c = 0; prof && c < BENCH_PROF_N_CATS; c++)
+        json_object_set_new(prof, bench_prof_names[c], bench_json_real(r->prof_s_per_step[c]));
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o, s:o, s:o, s:o}",
+        "impl", r->impl, "model", r->model, "opt_level", r->opt_level, "half", r->half, "batch",
+        r->batch, "device", r->device, "threads", r->threads, "world_size", r->world_size,
+        "n_steps", r->n_steps, "step_ms_median", bench_json_real(r->step_ms_median), "step_ms_p10",
+        bench_json_real(r->step_ms_p10), "step_ms_p90", bench_json_real(r->step_ms_p90),
+        "samples_per_s", bench_json_real(r->samples_per_s), "gflop_per_step",
+        bench_json_real(r->gflop_per_step), "gflop_per_s", bench_json_real(r->gflop_per_s), "mfu",
+        bench_json_real(r->mfu), "mem_peak_bytes", mem, "host_peak_rss_bytes",
+        bench_json_bytes(r->host_peak_rss_nbytes), "skipped_steps",
+        bench_json_bytes(r->skipped_steps), "host_syncs_per_step",
+        bench_json_real(r->host_syncs_per_step), "ratio_vs_pytorch",
+        bench_json_real(r->ratio_vs_pytorch), "prof_s_per_step", prof);
+}
+
+amp_status bench_write_json(FILE *f, const bench_run_header *run, const bench_row *rows,
+                            int n_rows) {
+    amp_status s = bench_check_args(__func__, f, run, true, rows, n_rows);
+    if (s != AMP_OK) return s;
+    json_t *array = json_array();
+    for (int i = 0; array && i < n_rows; i++)
+        if (json_array_append_new(array, bench_json_row(&rows[i])) != 0) {
+            json_decref(array);
+            array = NULL;
+        }
+    /* json_pack's "o" steals its reference even on failure, so nothing leaks on the way out. */
+    json_t *root = json_pack("{s:o, s:o}", "run", bench_json_run(run), "rows", array);
+    if (!root) return bench_fail(AMP_ERR_OOM, "%s: building the JSON document failed", __func__);
+    /* 10 significant digits: exact for any timing or count here, and no 1.8999999999999999. */
+    int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    json_decref(root);
+    if (rc != 0 || fputc('\n', f) == EOF)
+        return bench_fail(AMP_ERR_IO, "%s: writing failed", __func__);
+    return bench_check_stream(__func__, f);
+}
+
+/* One CSV field: quoted (quotes doubled) when it holds a separator, quote or line break. */
+static void bench_csv_str(FILE *f, const char *s, bool last) {
+    if (strpbrk(s, ",\"\r\n")) {
+        fputc('"', f);
+        for (const char *p = s; *p; p++) {
+            if (*p == '"') fputc('"', f);
+            fputc(*p, f);
+        }
+        fputc('"', f);
+    } else {
+        fputs(s, f);
+    }
+    fputc(last ? '\n' : ',', f);
+}
+
+static void bench_csv_real(FILE *f, double v) {
+    if (!isnan(v)) fprintf(f, "%.10g", v);
+    fputc(',', f);
+}
+
+static void bench_csv_bytes(FILE *f, int64_t v) {
+    if (v >= 0) fprintf(f, "%lld", (long long)v);
+    fputc(',', f);
+}
+
+amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
+    amp_status s = bench_check_args(__func__, f, NULL, false, rows, n_rows);
+    if (s != AMP_OK) return s;
+    fputs("impl,model,opt_level,half,batch,device,threads,world_size,n_steps,step_ms_median,"
+          "step_ms_p10,step_ms_p90,samples_per_s,gflop_per_step,gflop_per_s,mfu",
+          f);
+    for (int k = 0; k < BENCH_MEM_N_KINDS; k++)
+        fprintf(f, ",mem_peak_%s_bytes", bench_mem_names[k]);
+    fputs(",mem_peak_total_bytes,host_peak_rss_bytes,skipped_steps,host_syncs_per_step,"
+          "ratio_vs_pytorch",
+          f);
+    for (int c = 0; c < BENCH_PROF_N_CATS; c++)
+        fprintf(f, ",prof_%s_s_per_step", bench_prof_names[c]);
+    fputc('\n', f);
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        bench_csv_str(f, r->impl, false);
+        bench_csv_str(f, r->model, false);
+        bench_csv_str(f, r->opt_level, false);
+        bench_csv_str(f, r->half, false);
+        fprintf(f, "%d,", r->batch);
+        bench_csv_str(f, r->device, false);
+        fprintf(f, "%d,%d,%d,", r->threads, r->world_size, r->n_steps);
+        bench_csv_real(f, r->step_ms_median);
+        bench_csv_real(f, r->step_ms_p10);
+        bench_csv_real(f, r->step_ms_p90);
+        bench_csv_real(f, r->samples_per_s);
+        bench_csv_real(f, r->gflop_per_step);
+        bench_csv_real(f, r->gflop_per_s);
+        bench_csv_real(f, r->mfu);
+        for (int k = 0; k < BENCH_MEM_N_KINDS; k++) bench_csv_bytes(f, r->mem_peak_nbytes[k]);
+        bench_csv_bytes(f, r->mem_peak_total_nbytes);
+        bench_csv_bytes(f, r->host_peak_rss_nbytes);
+        bench_csv_bytes(f, r->skipped_steps);
+        bench_csv_real(f, r->host_syncs_per_step);
+        bench_csv_real(f, r->ratio_vs_pytorch);
+        for (int c = 0; c < BENCH_PROF_N_CATS; c++) {
+            if (!isnan(r->prof_s_per_step[c])) fprintf(f, "%.10g", r->prof_s_per_step[c]);
+            fputc(c + 1 < BENCH_PROF_N_CATS ? ',' : '\n', f);
+        }
+    }
+    return bench_check_stream(__func__, f);
+}
+
+static void bench_md_throughput_row(FILE *f, const bench_row *r, const char *level,
+                                    const char *half, const bench_row *pt, double ratio) {
+    char step[112]; /* "median (p10–p90)", or the median alone when the spread is unknown */
+    if (isnan(r->step_ms_p10) || isnan(r->step_ms_p90))
+        snprintf(step, sizeof step, "%s", bench_num(r->step_ms_median, "%.2f").s);
+    else
+        snprintf(step, sizeof step, "%s (%s–%s)", bench_num(r->step_ms_median, "%.2f").s,
+                 bench_num(r->step_ms_p10, "%.2f").s, bench_num(r->step_ms_p90, "%.2f").s);
+    fprintf(f,
+            "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+            r->model, r->device, r->threads, r->world_size, r->batch, level, half, step,
+            bench_num(r->samples_per_s, "%.1f").s, bench_num(r->gflop_per_s, "%.1f").s,
+            bench_num(100.0 * r->mfu, "%.1f %%").s,
+            bench_int(r->skipped_steps).s, bench_num(r->host_syncs_per_step, "%.2f").s,
+            pt ? pt->opt_level : "-", bench_num(pt ? pt->samples_per_s : NAN, "%.1f").s,
+            bench_num(ratio, "%.2f").s);
+}
+
+amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const bench_row *rows,
+                                int n_rows) {
+    amp_status s = bench_check_args(__func__, f, run, true, rows, n_rows);
+    if (s != AMP_OK) return s;
+    fprintf(f, "%s — CPU: %s; ISA: %s; %d threads%s%s; measured peak GFLOP/s: f32 %s, bf16 %s, "
+               "f16 %s; libamp %s%s%s\n\n",
+            run->date, run->cpu_model, run->isa, run->threads, run->gpu_model[0] ? "; GPU: " : "",
+            run->gpu_model, bench_num(run->peak_gflops_f32, "%.1f").s,
+            bench_num(run->peak_gflops_bf16, "%.1f").s, bench_num(run->peak_gflops_f16, "%.1f").s,
+            run->lib_version, run->torch_version[0] ? ", PyTorch " : "", run->torch_version);
+    fputs("| model | device | threads | ranks | batch | level | half | "
+          "step ms median (p10–p90) | samples/s | GFLOP/s | MFU | skipped | syncs/step | "
+          "PyTorch | PyTorch samples/s | libamp / PyTorch |\n"
+          "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
+          f);
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        if (!strcmp(r->impl, "pytorch")) {
+            /* Shown beside a libamp row when one matches, else on its own line. */
+            bool matched = false;
+            for (int j = 0; j < n_rows && !matched; j++)
+                matched = bench_find_pytorch_match(rows, n_rows, j) == i;
+            if (!matched) {
+                char level[40];
+                snprintf(level, sizeof level, "PyTorch %s", r->opt_level);
+                bench_md_throughput_row(f, r, level, r->half, NULL, NAN);
+            }
+            continue;
+        }
+        int match = bench_find_pytorch_match(rows, n_rows, i);
+        bench_md_throughput_row(f, r, r->opt_level, r->half, match >= 0 ? &rows[match] : NULL,
+                                bench_ratio(rows, n_rows, i, match));
+    }
+    fputs("\nPeak memory, MiB (what each kind held when their sum peaked)\n\n"
+          "| impl | model | device | batch | level | half |",
+          f);
+    for (int k = 0; k < BENCH_MEM_N_KINDS; k++) fprintf(f, " %s |", bench_mem_names[k]);
+    fputs(" total | host RSS |\n|---|---|---|---:|---|---|", f);
+    for (int k = 0; k < BENCH_MEM_N_KINDS + 2; k++) fputs("---:|", f);
+    fputc('\n', f);
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        fprintf(f, "| %s | %s | %s | %d | %s | %s |", r->impl, r->model, r->device, r->batch,
+                r->opt_level, r->half);
+        for (int k = 0; k < BENCH_MEM_N_KINDS; k++)
+            fprintf(f, " %s |", bench_mib(r->mem_peak_nbytes[k]).s);
+        fprintf(f, " %s | %s |\n", bench_mib(r->mem_peak_total_nbytes).s,
+                bench_mib(r->host_peak_rss_nbytes).s);
+    }
+    return bench_check_stream(__func__, f);
+}
