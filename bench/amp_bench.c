@@ -10,7 +10,14 @@
  * autocast for the half levels, Apex's O1 being PyTorch's one mixed-precision mode) follows it
  * at once, so both see the machine in the same state. MFU is the GEMM/convolution FLOPs per
  * second (counted by the ops, amp/profile.h) over the peak that amp-bench measures first through
- * the backend's own GEMM in the level's compute dtype (f32 at O0, the half type otherwise). */
+ * the backend's own GEMM in the level's compute dtype (f32 at O0, the half type otherwise).
+ *
+ * Under mpirun or srun (mpirun -np N amp-bench ...) every configuration trains with DDP over the
+ * N ranks, each rank on its own batch of --batch samples with its share of the cores, after rank
+ * 0 has trained it alone: the rows give the world's samples/s, per rank, and the scaling
+ * efficiency against that one rank alone. The configurations then run inside the ranks' own
+ * processes (an MPI process must not fork), so host RSS is the process's peak so far; only rank
+ * 0 prints. PyTorch's runs are one-process runs: --compare-torch is refused there. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,7 +51,7 @@ typedef struct bench_args {
     int n_batches;
     amp_device device;
     int threads, steps, warmup;
-    bool compare_torch, profile;
+    bool compare_torch, profile, threads_given;
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
     const char *plot;
     bench_torch_opts torch;
@@ -166,7 +173,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--batch")) ok = parse_list(o, v, &a->n_batches, one_batch, a->batches);
         else if (!strcmp(o, "--steps")) ok = parse_int(o, v, 1, &a->steps);
         else if (!strcmp(o, "--warmup")) ok = parse_int(o, v, 0, &a->warmup);
-        else if (!strcmp(o, "--threads")) ok = parse_int(o, v, 1, &a->threads);
+        else if (!strcmp(o, "--threads")) ok = parse_int(o, v, 1, &a->threads), a->threads_given = true;
         else if (!strcmp(o, "--plot")) a->plot = v;
         else if (!strcmp(o, "--torch-script")) a->torch.script = v;
         else if (!strcmp(o, "--device")) {
@@ -256,6 +263,27 @@ static void progress(int done, int total, const char *what) {
     fflush(stderr);
 }
 
+/* Model x batch x level x half type (O0 has none), in that nesting. */
+static int expand_configs(const bench_args *a, bench_cfg *cfgs) {
+    int n = 0;
+    for (int m = 0; m < a->n_models; m++)
+        for (int b = 0; b < a->n_batches; b++)
+            for (int l = 0; l < a->n_levels; l++)
+                for (int h = 0; h < (a->levels[l] == AMP_O0 ? 1 : a->n_halves); h++)
+                    if (n < MAX_ROWS / 2)
+                        cfgs[n++] = (bench_cfg){
+                            .model = a->models[m], .level = a->levels[l], .half = a->halves[h],
+                            .batch = a->batches[b], .device = a->device, .threads = a->threads,
+                            .steps = a->steps, .warmup = a->warmup, .profile = a->profile};
+    return n;
+}
+
+static const char *cfg_name(const bench_cfg *c, char *buf, size_t size) {
+    snprintf(buf, size, "%s O%d %s batch %d", c->model, (int)c->level,
+             c->level == AMP_O0 ? "f32" : c->half == AMP_HALF_BF16 ? "bf16" : "fp16", c->batch);
+    return buf;
+}
+
 static double peak_for(const bench_run_header *h, const bench_row *r) {
     if (!strcmp(r->half, "bf16")) return h->peak_gflops_bf16;
     if (!strcmp(r->half, "fp16")) return h->peak_gflops_f16;
@@ -294,10 +322,100 @@ static int write_outputs(const bench_args *a, const bench_run_header *h, const b
     return rc;
 }
 
+/* Started by mpirun, srun or a PMI launcher (parallel/comm.c reads the same marks). */
+static bool launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+           getenv("SLURM_STEP_NUM_TASKS");
+}
+
+/* Whether any rank failed (every rank calls it with its own outcome). */
+static bool any_rank_failed(amp_comm *comm, bool mine) {
+    double f = mine;
+    return amp_comm_allreduce_max_f64(comm, &f, 1) != AMP_OK || f != 0;
+}
+
+static int run_distributed(bench_args *a, amp_comm *comm) {
+    int rank = amp_comm_rank(comm), world = amp_comm_size(comm);
+    if (a->compare_torch) {
+        if (rank == 0)
+            fprintf(stderr, "amp-bench: --compare-torch runs PyTorch in one process: compare "
+                            "without mpirun\n");
+        return 2;
+    }
+    if (!a->threads_given) { /* the node's cores shared by its ranks */
+        int share = a->threads / (amp_comm_local_size(comm) > 0 ? amp_comm_local_size(comm) : 1);
+        a->threads = share > 0 ? share : 1;
+    }
+    if (a->device == AMP_DEVICE_CUDA && amp_comm_select_device(comm) != AMP_OK) {
+        fprintf(stderr, "amp-bench (rank %d): %s\n", rank, amp_last_error());
+        return 1;
+    }
+    bench_run_header h;
+    bench_run_header_init(&h);
+    bench_machine_describe(&h, a->threads, a->device == AMP_DEVICE_CUDA);
+    amp_status s = AMP_OK; /* the peaks of one rank's share of the cores, measured by rank 0 alone */
+    if (rank == 0)
+        s = bench_measure_peaks(a->device, a->threads, &h.peak_gflops_f32, &h.peak_gflops_bf16,
+                                &h.peak_gflops_f16);
+    if (any_rank_failed(comm, s != AMP_OK)) {
+        if (rank == 0) fprintf(stderr, "amp-bench: measuring the GEMM peaks: %s\n", bench_last_error());
+        return 1;
+    }
+    bench_cfg cfgs[MAX_ROWS];
+    int n_cfg = expand_configs(a, cfgs), n_rows = 0, failures = 0;
+    static bench_row rows[MAX_ROWS];
+    for (int i = 0; i < n_cfg; i++) {
+        char what[96];
+        cfg_name(&cfgs[i], what, sizeof what);
+        if (rank == 0) progress(i, n_cfg, what);
+        bench_row alone, all;
+        s = rank == 0 ? bench_libamp_run(&cfgs[i], &alone) : AMP_OK; /* the others wait */
+        bool failed = any_rank_failed(comm, s != AMP_OK);
+        if (!failed) {
+            bench_cfg ddp = cfgs[i];
+            ddp.comm = comm;
+            s = bench_libamp_run(&ddp, &all);
+            failed = any_rank_failed(comm, s != AMP_OK);
+        }
+        if (failed) {
+            if (s != AMP_OK) fprintf(stderr, "\namp-bench (rank %d): %s: %s\n", rank, what,
+                                     bench_last_error());
+            failures++;
+            continue;
+        }
+        if (rank != 0) continue;
+        alone.mfu = alone.gflop_per_s / peak_for(&h, &alone);
+        all.mfu = all.gflop_per_s / (world * peak_for(&h, &all));
+        all.scaling_efficiency = all.samples_per_s / (world * alone.samples_per_s);
+        rows[n_rows++] = alone;
+        rows[n_rows++] = all;
+    }
+    if (rank != 0) return failures ? 1 : 0;
+    progress(n_cfg, n_cfg, "");
+    int rc = write_outputs(a, &h, rows, n_rows);
+    return failures || rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     bench_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
+    if (launched_by_mpi()) {
+        /* Rank 0's one-rank runs keep the others waiting in a collective far longer than a
+         * training step: give that wait an hour unless told otherwise. */
+        setenv("AMP_COMM_TIMEOUT", getenv("AMP_COMM_TIMEOUT") ? getenv("AMP_COMM_TIMEOUT") : "3600", 1);
+        amp_comm *comm;
+        if (amp_comm_create(&comm) != AMP_OK) {
+            fprintf(stderr, "amp-bench: %s\n", amp_last_error());
+            return 1;
+        }
+        if (amp_comm_size(comm) > 1) {
+            rc = run_distributed(&a, comm);
+            amp_comm_free(comm);
+            return rc;
+        }
+        amp_comm_free(comm); /* a world of one: the one-process path below */
+    }
     bench_run_header h;
     bench_run_header_init(&h);
     bench_machine_describe(&h, a.threads, a.device == AMP_DEVICE_CUDA);
@@ -311,24 +429,14 @@ int main(int argc, char **argv) {
     h.peak_gflops_f16 = r.peaks[2];
 
     bench_cfg cfgs[MAX_ROWS];
-    int n_cfg = 0;
-    for (int m = 0; m < a.n_models; m++)
-        for (int b = 0; b < a.n_batches; b++)
-            for (int l = 0; l < a.n_levels; l++)
-                for (int hh = 0; hh < (a.levels[l] == AMP_O0 ? 1 : a.n_halves); hh++)
-                    if (n_cfg < MAX_ROWS / 2)
-                        cfgs[n_cfg++] = (bench_cfg){
-                            .model = a.models[m], .level = a.levels[l], .half = a.halves[hh],
-                            .batch = a.batches[b], .device = a.device, .threads = a.threads,
-                            .steps = a.steps, .warmup = a.warmup, .profile = a.profile};
+    int n_cfg = expand_configs(&a, cfgs);
     static bench_row rows[MAX_ROWS];
     int n_rows = 0, failures = 0, total = n_cfg * (a.compare_torch ? 2 : 1), done = 0;
     bool torch_ok = a.compare_torch;
     for (int i = 0; i < n_cfg; i++) {
         const bench_cfg *c = &cfgs[i];
         char what[96];
-        snprintf(what, sizeof what, "%s %s%d %s batch %d", c->model, "O", (int)c->level,
-                 c->level == AMP_O0 ? "f32" : c->half == AMP_HALF_BF16 ? "bf16" : "fp16", c->batch);
+        cfg_name(c, what, sizeof what);
         progress(done, total, what);
         if (in_child(JOB_LIBAMP, &a, c, &r) == AMP_OK) {
             rows[n_rows] = r.row;

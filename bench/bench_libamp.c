@@ -37,10 +37,14 @@ typedef struct bench_state {
     amp_ctx *ctx;
     amp_model *model;
     amp_optimizer *opt;
+    amp_ddp *ddp;
     amp_tensor *x, *y, *loss;
 } bench_state;
 
+static int world_of(const bench_cfg *c) { return c->comm ? amp_comm_size(c->comm) : 1; }
+
 static void state_free(bench_state *b) {
+    amp_ddp_free(b->ddp);
     amp_tensor_free(b->x);
     amp_tensor_free(b->y);
     amp_optimizer_free(b->opt);
@@ -60,6 +64,8 @@ static amp_status state_make(const bench_cfg *c, bench_state *b) {
     BENCH_TRY(amp_initialize_ex(b->model, b->opt, &(amp_options){.opt_level = c->level,
                                                                  .half_type = c->half,
                                                                  .quiet = true}));
+    if (world_of(c) > 1)
+        BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm}, &b->ddp));
     float *x = malloc((size_t)c->batch * 784 * sizeof *x);
     int32_t *y = malloc((size_t)c->batch * sizeof *y);
     if (!x || !y) {
@@ -103,7 +109,7 @@ static void fill_config(const bench_cfg *c, bench_row *row) {
     row->batch = c->batch;
     snprintf(row->device, sizeof row->device, "%s", c->device == AMP_DEVICE_CUDA ? "cuda" : "cpu");
     row->threads = c->threads;
-    row->world_size = 1;
+    row->world_size = world_of(c);
 }
 
 static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
@@ -129,7 +135,9 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     row->step_ms_median = sum.median;
     row->step_ms_p10 = sum.p10;
     row->step_ms_p90 = sum.p90;
-    row->samples_per_s = (double)c->batch / (sum.median * 1e-3);
+    double world_rate = (double)c->batch / (sum.median * 1e-3); /* summed over the ranks below */
+    if (world_of(c) > 1) BENCH_TRY(amp_comm_allreduce_sum_f64(c->comm, &world_rate, 1));
+    row->samples_per_s = world_rate;
 
     amp_mem_usage peak;
     BENCH_TRY(amp_ctx_memory_usage(b->ctx, NULL, &peak));
@@ -145,8 +153,8 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     amp_profile_end(&p);
     if (s == AMP_OK) s = end_step(b);
     if (s != AMP_OK) return s;
-    row->gflop_per_step = p.flops[AMP_OPCAT_GEMM_CONV] * 1e-9;
-    row->gflop_per_s = row->gflop_per_step / (sum.median * 1e-3);
+    row->gflop_per_step = p.flops[AMP_OPCAT_GEMM_CONV] * 1e-9 * world_of(c); /* every rank's */
+    row->gflop_per_s = row->gflop_per_step * row->samples_per_s / ((double)c->batch * world_of(c));
     row->host_syncs_per_step = c->device == AMP_DEVICE_CUDA ? (double)p.host_waits : NAN;
 
     if (c->profile) {

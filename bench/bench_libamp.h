@@ -18,13 +18,17 @@ typedef struct bench_cfg {
     int threads;
     int steps, warmup;      /* timed steps, and untimed ones before them */
     bool profile;           /* also time the step's op categories (extra steps, after) */
+    amp_comm *comm;         /* several ranks: DDP over them (amp/parallel.h); NULL: one process */
 } bench_cfg;
 
 /* Trains cfg's model on one synthetic batch (fixed random images, labels i % 10), SGD with
  * momentum as amp-train: warm-up steps, then `steps` timed steps (the host waits for the device
  * at each step's end, so a step's time is its own), then one step counted by the op profile
  * (FLOPs, host waits) and, with cfg->profile, `steps` timed-profile steps. Fills the row's
- * configuration and measurements (MFU is left for the caller, who knows the peaks). */
+ * configuration and measurements (MFU is left for the caller, who knows the peaks). Under DDP
+ * (cfg->comm with several ranks; every rank calls it) each rank trains its batch of cfg->batch
+ * samples: samples/s and GFLOP are the world's (the sum over the ranks), step times, memory and
+ * RSS this rank's. */
 amp_status bench_libamp_run(const bench_cfg *cfg, bench_row *row);
 
 /* The best GFLOP/s of square GEMMs (f32, bf16, f16 inputs, f32 accumulation, output in the

@@ -45,7 +45,7 @@ void bench_row_init(bench_row *row) {
     row->samples_per_s = row->gflop_per_step = row->gflop_per_s = row->mfu = NAN;
     for (int k = 0; k < BENCH_MEM_N_KINDS; k++) row->mem_peak_nbytes[k] = -1;
     row->mem_peak_total_nbytes = row->host_peak_rss_nbytes = row->skipped_steps = -1;
-    row->host_syncs_per_step = row->ratio_vs_pytorch = NAN;
+    row->host_syncs_per_step = row->ratio_vs_pytorch = row->scaling_efficiency = NAN;
     for (int c = 0; c < BENCH_PROF_N_CATS; c++) row->prof_s_per_step[c] = NAN;
 }
 
@@ -206,6 +206,19 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
             fputc('\n', f);
         }
     }
+    bool scaled = false;
+    for (int i = 0; i < n_rows; i++) scaled |= !isnan(rows[i].scaling_efficiency);
+    if (scaled) {
+        fprintf(f, "\nscaling (DDP)\n%-7s %-13s %-4s %5s %5s %10s %10s %10s\n", "model", "level",
+                "half", "batch", "ranks", "samples/s", "per rank", "efficiency");
+        for (int i = 0; i < n_rows; i++) {
+            const bench_row *r = &rows[i];
+            if (isnan(r->scaling_efficiency)) continue;
+            fprintf(f, "%-7s %-13s %-4s %5d %5d %10.1f %10.1f %9.1f%%\n", r->model, r->opt_level,
+                    r->half, r->batch, r->world_size, r->samples_per_s,
+                    r->samples_per_s / r->world_size, 100.0 * r->scaling_efficiency);
+        }
+    }
     return bench_check_stream(__func__, f);
 }
 
@@ -226,7 +239,18 @@ static json_t *bench_json_run(const bench_run_header *run) {
                      "torch_version", run->torch_version);
 }
 
+static json_t *bench_json_row_fields(const bench_row *r);
+
 static json_t *bench_json_row(const bench_row *r) {
+    json_t *o = bench_json_row_fields(r);
+    if (o && json_object_set_new(o, "scaling_efficiency", bench_json_real(r->scaling_efficiency))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *bench_json_row_fields(const bench_row *r) {
     json_t *mem = json_object(), *prof = json_object();
     for (int k = 0; mem && k < BENCH_MEM_N_KINDS; k++)
         json_object_set_new(mem, bench_mem_names[k], bench_json_bytes(r->mem_peak_nbytes[k]));
@@ -308,7 +332,7 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
           f);
     for (int c = 0; c < BENCH_PROF_N_CATS; c++)
         fprintf(f, ",prof_%s_s_per_step", bench_prof_names[c]);
-    fputc('\n', f);
+    fputs(",scaling_efficiency\n", f);
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         bench_csv_str(f, r->impl, false);
@@ -333,8 +357,10 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
         bench_csv_real(f, r->ratio_vs_pytorch);
         for (int c = 0; c < BENCH_PROF_N_CATS; c++) {
             if (!isnan(r->prof_s_per_step[c])) fprintf(f, "%.10g", r->prof_s_per_step[c]);
-            fputc(c + 1 < BENCH_PROF_N_CATS ? ',' : '\n', f);
+            fputc(',', f);
         }
+        if (!isnan(r->scaling_efficiency)) fprintf(f, "%.10g", r->scaling_efficiency);
+        fputc('\n', f);
     }
     return bench_check_stream(__func__, f);
 }
@@ -355,6 +381,55 @@ static void bench_md_throughput_row(FILE *f, const bench_row *r, const char *lev
             bench_int(r->skipped_steps).s, bench_num(r->host_syncs_per_step, "%.2f").s,
             pt ? pt->opt_level : "-", bench_num(pt ? pt->samples_per_s : NAN, "%.1f").s,
             bench_num(ratio, "%.2f").s);
+}
+
+static bool bench_any_profile(const bench_row *rows, int n_rows) {
+    for (int i = 0; i < n_rows; i++)
+        for (int c = 0; c < BENCH_PROF_N_CATS; c++)
+            if (!isnan(rows[i].prof_s_per_step[c])) return true;
+    return false;
+}
+
+static bool bench_any_scaling(const bench_row *rows, int n_rows) {
+    for (int i = 0; i < n_rows; i++)
+        if (!isnan(rows[i].scaling_efficiency)) return true;
+    return false;
+}
+
+/* Where a step's time goes, per op category (amp-bench --profile). */
+static void bench_md_profile(FILE *f, const bench_row *rows, int n_rows) {
+    if (!bench_any_profile(rows, n_rows)) return;
+    fputs("\nWhere a step's time goes, ms per step (the op categories timed one call at a time; "
+          "overhead: the rest of the step)\n\n| model | batch | level | half |", f);
+    for (int c = 0; c < BENCH_PROF_N_CATS; c++) fprintf(f, " %s |", bench_prof_names[c]);
+    fputs("\n|---|---:|---|---|", f);
+    for (int c = 0; c < BENCH_PROF_N_CATS; c++) fputs("---:|", f);
+    fputc('\n', f);
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        if (isnan(r->prof_s_per_step[BENCH_PROF_GEMM_CONV])) continue;
+        fprintf(f, "| %s | %d | %s | %s |", r->model, r->batch, r->opt_level, r->half);
+        for (int c = 0; c < BENCH_PROF_N_CATS; c++)
+            fprintf(f, " %s |", bench_num(1e3 * r->prof_s_per_step[c], "%.2f").s);
+        fputc('\n', f);
+    }
+}
+
+/* Under mpirun: the world's samples/s against one rank alone's (the world-of-one row). */
+static void bench_md_scaling(FILE *f, const bench_row *rows, int n_rows) {
+    if (!bench_any_scaling(rows, n_rows)) return;
+    fputs("\nScaling (DDP): samples/s of all ranks, per rank, and against one rank alone\n\n"
+          "| model | batch per rank | level | half | ranks | threads per rank | samples/s | "
+          "per rank | scaling efficiency |\n|---|---:|---|---|---:|---:|---:|---:|---:|\n", f);
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        if (isnan(r->scaling_efficiency)) continue;
+        fprintf(f, "| %s | %d | %s | %s | %d | %d | %s | %s | %s |\n", r->model, r->batch,
+                r->opt_level, r->half, r->world_size, r->threads,
+                bench_num(r->samples_per_s, "%.1f").s,
+                bench_num(r->samples_per_s / r->world_size, "%.1f").s,
+                bench_num(100.0 * r->scaling_efficiency, "%.1f %%").s);
+    }
 }
 
 amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const bench_row *rows,
@@ -406,5 +481,7 @@ amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const benc
         fprintf(f, " %s | %s |\n", bench_mib(r->mem_peak_total_nbytes).s,
                 bench_mib(r->host_peak_rss_nbytes).s);
     }
+    bench_md_profile(f, rows, n_rows);
+    bench_md_scaling(f, rows, n_rows);
     return bench_check_stream(__func__, f);
 }

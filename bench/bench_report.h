@@ -72,6 +72,7 @@ typedef struct bench_row {
     /* samples_per_s / PyTorch's of the same configuration; when NaN, the table and Markdown
      * compute it from the matching PyTorch row (bench_find_pytorch_match), if there is one */
     double ratio_vs_pytorch;
+    double scaling_efficiency; /* under mpirun: samples_per_s / (world_size x one rank alone's) */
     double prof_s_per_step[BENCH_PROF_N_CATS]; /* NaN when not profiled */
 } bench_row;
 
