@@ -105,6 +105,7 @@ static void test_json(const bench_run_header *run, const bench_row *rows) {
             CHECK(fabs(json_num(r, "samples_per_s") / rows[i].samples_per_s - 1) < 1e-9);
             CHECK(json_integer_value(json_object_get(r, "host_peak_rss_bytes")) == 500ll << 20);
             CHECK(json_is_null(json_object_get(r, "ratio_vs_pytorch")));
+            CHECK(json_is_null(json_object_get(r, "scaling_efficiency")));
             json_t *mem = json_object_get(r, "mem_peak_bytes");
             json_t *prof = json_object_get(r, "prof_s_per_step");
             CHECK(json_object_size(mem) == BENCH_MEM_N_KINDS + 1 &&
@@ -156,7 +157,8 @@ static void test_csv(const bench_run_header *run, const bench_row *rows) {
         line += len + (end != NULL);
     }
     CHECK_MSG(n_lines == 5, "%d lines, want 1 + 4", n_lines);
-    CHECK(header_fields == 9 + 7 + BENCH_MEM_N_KINDS + 1 + 4 + BENCH_PROF_N_CATS);
+    CHECK(header_fields == 9 + 7 + BENCH_MEM_N_KINDS + 1 + 4 + BENCH_PROF_N_CATS + 1);
+    CHECK(strstr(text, ",scaling_efficiency\n") != NULL);
     CHECK(strstr(text, "\"mlp,wide\"") != NULL);
     CHECK(strncmp(text, "impl,model,opt_level,half,batch,", 32) == 0);
     free(text);
@@ -197,6 +199,20 @@ static void test_markdown(const bench_run_header *run, bench_row *rows) {
     if (text) {
         CHECK_MSG(md_table_rows(text) == 3, "%d throughput lines, want 3", md_table_rows(text));
         CHECK(strstr(text, "| fp32 | 5818.2 | 1.10 |") != NULL);
+        CHECK(strstr(text, "Scaling (DDP)") == NULL); /* no row has an efficiency */
+        free(text);
+    }
+    /* A DDP row (mpirun): the scaling table, per rank = samples/s over the ranks. */
+    bench_row ddp = rows[0];
+    ddp.world_size = 2;
+    ddp.samples_per_s = 1000.0;
+    ddp.scaling_efficiency = 0.8;
+    text = bench_capture(bench_write_markdown, run, &ddp, 1, &s);
+    CHECK(s == AMP_OK && text);
+    if (text) {
+        CHECK(strstr(text, "Scaling (DDP)") != NULL);
+        CHECK_MSG(strstr(text, "| mlp | 128 | O0 | - | 2 | 2 | 1000.0 | 500.0 | 80.0 % |") != NULL,
+                  "%s", text);
         free(text);
     }
 }
