@@ -41,8 +41,7 @@
                                 buf ? buf + i : NULL);                                             \
     }
 AMP_SGD_RANGE(f32)
-AMP_SGD_RANGE(f16)
-AMP_SGD_RANGE(bf16)
+AMP_SGD_RANGE(bf16) /* f16 gradients are widened per chunk first (amp_optim_chunk_grad) */
 
 #define AMP_ADAM_RANGE(suffix)                                                                     \
     AMP_OPTIM_CLONES static void amp_adam_range_##suffix(                                        \
@@ -53,7 +52,6 @@ AMP_SGD_RANGE(bf16)
             amp_adam_update_elem(&c, param + i, amp_ld_##suffix(grad, i) * gs, m + i, v + i);     \
     }
 AMP_ADAM_RANGE(f32)
-AMP_ADAM_RANGE(f16)
 AMP_ADAM_RANGE(bf16)
 
 typedef void (*amp_sgd_range_fn)(const amp_sgd_coefs *, float, int64_t, float *, const void *,
@@ -66,6 +64,7 @@ typedef struct amp_sgd_run {
     amp_sgd_coefs c;
     float gs;
     amp_dtype half_dt;
+    bool widen_f16; /* f16 gradients: widened per chunk, then the f32 range */
     amp_sgd_range_fn range;
 } amp_sgd_run;
 
@@ -73,6 +72,7 @@ typedef struct amp_adam_run {
     amp_adam_coefs c;
     float gs;
     amp_dtype half_dt;
+    bool widen_f16;
     amp_adam_range_fn range;
 } amp_adam_run;
 
@@ -83,8 +83,8 @@ static amp_sgd_run amp_sgd_run_make(const amp_sgd_desc *d, amp_dtype g_dt, float
                              d->first_step);
     r.gs = gs;
     r.half_dt = half_dt;
-    r.range = g_dt == AMP_F16 ? amp_sgd_range_f16 : g_dt == AMP_BF16 ? amp_sgd_range_bf16
-                                                                      : amp_sgd_range_f32;
+    r.widen_f16 = g_dt == AMP_F16;
+    r.range = g_dt == AMP_BF16 ? amp_sgd_range_bf16 : amp_sgd_range_f32;
     return r;
 }
 
@@ -95,8 +95,8 @@ static amp_adam_run amp_adam_run_make(const amp_adam_desc *d, amp_dtype g_dt, fl
                               d->step);
     r.gs = gs;
     r.half_dt = half_dt;
-    r.range = g_dt == AMP_F16 ? amp_adam_range_f16 : g_dt == AMP_BF16 ? amp_adam_range_bf16
-                                                                       : amp_adam_range_f32;
+    r.widen_f16 = g_dt == AMP_F16;
+    r.range = g_dt == AMP_BF16 ? amp_adam_range_bf16 : amp_adam_range_f32;
     return r;
 }
 
@@ -105,17 +105,17 @@ static amp_adam_run amp_adam_run_make(const amp_adam_desc *d, amp_dtype g_dt, fl
  * half copy. buf NULL: no momentum. */
 static inline void amp_sgd_chunk(const amp_sgd_run *r, int64_t len, float *param, void *half,
                                  const void *grad, float *buf) {
-    float local[AMP_CPU_OPTIM_CHUNK];
+    float local[AMP_CPU_OPTIM_CHUNK], grad32[AMP_CPU_OPTIM_CHUNK];
     float *p = amp_optim_chunk_values(param, half, r->half_dt, len, local);
-    r->range(&r->c, r->gs, len, p, grad, buf);
+    r->range(&r->c, r->gs, len, p, amp_optim_chunk_grad(grad, r->widen_f16, len, grad32), buf);
     amp_optim_write_half(half, r->half_dt, p, len);
 }
 
 static inline void amp_adam_chunk(const amp_adam_run *r, int64_t len, float *param, void *half,
                                   const void *grad, float *m, float *v) {
-    float local[AMP_CPU_OPTIM_CHUNK];
+    float local[AMP_CPU_OPTIM_CHUNK], grad32[AMP_CPU_OPTIM_CHUNK];
     float *p = amp_optim_chunk_values(param, half, r->half_dt, len, local);
-    r->range(&r->c, r->gs, len, p, grad, m, v);
+    r->range(&r->c, r->gs, len, p, amp_optim_chunk_grad(grad, r->widen_f16, len, grad32), m, v);
     amp_optim_write_half(half, r->half_dt, p, len);
 }
 
