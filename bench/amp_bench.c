@@ -322,12 +322,6 @@ static int write_outputs(const bench_args *a, const bench_run_header *h, const b
     return rc;
 }
 
-/* Started by mpirun, srun or a PMI launcher (parallel/comm.c reads the same marks). */
-static bool launched_by_mpi(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
-           getenv("SLURM_STEP_NUM_TASKS");
-}
-
 /* Whether any rank failed (every rank calls it with its own outcome). */
 static bool any_rank_failed(amp_comm *comm, bool mine) {
     double f = mine;
@@ -400,7 +394,7 @@ int main(int argc, char **argv) {
     bench_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0) return rc;
-    if (launched_by_mpi()) {
+    if (amp_comm_launched()) {
         /* Rank 0's one-rank runs keep the others waiting in a collective far longer than a
          * training step: give that wait an hour unless told otherwise. */
         setenv("AMP_COMM_TIMEOUT", getenv("AMP_COMM_TIMEOUT") ? getenv("AMP_COMM_TIMEOUT") : "3600", 1);

@@ -1,6 +1,5 @@
 /* bench_machine.h. */
 #include <stdio.h>
-#include <time.h>
 
 #include "bench/bench_machine.h"
 #include "core/cpu_info.h"
@@ -10,10 +9,6 @@
 #endif
 
 void bench_machine_describe(bench_run_header *h, int threads, bool gpu) {
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(h->date, sizeof h->date, "%Y-%m-%d %H:%M UTC", &tm);
     snprintf(h->cpu_model, sizeof h->cpu_model, "%s", amp_cpu_model());
     snprintf(h->isa, sizeof h->isa, "%s", amp_cpu_isa());
     /* The device's name is the CUDA backend's to tell; amp-bench does not open the device in

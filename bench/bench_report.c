@@ -49,51 +49,16 @@ void bench_row_init(bench_row *row) {
     for (int c = 0; c < BENCH_PROF_N_CATS; c++) row->prof_s_per_step[c] = NAN;
 }
 
-/* The ISA features that decide which half-precision paths a CPU has, in the order printed. */
-static const char *const bench_isa_flags[] = {
-    "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-    "amx_tile", "amx_bf16", "amx_fp16", "asimd", "asimdhp", "bf16", "sve"};
-
-static bool bench_has_word(const char *list, const char *word) {
-    size_t len = strlen(word);
-    for (const char *p = strstr(list, word); p; p = strstr(p + 1, word))
-        if ((p == list || p[-1] == ' ' || p[-1] == '\t') && (p[len] == ' ' || p[len] == '\n' ||
-                                                             p[len] == '\0'))
-            return true;
-    return false;
-}
-
+/* The machine's fields stay "unknown" until bench_machine_describe (core/cpu_info.h) fills them:
+ * this library does not read /proc/cpuinfo a second time. */
 void bench_run_header_init(bench_run_header *run) {
     memset(run, 0, sizeof *run);
     run->peak_gflops_f32 = run->peak_gflops_bf16 = run->peak_gflops_f16 = NAN;
     time_t now = time(NULL);
-    struct tm local;
-    if (localtime_r(&now, &local)) strftime(run->date, sizeof run->date, "%Y-%m-%d %H:%M", &local);
+    struct tm utc;
+    if (gmtime_r(&now, &utc)) strftime(run->date, sizeof run->date, "%Y-%m-%d %H:%M UTC", &utc);
     strcpy(run->cpu_model, "unknown");
     strcpy(run->isa, "unknown");
-    FILE *cpuinfo = fopen("/proc/cpuinfo", "r");
-    if (!cpuinfo) return;
-    char line[8192]; /* a flags line runs to ~1.5 KiB */
-    bool have_model = false, have_flags = false;
-    while (fgets(line, sizeof line, cpuinfo) && !(have_model && have_flags)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        const char *value = colon + 1 + (colon[1] == ' ');
-        if (!have_model && !strncmp(line, "model name", 10)) {
-            snprintf(run->cpu_model, sizeof run->cpu_model, "%.*s", (int)strcspn(value, "\n"),
-                     value);
-            have_model = true;
-        } else if (!have_flags && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8))) {
-            size_t used = 0;
-            for (size_t i = 0; i < sizeof bench_isa_flags / sizeof *bench_isa_flags; i++)
-                if (bench_has_word(value, bench_isa_flags[i]) && used + 1 < sizeof run->isa)
-                    used += (size_t)snprintf(run->isa + used, sizeof run->isa - used, "%s%s",
-                                             used ? " " : "", bench_isa_flags[i]);
-            if (!used) strcpy(run->isa, "none of the listed");
-            have_flags = true;
-        }
-    }
-    fclose(cpuinfo);
 }
 
 const char *bench_pytorch_config_for(const bench_row *r) {

@@ -78,8 +78,8 @@ typedef struct bench_row {
 
 /* The run: where and with what it was measured. */
 typedef struct bench_run_header {
-    char date[32];          /* "2026-11-24 10:31" (local time) */
-    char cpu_model[128];    /* /proc/cpuinfo "model name" */
+    char date[32];          /* "2026-11-24 10:31 UTC" */
+    char cpu_model[128];    /* /proc/cpuinfo "model name" (core/cpu_info.h) */
     char isa[160];          /* e.g. "avx2 fma f16c" or "avx512f avx512_bf16 amx_bf16" */
     char gpu_model[128];    /* "" when no GPU was used */
     int threads;            /* CPU threads the run used */
@@ -99,9 +99,8 @@ amp_status bench_fail(amp_status s, const char *fmt, ...) __attribute__((format(
  * every byte count and skipped_steps -1. */
 void bench_row_init(bench_row *row);
 
-/* Sets date (now, local time), cpu_model and isa (from /proc/cpuinfo: the flags among a fixed
- * list of the ones mixed precision cares about, in that list's order), peaks NaN, threads 0 and
- * the other strings "". Never fails: what cannot be read stays "unknown". */
+/* Sets date (now, UTC), cpu_model and isa "unknown" (amp-bench's bench_machine_describe fills
+ * them from core/cpu_info.h), peaks NaN, threads 0 and the other strings "". */
 void bench_run_header_init(bench_run_header *run);
 
 /* The PyTorch configuration that matches a libamp row's precision ("fp32" for O0, otherwise

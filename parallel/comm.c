@@ -40,7 +40,7 @@ double amp_comm_now(void) {
 
 /* A launcher left its marks in the environment: Open MPI's mpirun, a PMI/PMIx launcher (MPICH's
  * hydra, srun with --mpi=pmix) or srun itself. */
-static bool amp_launched_by_mpi(void) {
+bool amp_comm_launched(void) {
     static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
                                  "SLURM_STEP_NUM_TASKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
@@ -112,7 +112,7 @@ amp_status amp_comm_create(amp_comm **out) {
     }
     int inited = 0;
     MPI_Initialized(&inited);
-    if (inited || amp_launched_by_mpi()) {
+    if (inited || amp_comm_launched()) {
         amp_status s = amp_comm_init_mpi(c);
         if (s != AMP_OK) {
             amp_comm_free(c);

@@ -53,6 +53,10 @@ int amp_comm_local_size(const amp_comm *comm);
  * first amp_ctx_create; AMP_ERR_STATE after the backend started on another GPU. Without CUDA or
  * a device: AMP_OK, nothing done. */
 amp_status amp_comm_select_device(const amp_comm *comm);
+/* Whether a launcher (mpirun, srun, a PMI/PMIx launcher) started this process, read from the
+ * environment without touching MPI: a program that must not start MPI otherwise (one that forks)
+ * asks before amp_comm_create. */
+bool amp_comm_launched(void);
 /* Whether the world spans processes (size > 1): collectives then really communicate. */
 bool amp_comm_is_distributed(const amp_comm *comm);
 amp_status amp_comm_barrier(amp_comm *comm);
