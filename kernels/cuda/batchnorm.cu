@@ -27,28 +27,11 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "kernels/cuda/batchnorm_tiles.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/math/batchnorm.h"
 #include "kernels/math/load_store.h"
-extern "C" {
-#include "kernels/cpu/cpu_backend.h" /* AMP_CPU_REDUCE_CHUNK: the CPU's tile, matched here */
-}
-
-/* The CPU's tiling: a channel's sums are bit-identical to the CPU backend's only with its tile
- * length and lane count. */
-#define BN_TILE AMP_CPU_REDUCE_CHUNK
-#define BN_LANES 8
-/* Threads per block of the tile sums (each warp holds 4 tiles' 8 lanes) and of the elementwise
- * passes: 8 warps, as the backend's other kernels. */
-#define BN_BLOCK 256
-/* The per-channel kernels run one thread per channel. */
-#define BN_CHANNEL_BLOCK 128
-/* grid.y (channels of the tile sums, plane groups of the elementwise passes) stays under CUDA's
- * limit of 65535; kernels loop beyond. */
-#define BN_MAX_GRID_Y 65535
-
-static_assert(BN_BLOCK % 32 == 0 && 32 % BN_LANES == 0, "a tile's lanes share a warp");
 
 /* The three kinds of tile sums. */
 enum bn_pass {
@@ -56,16 +39,6 @@ enum bn_pass {
     BN_SUM_SQ, /* a = sum((x - mean)^2), mean in double */
     BN_SUM_BWD /* a = sum(dy), b = sum((x - mean) * dy), mean = save_mean */
 };
-
-/* Tiles of one channel: ceil(hw / BN_TILE) per plane, n planes. */
-static int64_t bn_tiles(const amp_bn_desc *d) { return d->n * ((d->hw + BN_TILE - 1) / BN_TILE); }
-
-/* The CPU's lanes_total over the 8 lanes of a tile held by 8 neighbouring threads (every lane of
- * the warp calls; each thread gets its tile's total). */
-static __device__ double bn_lanes_total(double v) {
-    for (int m = 1; m < BN_LANES; m <<= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-    return v;
-}
 
 /* tot_a[t * c + ch] (and tot_b for the backward) = the total of tile t of channel ch. Grid: x over
  * the tiles' lanes (unit u = tile u / 8, lane u % 8), y over channels. Whole warps step through
@@ -231,22 +204,6 @@ static __global__ void bn_dx_kernel(const void *x, const void *dy, int64_t c, in
             amp_store_f32(dx, D, base + j, v);
         }
     }
-}
-
-static unsigned bn_channel_grid(int64_t c) {
-    int64_t blocks = (c + BN_CHANNEL_BLOCK - 1) / BN_CHANNEL_BLOCK;
-    return (unsigned)(blocks < AMP_CUDA_MAX_BLOCKS ? blocks : AMP_CUDA_MAX_BLOCKS);
-}
-
-/* The tile sums' grid: x covers one channel's units (capped so that the whole grid stays near
- * AMP_CUDA_MAX_BLOCKS blocks), y the channels. */
-static dim3 bn_tiles_grid(const amp_bn_desc *d) {
-    int64_t gy = d->c < BN_MAX_GRID_Y ? d->c : BN_MAX_GRID_Y;
-    int64_t gx = (bn_tiles(d) * BN_LANES + BN_BLOCK - 1) / BN_BLOCK;
-    int64_t gx_max = AMP_CUDA_MAX_BLOCKS / gy;
-    if (gx > gx_max) gx = gx_max;
-    if (gx < 1) gx = 1;
-    return dim3((unsigned)gx, (unsigned)gy);
 }
 
 /* Training forward for one dtype. ws: tile totals (n_tiles * c doubles), then mean (c doubles),

@@ -26,40 +26,11 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "kernels/cuda/batchnorm_tiles.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/math/batchnorm_sync.h"
 #include "kernels/math/load_store.h"
-extern "C" {
-#include "kernels/cpu/cpu_backend.h" /* AMP_CPU_REDUCE_CHUNK: the CPU's tile, matched here */
-}
-
-/* The CPU's tiling (kernels/cpu/batchnorm_tiles.h): the sums are bit-identical to the CPU
- * backend's only with its tile length and lane count. */
-#define SBN_TILE AMP_CPU_REDUCE_CHUNK
-#define SBN_LANES 8
-/* Threads per block of the tile sums (each warp holds 4 tiles' 8 lanes) and of the elementwise
- * pass: 8 warps, as the backend's other kernels. */
-#define SBN_BLOCK 256
-/* The per-channel kernels run one thread per channel. */
-#define SBN_CHANNEL_BLOCK 128
-/* grid.y (channels of the tile sums, plane groups of dx) stays under CUDA's limit of 65535;
- * kernels loop beyond. */
-#define SBN_MAX_GRID_Y 65535
-
-static_assert(SBN_BLOCK % 32 == 0 && 32 % SBN_LANES == 0, "a tile's lanes share a warp");
-
-/* Tiles of one channel: ceil(hw / SBN_TILE) per plane, n planes. */
-static int64_t sbn_tiles(const amp_bn_desc *d) {
-    return d->n * ((d->hw + SBN_TILE - 1) / SBN_TILE);
-}
-
-/* The CPU's lanes_total over the 8 lanes of a tile held by 8 neighbouring threads (every lane of
- * the warp calls; each thread gets its tile's total). */
-static __device__ double sbn_lanes_total(double v) {
-    for (int m = 1; m < SBN_LANES; m <<= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-    return v;
-}
 
 /* tot_a[t * c + ch], tot_b[t * c + ch] = the two totals of tile t of channel ch (the terms of
  * the entry's out1 and out2). Grid: x over the tiles' lanes (unit u = tile u / 8, lane u % 8), y
@@ -69,20 +40,20 @@ template <amp_dtype D, bool BWD>
 static __global__ void sbn_tiles_kernel(const void *x, const void *dy, const float *center,
                                         int64_t c, int64_t hw, int64_t n_tiles, double *tot_a,
                                         double *tot_b) {
-    int64_t per_plane = (hw + SBN_TILE - 1) / SBN_TILE, units = n_tiles * SBN_LANES;
+    int64_t per_plane = (hw + BN_TILE - 1) / BN_TILE, units = n_tiles * BN_LANES;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int lane = threadIdx.x & 31;
     for (int64_t ch = blockIdx.y; ch < c; ch += gridDim.y) {
         double cen = center ? (double)center[ch] : 0.0;
         for (int64_t warp0 = (int64_t)blockIdx.x * blockDim.x + (threadIdx.x - lane);
              warp0 < units; warp0 += stride) {
-            int64_t u = warp0 + lane, t = u / SBN_LANES;
+            int64_t u = warp0 + lane, t = u / BN_LANES;
             double a = 0.0, b = 0.0;
             if (u < units) {
-                int64_t t0 = (t % per_plane) * SBN_TILE;
-                int64_t len = hw - t0 < SBN_TILE ? hw - t0 : SBN_TILE;
+                int64_t t0 = (t % per_plane) * BN_TILE;
+                int64_t len = hw - t0 < BN_TILE ? hw - t0 : BN_TILE;
                 int64_t off = ((t / per_plane) * c + ch) * hw + t0;
-                for (int64_t k = u % SBN_LANES; k < len; k += SBN_LANES) {
+                for (int64_t k = u % BN_LANES; k < len; k += BN_LANES) {
                     float v = amp_load_f32(x, D, off + k);
                     if (BWD) {
                         float g = amp_load_f32(dy, D, off + k);
@@ -94,9 +65,9 @@ static __global__ void sbn_tiles_kernel(const void *x, const void *dy, const flo
                     }
                 }
             }
-            a = sbn_lanes_total(a);
-            b = sbn_lanes_total(b);
-            if (u < units && u % SBN_LANES == 0) {
+            a = bn_lanes_total(a);
+            b = bn_lanes_total(b);
+            if (u < units && u % BN_LANES == 0) {
                 tot_a[t * c + ch] = a;
                 tot_b[t * c + ch] = b;
             }
@@ -137,7 +108,7 @@ static __global__ void sbn_stats_kernel(int64_t c, int64_t count, float eps, flo
 
 /* dx walks planes (plane p = i * c + ch holds hw elements), as batchnorm.cu's elementwise
  * passes: a block is (bx, by) threads, bx along a plane (the power of two >= hw, at most
- * SBN_BLOCK), by planes side by side, so that small planes (7x7, or hw = 1) still fill the block;
+ * BN_BLOCK), by planes side by side, so that small planes (7x7, or hw = 1) still fill the block;
  * both dimensions are grid-stride loops. */
 struct sbn_plane_grid {
     dim3 grid, block;
@@ -145,14 +116,14 @@ struct sbn_plane_grid {
 
 static sbn_plane_grid sbn_plane_launch(const amp_bn_desc *d) {
     unsigned bx = 1;
-    while (bx < SBN_BLOCK && (int64_t)bx < d->hw) bx <<= 1;
-    unsigned by = SBN_BLOCK / bx;
+    while (bx < BN_BLOCK && (int64_t)bx < d->hw) bx <<= 1;
+    unsigned by = BN_BLOCK / bx;
     int64_t gx = (d->hw + bx - 1) / bx, planes = d->n * d->c;
     if (gx > AMP_CUDA_MAX_BLOCKS) gx = AMP_CUDA_MAX_BLOCKS;
     int64_t gy = (planes + by - 1) / by, gy_max = AMP_CUDA_MAX_BLOCKS / gx;
     if (gy > gy_max) gy = gy_max;
     if (gy < 1) gy = 1;
-    if (gy > SBN_MAX_GRID_Y) gy = SBN_MAX_GRID_Y;
+    if (gy > BN_MAX_GRID_Y) gy = BN_MAX_GRID_Y;
     return {dim3((unsigned)gx, (unsigned)gy), dim3(bx, by)};
 }
 
@@ -177,38 +148,22 @@ static __global__ void sbn_dx_kernel(const void *x, const void *dy, int64_t c, i
     }
 }
 
-static unsigned sbn_channel_grid(int64_t c) {
-    int64_t blocks = (c + SBN_CHANNEL_BLOCK - 1) / SBN_CHANNEL_BLOCK;
-    return (unsigned)(blocks < AMP_CUDA_MAX_BLOCKS ? blocks : AMP_CUDA_MAX_BLOCKS);
-}
-
-/* The tile sums' grid: x covers one channel's units (capped so that the whole grid stays near
- * AMP_CUDA_MAX_BLOCKS blocks), y the channels. */
-static dim3 sbn_tiles_grid(const amp_bn_desc *d) {
-    int64_t gy = d->c < SBN_MAX_GRID_Y ? d->c : SBN_MAX_GRID_Y;
-    int64_t gx = (sbn_tiles(d) * SBN_LANES + SBN_BLOCK - 1) / SBN_BLOCK;
-    int64_t gx_max = AMP_CUDA_MAX_BLOCKS / gy;
-    if (gx > gx_max) gx = gx_max;
-    if (gx < 1) gx = 1;
-    return dim3((unsigned)gx, (unsigned)gy);
-}
-
 /* The channel sums for one dtype; ws: the two tile-total arrays (n_tiles * c doubles each). */
 template <amp_dtype D>
 static amp_status sbn_sums_launch(const amp_bn_desc *d, const void *x, const float *center,
                                   const void *dy, float *out1, float *out2, void *ws,
                                   cudaStream_t stream) {
-    int64_t c = d->c, n_tiles = sbn_tiles(d);
+    int64_t c = d->c, n_tiles = bn_tiles(d);
     double *tot_a = (double *)ws, *tot_b = tot_a + n_tiles * c;
-    dim3 tiles = sbn_tiles_grid(d);
+    dim3 tiles = bn_tiles_grid(d);
     if (dy)
-        sbn_tiles_kernel<D, true><<<tiles, SBN_BLOCK, 0, stream>>>(x, dy, center, c, d->hw,
+        sbn_tiles_kernel<D, true><<<tiles, BN_BLOCK, 0, stream>>>(x, dy, center, c, d->hw,
                                                                    n_tiles, tot_a, tot_b);
     else
-        sbn_tiles_kernel<D, false><<<tiles, SBN_BLOCK, 0, stream>>>(x, nullptr, center, c, d->hw,
+        sbn_tiles_kernel<D, false><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, center, c, d->hw,
                                                                     n_tiles, tot_a, tot_b);
     AMP_CUDA_LAUNCHED(stream);
-    sbn_sums_channel_kernel<<<sbn_channel_grid(c), SBN_CHANNEL_BLOCK, 0, stream>>>(
+    sbn_sums_channel_kernel<<<bn_channel_grid(c), BN_CHANNEL_BLOCK, 0, stream>>>(
         tot_a, tot_b, c, n_tiles, out1, out2);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
@@ -218,7 +173,7 @@ static amp_status sbn_stats_launch(const amp_bn_desc *d, int64_t count, const fl
                                    const float *s1, const float *s2, float *mean, float *var,
                                    float *invstd, float *running_mean, float *running_var,
                                    cudaStream_t stream) {
-    sbn_stats_kernel<<<sbn_channel_grid(d->c), SBN_CHANNEL_BLOCK, 0, stream>>>(
+    sbn_stats_kernel<<<bn_channel_grid(d->c), BN_CHANNEL_BLOCK, 0, stream>>>(
         d->c, count, d->eps, d->momentum, center, s1, s2, mean, var, invstd, running_mean,
         running_var);
     AMP_CUDA_LAUNCHED(stream);
@@ -246,7 +201,7 @@ extern "C" amp_status amp_cuda_bn_channel_sums(const amp_bn_desc *d, const void 
     AMP_CHECK_ARG(out1);
     AMP_CHECK_ARG(out2);
     void *ws = NULL;
-    AMP_TRY(amp_cuda_alloc(2 * sizeof(double) * (size_t)(sbn_tiles(d) * d->c), &ws));
+    AMP_TRY(amp_cuda_alloc(2 * sizeof(double) * (size_t)(bn_tiles(d) * d->c), &ws));
     cudaStream_t stream = amp_cuda_stream();
     amp_status s;
     switch (d->dtype) {
