@@ -252,27 +252,27 @@ static int64_t numel4(int64_t a, int64_t b, int64_t c, int64_t d) { return a * b
 
 static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io *io);
 
-/* No oneDNN kernel for this dtype: widen both inputs to f32, run, round the output back. */
+/* No oneDNN kernel for this dtype: widen both inputs to f32 in the thread's WIDEN arena, run,
+ * round the output back. */
 static amp_status conv_widened(conv_op op, const amp_conv2d_desc *d, const conv_io *io) {
     int64_t nx = numel4(d->n, d->c_in, d->h_in, d->w_in);
     int64_t nw = numel4(d->c_out, d->c_in, d->kh, d->kw);
     int64_t ny = numel4(d->n, d->c_out, d->h_out, d->w_out);
     const int64_t sizes[3] = {nx, nw, ny};
-    float *f[3] = {NULL, NULL, NULL};
-    amp_status s = AMP_OK;
-    for (int i = 0; i < 2 && s == AMP_OK; i++)
-        s = amp_dnnl_widen(io->in[i], d->dtype, 1, sizes[conv_xwy[op][i]], 0, &f[i]);
-    if (s == AMP_OK && !(f[2] = malloc((size_t)sizes[conv_xwy[op][2]] * sizeof(float))))
-        s = amp_fail(AMP_ERR_OOM, "%s: out of host memory", conv_op_name[op]);
-    if (s == AMP_OK) {
-        amp_conv2d_desc w = *d;
-        w.dtype = AMP_F32;
-        conv_io wio = {{f[0], f[1]}, f[2], io->bias};
-        s = conv_call(op, &w, &wio);
-    }
-    if (s == AMP_OK) amp_dnnl_narrow(io->out, d->dtype, 1, sizes[conv_xwy[op][2]], 0, f[2]);
-    for (int i = 0; i < 3; i++) free(f[i]);
-    return s;
+    size_t nbytes[3], total = 0;
+    for (int i = 0; i < 3; i++) total += nbytes[i] = amp_dnnl_f32_nbytes(sizes[conv_xwy[op][i]]);
+    char *arena = NULL;
+    AMP_TRY(amp_dnnl_arena(AMP_DNNL_ARENA_WIDEN, total, (void **)&arena));
+    float *f[3] = {(float *)arena, (float *)(arena + nbytes[0]),
+                   (float *)(arena + nbytes[0] + nbytes[1])};
+    for (int i = 0; i < 2; i++)
+        amp_dnnl_widen(f[i], io->in[i], d->dtype, 1, sizes[conv_xwy[op][i]], 0);
+    amp_conv2d_desc w = *d;
+    w.dtype = AMP_F32;
+    conv_io wio = {{f[0], f[1]}, f[2], io->bias};
+    AMP_TRY(conv_call(op, &w, &wio));
+    amp_dnnl_narrow(io->out, d->dtype, 1, sizes[conv_xwy[op][2]], 0, f[2]);
+    return AMP_OK;
 }
 
 /* The checks every backend makes (core/backend_check.c); oneDNN then takes any of the three

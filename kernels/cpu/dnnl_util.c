@@ -25,8 +25,8 @@ amp_status amp_dnnl_fail(dnnl_status_t s, const char *text, const char *func) {
 
 typedef struct thread_state {
     dnnl_stream_t stream;
-    void *scratch;
-    size_t scratch_nbytes;
+    void *buf[AMP_DNNL_ARENAS];
+    size_t buf_nbytes[AMP_DNNL_ARENAS];
 } thread_state;
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -38,7 +38,7 @@ static int g_key_status = -1;
 static void thread_state_free(void *p) {
     thread_state *t = p;
     if (t->stream) dnnl_stream_destroy(t->stream);
-    free(t->scratch);
+    for (int i = 0; i < AMP_DNNL_ARENAS; i++) free(t->buf[i]);
     free(t);
 }
 
@@ -87,24 +87,28 @@ amp_status amp_dnnl_stream(dnnl_stream_t *out) {
     return AMP_OK;
 }
 
-amp_status amp_dnnl_scratch(size_t nbytes, void **out) {
+amp_status amp_dnnl_arena(amp_dnnl_arena_id id, size_t nbytes, void **out) {
     thread_state *t = NULL;
     AMP_TRY(thread_state_get(&t));
-    if (nbytes > t->scratch_nbytes) {
+    if (nbytes > t->buf_nbytes[id]) {
         /* Grow by half again so a sequence of slightly larger requests does not reallocate
-         * every time; the buffer is only ever as large as the largest plan's needs. */
+         * every time; the buffer is only ever as large as the largest call's needs. */
         size_t want = nbytes + nbytes / 2;
         want = (want + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
         void *p = aligned_alloc(SCRATCH_ALIGN, want);
         if (!p)
             return amp_fail(AMP_ERR_OOM, "%s: cannot allocate %zu bytes of oneDNN scratch",
                             __func__, want);
-        free(t->scratch);
-        t->scratch = p;
-        t->scratch_nbytes = want;
+        free(t->buf[id]);
+        t->buf[id] = p;
+        t->buf_nbytes[id] = want;
     }
-    *out = t->scratch;
+    *out = t->buf[id];
     return AMP_OK;
+}
+
+amp_status amp_dnnl_scratch(size_t nbytes, void **out) {
+    return amp_dnnl_arena(AMP_DNNL_ARENA_SCRATCH, nbytes, out);
 }
 
 int amp_dnnl_threads(void) { return omp_get_max_threads(); }
@@ -267,18 +271,17 @@ amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t a
 /* ---- widening ------------------------------------------------------------------------------- */
 
 /* Row by row through amp_cpu_cast, whose F16C/AVX paths convert 8-16 values an instruction. */
-amp_status amp_dnnl_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
-                          float **out) {
-    float *dst = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *dst);
-    if (!dst)
-        return amp_fail(AMP_ERR_OOM, "%s: cannot allocate %lld f32 values", __func__,
-                        (long long)(rows * cols));
+void amp_dnnl_widen(float *dst, const void *src, amp_dtype dt, int64_t rows, int64_t cols,
+                    int64_t ld) {
     size_t esize = amp_dtype_size(dt);
 #pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
         (void)amp_cpu_cast(dst + r * cols, AMP_F32, (const char *)src + (size_t)(r * ld) * esize, dt, cols);
-    *out = dst;
-    return AMP_OK;
+}
+
+size_t amp_dnnl_f32_nbytes(int64_t n) {
+    return ((size_t)(n > 0 ? n : 1) * sizeof(float) + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN *
+           SCRATCH_ALIGN;
 }
 
 void amp_dnnl_narrow(void *dst, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,

@@ -36,8 +36,17 @@ amp_status amp_dnnl_engine(dnnl_engine_t *out);
 /* The calling thread's stream on that engine (destroyed when the thread exits). */
 amp_status amp_dnnl_stream(dnnl_stream_t *out);
 
-/* A 64-byte aligned buffer of at least nbytes owned by the calling thread; it stays valid until
- * the thread's next call. Kernels carve scratchpads and reorder buffers from it. */
+/* The calling thread's buffers, kept from call to call (a fresh multi-MiB malloc per call costs
+ * a page fault per 4 KiB): SCRATCH for oneDNN scratchpads, reorder buffers and the GEMM's padded
+ * B; WIDEN for the f32 copies of operands oneDNN has no kernel for, which hold while the f32
+ * GEMM or convolution, with its own scratch, runs on them. Like oneDNN's own scratchpads they
+ * are outside the memory ledger. */
+typedef enum amp_dnnl_arena_id { AMP_DNNL_ARENA_SCRATCH, AMP_DNNL_ARENA_WIDEN, AMP_DNNL_ARENAS } amp_dnnl_arena_id;
+
+/* A 64-byte aligned buffer of at least nbytes from the thread's arena `id`; it stays valid until
+ * the thread's next request of that arena. */
+amp_status amp_dnnl_arena(amp_dnnl_arena_id id, size_t nbytes, void **out);
+/* amp_dnnl_arena(AMP_DNNL_ARENA_SCRATCH, ...). */
 amp_status amp_dnnl_scratch(size_t nbytes, void **out);
 
 /* The thread count oneDNN will use (OpenMP's). Plans are keyed by it: oneDNN fixes its work
@@ -97,10 +106,12 @@ amp_status amp_dnnl_attr_create(dnnl_primitive_attr_t *attr);
 
 /* ---- widening -------------------------------------------------------------------------------- */
 
-/* Copies a rows x cols matrix of dtype dt with leading dimension ld into a new dense f32 buffer
- * (*out, free() it). Exact: every f16/bf16 value is an f32 value. */
-amp_status amp_dnnl_widen(const void *src, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
-                          float **out);
+/* Copies a rows x cols matrix of dtype dt with leading dimension ld into dst, dense (leading
+ * dimension cols). Exact: every f16/bf16 value is an f32 value. */
+void amp_dnnl_widen(float *dst, const void *src, amp_dtype dt, int64_t rows, int64_t cols,
+                    int64_t ld);
+/* Bytes an n-value f32 copy takes in an arena, rounded up to 64 so the next one stays aligned. */
+size_t amp_dnnl_f32_nbytes(int64_t n);
 /* Stores a dense f32 rows x cols matrix into dst (dtype dt, leading dimension ld), rounding to
  * nearest even as every other CPU kernel does. */
 void amp_dnnl_narrow(void *dst, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,

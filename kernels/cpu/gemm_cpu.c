@@ -136,10 +136,10 @@ static amp_status gemm_plan_build(const void *k, void **out) {
     return AMP_OK;
 }
 
-static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, amp_dnnl_mems *mems) {
+/* Runs the plan on d's pointers; `scratch` holds the plan's scratchpad. */
+static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, void *scratch_p,
+                           amp_dnnl_mems *mems) {
     dnnl_memory_t a = NULL, b = NULL, c = NULL, bias = NULL, scratch = NULL;
-    void *scratch_p = NULL;
-    if (plan->scratch_nbytes) AMP_TRY(amp_dnnl_scratch(plan->scratch_nbytes, &scratch_p));
     AMP_TRY(amp_dnnl_mem(mems, &plan->a_md, d->a, &a));
     AMP_TRY(amp_dnnl_mem(mems, &plan->b_md, d->b, &b));
     AMP_TRY(amp_dnnl_mem(mems, &plan->c_md, d->c, &c));
@@ -155,39 +155,83 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, amp_dn
     return amp_dnnl_wait();
 }
 
+/* A row-major B (not transposed) whose row stride is a multiple of 4 KiB puts every row of a
+ * column panel in the same cache sets. oneDNN 2.6 reads such a B in place when it is 64-byte
+ * aligned (and packs it when it is not), and the set conflicts halve its speed: the MLP's
+ * dX = dY W at 128x2048x2048 ran at 66-88 GFLOP/s against 150 packed (AMD EPYC, AVX2, 2
+ * threads; bench/RESULTS.md). Such a B, when it outgrows L2 and m is large enough to pay for
+ * one pass over it, is copied into scratch with a row stride padded by one cache line (the
+ * choice depends on the shape alone). */
+#define GEMM_PAD_MIN_BYTES ((int64_t)1 << 20)
+#define GEMM_PAD_MIN_M 32
+
+static int64_t gemm_padded_ldb(const amp_gemm_desc *d) {
+    int64_t esize = (int64_t)amp_dtype_size(d->b_dtype);
+    if (d->trans_b || d->m < GEMM_PAD_MIN_M || (d->ldb * esize) % 4096 != 0 ||
+        d->k * d->n * esize < GEMM_PAD_MIN_BYTES)
+        return 0;
+    int64_t line = 64 / esize;
+    return (d->n + line - 1) / line * line + line;
+}
+
+static void gemm_copy_b(const amp_gemm_desc *d, void *dst, int64_t ld_dst) {
+    size_t esize = amp_dtype_size(d->b_dtype), row = (size_t)d->n * esize;
+#pragma omp parallel for schedule(static) if (d->k * d->n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t p = 0; p < d->k; p++)
+        memcpy((char *)dst + (size_t)(p * ld_dst) * esize,
+               (const char *)d->b + (size_t)(p * d->ldb) * esize, row);
+}
+
+/* Runs the plan, first copying B to its padded stride when the plan was built for one. */
+static amp_status gemm_run_plan(const gemm_plan *plan, const amp_gemm_desc *d, int64_t padded_ldb) {
+    size_t scratch_nbytes = (plan->scratch_nbytes + 63) / 64 * 64;
+    size_t pad_nbytes = padded_ldb ? (size_t)(d->k * padded_ldb) * amp_dtype_size(d->b_dtype) : 0;
+    void *arena = NULL;
+    if (scratch_nbytes + pad_nbytes)
+        AMP_TRY(amp_dnnl_scratch(scratch_nbytes + pad_nbytes, &arena));
+    amp_gemm_desc run = *d;
+    if (padded_ldb) {
+        run.b = (char *)arena + scratch_nbytes;
+        run.ldb = padded_ldb;
+        gemm_copy_b(d, (void *)(uintptr_t)run.b, padded_ldb);
+    }
+    amp_dnnl_mems mems = {0};
+    amp_status s = gemm_run(plan, &run, arena, &mems);
+    amp_dnnl_mems_free(&mems);
+    return s;
+}
+
 static amp_status gemm_core(const amp_gemm_desc *d);
 
-/* The dtypes oneDNN refused: every non-f32 operand is widened into a dense f32 copy, the f32
- * GEMM runs, and C is rounded back. */
+/* The dtypes oneDNN refused: every non-f32 operand is widened into a dense f32 copy in the
+ * thread's WIDEN arena, the f32 GEMM runs, and C is rounded back. */
 static amp_status gemm_widened(const amp_gemm_desc *d) {
     amp_gemm_desc w = *d;
-    float *a32 = NULL, *b32 = NULL, *c32 = NULL;
-    amp_status s = AMP_OK;
-    if (d->a_dtype != AMP_F32) {
-        int64_t rows = d->trans_a ? d->k : d->m, cols = d->trans_a ? d->m : d->k;
-        s = amp_dnnl_widen(d->a, d->a_dtype, rows, cols, d->lda, &a32);
-        w.a = a32, w.a_dtype = AMP_F32, w.lda = cols;
+    int64_t a_rows = d->trans_a ? d->k : d->m, a_cols = d->trans_a ? d->m : d->k;
+    int64_t b_rows = d->trans_b ? d->n : d->k, b_cols = d->trans_b ? d->k : d->n;
+    size_t a_nbytes = d->a_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(a_rows * a_cols) : 0;
+    size_t b_nbytes = d->b_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(b_rows * b_cols) : 0;
+    size_t c_nbytes = d->c_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(d->m * d->n) : 0;
+    char *arena = NULL;
+    AMP_TRY(amp_dnnl_arena(AMP_DNNL_ARENA_WIDEN, a_nbytes + b_nbytes + c_nbytes, (void **)&arena));
+    float *a32 = (float *)arena, *b32 = (float *)(arena + a_nbytes);
+    float *c32 = (float *)(arena + a_nbytes + b_nbytes);
+    if (a_nbytes) {
+        amp_dnnl_widen(a32, d->a, d->a_dtype, a_rows, a_cols, d->lda);
+        w.a = a32, w.a_dtype = AMP_F32, w.lda = a_cols;
     }
-    if (s == AMP_OK && d->b_dtype != AMP_F32) {
-        int64_t rows = d->trans_b ? d->n : d->k, cols = d->trans_b ? d->k : d->n;
-        s = amp_dnnl_widen(d->b, d->b_dtype, rows, cols, d->ldb, &b32);
-        w.b = b32, w.b_dtype = AMP_F32, w.ldb = cols;
+    if (b_nbytes) {
+        amp_dnnl_widen(b32, d->b, d->b_dtype, b_rows, b_cols, d->ldb);
+        w.b = b32, w.b_dtype = AMP_F32, w.ldb = b_cols;
     }
-    if (s == AMP_OK && d->c_dtype != AMP_F32) {
+    if (c_nbytes) {
         /* Old C is read only when beta != 0. */
-        if (d->beta != 0.0f) {
-            s = amp_dnnl_widen(d->c, d->c_dtype, d->m, d->n, d->ldc, &c32);
-        } else if (!(c32 = malloc((size_t)(d->m * d->n) * sizeof *c32))) {
-            s = amp_fail(AMP_ERR_OOM, "%s: out of host memory", __func__);
-        }
+        if (d->beta != 0.0f) amp_dnnl_widen(c32, d->c, d->c_dtype, d->m, d->n, d->ldc);
         w.c = c32, w.c_dtype = AMP_F32, w.ldc = d->n;
     }
-    if (s == AMP_OK) s = gemm_core(&w);
-    if (s == AMP_OK && c32) amp_dnnl_narrow(d->c, d->c_dtype, d->m, d->n, d->ldc, c32);
-    free(a32);
-    free(b32);
-    free(c32);
-    return s;
+    AMP_TRY(gemm_core(&w));
+    if (c_nbytes) amp_dnnl_narrow(d->c, d->c_dtype, d->m, d->n, d->ldc, c32);
+    return AMP_OK;
 }
 
 /* k == 0: the product is empty, C = beta * C + bias (oneDNN rejects a zero-sized K). */
@@ -283,7 +327,8 @@ static amp_status gemm_core(const amp_gemm_desc *d) {
     gemm_key key;
     memset(&key, 0, sizeof key);
     key.m = d->m, key.n = d->n, key.k = d->k;
-    key.lda = d->lda, key.ldb = d->ldb, key.ldc = d->ldc;
+    int64_t padded_ldb = gemm_padded_ldb(d);
+    key.lda = d->lda, key.ldb = padded_ldb ? padded_ldb : d->ldb, key.ldc = d->ldc;
     key.alpha = d->alpha, key.beta = d->beta;
     key.a_dtype = d->a_dtype, key.b_dtype = d->b_dtype, key.c_dtype = d->c_dtype;
     key.trans_a = d->trans_a, key.trans_b = d->trans_b, key.has_bias = d->bias != NULL;
@@ -299,9 +344,7 @@ static amp_status gemm_core(const amp_gemm_desc *d) {
                                 amp_dtype_name(d->a_dtype), amp_dtype_name(d->b_dtype),
                                 amp_dtype_name(d->c_dtype));
     if (plan->prim) {
-        amp_dnnl_mems mems = {0};
-        s = gemm_run(plan, d, &mems);
-        amp_dnnl_mems_free(&mems);
+        s = gemm_run_plan(plan, d, padded_ldb);
     } else {
         s = gemm_widened(d);
     }

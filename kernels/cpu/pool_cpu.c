@@ -51,6 +51,35 @@ static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int
     }
 }
 
+/* The common 2x2 window with stride 2 and no padding (every window in bounds): the same four
+ * candidates in the same row-major order as pool_plane_fwd, with selects instead of the generic
+ * window loops, which took 10 ns an output (5.8 of the ConvNet's 36 ms step). */
+static inline void pool_take(float v, int32_t i, float *best, int32_t *best_i) {
+    int takes = amp_maxpool_takes(v, *best);
+    *best = takes ? v : *best;
+    *best_i = takes ? i : *best_i;
+}
+
+static void pool_plane_fwd_2x2(const amp_pool_desc *d, const float *x, float *y, int32_t *argmax) {
+    int32_t w_in = (int32_t)d->w_in;
+    for (int32_t oh = 0; oh < (int32_t)d->h_out; oh++) {
+        const float *r0 = x + (int64_t)(2 * oh) * w_in, *r1 = r0 + w_in;
+        float *yr = y + oh * d->w_out;
+        int32_t *ar = argmax + oh * d->w_out;
+        int32_t base = 2 * oh * w_in;
+        for (int32_t ow = 0; ow < (int32_t)d->w_out; ow++) {
+            int32_t c = 2 * ow;
+            float best = r0[c]; /* -inf start: the first element holds the argmax either way */
+            int32_t best_i = base + c;
+            pool_take(r0[c + 1], base + c + 1, &best, &best_i);
+            pool_take(r1[c], base + w_in + c, &best, &best_i);
+            pool_take(r1[c + 1], base + w_in + c + 1, &best, &best_i);
+            yr[ow] = best;
+            ar[ow] = best_i;
+        }
+    }
+}
+
 amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(x);
@@ -58,6 +87,8 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, i
     AMP_CHECK_ARG(argmax);
     int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
     amp_dtype dt = d->dtype;
+    void (*plane_fwd)(const amp_pool_desc *, const float *, float *, int32_t *) =
+        d->k == 2 && d->stride == 2 && d->pad == 0 ? pool_plane_fwd_2x2 : pool_plane_fwd;
     int failed = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
@@ -69,11 +100,11 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, i
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < planes; p++) {
             if (dt == AMP_F32) {
-                pool_plane_fwd(d, (const float *)x + p * in_sz, (float *)y + p * out_sz,
-                               argmax + p * out_sz);
+                plane_fwd(d, (const float *)x + p * in_sz, (float *)y + p * out_sz,
+                          argmax + p * out_sz);
             } else if (bin && bout) {
                 (void)amp_cpu_cast(bin, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
-                pool_plane_fwd(d, bin, bout, argmax + p * out_sz);
+                plane_fwd(d, bin, bout, argmax + p * out_sz);
                 (void)amp_cpu_cast((uint16_t *)y + p * out_sz, dt, bout, AMP_F32, out_sz);
             }
         }

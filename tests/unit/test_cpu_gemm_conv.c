@@ -170,6 +170,24 @@ static void test_gemm_f32(void) {
                F32_TOL);
 }
 
+/* A row-major B whose row stride is a multiple of 4 KiB is copied to a padded stride first
+ * (gemm_cpu.c): that path, with B narrower than its stride, B exactly its stride, bf16 B, and
+ * the f16 B widened to a dense 1024-wide f32 copy. */
+static void test_gemm_padded_b(void) {
+    CHECK_GEMM(((gcase){.m = 64, .n = 1000, .k = 300, .pad = 24, .alpha = 1, .beta = 0.5f,
+                        .bias = true, .at = AMP_F32, .bt = AMP_F32, .ct = AMP_F32}),
+               F32_TOL);
+    CHECK_GEMM(((gcase){.m = 128, .n = 2048, .k = 2048, .alpha = 1, .at = AMP_F32,
+                        .bt = AMP_F32, .ct = AMP_F32, .samples = 2000}),
+               F32_TOL);
+    CHECK_GEMM(((gcase){.m = 40, .n = 1024, .k = 512, .alpha = 2, .bias = true, .at = AMP_BF16,
+                        .bt = AMP_BF16, .ct = AMP_F32}),
+               BF16_TOL);
+    CHECK_GEMM(((gcase){.m = 33, .n = 1024, .k = 300, .alpha = 1, .at = AMP_F16, .bt = AMP_F16,
+                        .ct = AMP_F16, .samples = 3000}),
+               F32_TOL);
+}
+
 static void test_gemm_half(void) {
     /* bf16 x bf16 into f32 and bf16 (native oneDNN kernels), every transpose, alpha/beta/bias. */
     for (int t = 0; t < 4; t++)
@@ -485,6 +503,7 @@ static void test_conv_errors(void) {
 int main(void) {
     test_gemm_f32();
     test_gemm_half();
+    test_gemm_padded_b();
     test_gemm_edges();
     test_gemm_repeat();
     test_gemm_threads();

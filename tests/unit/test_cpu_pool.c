@@ -89,6 +89,24 @@ static void test_rules(void) {
     CHECK(total == 25.0f && dx[0] == 3.0f);
 }
 
+/* The same rules through the 2x2 stride-2 path (pool_cpu.c's fast path), on a 4x5 plane whose
+ * last column no window reads. */
+static void test_rules_2x2(void) {
+    amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 5, 2, 2, 0); /* 2 x 2 output */
+    float x[20], y[4];
+    int32_t am[4];
+    for (int i = 0; i < 20; i++) x[i] = -5.0f;
+    x[4] = 100.0f;                         /* the unread column */
+    x[2] = NAN, x[8] = NAN;                /* window 1: two NaN, the last one holds the argmax */
+    x[10] = x[11] = x[15] = x[16] = -INFINITY; /* window 2: -inf only */
+    x[13] = -1.0f, x[18] = -1.0f;          /* window 3: a tie of -1, the first wins */
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
+    CHECK(y[0] == -5.0f && am[0] == 0);
+    CHECK(isnan(y[1]) && am[1] == 8);
+    CHECK(y[2] == -INFINITY && am[2] == 10);
+    CHECK(y[3] == -1.0f && am[3] == 13);
+}
+
 static void test_errors(void) {
     float x[16] = {0}, y[16];
     int32_t am[16];
@@ -139,6 +157,7 @@ int main(void) {
         check_config(dts[i], 1, 1, 5, 5, 5, 3, 2);
     }
     test_rules();
+    test_rules_2x2();
     test_errors();
     test_thread_determinism();
     return test_summary("test_cpu_pool");
