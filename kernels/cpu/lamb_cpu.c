@@ -43,8 +43,7 @@ typedef double (*amp_lamb_gsq_fn)(const void *, float, int64_t);
         return s;                                                                                  \
     }
 AMP_LAMB_GSQ_RANGE(f32)
-AMP_LAMB_GSQ_RANGE(f16)
-AMP_LAMB_GSQ_RANGE(bf16)
+AMP_LAMB_GSQ_RANGE(bf16) /* f16 gradients are widened per piece first (amp_optim_chunk_grad) */
 
 /* Stage 1 of one piece: moments updated in place, the direction into u. */
 #define AMP_LAMB_STAGE1_RANGE(suffix)                                                              \
@@ -57,7 +56,6 @@ AMP_LAMB_GSQ_RANGE(bf16)
                                         v + i);                                                    \
     }
 AMP_LAMB_STAGE1_RANGE(f32)
-AMP_LAMB_STAGE1_RANGE(f16)
 AMP_LAMB_STAGE1_RANGE(bf16)
 
 /* Sum of x[i]^2 in f64, in the order of the gradient sums above. */
@@ -96,6 +94,7 @@ typedef struct amp_lamb_run {
     const amp_lamb_coefs *coefs; /* per tensor (amp_opt_tensors.steps given); NULL: c for all */
     float gs, divisor;
     amp_dtype half_dt;
+    bool widen_f16; /* f16 gradients: widened per piece, then the f32 loops */
     amp_lamb_stage1_fn stage1;
     amp_lamb_gsq_fn gsq;
 } amp_lamb_run;
@@ -108,9 +107,10 @@ static inline const amp_lamb_coefs *amp_lamb_coefs_of(const amp_lamb_run *r, int
 static void amp_lamb_stage1_chunk(const amp_lamb_run *r, const amp_lamb_coefs *c, int64_t len,
                                   float *param, const void *half, const void *grad, float *m,
                                   float *v, double *sum_x, double *sum_u) {
-    float local[AMP_CPU_OPTIM_CHUNK], u[AMP_CPU_OPTIM_CHUNK];
+    float local[AMP_CPU_OPTIM_CHUNK], u[AMP_CPU_OPTIM_CHUNK], grad32[AMP_CPU_OPTIM_CHUNK];
     const float *x = amp_optim_chunk_values(param, half, r->half_dt, len, local);
-    r->stage1(c, r->divisor, r->gs, len, x, grad, m, v, u);
+    r->stage1(c, r->divisor, r->gs, len, x,
+              amp_optim_chunk_grad(grad, r->widen_f16, len, grad32), m, v, u);
     *sum_x = amp_lamb_sumsq(x, len);
     *sum_u = amp_lamb_sumsq(u, len);
 }
@@ -143,7 +143,10 @@ static float amp_lamb_grad_norm(const amp_lamb_run *r, amp_mt_planner pl, double
 #pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
         for (int k = 0; k < pcs.n; k++) {
             amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            part[k] = r->gsq(amp_cpu_mt_piece_ptr(&l, &pc, 0), r->gs, pc.len);
+            float grad32[AMP_CPU_OPTIM_CHUNK]; /* a piece is at most a chunk */
+            part[k] = r->gsq(amp_optim_chunk_grad(amp_cpu_mt_piece_ptr(&l, &pc, 0), r->widen_f16,
+                                                  pc.len, grad32),
+                             r->gs, pc.len);
         }
         for (int b = 0; b < l.n_blocks; b++) {
             double chunk = 0.0;
@@ -235,10 +238,9 @@ amp_status amp_cpu_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
     r.divisor = 1.0f;
     r.half_dt = t->half_dtype;
     amp_dtype g_dt = t->grad_dtype;
-    r.stage1 = g_dt == AMP_F16 ? amp_lamb_stage1_f16 : g_dt == AMP_BF16 ? amp_lamb_stage1_bf16
-                                                                         : amp_lamb_stage1_f32;
-    r.gsq = g_dt == AMP_F16 ? amp_lamb_gsq_f16 : g_dt == AMP_BF16 ? amp_lamb_gsq_bf16
-                                                                   : amp_lamb_gsq_f32;
+    r.widen_f16 = g_dt == AMP_F16;
+    r.stage1 = g_dt == AMP_BF16 ? amp_lamb_stage1_bf16 : amp_lamb_stage1_f32;
+    r.gsq = g_dt == AMP_BF16 ? amp_lamb_gsq_bf16 : amp_lamb_gsq_f32;
 
     size_t n = (size_t)t->n, n_coefs = t->steps ? n : 0;
     size_t extra = (2 * (size_t)AMP_CPU_MT_MAX_PIECES + 2 * n) * sizeof(double) +
