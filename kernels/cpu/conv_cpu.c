@@ -300,7 +300,8 @@ static amp_status conv_widened(conv_op op, const amp_conv2d_desc *d, const conv_
     float *f[3] = {(float *)arena, (float *)(arena + nbytes[0]),
                    (float *)(arena + nbytes[0] + nbytes[1])};
     for (int i = 0; i < 2; i++)
-        amp_dnnl_widen(f[i], io->in[i], d->dtype, 1, sizes[conv_xwy[op][i]], 0);
+        amp_dnnl_widen(f[i], sizes[conv_xwy[op][i]], io->in[i], d->dtype, 1,
+                       sizes[conv_xwy[op][i]], 0);
     amp_conv2d_desc w = *d;
     w.dtype = AMP_F32;
     conv_io wio = {{f[0], f[1]}, f[2], io->bias};

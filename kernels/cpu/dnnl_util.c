@@ -271,12 +271,12 @@ amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t a
 /* ---- widening ------------------------------------------------------------------------------- */
 
 /* Row by row through amp_cpu_cast, whose F16C/AVX paths convert 8-16 values an instruction. */
-void amp_dnnl_widen(float *dst, const void *src, amp_dtype dt, int64_t rows, int64_t cols,
-                    int64_t ld) {
+void amp_dnnl_widen(float *dst, int64_t dst_ld, const void *src, amp_dtype dt, int64_t rows,
+                    int64_t cols, int64_t ld) {
     size_t esize = amp_dtype_size(dt);
 #pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
-        (void)amp_cpu_cast(dst + r * cols, AMP_F32, (const char *)src + (size_t)(r * ld) * esize, dt, cols);
+        (void)amp_cpu_cast(dst + r * dst_ld, AMP_F32, (const char *)src + (size_t)(r * ld) * esize, dt, cols);
 }
 
 size_t amp_dnnl_f32_nbytes(int64_t n) {

@@ -106,10 +106,10 @@ amp_status amp_dnnl_attr_create(dnnl_primitive_attr_t *attr);
 
 /* ---- widening -------------------------------------------------------------------------------- */
 
-/* Copies a rows x cols matrix of dtype dt with leading dimension ld into dst, dense (leading
- * dimension cols). Exact: every f16/bf16 value is an f32 value. */
-void amp_dnnl_widen(float *dst, const void *src, amp_dtype dt, int64_t rows, int64_t cols,
-                    int64_t ld);
+/* Copies a rows x cols matrix of dtype dt with leading dimension ld into dst, whose leading
+ * dimension is dst_ld (>= cols). Exact: every f16/bf16 value is an f32 value. */
+void amp_dnnl_widen(float *dst, int64_t dst_ld, const void *src, amp_dtype dt, int64_t rows,
+                    int64_t cols, int64_t ld);
 /* Bytes an n-value f32 copy takes in an arena, rounded up to 64 so the next one stays aligned. */
 size_t amp_dnnl_f32_nbytes(int64_t n);
 /* Stores a dense f32 rows x cols matrix into dst (dtype dt, leading dimension ld), rounding to

@@ -204,29 +204,37 @@ static amp_status gemm_run_plan(const gemm_plan *plan, const amp_gemm_desc *d, i
 static amp_status gemm_core(const amp_gemm_desc *d);
 
 /* The dtypes oneDNN refused: every non-f32 operand is widened into a dense f32 copy in the
- * thread's WIDEN arena, the f32 GEMM runs, and C is rounded back. */
+ * thread's WIDEN arena, the f32 GEMM runs, and C is rounded back. A B that the f32 GEMM would
+ * copy again to a padded stride (gemm_padded_ldb) is widened at that stride directly. */
 static amp_status gemm_widened(const amp_gemm_desc *d) {
     amp_gemm_desc w = *d;
     int64_t a_rows = d->trans_a ? d->k : d->m, a_cols = d->trans_a ? d->m : d->k;
     int64_t b_rows = d->trans_b ? d->n : d->k, b_cols = d->trans_b ? d->k : d->n;
+    int64_t b_ld = b_cols;
+    if (d->b_dtype != AMP_F32) {
+        amp_gemm_desc dense = *d;
+        dense.b_dtype = AMP_F32, dense.ldb = b_cols;
+        int64_t padded = gemm_padded_ldb(&dense);
+        if (padded) b_ld = padded;
+    }
     size_t a_nbytes = d->a_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(a_rows * a_cols) : 0;
-    size_t b_nbytes = d->b_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(b_rows * b_cols) : 0;
+    size_t b_nbytes = d->b_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(b_rows * b_ld) : 0;
     size_t c_nbytes = d->c_dtype != AMP_F32 ? amp_dnnl_f32_nbytes(d->m * d->n) : 0;
     char *arena = NULL;
     AMP_TRY(amp_dnnl_arena(AMP_DNNL_ARENA_WIDEN, a_nbytes + b_nbytes + c_nbytes, (void **)&arena));
     float *a32 = (float *)arena, *b32 = (float *)(arena + a_nbytes);
     float *c32 = (float *)(arena + a_nbytes + b_nbytes);
     if (a_nbytes) {
-        amp_dnnl_widen(a32, d->a, d->a_dtype, a_rows, a_cols, d->lda);
+        amp_dnnl_widen(a32, a_cols, d->a, d->a_dtype, a_rows, a_cols, d->lda);
         w.a = a32, w.a_dtype = AMP_F32, w.lda = a_cols;
     }
     if (b_nbytes) {
-        amp_dnnl_widen(b32, d->b, d->b_dtype, b_rows, b_cols, d->ldb);
-        w.b = b32, w.b_dtype = AMP_F32, w.ldb = b_cols;
+        amp_dnnl_widen(b32, b_ld, d->b, d->b_dtype, b_rows, b_cols, d->ldb);
+        w.b = b32, w.b_dtype = AMP_F32, w.ldb = b_ld;
     }
     if (c_nbytes) {
         /* Old C is read only when beta != 0. */
-        if (d->beta != 0.0f) amp_dnnl_widen(c32, d->c, d->c_dtype, d->m, d->n, d->ldc);
+        if (d->beta != 0.0f) amp_dnnl_widen(c32, d->n, d->c, d->c_dtype, d->m, d->n, d->ldc);
         w.c = c32, w.c_dtype = AMP_F32, w.ldc = d->n;
     }
     AMP_TRY(gemm_core(&w));
