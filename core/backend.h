@@ -271,10 +271,12 @@ typedef struct amp_backend {
                          const float *save_mean, const float *save_invstd, void *dx,
                          float *dgamma, float *dbeta);
 
-    /* argmax: i32 flat index into the input plane (h*w_in+w) of each output element. */
-    amp_status (*maxpool_fwd)(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
-    amp_status (*maxpool_bwd)(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
-                              void *dx);
+    /* y = each window's maximum. The backward takes the forward's input x, finds each window's
+     * maximum again by the same scan (kernels/math/pool.h) and overwrites dx with the sum of
+     * the dy of the outputs that picked each element, as cuDNN's pooling backward: no index
+     * tensor lives between the passes. */
+    amp_status (*maxpool_fwd)(const amp_pool_desc *d, const void *x, void *y);
+    amp_status (*maxpool_bwd)(const amp_pool_desc *d, const void *dy, const void *x, void *dx);
 
     amp_status (*unary)(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
                         void *y);

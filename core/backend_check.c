@@ -146,7 +146,7 @@ amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d) {
                         (long long)d->w_in, (long long)d->k, (long long)d->stride,
                         (long long)d->pad);
     if (d->h_in * d->w_in > INT32_MAX)
-        return amp_fail(AMP_ERR_SHAPE, "%s: input plane %lld x %lld does not fit an i32 argmax", fn,
+        return amp_fail(AMP_ERR_SHAPE, "%s: input plane %lld x %lld does not fit an i32 plane index", fn,
                         (long long)d->h_in, (long long)d->w_in);
     return AMP_OK;
 }

@@ -141,14 +141,15 @@ amp_status amp_prof_bn_bwd_elemt(const amp_backend *be, const amp_bn_desc *d, in
 /* ---- Elementwise, pooling, losses, reductions ---- */
 
 amp_status amp_prof_maxpool_fwd(const amp_backend *be, const amp_pool_desc *d, const void *x,
-                                void *y, int32_t *argmax) {
-    PROF(AMP_OPCAT_ELEMENTWISE, pool_out(d) * (double)d->k * (double)d->k, maxpool_fwd, d, x, y,
-         argmax);
+                                void *y) {
+    PROF(AMP_OPCAT_ELEMENTWISE, pool_out(d) * (double)d->k * (double)d->k, maxpool_fwd, d, x, y);
 }
 
+/* The backward scans every window again (k * k comparisons) and adds one dy per output. */
 amp_status amp_prof_maxpool_bwd(const amp_backend *be, const amp_pool_desc *d, const void *dy,
-                                const int32_t *argmax, void *dx) {
-    PROF(AMP_OPCAT_ELEMENTWISE, pool_out(d), maxpool_bwd, d, dy, argmax, dx);
+                                const void *x, void *dx) {
+    PROF(AMP_OPCAT_ELEMENTWISE, pool_out(d) * ((double)d->k * (double)d->k + 1.0), maxpool_bwd, d,
+         dy, x, dx);
 }
 
 amp_status amp_prof_unary(const amp_backend *be, amp_unary_op op, amp_dtype dt, int64_t n,

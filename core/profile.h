@@ -53,9 +53,9 @@ amp_status amp_prof_bn_bwd_elemt(const amp_backend *be, const amp_bn_desc *d, in
                                  const float *mean, const float *invstd, const float *sum_dy,
                                  const float *sum_dy_xmu, void *dx);
 amp_status amp_prof_maxpool_fwd(const amp_backend *be, const amp_pool_desc *d, const void *x,
-                                void *y, int32_t *argmax);
+                                void *y);
 amp_status amp_prof_maxpool_bwd(const amp_backend *be, const amp_pool_desc *d, const void *dy,
-                                const int32_t *argmax, void *dx);
+                                const void *x, void *dx);
 amp_status amp_prof_unary(const amp_backend *be, amp_unary_op op, amp_dtype dt, int64_t n,
                           const void *x, float alpha, void *y);
 amp_status amp_prof_binary(const amp_backend *be, amp_binary_op op, amp_dtype dt, int64_t n,

@@ -1,4 +1,6 @@
-/* maxpool2d: square window, PyTorch's output size floor((h + 2p - k) / s) + 1, p <= k / 2. */
+/* maxpool2d: square window, PyTorch's output size floor((h + 2p - k) / s) + 1, p <= k / 2. The
+ * backward keeps x, not an index per output (core/backend.h: it finds the maxima again); x is a
+ * step tensor that the op before holds for its own backward anyway (the ReLU's output). */
 #include "core/error.h"
 #include "nn/autograd.h"
 
@@ -6,7 +8,7 @@ static amp_status amp_maxpool_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_grad_sink s;
     AMP_TRY(amp_grad_begin(node->in[0], &s));
     if (s.buf)
-        AMP_TRY(AMP_BE(dy->backend, maxpool_bwd, node->aux, dy->data, node->saved[0]->data,
+        AMP_TRY(AMP_BE(dy->backend, maxpool_bwd, node->aux, dy->data, node->in[0]->data,
                        s.buf->data));
     return amp_grad_end(&s);
 }
@@ -27,16 +29,12 @@ amp_status amp_maxpool2d(amp_tensor *x, int kernel, int stride, int padding, amp
     d.h_out = (d.h_in + 2 * padding - kernel) / stride + 1;
     d.w_out = (d.w_in + 2 * padding - kernel) / stride + 1;
     int64_t shape[4] = {d.n, d.c, d.h_out, d.w_out};
-    amp_tensor *y, *argmax;
+    amp_tensor *y;
     AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 4, shape, &y));
-    AMP_TRY(amp_tensor_step(x->ctx, AMP_I32, 4, shape, &argmax));
-    AMP_TRY(AMP_BE(x->backend, maxpool_fwd, &d, x->data, y->data, argmax->data));
+    AMP_TRY(AMP_BE(x->backend, maxpool_fwd, &d, x->data, y->data));
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "maxpool2d", amp_maxpool_bwd, 1, &x, sizeof d, &node));
-    if (node) {
-        *(amp_pool_desc *)node->aux = d;
-        node->saved[0] = argmax;
-    }
+    if (node) *(amp_pool_desc *)node->aux = d;
     *out = y;
     return AMP_OK;
 }

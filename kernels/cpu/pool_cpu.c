@@ -1,10 +1,14 @@
-/* CPU backend: 2-D max pooling forward (values and i32 argmax) and backward (scatter).
+/* CPU backend: 2-D max pooling forward (values) and backward (scatter), NCHW.
  *
  * One task per (n, c) plane. The forward keeps PyTorch's CPU semantics: the window starts at
- * -inf with the argmax on its first in-bounds element, a value wins when strictly greater or NaN.
- * The backward overwrites dx: zero, then dx[argmax] += dy in output order within the plane, in
- * f32 (windows overlap when stride < k), rounded once on store for f16/bf16. Planes of f16/bf16
- * are widened into per-thread f32 buffers. */
+ * -inf with the argmax on its first in-bounds element, a value wins when strictly greater or NaN
+ * (kernels/math/pool.h). No index tensor is kept between the passes: the backward takes the
+ * forward's input x and finds each window's argmax again by the same scan (cuDNN's pooling
+ * backward takes x for the same reason), which saves the i32 index per output that PyTorch keeps
+ * (at O3 that index was as large as the pooled half activations it indexes). The backward
+ * overwrites dx: zero, then dx[argmax] += dy in output order within the plane, in f32 (windows
+ * overlap when stride < k), rounded once on store for f16/bf16. Planes of f16/bf16 are widened
+ * into per-thread f32 buffers. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +17,38 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/pool.h"
 
-/* A thread's f32 planes for f16/bf16 storage (none for f32): in_sz and out_sz floats. Returns 1
- * when they could not be allocated; the caller frees both either way. */
-static int plane_buffers(amp_dtype dt, int64_t in_sz, int64_t out_sz, float **bin, float **bout) {
-    *bin = *bout = NULL;
-    if (dt == AMP_F32) return 0;
-    *bin = malloc((size_t)in_sz * sizeof **bin);
-    *bout = malloc((size_t)out_sz * sizeof **bout);
-    return !*bin || !*bout;
+/* A thread's planes: for f16/bf16 storage an f32 input plane and an f32 output plane (none for
+ * f32), and, when `want_argmax`, an i32 index per output. NULL where not wanted; returns 1 when
+ * one that is wanted could not be allocated (the caller frees them all either way). */
+typedef struct plane_scratch {
+    float *in, *out;
+    int32_t *argmax;
+} plane_scratch;
+
+static int plane_scratch_alloc(plane_scratch *p, amp_dtype dt, int64_t in_sz, int64_t out_sz,
+                               int want_argmax) {
+    *p = (plane_scratch){0};
+    if (dt != AMP_F32) {
+        p->in = malloc((size_t)in_sz * sizeof *p->in);
+        p->out = malloc((size_t)out_sz * sizeof *p->out);
+        if (!p->in || !p->out) return 1;
+    }
+    if (want_argmax && !(p->argmax = malloc((size_t)out_sz * sizeof *p->argmax))) return 1;
+    return 0;
 }
 
-static amp_status plane_buffers_oom(const char *fn, int64_t in_sz, int64_t out_sz) {
-    return amp_fail(AMP_ERR_OOM, "%s: out of memory for %lld + %lld floats", fn, (long long)in_sz,
-                    (long long)out_sz);
+static void plane_scratch_free(plane_scratch *p) {
+    free(p->in);
+    free(p->out);
+    free(p->argmax);
 }
 
+static amp_status plane_scratch_oom(const char *fn, int64_t in_sz, int64_t out_sz) {
+    return amp_fail(AMP_ERR_OOM, "%s: out of memory for %lld + %lld plane elements", fn,
+                    (long long)in_sz, (long long)out_sz);
+}
+
+/* One plane's maxima into y and their input-plane indices into argmax. */
 static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int32_t *argmax) {
     for (int64_t oh = 0; oh < d->h_out; oh++) {
         int64_t h0, h1;
@@ -35,25 +56,17 @@ static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int
         for (int64_t ow = 0; ow < d->w_out; ow++) {
             int64_t w0, w1;
             amp_pool_window(ow, d->stride, d->pad, d->k, d->w_in, &w0, &w1);
-            float best = -INFINITY;
-            int64_t best_i = h0 * d->w_in + w0;
-            for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++) {
-                    float v = x[ih * d->w_in + iw];
-                    if (amp_maxpool_takes(v, best)) {
-                        best = v;
-                        best_i = ih * d->w_in + iw;
-                    }
-                }
+            float best;
+            int64_t at = amp_pool_argmax(x, AMP_F32, 0, d->w_in, h0, h1, w0, w1, &best);
             y[oh * d->w_out + ow] = best;
-            argmax[oh * d->w_out + ow] = (int32_t)best_i;
+            argmax[oh * d->w_out + ow] = (int32_t)at;
         }
     }
 }
 
 /* The common 2x2 window with stride 2 and no padding (every window in bounds): the same four
- * candidates in the same row-major order as pool_plane_fwd, with selects instead of the generic
- * window loops, which took 10 ns an output (5.8 of the ConvNet's 36 ms step). */
+ * candidates in the same row-major order as amp_pool_argmax, with selects instead of the
+ * generic window loops, which took 10 ns an output (5.8 of the ConvNet's 36 ms step). */
 static inline void pool_take(float v, int32_t i, float *best, int32_t *best_i) {
     int takes = amp_maxpool_takes(v, *best);
     *best = takes ? v : *best;
@@ -80,93 +93,91 @@ static void pool_plane_fwd_2x2(const amp_pool_desc *d, const float *x, float *y,
     }
 }
 
-amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax) {
+typedef void (*plane_fwd_fn)(const amp_pool_desc *, const float *, float *, int32_t *);
+
+static plane_fwd_fn plane_fwd_for(const amp_pool_desc *d) {
+    return d->k == 2 && d->stride == 2 && d->pad == 0 ? pool_plane_fwd_2x2 : pool_plane_fwd;
+}
+
+amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
-    AMP_CHECK_ARG(argmax);
     int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
     amp_dtype dt = d->dtype;
-    void (*plane_fwd)(const amp_pool_desc *, const float *, float *, int32_t *) =
-        d->k == 2 && d->stride == 2 && d->pad == 0 ? pool_plane_fwd_2x2 : pool_plane_fwd;
+    plane_fwd_fn plane_fwd = plane_fwd_for(d);
     int failed = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
-        float *bin, *bout;
-        if (plane_buffers(dt, in_sz, out_sz, &bin, &bout)) {
+        plane_scratch sc;
+        int oom = plane_scratch_alloc(&sc, dt, in_sz, out_sz, 1);
+        if (oom) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < planes; p++) {
+            if (oom) continue;
             if (dt == AMP_F32) {
-                plane_fwd(d, (const float *)x + p * in_sz, (float *)y + p * out_sz,
-                          argmax + p * out_sz);
-            } else if (bin && bout) {
-                (void)amp_cpu_cast(bin, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
-                plane_fwd(d, bin, bout, argmax + p * out_sz);
-                (void)amp_cpu_cast((uint16_t *)y + p * out_sz, dt, bout, AMP_F32, out_sz);
+                plane_fwd(d, (const float *)x + p * in_sz, (float *)y + p * out_sz, sc.argmax);
+            } else {
+                (void)amp_cpu_cast(sc.in, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
+                plane_fwd(d, sc.in, sc.out, sc.argmax);
+                (void)amp_cpu_cast((uint16_t *)y + p * out_sz, dt, sc.out, AMP_F32, out_sz);
             }
         }
-        free(bin);
-        free(bout);
+        plane_scratch_free(&sc);
     }
-    if (failed) return plane_buffers_oom(__func__, in_sz, out_sz);
+    if (failed) return plane_scratch_oom(__func__, in_sz, out_sz);
     return AMP_OK;
 }
 
-/* dx = 0, then dx[argmax] += dy over one plane; 0 on success, 1 for an argmax outside it. */
-static int pool_plane_bwd(int64_t in_sz, int64_t out_sz, const float *dy, const int32_t *argmax,
-                          float *dx) {
+/* dx = 0, then dx[argmax] += dy over one plane. */
+static void pool_plane_scatter(int64_t in_sz, int64_t out_sz, const float *dy,
+                               const int32_t *argmax, float *dx) {
     memset(dx, 0, (size_t)in_sz * sizeof *dx);
-    for (int64_t o = 0; o < out_sz; o++) {
-        int32_t i = argmax[o];
-        if (i < 0 || i >= in_sz) return 1;
-        dx[i] += dy[o];
-    }
-    return 0;
+    for (int64_t o = 0; o < out_sz; o++) dx[argmax[o]] += dy[o];
 }
 
-amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
-                               void *dx) {
+amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x, void *dx) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(dy);
-    AMP_CHECK_ARG(argmax);
+    AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dx);
     int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
     amp_dtype dt = d->dtype;
-    int failed = 0, bad_index = 0;
+    plane_fwd_fn plane_fwd = plane_fwd_for(d);
+    int failed = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
-        float *bin, *bout;
-        if (plane_buffers(dt, in_sz, out_sz, &bin, &bout)) {
+        /* The f32 output plane holds the recomputed maxima (unused), then the widened dy; the
+         * f32 input plane the widened x, then dx. For f32 the output plane is needed too. */
+        plane_scratch sc;
+        int oom = plane_scratch_alloc(&sc, dt, in_sz, out_sz, 1);
+        float *y_f32 = dt == AMP_F32 && !oom ? malloc((size_t)out_sz * sizeof *y_f32) : NULL;
+        if (oom || (dt == AMP_F32 && !y_f32)) {
+            oom = 1;
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < planes; p++) {
-            int bad = 0;
+            if (oom) continue;
             if (dt == AMP_F32) {
-                bad = pool_plane_bwd(in_sz, out_sz, (const float *)dy + p * out_sz,
-                                     argmax + p * out_sz, (float *)dx + p * in_sz);
-            } else if (bin && bout) {
-                (void)amp_cpu_cast(bout, AMP_F32, (const uint16_t *)dy + p * out_sz, dt, out_sz);
-                bad = pool_plane_bwd(in_sz, out_sz, bout, argmax + p * out_sz, bin);
-                (void)amp_cpu_cast((uint16_t *)dx + p * in_sz, dt, bin, AMP_F32, in_sz);
-            }
-            if (bad) {
-#pragma omp atomic write
-                bad_index = 1;
+                plane_fwd(d, (const float *)x + p * in_sz, y_f32, sc.argmax);
+                pool_plane_scatter(in_sz, out_sz, (const float *)dy + p * out_sz, sc.argmax,
+                                   (float *)dx + p * in_sz);
+            } else {
+                (void)amp_cpu_cast(sc.in, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
+                plane_fwd(d, sc.in, sc.out, sc.argmax);
+                (void)amp_cpu_cast(sc.out, AMP_F32, (const uint16_t *)dy + p * out_sz, dt, out_sz);
+                pool_plane_scatter(in_sz, out_sz, sc.out, sc.argmax, sc.in);
+                (void)amp_cpu_cast((uint16_t *)dx + p * in_sz, dt, sc.in, AMP_F32, in_sz);
             }
         }
-        free(bin);
-        free(bout);
+        free(y_f32);
+        plane_scratch_free(&sc);
     }
-    if (failed) return plane_buffers_oom(__func__, in_sz, out_sz);
-    if (bad_index)
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_cpu_maxpool_bwd: argmax holds an index outside the input plane "
-                        "[0, %lld)",
-                        (long long)in_sz);
+    if (failed) return plane_scratch_oom(__func__, in_sz, out_sz);
     return AMP_OK;
 }

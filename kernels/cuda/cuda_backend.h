@@ -208,8 +208,8 @@ amp_status amp_cuda_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void
                                  const void *dy, const float *gamma, const float *mean,
                                  const float *invstd, const float *sum_dy,
                                  const float *sum_dy_xmu, void *dx);
-amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y, int32_t *argmax);
-amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const int32_t *argmax,
+amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y);
+amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x,
                                 void *dx);
 
 /* Optimizers (optim.cu: one generic multi-tensor launcher over core/multi_tensor.h plans, the

@@ -1,20 +1,21 @@
-/* 2-D max pooling on the device: the CUDA side of the table's maxpool_fwd (values and i32 argmax)
- * and maxpool_bwd, NCHW, square window k, stride, padding that never wins.
+/* 2-D max pooling on the device: the CUDA side of the table's maxpool_fwd and maxpool_bwd, NCHW,
+ * square window k, stride, padding that never wins. No index tensor lives between the passes:
+ * the backward takes the forward's input x and finds each window's maximum again, as cuDNN's
+ * cudnnPoolingBackward does (core/backend.h).
  *
  * Numerics are the CPU backend's (kernels/cpu/pool_cpu.c), bit for bit:
- *  - forward: one thread per output element scans its window (kernels/math/pool.h's clipping) in
- *    row-major order from -inf with the argmax on the first in-bounds element; a value wins when
- *    strictly greater or NaN (amp_maxpool_takes), so ties keep the first maximum and the last NaN
+ *  - forward: one thread per output element scans its window with amp_pool_argmax
+ *    (kernels/math/pool.h): row-major from -inf with the argmax on the first in-bounds element;
+ *    a value wins when strictly greater or NaN, so ties keep the first maximum and the last NaN
  *    holds the argmax, as PyTorch's CPU kernel. y is an input value, stored exactly in any dtype.
  *  - backward: no scatter and no atomics. One thread per INPUT element gathers dy from the output
  *    windows that contain it (PyTorch's CUDA max_pool backward does the same; windows overlap when
- *    stride < k), adding, in f32 from +0, the dy of each output whose argmax names it, in output
- *    order: the CPU's `dx[argmax[o]] += dy[o]` over o visits them in the same order, so the sums
- *    round the same way; one rounding to f16/bf16 on store. dx is overwritten: 0 where no window
- *    picked the element.
- * The argmax is taken as maxpool_fwd writes it: an index inside its output's window. One that is
- * not (the CPU backend fails on an index outside the plane) reaches no input here and its dy is
- * dropped, as in PyTorch's CUDA kernel: checking would cost a host synchronisation per call.
+ *    stride < k), rescanning each such window with the same amp_pool_argmax and adding, in f32
+ *    from +0, the dy of each whose maximum it holds, in output order: the CPU's
+ *    `dx[argmax[o]] += dy[o]` over o visits them in the same order, so the sums round the same
+ *    way; one rounding to f16/bf16 on store. dx is overwritten: 0 where no window picked the
+ *    element. A window is read k * k times over (once per element that can be its maximum):
+ *    4 loads an input for the common 2x2 stride 2.
  * Loops are grid-stride with 64-bit indices; the descriptor goes to the kernels by value. */
 #include <math.h>
 #include <stdint.h>
@@ -28,8 +29,7 @@
 #include "kernels/math/pool.h"
 
 template <amp_dtype D>
-static __global__ void maxpool_fwd_kernel(amp_pool_desc d, const void *x, void *y,
-                                          int32_t *argmax) {
+static __global__ void maxpool_fwd_kernel(amp_pool_desc d, const void *x, void *y) {
     int64_t plane_out = d.h_out * d.w_out, total = d.n * d.c * plane_out;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += stride) {
@@ -37,19 +37,9 @@ static __global__ void maxpool_fwd_kernel(amp_pool_desc d, const void *x, void *
         int64_t h0, h1, w0, w1;
         amp_pool_window(oh, d.stride, d.pad, d.k, d.h_in, &h0, &h1);
         amp_pool_window(ow, d.stride, d.pad, d.k, d.w_in, &w0, &w1);
-        const int64_t base = p * d.h_in * d.w_in;
-        float best = -INFINITY;
-        int64_t best_i = h0 * d.w_in + w0;
-        for (int64_t ih = h0; ih < h1; ih++)
-            for (int64_t iw = w0; iw < w1; iw++) {
-                float v = amp_load_f32(x, D, base + ih * d.w_in + iw);
-                if (amp_maxpool_takes(v, best)) {
-                    best = v;
-                    best_i = ih * d.w_in + iw;
-                }
-            }
+        float best;
+        (void)amp_pool_argmax(x, D, p * d.h_in * d.w_in, d.w_in, h0, h1, w0, w1, &best);
         amp_store_f32(y, D, o, best);
-        argmax[o] = (int32_t)best_i;
     }
 }
 
@@ -62,7 +52,7 @@ static __device__ void pool_outputs_of(int64_t i, int64_t stride, int64_t pad, i
 }
 
 template <amp_dtype D>
-static __global__ void maxpool_bwd_kernel(amp_pool_desc d, const void *dy, const int32_t *argmax,
+static __global__ void maxpool_bwd_kernel(amp_pool_desc d, const void *dy, const void *x,
                                           void *dx) {
     int64_t plane_in = d.h_in * d.w_in, total = d.n * d.c * plane_in;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -74,8 +64,12 @@ static __global__ void maxpool_bwd_kernel(amp_pool_desc d, const void *dy, const
         float acc = 0.0f;
         for (int64_t oh = oh0; oh < oh1; oh++)
             for (int64_t ow = ow0; ow < ow1; ow++) {
-                int64_t o = (p * d.h_out + oh) * d.w_out + ow;
-                if (argmax[o] == r) acc += amp_load_f32(dy, D, o);
+                int64_t h0, h1, w0, w1;
+                amp_pool_window(oh, d.stride, d.pad, d.k, d.h_in, &h0, &h1);
+                amp_pool_window(ow, d.stride, d.pad, d.k, d.w_in, &w0, &w1);
+                float best;
+                int64_t at = amp_pool_argmax(x, D, p * plane_in, d.w_in, h0, h1, w0, w1, &best);
+                if (at == r) acc += amp_load_f32(dy, D, (p * d.h_out + oh) * d.w_out + ow);
             }
         amp_store_f32(dx, D, i, acc);
     }
@@ -87,55 +81,53 @@ static unsigned grid_for(int64_t n) {
 }
 
 static amp_status maxpool_fwd_launch(const amp_pool_desc *d, const void *x, void *y,
-                                     int32_t *argmax, cudaStream_t stream) {
+                                     cudaStream_t stream) {
     unsigned grid = grid_for(d->n * d->c * d->h_out * d->w_out);
     switch (d->dtype) {
     case AMP_F16:
-        maxpool_fwd_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, x, y, argmax);
+        maxpool_fwd_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, x, y);
         break;
     case AMP_BF16:
-        maxpool_fwd_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, x, y, argmax);
+        maxpool_fwd_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, x, y);
         break;
     default:
-        maxpool_fwd_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, x, y, argmax);
+        maxpool_fwd_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, x, y);
         break;
     }
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
-static amp_status maxpool_bwd_launch(const amp_pool_desc *d, const void *dy,
-                                     const int32_t *argmax, void *dx, cudaStream_t stream) {
+static amp_status maxpool_bwd_launch(const amp_pool_desc *d, const void *dy, const void *x,
+                                     void *dx, cudaStream_t stream) {
     unsigned grid = grid_for(d->n * d->c * d->h_in * d->w_in);
     switch (d->dtype) {
     case AMP_F16:
-        maxpool_bwd_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, dy, argmax, dx);
+        maxpool_bwd_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, dy, x, dx);
         break;
     case AMP_BF16:
-        maxpool_bwd_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, dy, argmax, dx);
+        maxpool_bwd_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, dy, x, dx);
         break;
     default:
-        maxpool_bwd_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, dy, argmax, dx);
+        maxpool_bwd_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, dy, x, dx);
         break;
     }
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y,
-                                           int32_t *argmax) {
+extern "C" amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
-    AMP_CHECK_ARG(argmax);
-    return maxpool_fwd_launch(d, x, y, argmax, amp_cuda_stream());
+    return maxpool_fwd_launch(d, x, y, amp_cuda_stream());
 }
 
-extern "C" amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy,
-                                           const int32_t *argmax, void *dx) {
+extern "C" amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x,
+                                           void *dx) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(dy);
-    AMP_CHECK_ARG(argmax);
+    AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dx);
-    return maxpool_bwd_launch(d, dy, argmax, dx, amp_cuda_stream());
+    return maxpool_bwd_launch(d, dy, x, dx, amp_cuda_stream());
 }

@@ -260,30 +260,18 @@ static void setup_pool_fwd(const op_row *r, tcase *c) {
     amp_pool_desc d = pool_desc(r);
     in_main(r, c, 0, "x", ek_of(r->dt), d.n * d.c * d.h_in * d.w_in);
     slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), d.n * d.c * d.h_out * d.w_out);
-    slot_decl(c, 2, "argmax", ROLE_OUT, EK_I32, d.n * d.c * d.h_out * d.w_out);
 }
 static amp_status run_pool_fwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_pool_desc d = pool_desc(r);
-    return be->maxpool_fwd(&d, p[0], p[1], p[2]);
+    return be->maxpool_fwd(&d, p[0], p[1]);
 }
 
-/* maxpool_bwd: each argmax is a random position inside its output's window (clipped to the
- * input), so overlapping windows (stride < k) add several dy into one dx. */
+/* maxpool_bwd: dy and the forward's input x, whose windows' maxima the backward finds again;
+ * overlapping windows (stride < k) add several dy into one dx. */
 static void setup_pool_bwd(const op_row *r, tcase *c) {
     amp_pool_desc d = pool_desc(r);
-    int64_t out_plane = d.h_out * d.w_out;
-    in_main(r, c, 0, "dy", ek_of(r->dt), d.n * d.c * out_plane);
-    int32_t *argmax = slot_decl(c, 1, "argmax", ROLE_IN, EK_I32, d.n * d.c * out_plane);
-    for (int64_t o = 0; o < d.n * d.c * out_plane; o++) {
-        int64_t oh = o % out_plane / d.w_out, ow = o % d.w_out;
-        int64_t h0 = oh * d.stride - d.pad, w0 = ow * d.stride - d.pad;
-        int64_t h1 = h0 + d.k < d.h_in ? h0 + d.k : d.h_in;
-        int64_t w1 = w0 + d.k < d.w_in ? w0 + d.k : d.w_in;
-        h0 = h0 < 0 ? 0 : h0;
-        w0 = w0 < 0 ? 0 : w0;
-        int64_t ih = h0 + rng_below(&c->rng, h1 - h0), iw = w0 + rng_below(&c->rng, w1 - w0);
-        argmax[o] = (int32_t)(ih * d.w_in + iw);
-    }
+    in_main(r, c, 0, "dy", ek_of(r->dt), d.n * d.c * d.h_out * d.w_out);
+    in_main(r, c, 1, "x", ek_of(r->dt), d.n * d.c * d.h_in * d.w_in);
     slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), d.n * d.c * d.h_in * d.w_in);
 }
 static amp_status run_pool_bwd(const op_row *r, const amp_backend *be, void *const *p) {
@@ -583,6 +571,7 @@ static const op_row rows[] = {
     {"maxpool_bwd_bf16_l2", E_POOL_BWD, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
     {"maxpool_bwd_f32_k3s2p1", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = TOL(1e-6, 1e-6), .lo = -4, .hi = 4},
     {"maxpool_bwd_f16_k3s2p1", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, F16, .tol = TOL(1e-6, ULP_F16), .lo = -4, .hi = 4},
+    {"maxpool_bwd_bf16_k3s2p1_specials", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, BF16, .tol = TOL(1e-6, ULP_BF16), .lo = -4, .hi = 4, .specials = true},
     /* Unary: ReLU and copy select bits; scale is one rounding. */
     {"unary_relu_f32", E_UNARY, {ACT_L1}, F32, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"unary_relu_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},

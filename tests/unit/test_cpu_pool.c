@@ -1,7 +1,8 @@
 /* CPU max pooling (pool_cpu.c) against a naive reference written here with PyTorch's rules
  * (padding never wins; the first maximum in row-major window order holds the argmax; NaN wins),
- * in f32, f16 and bf16; the backward scatter with overlapping windows (stride < k) against a
- * double accumulation; shape and argmax errors; thread determinism. */
+ * in f32, f16 and bf16; the backward, which finds the argmax again from x, with overlapping
+ * windows (stride < k) against a double accumulation, and each rule seen through it (a one-hot
+ * dy lands on the window's argmax); shape and argument errors; thread determinism. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -29,14 +30,13 @@ static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t 
     size_t out_bytes = (size_t)(planes * out_sz) * test_dtype_size(dt);
     void *x = malloc(in_bytes), *y = malloc(out_bytes);
     void *dy = malloc(out_bytes), *dx = malloc(in_bytes);
-    int32_t *am = malloc((size_t)(planes * out_sz) * sizeof *am);
     double *ref_dx = calloc((size_t)(planes * in_sz), sizeof *ref_dx);
     for (int64_t i = 0; i < planes * in_sz; i++)
         test_store(x, dt, i, -1.0f - (float)(int)(test_uniform() * 4));
     for (int64_t i = 0; i < planes * out_sz; i++)
         test_store(dy, dt, i, (float)(test_uniform() * 2 - 1));
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am, dx));
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
     int bad = 0;
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t oh = 0; oh < d.h_out; oh++)
@@ -50,7 +50,7 @@ static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t 
                         if (best_i < 0 || v > best) best = v, best_i = ih * w + iw;
                     }
                 int64_t o = pl * out_sz + oh * d.w_out + ow;
-                bad += test_load(y, dt, o) != best || am[o] != best_i;
+                bad += test_load(y, dt, o) != best;
                 ref_dx[pl * in_sz + best_i] += test_load(dy, dt, o);
             }
     CHECK_MSG(bad == 0, "maxpool %s k%lld s%lld p%lld: %d outputs wrong", amp_dtype_name(dt),
@@ -62,28 +62,43 @@ static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t 
                ulp * (fabs(ref_dx[i]) + 1e-3) * (double)(k * k);
     CHECK_MSG(bad == 0, "maxpool bwd %s k%lld s%lld p%lld: %d wrong", amp_dtype_name(dt),
               (long long)k, (long long)s, (long long)p, bad);
-    free(x), free(y), free(dy), free(dx), free(am), free(ref_dx);
+    free(x), free(y), free(dy), free(dx), free(ref_dx);
+}
+
+/* The input index that output o's window picks, seen through the backward: dy one-hot at o must
+ * come back as dx one-hot there, with every other element an exact 0. -1 when it does not. */
+static int64_t picked_by(const amp_pool_desc *d, const float *x, int64_t o) {
+    int64_t in_n = d->n * d->c * d->h_in * d->w_in, out_n = d->n * d->c * d->h_out * d->w_out;
+    float *dy = calloc((size_t)out_n, sizeof *dy), *dx = malloc((size_t)in_n * sizeof *dx);
+    dy[o] = 1.0f;
+    int64_t at = -1, ones = 0, others = 0;
+    CHECK_OK(amp_cpu_maxpool_bwd(d, dy, x, dx));
+    for (int64_t i = 0; i < in_n; i++) {
+        if (dx[i] == 1.0f) at = i, ones++;
+        else if (dx[i] != 0.0f) others++;
+    }
+    free(dy), free(dx);
+    return ones == 1 && others == 0 ? at : -1;
 }
 
 /* Ties, NaN, -inf windows and padding, on one 4x4 plane with k 2, stride 1, pad 1. */
 static void test_rules(void) {
     amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 1, 1); /* 5 x 5 output */
     float x[16], y[25];
-    int32_t am[25];
     for (int i = 0; i < 16; i++) x[i] = -5.0f;
     x[5] = NAN;
     x[15] = -INFINITY;
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
-    CHECK(y[0] == -5.0f && am[0] == 0);          /* corner: only x[0] is in bounds */
-    CHECK(y[1] == -5.0f && am[1] == 0);          /* tie of x[0], x[1]: the first */
-    CHECK(isnan(y[6]) && am[6] == 5);            /* NaN wins */
-    CHECK(isnan(y[12]) && am[12] == 5);          /* NaN wins over values after it too */
-    CHECK(y[24] == -INFINITY && am[24] == 15);   /* -inf only: its own index */
-    CHECK(y[18] == -5.0f && am[18] == 10);       /* window rows 2-3, cols 2-3 */
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK(y[0] == -5.0f && picked_by(&d, x, 0) == 0);          /* corner: only x[0] is in bounds */
+    CHECK(y[1] == -5.0f && picked_by(&d, x, 1) == 0);          /* tie of x[0], x[1]: the first */
+    CHECK(isnan(y[6]) && picked_by(&d, x, 6) == 5);            /* NaN wins */
+    CHECK(isnan(y[12]) && picked_by(&d, x, 12) == 5);          /* NaN wins over values after it */
+    CHECK(y[24] == -INFINITY && picked_by(&d, x, 24) == 15);   /* -inf only: its own index */
+    CHECK(y[18] == -5.0f && picked_by(&d, x, 18) == 10);       /* window rows 2-3, cols 2-3 */
     /* Backward with overlapping windows: x[0] is the argmax of outputs 0, 1, 5. */
     float dy[25], dx[16];
     for (int i = 0; i < 25; i++) dy[i] = 1.0f;
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am, dx));
+    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
     float total = 0;
     for (int i = 0; i < 16; i++) total += dx[i];
     CHECK(total == 25.0f && dx[0] == 3.0f);
@@ -94,57 +109,50 @@ static void test_rules(void) {
 static void test_rules_2x2(void) {
     amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 5, 2, 2, 0); /* 2 x 2 output */
     float x[20], y[4];
-    int32_t am[4];
     for (int i = 0; i < 20; i++) x[i] = -5.0f;
     x[4] = 100.0f;                         /* the unread column */
     x[2] = NAN, x[8] = NAN;                /* window 1: two NaN, the last one holds the argmax */
     x[10] = x[11] = x[15] = x[16] = -INFINITY; /* window 2: -inf only */
     x[13] = -1.0f, x[18] = -1.0f;          /* window 3: a tie of -1, the first wins */
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y, am));
-    CHECK(y[0] == -5.0f && am[0] == 0);
-    CHECK(isnan(y[1]) && am[1] == 8);
-    CHECK(y[2] == -INFINITY && am[2] == 10);
-    CHECK(y[3] == -1.0f && am[3] == 13);
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK(y[0] == -5.0f && picked_by(&d, x, 0) == 0);
+    CHECK(isnan(y[1]) && picked_by(&d, x, 1) == 8);
+    CHECK(y[2] == -INFINITY && picked_by(&d, x, 2) == 10);
+    CHECK(y[3] == -1.0f && picked_by(&d, x, 3) == 13);
 }
 
 static void test_errors(void) {
     float x[16] = {0}, y[16];
-    int32_t am[16];
     amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
     d.h_out = 3;
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_SHAPE, "output 3 x 2");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_SHAPE, "output 3 x 2");
     d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 2);
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_INVALID_ARG, "pad 2");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_INVALID_ARG, "pad 2");
     d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 1, 0);
     d.stride = 0;
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_INVALID_ARG, "stride 0");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_INVALID_ARG, "stride 0");
     d = make_desc(AMP_I32, 1, 1, 4, 4, 2, 2, 0);
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y, am), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_DTYPE, "i32");
     d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
-    for (int i = 0; i < 4; i++) am[i] = i;
-    am[2] = 16;
-    CHECK_FAILS(amp_cpu_maxpool_bwd(&d, y, am, x), AMP_ERR_INVALID_ARG, "[0, 16)");
+    CHECK_FAILS(amp_cpu_maxpool_bwd(&d, y, NULL, x), AMP_ERR_INVALID_ARG, "x");
 }
 
 static void test_thread_determinism(void) {
     amp_pool_desc d = make_desc(AMP_F16, 4, 8, 40, 40, 3, 1, 1);
     int64_t in_n = 4 * 8 * 40 * 40, out_n = 4 * 8 * d.h_out * d.w_out;
     uint16_t *x = malloc((size_t)in_n * 2), *dy = malloc((size_t)out_n * 2), *y[2], *dx[2];
-    int32_t *am[2];
     for (int64_t i = 0; i < in_n; i++) x[i] = amp_f32_to_f16_bits((float)test_uniform());
     for (int64_t i = 0; i < out_n; i++) dy[i] = amp_f32_to_f16_bits((float)test_uniform() - 0.5f);
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
         y[t] = malloc((size_t)out_n * 2), dx[t] = malloc((size_t)in_n * 2);
-        am[t] = malloc((size_t)out_n * 4);
-        CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y[t], am[t]));
-        CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, am[t], dx[t]));
+        CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y[t]));
+        CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx[t]));
     }
     CHECK(memcmp(y[0], y[1], (size_t)out_n * 2) == 0);
-    CHECK(memcmp(am[0], am[1], (size_t)out_n * 4) == 0);
     CHECK(memcmp(dx[0], dx[1], (size_t)in_n * 2) == 0);
     free(x), free(dy);
-    for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]), free(am[t]);
+    for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]);
 }
 
 int main(void) {
