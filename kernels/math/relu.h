@@ -2,6 +2,8 @@
 #ifndef AMP_KERNELS_MATH_RELU_H
 #define AMP_KERNELS_MATH_RELU_H
 
+#include <stdint.h>
+
 #include "core/hd.h"
 
 /* max(x, 0) with NaN kept and -0 kept, bit for bit what torch.relu returns on the CPU. */
@@ -14,6 +16,13 @@ AMP_HD static inline float amp_relu(float x) {
  * the f32 value after the epilogue (rounding keeps the sign, and v > 0 rounds to >= +0). */
 AMP_HD static inline float amp_relu_epilogue(float v) {
     return v > 0.0f ? v : 0.0f;
+}
+
+/* amp_relu_epilogue on the bits of a half value, for the CPU's loops (no widening): v > 0 holds
+ * exactly for the bits 1 ... inf_bits (sign clear, not zero, not NaN; 0x7c00 for f16, 0x7f80
+ * for bf16), which are kept; every other pattern becomes +0. */
+AMP_HD static inline uint16_t amp_relu_epilogue_half_bits(uint16_t b, uint16_t inf_bits) {
+    return (uint16_t)(b - 1u) < inf_bits ? b : (uint16_t)0;
 }
 
 /* dx from the forward output y and dy. PyTorch's threshold_backward is `y <= 0 ? 0 : dy`, so a

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "kernels/math/relu.h"
 #include "test_util.h"
 
 /* Value of an f16 pattern, computed from its fields in double. */
@@ -129,7 +130,22 @@ static void check_against_hardware(void) {
     if (!bf16) printf("test_half: no AVX512-BF16, bf16 hardware comparison skipped\n");
 }
 
+/* The GEMM ReLU epilogue on half bits (kernels/math/relu.h, the CPU's half path) against the f32
+ * epilogue applied to the widened value and rounded back, over every pattern of both types. */
+static void check_relu_epilogue_bits(void) {
+    int bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint16_t h = (uint16_t)b;
+        uint16_t want_f16 = amp_f32_to_f16_bits(amp_relu_epilogue(amp_f16_bits_to_f32(h)));
+        uint16_t want_bf16 = amp_f32_to_bf16_bits(amp_relu_epilogue(amp_bf16_bits_to_f32(h)));
+        bad += amp_relu_epilogue_half_bits(h, 0x7c00) != want_f16;
+        bad += amp_relu_epilogue_half_bits(h, 0x7f80) != want_bf16;
+    }
+    CHECK_MSG(bad == 0, "%d half ReLU-epilogue patterns differ from the f32 epilogue", bad);
+}
+
 int main(void) {
+    check_relu_epilogue_bits();
     check_half_type("f16", ref_f16_value, w_f16, n_f16, 0x7bff);
     check_half_type("bf16", ref_bf16_value, w_bf16, n_bf16, 0x7f7f);
     check_specials();
