@@ -10,11 +10,12 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/batchnorm_tiles.h"
+#include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/batchnorm.h"
 
 /* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double. */
-static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, double mean,
+AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, double mean,
                           int squares) {
     float buf[AMP_CPU_REDUCE_CHUNK];
     double total = 0.0;
@@ -38,7 +39,7 @@ static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, doubl
 }
 
 /* y = x * scale + shift over channel ch. */
-static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
+AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
                           float shift, void *y) {
     float bx[AMP_CPU_REDUCE_CHUNK], by[AMP_CPU_REDUCE_CHUNK];
     for (int64_t t = 0; t < channel_tiles(d); t++) {
@@ -96,7 +97,7 @@ amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float 
 }
 
 /* sum(dy) and sum((x - mean) * dy) over channel ch, in double. */
-static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy, int64_t ch,
+AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy, int64_t ch,
                              double mean, double *sum_dy, double *dot) {
     float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
     double s = 0.0, p = 0.0;
@@ -122,6 +123,22 @@ static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy
     *dot = p;
 }
 
+/* dx over channel ch from the channel's folded backward terms (kernels/math/batchnorm.h). */
+AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, const void *dy,
+                                          int64_t ch, float mean, float proj, float mean_dy,
+                                          float k, void *dx) {
+    float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
+    for (int64_t t = 0; t < channel_tiles(d); t++) {
+        int64_t len, off = channel_tile(d, ch, t, &len);
+        const float *xv = tile_in(x, d->dtype, off, len, bx);
+        const float *gv = tile_in(dy, d->dtype, off, len, bdy);
+        /* dx may alias dy: each element is read before it is written. */
+        float *o = tile_out(dx, d->dtype, off, bdy);
+        for (int64_t e = 0; e < len; e++) o[e] = amp_bn_bwd_dx(xv[e], gv[e], mean, proj, mean_dy, k);
+        tile_out_store(dx, d->dtype, off, len, o);
+    }
+}
+
 amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
                           const float *save_mean, const float *save_invstd, void *dx,
                           float *dgamma, float *dbeta) {
@@ -138,20 +155,9 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
         if (dgamma) dgamma[ch] = (float)(dot * invstd);
         if (dbeta) dbeta[ch] = (float)sum_dy;
         if (!dx) continue;
-        float fmean = save_mean[ch];
         float proj = (float)(dot * invstd * invstd / count), mean_dy = (float)(sum_dy / count);
         float k = (float)((gamma ? (double)gamma[ch] : 1.0) * invstd);
-        float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
-        for (int64_t t = 0; t < channel_tiles(d); t++) {
-            int64_t len, off = channel_tile(d, ch, t, &len);
-            const float *xv = tile_in(x, d->dtype, off, len, bx);
-            const float *gv = tile_in(dy, d->dtype, off, len, bdy);
-            /* dx may alias dy: each element is read before it is written. */
-            float *o = tile_out(dx, d->dtype, off, bdy);
-            for (int64_t e = 0; e < len; e++)
-                o[e] = amp_bn_bwd_dx(xv[e], gv[e], fmean, proj, mean_dy, k);
-            tile_out_store(dx, d->dtype, off, len, o);
-        }
+        channel_bwd_dx(d, x, dy, ch, save_mean[ch], proj, mean_dy, k, dx);
     }
     return AMP_OK;
 }

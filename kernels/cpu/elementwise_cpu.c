@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/binary.h"
 #include "kernels/math/relu.h"
@@ -55,7 +56,7 @@ typedef struct ew_op {
 } ew_op;
 
 /* y = f(a) (unary), f(a, b) (binary), or b + alpha * a (axpy: a is x, b is y's old value). */
-static void ew_tile(const ew_op *f, int64_t n, const float *a, const float *b, float *y) {
+AMP_CPU_CLONES static void ew_tile(const ew_op *f, int64_t n, const float *a, const float *b, float *y) {
     switch (f->kind) {
     case EW_UNARY:
         unary_tile((amp_unary_op)f->op, n, a, f->alpha, y);

@@ -119,6 +119,13 @@ static void test_rules_2x2(void) {
     CHECK(isnan(y[1]) && picked_by(&d, x, 1) == 8);
     CHECK(y[2] == -INFINITY && picked_by(&d, x, 2) == 10);
     CHECK(y[3] == -1.0f && picked_by(&d, x, 3) == 13);
+    /* The whole dx, overwritten (junk before), a -0 dy landing as +0 as in the generic scatter
+     * (0 + -0), and the unread column 0. */
+    float dy[4] = {-0.0f, 1.0f, 2.0f, 3.0f}, dx[20], want[20] = {0};
+    for (int i = 0; i < 20; i++) dx[i] = 7.0f;
+    want[8] = 1.0f, want[10] = 2.0f, want[13] = 3.0f;
+    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
+    CHECK(memcmp(dx, want, sizeof want) == 0);
 }
 
 static void test_errors(void) {
