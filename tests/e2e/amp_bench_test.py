@@ -69,6 +69,12 @@ def main():
         check(r["samples_per_s"] > 0 and r["step_ms_p10"] <= r["step_ms_median"] <= r["step_ms_p90"],
               "%s: step time statistics in order" % name)
         check(0 < r["mfu"] < 2, "%s: MFU %s" % (name, r["mfu"]))
+        # MFU is taken against the peak the header reports (the better of the two measurements)
+        peak = d["run"]["peak_gflops"]["f32" if r["half"] == "-" else
+                                       {"bf16": "bf16", "fp16": "f16"}[r["half"]]]
+        check(abs(r["mfu"] - r["gflop_per_s"] / peak) <= 1e-9 * r["mfu"],
+              "%s: MFU %s is GFLOP/s %s over the header's peak %s"
+              % (name, r["mfu"], r["gflop_per_s"], peak))
         m = r["mem_peak_bytes"]
         check(m["total"] == sum(m[k] for k in m if k != "total"), "%s: memory kinds add up" % name)
         check(m["params"] > 0 and m["grads"] > 0 and m["optimizer"] > 0 and m["activations"] > 0,
