@@ -86,6 +86,35 @@ static void ew_run(const ew_op *f, amp_dtype dt, int64_t n, const void *a, const
     }
 }
 
+/* ReLU and its backward on f16/bf16 storage work on the bits (kernels/math/relu.h: the bits of
+ * widening, the f32 function and rounding), with no widening and narrowing tiles: measured on
+ * the ConvNet's activations (Intel Xeon SPR, 2 threads) the tiles took 0.36-0.49 ms for a ReLU
+ * over 1.6M bf16 elements. */
+AMP_CPU_CLONES static void relu_half_range(int64_t n, const uint16_t *x, uint16_t *y,
+                                           uint16_t inf_bits) {
+    for (int64_t i = 0; i < n; i++) y[i] = amp_relu_half_bits(x[i], inf_bits);
+}
+
+AMP_CPU_CLONES static void relu_bwd_half_range(int64_t n, const uint16_t *yv, const uint16_t *dy,
+                                               uint16_t *dx, uint16_t inf_bits) {
+    for (int64_t i = 0; i < n; i++) dx[i] = amp_relu_bwd_half_bits(yv[i], dy[i], inf_bits);
+}
+
+/* The bits paths over [0, n) in tiles of EW_TILE; b is NULL for the forward. */
+static void relu_half_run(amp_dtype dt, int64_t n, const void *a, const void *b, void *y) {
+    uint16_t inf_bits = dt == AMP_F16 ? 0x7c00 : 0x7f80;
+    int64_t n_tiles = (n + EW_TILE - 1) / EW_TILE;
+#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t t = 0; t < n_tiles; t++) {
+        int64_t i0 = t * EW_TILE, len = n - i0 < EW_TILE ? n - i0 : EW_TILE;
+        if (b)
+            relu_bwd_half_range(len, (const uint16_t *)a + i0, (const uint16_t *)b + i0,
+                                (uint16_t *)y + i0, inf_bits);
+        else
+            relu_half_range(len, (const uint16_t *)a + i0, (uint16_t *)y + i0, inf_bits);
+    }
+}
+
 amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
                          void *y) {
     if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
@@ -101,6 +130,10 @@ amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
+    if (op == AMP_UNARY_RELU && dt != AMP_F32) {
+        relu_half_run(dt, n, x, NULL, y);
+        return AMP_OK;
+    }
     ew_run(&(ew_op){EW_UNARY, (int)op, alpha}, dt, n, x, NULL, y);
     return AMP_OK;
 }
@@ -116,6 +149,10 @@ amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void 
     AMP_CHECK_ARG(a);
     AMP_CHECK_ARG(b);
     AMP_CHECK_ARG(y);
+    if (op == AMP_BINARY_RELU_BWD && dt != AMP_F32) {
+        relu_half_run(dt, n, a, b, y);
+        return AMP_OK;
+    }
     ew_run(&(ew_op){EW_BINARY, (int)op, 0.0f}, dt, n, a, b, y);
     return AMP_OK;
 }

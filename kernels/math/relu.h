@@ -25,6 +25,27 @@ AMP_HD static inline uint16_t amp_relu_epilogue_half_bits(uint16_t b, uint16_t i
     return (uint16_t)(b - 1u) < inf_bits ? b : (uint16_t)0;
 }
 
+/* amp_relu and amp_relu_bwd on the bits of half values (inf_bits as above), for the CPU's
+ * loops, with the bits of widening, the f32 function and rounding back: relu zeroes the negative
+ * values that are not NaN and not -0 (sign set, magnitude bits 1 ... inf_bits); relu_bwd lets dy
+ * through where y > 0 or y is NaN and gives +0 where y is a zero or negative. A NaN comes out as
+ * the canonical 0x7fff, as core/half.h's rounding gives it. */
+AMP_HD static inline uint16_t amp_half_bits_canonical(uint16_t x, uint16_t inf_bits) {
+    return (uint16_t)(x & 0x7fffu) > inf_bits ? (uint16_t)0x7fff : x;
+}
+
+AMP_HD static inline uint16_t amp_relu_half_bits(uint16_t x, uint16_t inf_bits) {
+    uint16_t mag = (uint16_t)(x & 0x7fffu);
+    return (x & 0x8000u) && (uint16_t)(mag - 1u) < inf_bits ? (uint16_t)0
+                                                            : amp_half_bits_canonical(x, inf_bits);
+}
+
+AMP_HD static inline uint16_t amp_relu_bwd_half_bits(uint16_t y, uint16_t dy, uint16_t inf_bits) {
+    uint16_t mag = (uint16_t)(y & 0x7fffu);
+    return mag == 0 || ((y & 0x8000u) && mag <= inf_bits) ? (uint16_t)0
+                                                          : amp_half_bits_canonical(dy, inf_bits);
+}
+
 /* dx from the forward output y and dy. PyTorch's threshold_backward is `y <= 0 ? 0 : dy`, so a
  * NaN output lets dy through (and with it a NaN that the loss scaler must see). */
 AMP_HD static inline float amp_relu_bwd(float y, float dy) {

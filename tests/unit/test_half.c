@@ -144,8 +144,31 @@ static void check_relu_epilogue_bits(void) {
     CHECK_MSG(bad == 0, "%d half ReLU-epilogue patterns differ from the f32 epilogue", bad);
 }
 
+/* ReLU forward over every pattern, and its backward over every y with dy patterns that show
+ * pass-through and zeroing (+-0, NaN, a normal, a subnormal, inf), on half bits against the f32
+ * functions between core/half.h's conversions (kernels/math/relu.h), bit for bit. */
+static void check_relu_bits(void) {
+    static const uint16_t dys[] = {0x0000, 0x8000, 0x3c00, 0xbc00, 0x0001, 0x7c00, 0x7e00, 0x7fc0};
+    int bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint16_t h = (uint16_t)b;
+        float f16 = amp_f16_bits_to_f32(h), bf16 = amp_bf16_bits_to_f32(h);
+        bad += amp_relu_half_bits(h, 0x7c00) != amp_f32_to_f16_bits(amp_relu(f16));
+        bad += amp_relu_half_bits(h, 0x7f80) != amp_f32_to_bf16_bits(amp_relu(bf16));
+        for (size_t k = 0; k < sizeof dys / sizeof dys[0]; k++) {
+            uint16_t g = dys[k];
+            bad += amp_relu_bwd_half_bits(h, g, 0x7c00) !=
+                   amp_f32_to_f16_bits(amp_relu_bwd(f16, amp_f16_bits_to_f32(g)));
+            bad += amp_relu_bwd_half_bits(h, g, 0x7f80) !=
+                   amp_f32_to_bf16_bits(amp_relu_bwd(bf16, amp_bf16_bits_to_f32(g)));
+        }
+    }
+    CHECK_MSG(bad == 0, "%d half ReLU patterns differ from the f32 functions", bad);
+}
+
 int main(void) {
     check_relu_epilogue_bits();
+    check_relu_bits();
     check_half_type("f16", ref_f16_value, w_f16, n_f16, 0x7bff);
     check_half_type("bf16", ref_bf16_value, w_bf16, n_bf16, 0x7f7f);
     check_specials();
