@@ -18,7 +18,8 @@
  * 0 has trained it alone: the rows give the world's samples/s, per rank, and the scaling
  * efficiency against that one rank alone. The configurations then run inside the ranks' own
  * processes (an MPI process must not fork), so host RSS is the process's peak so far; only rank
- * 0 prints. PyTorch's runs are one-process runs: --compare-torch is refused there. */
+ * 0 prints. PyTorch's runs are one-process runs: --compare-torch is refused there, and so is
+ * --repeat (R runs of each configuration, the median kept), which needs the child processes. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@
 #endif
 #define MAX_LIST 8
 #define MAX_ROWS 256
+#define MAX_REPEAT 15
 
 typedef enum out_format { OUT_TABLE, OUT_JSON, OUT_CSV, OUT_MARKDOWN, OUT_N } out_format;
 
@@ -51,7 +53,7 @@ typedef struct bench_args {
     int batches[MAX_LIST];
     int n_batches;
     amp_device device;
-    int threads, steps, warmup;
+    int threads, steps, warmup, repeat;
     bool compare_torch, profile, threads_given;
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
     const char *plot;
@@ -67,6 +69,8 @@ static void usage(FILE *f) {
             "  --batch LIST          samples per step (default 128)\n"
             "  --steps N             timed steps (default 20)\n"
             "  --warmup W            untimed steps before them (default 5)\n"
+            "  --repeat R            R runs of each configuration (alternating with PyTorch's),\n"
+            "                        the one with the median step time kept (default 1)\n"
             "  --device cpu|cuda     (default cpu)\n"
             "  --threads T           CPU threads (default: all cores)\n"
             "  --compare-torch       run each configuration in PyTorch too, and give the ratio\n"
@@ -152,7 +156,7 @@ static bool parse_format(const char *arg, bench_args *a) {
 static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.models = {"mlp"}, .n_models = 1, .levels = {AMP_O0, AMP_O1, AMP_O2, AMP_O3},
                       .n_levels = 4, .halves = {AMP_HALF_BF16}, .n_halves = 1, .batches = {128},
-                      .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5,
+                      .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5, .repeat = 1,
                       .torch = {.script = AMP_BENCH_SOURCE_DIR "/bench/pytorch_reference.py",
                                 .python = getenv("PYTHON") ? getenv("PYTHON") : "python3"}};
     a->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -174,6 +178,11 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--batch")) ok = parse_list(o, v, &a->n_batches, one_batch, a->batches);
         else if (!strcmp(o, "--steps")) ok = parse_int(o, v, 1, &a->steps);
         else if (!strcmp(o, "--warmup")) ok = parse_int(o, v, 0, &a->warmup);
+        else if (!strcmp(o, "--repeat")) {
+            ok = parse_int(o, v, 1, &a->repeat) && a->repeat <= MAX_REPEAT;
+            if (ok == false && a->repeat > MAX_REPEAT)
+                fprintf(stderr, "amp-bench: --repeat: at most %d\n", MAX_REPEAT);
+        }
         else if (!strcmp(o, "--threads")) ok = parse_int(o, v, 1, &a->threads), a->threads_given = true;
         else if (!strcmp(o, "--plot")) a->plot = v;
         else if (!strcmp(o, "--torch-script")) a->torch.script = v;
@@ -211,6 +220,19 @@ static void child_run(child_job job, const bench_args *a, const bench_cfg *cfg, 
     else r->status = bench_torch_run(&a->torch, cfg, &r->row, r->torch_version,
                                      sizeof r->torch_version);
     if (r->status != AMP_OK) snprintf(r->message, sizeof r->message, "%s", bench_last_error());
+}
+
+/* The run whose step time is the median of n (the lower middle one for even n). */
+static const child_result *median_run(const child_result *runs, int n) {
+    int order[MAX_REPEAT];
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by step time */
+        for (int j = i; j > 0 && runs[order[j]].row.step_ms_median <
+                                     runs[order[j - 1]].row.step_ms_median; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    return &runs[order[(n - 1) / 2]];
 }
 
 /* Runs a job in a child process and reads its result through a pipe. */
@@ -337,6 +359,12 @@ static int run_distributed(bench_args *a, amp_comm *comm) {
                             "without mpirun\n");
         return 2;
     }
+    if (a->repeat > 1) {
+        if (rank == 0)
+            fprintf(stderr, "amp-bench: --repeat is for one-process runs (each a child process); "
+                            "under mpirun, run amp-bench again instead\n");
+        return 2;
+    }
     if (!a->threads_given) { /* the node's cores shared by its ranks */
         int share = a->threads / (amp_comm_local_size(comm) > 0 ? amp_comm_local_size(comm) : 1);
         a->threads = share > 0 ? share : 1;
@@ -426,43 +454,53 @@ int main(int argc, char **argv) {
     bench_cfg cfgs[MAX_ROWS];
     int n_cfg = expand_configs(&a, cfgs);
     static bench_row rows[MAX_ROWS];
-    int n_rows = 0, failures = 0, total = n_cfg * (a.compare_torch ? 2 : 1), done = 0;
+    int n_rows = 0, failures = 0, per = a.repeat * (a.compare_torch ? 2 : 1);
+    int total = n_cfg * per, done = 0;
     bool torch_ok = a.compare_torch;
-    for (int i = 0; i < n_cfg; i++) {
+    for (int i = 0; i < n_cfg; i++, done = i * per) {
         const bench_cfg *c = &cfgs[i];
-        char what[96];
+        char what[96], twhat[128];
         cfg_name(c, what, sizeof what);
-        progress(done, total, what);
-        if (in_child(JOB_LIBAMP, &a, c, &r) == AMP_OK) {
-            rows[n_rows++] = r.row;
-        } else {
-            fprintf(stderr, "\namp-bench: %s: %s\n", what, bench_last_error());
-            failures++;
-        }
-        progress(++done, total, what);
-        if (!torch_ok) continue;
+        snprintf(twhat, sizeof twhat, "%s (pytorch)", what);
         /* PyTorch's run of the same precision, once per model, batch and precision. */
-        int same = -1;
-        for (int k = 0; k < n_rows; k++)
+        bool want_torch = torch_ok;
+        for (int k = 0; k < n_rows && want_torch; k++)
             if (!strcmp(rows[k].impl, "pytorch") && !strcmp(rows[k].model, c->model) &&
                 rows[k].batch == c->batch && !strcmp(rows[k].half, c->level == AMP_O0 ? "-"
                                                                    : bench_torch_precision(c)))
-                same = k;
-        if (same < 0) {
-            char twhat[128];
-            snprintf(twhat, sizeof twhat, "%s (pytorch)", what);
+                want_torch = false;
+        /* --repeat runs, libamp's and PyTorch's alternating so that both see the same minutes of
+         * a shared machine; each keeps the run with the median step time. */
+        static child_result lib_runs[MAX_REPEAT], torch_runs[MAX_REPEAT];
+        int n_lib = 0, n_torch = 0;
+        for (int rep = 0; rep < a.repeat; rep++) {
+            progress(done, total, what);
+            if (in_child(JOB_LIBAMP, &a, c, &lib_runs[n_lib]) != AMP_OK) {
+                fprintf(stderr, "\namp-bench: %s: %s\n", what, bench_last_error());
+                failures++;
+                break;
+            }
+            n_lib++;
+            progress(++done, total, what);
+            if (!want_torch) continue;
             progress(done, total, twhat);
-            amp_status s = in_child(JOB_TORCH, &a, c, &r);
+            amp_status s = in_child(JOB_TORCH, &a, c, &torch_runs[n_torch]);
             if (s == AMP_OK) {
-                snprintf(h.torch_version, sizeof h.torch_version, "%s", r.torch_version);
-                rows[n_rows++] = r.row;
+                n_torch++;
             } else {
                 fprintf(stderr, "\namp-bench: --compare-torch: %s\n", bench_last_error());
                 failures++;
+                want_torch = false;
                 torch_ok = s != AMP_ERR_UNSUPPORTED; /* no torch: say it once */
             }
+            progress(++done, total, what);
         }
-        progress(++done, total, what);
+        if (n_lib) rows[n_rows++] = median_run(lib_runs, n_lib)->row;
+        if (n_torch) {
+            const child_result *m = median_run(torch_runs, n_torch);
+            snprintf(h.torch_version, sizeof h.torch_version, "%s", m->torch_version);
+            rows[n_rows++] = m->row;
+        }
     }
     progress(total, total, "");
     /* The peaks once more after the runs, the best of both kept: a shared machine's busy minute

@@ -4,24 +4,27 @@
 # the same run, with the op profile. Run on a quiet machine (OpenMP's spinning threads make two
 # runs at once meaningless), after `scripts/setup.sh --bench` (torch) and a build.
 #
-#   bench/regenerate_results.sh            BUILD=build STEPS=20 WARMUP=5 BATCH=128 HALF=bf16,fp16
+#   bench/regenerate_results.sh   BUILD=build STEPS=20 WARMUP=5 BATCH=128 HALF=bf16,fp16 REPEAT=3
+# Each configuration runs REPEAT times alternating with PyTorch's run, the median run kept: on 2
+# shared vCPUs one run's step times move by 30 % and more from minute to minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 bench=$build/bench/amp-bench
 [[ -x $bench ]] || { echo "regenerate_results.sh: $bench not found: build first" >&2; exit 1; }
 steps=${STEPS:-20} warmup=${WARMUP:-5} batch=${BATCH:-128} half=${HALF:-bf16,fp16}
+repeat=${REPEAT:-3}
 out=$(mktemp -d /tmp/amp-bench-results.XXXXXX)
 for model in mlp convnet; do
     "$bench" --model "$model" --opt-level O0,O1,O2,O3 --half "$half" --batch "$batch" \
-        --steps "$steps" --warmup "$warmup" --compare-torch --profile \
+        --steps "$steps" --warmup "$warmup" --repeat "$repeat" --compare-torch --profile \
         --markdown="$out/$model.md" --plot "bench/$model.png"
 done
 {
     echo "<!-- amp-bench:begin (bench/regenerate_results.sh writes what is between these lines) -->"
     echo
     for model in mlp convnet; do
-        echo "### $model (\`amp-bench --model $model --opt-level O0,O1,O2,O3 --half $half --batch $batch --compare-torch --profile\`)"
+        echo "### $model (\`amp-bench --model $model --opt-level O0,O1,O2,O3 --half $half --batch $batch --repeat $repeat --compare-torch --profile\`)"
         echo
         cat "$out/$model.md"
         echo

@@ -101,6 +101,17 @@ def main():
     check(rc == 2 and "--batch" in err, "--batch 0 refused (rc %d)" % rc)
     rc, out, err = run(["--device", "tpu"])
     check(rc == 2 and "tpu" in err, "--device tpu refused (rc %d)" % rc)
+    rc, out, err = run(["--repeat", "16"])
+    check(rc == 2 and "--repeat" in err, "--repeat 16 refused (rc %d)" % rc)
+
+    # --repeat: three runs of the configuration, one row kept (the median run's).
+    rj = os.path.join(work, "repeat.json")
+    rc, out, err = run(["--model", "mlp", "--opt-level", "O0", "--batch", "16", "--steps", "2",
+                        "--warmup", "0", "--repeat", "3", "--json=" + rj])
+    check(rc == 0, "--repeat 3 runs (rc %d: %s)" % (rc, err.strip()))
+    if rc == 0:
+        rr = json.load(open(rj))["rows"]
+        check(len(rr) == 1 and rr[0]["n_steps"] == 2, "--repeat 3: one row of 2 steps")
 
     # A Python without torch: amp-bench says so and still prints libamp's rows.
     fake = os.path.join(work, "python-without-torch")
