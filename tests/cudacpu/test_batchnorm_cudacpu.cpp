@@ -19,7 +19,7 @@
 
 #include "ops_ref.h"
 
-/* The CPU backend's batch norm and the one function it needs from the rest of that backend,
+/* The CPU backend's batch norm and the functions it needs from the rest of that backend,
  * written here over NVIDIA's conversions (round to nearest even, as cpu_memory.c's). */
 extern "C" {
 amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
@@ -36,6 +36,16 @@ amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype 
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
     return AMP_OK;
 }
+/* The thread's f32 arena (kernels/cpu/dnnl_util.h) that the f16/bf16 training entries widen a
+ * channel into: one growing buffer, the linked-in kernels running serially here. */
+amp_status amp_dnnl_arena(int id, size_t nbytes, void **out) {
+    static std::vector<float> buf;
+    (void)id;
+    if (buf.size() * sizeof(float) < nbytes) buf.resize(nbytes / sizeof(float) + 16);
+    *out = buf.data();
+    return AMP_OK;
+}
+size_t amp_dnnl_f32_nbytes(int64_t n) { return ((size_t)n * sizeof(float) + 63) / 64 * 64; }
 }
 
 /* The relative spacing of dt's values near 1 (one ulp). */
