@@ -181,20 +181,11 @@ AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x,
     *dot = p;
 }
 
-/* dx over channel ch from the channel's folded backward terms (kernels/math/batchnorm.h). */
+/* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */
 AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, const void *dy,
                                           int64_t ch, float mean, float proj, float mean_dy,
                                           float k, void *dx) {
-    float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
-    for (int64_t t = 0; t < channel_tiles(d); t++) {
-        int64_t len, off = channel_tile(d, ch, t, &len);
-        const float *xv = tile_in(x, d->dtype, off, len, bx);
-        const float *gv = tile_in(dy, d->dtype, off, len, bdy);
-        /* dx may alias dy: each element is read before it is written. */
-        float *o = tile_out(dx, d->dtype, off, bdy);
-        for (int64_t e = 0; e < len; e++) o[e] = amp_bn_bwd_dx(xv[e], gv[e], mean, proj, mean_dy, k);
-        tile_out_store(dx, d->dtype, off, len, o);
-    }
+    channel_bwd_dx_tiles(d, x, dy, ch, mean, proj, mean_dy, k, dx);
 }
 
 amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,

@@ -79,17 +79,7 @@ amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void 
         float proj, mean_dy, k, m = mean[ch];
         amp_bn_sync_bwd_coef(count, sum_dy[ch], sum_dy_xmu[ch], gamma ? gamma[ch] : 1.0f,
                              invstd[ch], &proj, &mean_dy, &k);
-        float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
-        for (int64_t t = 0; t < channel_tiles(d); t++) {
-            int64_t len, off = channel_tile(d, ch, t, &len);
-            const float *xv = tile_in(x, d->dtype, off, len, bx);
-            const float *gv = tile_in(dy, d->dtype, off, len, bdy);
-            /* dx may alias dy: each element is read before it is written. */
-            float *o = tile_out(dx, d->dtype, off, bdy);
-            for (int64_t e = 0; e < len; e++)
-                o[e] = amp_bn_bwd_dx(xv[e], gv[e], m, proj, mean_dy, k);
-            tile_out_store(dx, d->dtype, off, len, o);
-        }
+        channel_bwd_dx_tiles(d, x, dy, ch, m, proj, mean_dy, k, dx);
     }
     return AMP_OK;
 }

@@ -6,6 +6,8 @@
 
 #include "core/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_tile.h"
+#include "kernels/math/batchnorm.h"
 
 /* A channel is visited in tiles: the n planes in order (plane i of channel ch starts at
  * (i * c + ch) * hw), each plane in pieces of AMP_CPU_REDUCE_CHUNK. Every loop over a channel
@@ -26,6 +28,23 @@ static inline int64_t channel_tile(const amp_bn_desc *d, int64_t ch, int64_t t, 
 static inline double lanes_total(const double lane[8]) {
     return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
            ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/* dx over channel ch from the channel's folded backward terms (kernels/math/batchnorm.h), the
+ * loop both batch norms' backward entries end with. dx may alias dy: each element is read before
+ * it is written. */
+static inline void channel_bwd_dx_tiles(const amp_bn_desc *d, const void *x, const void *dy,
+                                        int64_t ch, float mean, float proj, float mean_dy, float k,
+                                        void *dx) {
+    float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
+    for (int64_t t = 0; t < channel_tiles(d); t++) {
+        int64_t len, off = channel_tile(d, ch, t, &len);
+        const float *xv = tile_in(x, d->dtype, off, len, bx);
+        const float *gv = tile_in(dy, d->dtype, off, len, bdy);
+        float *o = tile_out(dx, d->dtype, off, bdy);
+        for (int64_t e = 0; e < len; e++) o[e] = amp_bn_bwd_dx(xv[e], gv[e], mean, proj, mean_dy, k);
+        tile_out_store(dx, d->dtype, off, len, o);
+    }
 }
 
 #endif

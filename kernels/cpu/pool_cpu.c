@@ -18,24 +18,22 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/pool.h"
 
-/* A thread's planes: for f16/bf16 storage an f32 input plane and an f32 output plane (none for
- * f32), and, when `want_argmax`, an i32 index per output. NULL where not wanted; returns 1 when
- * one that is wanted could not be allocated (the caller frees them all either way). */
+/* A thread's planes: an i32 index per output; for f16/bf16 storage an f32 input plane; and an
+ * f32 output plane for f16/bf16 storage or the backward (which scans for the maxima again into
+ * it). NULL where not needed; returns 1 when one that is needed could not be allocated (the
+ * caller frees them all either way). */
 typedef struct plane_scratch {
     float *in, *out;
     int32_t *argmax;
 } plane_scratch;
 
 static int plane_scratch_alloc(plane_scratch *p, amp_dtype dt, int64_t in_sz, int64_t out_sz,
-                               int want_argmax) {
+                               bool backward) {
     *p = (plane_scratch){0};
-    if (dt != AMP_F32) {
-        p->in = malloc((size_t)in_sz * sizeof *p->in);
-        p->out = malloc((size_t)out_sz * sizeof *p->out);
-        if (!p->in || !p->out) return 1;
-    }
-    if (want_argmax && !(p->argmax = malloc((size_t)out_sz * sizeof *p->argmax))) return 1;
-    return 0;
+    if (dt != AMP_F32 && !(p->in = malloc((size_t)in_sz * sizeof *p->in))) return 1;
+    if ((dt != AMP_F32 || backward) && !(p->out = malloc((size_t)out_sz * sizeof *p->out)))
+        return 1;
+    return !(p->argmax = malloc((size_t)out_sz * sizeof *p->argmax));
 }
 
 static void plane_scratch_free(plane_scratch *p) {
@@ -134,7 +132,7 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
         plane_scratch sc;
-        int oom = plane_scratch_alloc(&sc, dt, in_sz, out_sz, 1);
+        int oom = plane_scratch_alloc(&sc, dt, in_sz, out_sz, false);
         if (oom) {
 #pragma omp atomic write
             failed = 1;
@@ -177,13 +175,11 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const voi
     int failed = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
     {
-        /* The f32 output plane holds the recomputed maxima (unused), then the widened dy; the
-         * f32 input plane the widened x, then dx. For f32 the output plane is needed too. */
+        /* The f32 output plane holds the recomputed maxima (unused), then, for half storage,
+         * the widened dy; the f32 input plane the widened x, then dx. */
         plane_scratch sc;
-        int oom = plane_scratch_alloc(&sc, dt, in_sz, out_sz, 1);
-        float *y_f32 = dt == AMP_F32 && !oom ? malloc((size_t)out_sz * sizeof *y_f32) : NULL;
-        if (oom || (dt == AMP_F32 && !y_f32)) {
-            oom = 1;
+        int oom = plane_scratch_alloc(&sc, dt, in_sz, out_sz, true);
+        if (oom) {
 #pragma omp atomic write
             failed = 1;
         }
@@ -191,7 +187,7 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const voi
         for (int64_t p = 0; p < planes; p++) {
             if (oom) continue;
             if (dt == AMP_F32) {
-                plane_fwd(d, (const float *)x + p * in_sz, y_f32, sc.argmax);
+                plane_fwd(d, (const float *)x + p * in_sz, sc.out, sc.argmax);
                 pool_plane_scatter(in_sz, out_sz, (const float *)dy + p * out_sz, sc.argmax,
                                    (float *)dx + p * in_sz);
             } else {
@@ -202,7 +198,6 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const voi
                 (void)amp_cpu_cast((uint16_t *)dx + p * in_sz, dt, sc.in, AMP_F32, in_sz);
             }
         }
-        free(y_f32);
         plane_scratch_free(&sc);
     }
     if (failed) return plane_scratch_oom(__func__, in_sz, out_sz);
