@@ -98,11 +98,15 @@ typedef struct amp_conv2d_desc {
  * vector f32). Training: save_mean/save_invstd = batch mean and 1/sqrt(biased var + eps);
  * running_* <- (1 - momentum) * running_* + momentum * batch stat, with the UNBIASED variance
  * (PyTorch). Eval: normalise with running_mean/running_var. gamma/beta may be NULL (1 and 0), and
- * so may the running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted). */
+ * so may the running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted).
+ * relu: the forward entries (bn_fwd_train, bn_fwd_eval) write y = relu(batch norm) in the same
+ * pass (a batch norm followed by a ReLU: one pass and one tensor fewer); the backward entries
+ * refuse it: their caller masks dy with AMP_BINARY_RELU_BWD on y first. */
 typedef struct amp_bn_desc {
     int64_t n, c, hw;
     float eps, momentum;
     amp_dtype dtype;
+    bool relu;
 } amp_bn_desc;
 
 /* Max pooling, NCHW, square window k, stride, padding that never wins (PyTorch: -inf). */
@@ -426,9 +430,13 @@ amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, fl
 /* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */
 amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
                                        const float *found_inf);
-/* Batch norm's descriptor: d set, a float dtype, n, c, hw >= 1; with `training`, also at least 2
- * values per channel (n * hw >= 2: the unbiased running variance divides by n * hw - 1). */
-amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool training);
+/* Which batch-norm entry checks its descriptor: the training forward, the eval forward, or one
+ * of the entries that take dy or only sum (backward, SyncBatchNorm's sums and statistics). */
+typedef enum amp_bn_pass { AMP_BN_PASS_TRAIN, AMP_BN_PASS_EVAL, AMP_BN_PASS_BWD } amp_bn_pass;
+/* Batch norm's descriptor: d set, a float dtype, n, c, hw >= 1; in training, also at least 2
+ * values per channel (n * hw >= 2: the unbiased running variance divides by n * hw - 1); relu
+ * only for the forward passes. */
+amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, amp_bn_pass pass);
 /* The synchronised batch norm entries' count: >= 1, and >= 2 where a variance is formed
  * (`unbiased`); AMP_ERR_INVALID_ARG naming fn. */
 amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbiased);

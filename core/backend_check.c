@@ -79,7 +79,7 @@ amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const 
     return AMP_OK;
 }
 
-amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool training) {
+amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, amp_bn_pass pass) {
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     AMP_TRY(amp_backend_check_float(fn, d->dtype));
     if (d->n < 1 || d->c < 1 || d->hw < 1)
@@ -87,10 +87,13 @@ amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, bool train
                         fn, (long long)d->n, (long long)d->c, (long long)d->hw);
     /* The unbiased variance needs two values; PyTorch refuses the same batch ("Expected more
      * than 1 value per channel when training"). */
-    if (training && d->n * d->hw < 2)
+    if (pass == AMP_BN_PASS_TRAIN && d->n * d->hw < 2)
         return amp_fail(AMP_ERR_SHAPE,
                         "%s: 1 value per channel (n %lld x hw %lld); training needs more than 1",
                         fn, (long long)d->n, (long long)d->hw);
+    if (pass == AMP_BN_PASS_BWD && d->relu)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: d->relu is set; it applies to the forward only "
+                        "(mask dy with AMP_BINARY_RELU_BWD on the forward's y and clear it)", fn);
     return AMP_OK;
 }
 
@@ -107,7 +110,7 @@ amp_status amp_backend_check_bn_bwd_elemt(const char *fn, const amp_bn_desc *d, 
                                           const void *x, const void *dy, const float *mean,
                                           const float *invstd, const float *sum_dy,
                                           const float *sum_dy_xmu, const void *dx) {
-    AMP_TRY(amp_backend_check_bn(fn, d, false));
+    AMP_TRY(amp_backend_check_bn(fn, d, AMP_BN_PASS_BWD));
     AMP_TRY(amp_backend_check_bn_count(fn, count, false));
     const struct {
         const char *name;

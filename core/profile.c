@@ -98,14 +98,14 @@ amp_status amp_prof_conv2d_bwd_weight(const amp_backend *be, const amp_conv2d_de
 amp_status amp_prof_bn_fwd_train(const amp_backend *be, const amp_bn_desc *d, const void *x,
                                  const float *gamma, const float *beta, void *y, float *save_mean,
                                  float *save_invstd, float *running_mean, float *running_var) {
-    PROF(AMP_OPCAT_NORM, 8.0 * bn_elems(d), bn_fwd_train, d, x, gamma, beta, y, save_mean,
+    PROF(AMP_OPCAT_NORM, (8.0 + d->relu) * bn_elems(d), bn_fwd_train, d, x, gamma, beta, y, save_mean,
          save_invstd, running_mean, running_var);
 }
 
 amp_status amp_prof_bn_fwd_eval(const amp_backend *be, const amp_bn_desc *d, const void *x,
                                 const float *gamma, const float *beta, const float *running_mean,
                                 const float *running_var, void *y) {
-    PROF(AMP_OPCAT_NORM, 4.0 * bn_elems(d), bn_fwd_eval, d, x, gamma, beta, running_mean,
+    PROF(AMP_OPCAT_NORM, (4.0 + d->relu) * bn_elems(d), bn_fwd_eval, d, x, gamma, beta, running_mean,
          running_var, y);
 }
 

@@ -1,13 +1,27 @@
 /* batchnorm2d, with torch.nn.BatchNorm2d's conventions: biased variance to normalise, unbiased
- * variance in the running estimate, running = (1 - momentum) * running + momentum * batch. */
+ * variance in the running estimate, running = (1 - momentum) * running + momentum * batch; and
+ * batchnorm2d_relu, the ReLU after it applied in the same pass (amp_bn_desc.relu). */
 #include "core/error.h"
 #include "nn/autocast.h"
 #include "nn/norm_internal.h"
 
+amp_status amp_bn_relu_mask(amp_tape_node *node, const amp_tensor *dy, const amp_tensor **dz) {
+    amp_tensor *masked;
+    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &masked));
+    AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
+                   node->out->data, dy->data, masked->data));
+    *dz = masked;
+    return AMP_OK;
+}
+
 static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
     amp_tensor *mean = node->saved[0], *invstd = node->saved[1];
-    const amp_bn_desc *d = node->aux;
+    amp_bn_desc bwd = *(const amp_bn_desc *)node->aux, *d = &bwd;
+    if (d->relu) { /* the fused ReLU's backward, from the output y as relu's own */
+        AMP_TRY(amp_bn_relu_mask(node, dy, &dy));
+        d->relu = false;
+    }
     amp_grad_sink sx, sg, sb;
     AMP_TRY(amp_grad_begin(x, &sx));
     AMP_TRY(amp_grad_begin(gamma, &sg));
@@ -88,10 +102,11 @@ amp_status amp_bn_prepare(const char *op, amp_tensor *x, amp_tensor *gamma, amp_
     return AMP_OK;
 }
 
-amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
-                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
-                           float momentum, float eps, amp_tensor **out) {
-    static const char *op = "amp_batchnorm2d";
+/* batchnorm2d and batchnorm2d_relu: `op` names the entry in errors, `relu` fuses the ReLU. */
+static amp_status amp_batchnorm2d_run(const char *op, bool relu, amp_tensor *x, amp_tensor *gamma,
+                                      amp_tensor *beta, amp_tensor *running_mean,
+                                      amp_tensor *running_var, bool training, float momentum,
+                                      float eps, amp_tensor **out) {
     AMP_CHECK_ARG(out);
     amp_bn_args a;
     AMP_TRY(amp_bn_prepare(op, x, gamma, beta, running_mean, running_var, training, momentum, eps,
@@ -100,6 +115,7 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     beta = a.beta;
     amp_tensor *run_mean = a.run_mean, *run_var = a.run_var;
     amp_bn_desc d = a.d;
+    d.relu = relu;
     amp_tensor *y;
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     const amp_backend *be = x->backend;
@@ -110,7 +126,8 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                        run_var->data, y->data));
         /* Recorded so that evaluating without amp_set_grad_enabled(ctx, false) works, as
          * model.eval() does in PyTorch; only a backward that reaches it fails. */
-        AMP_TRY(amp_record(y, "batchnorm2d (eval)", amp_bn_eval_bwd, 3, in, 0, &node));
+        AMP_TRY(amp_record(y, relu ? "batchnorm2d_relu (eval)" : "batchnorm2d (eval)",
+                           amp_bn_eval_bwd, 3, in, 0, &node));
         *out = y;
         return AMP_OK;
     }
@@ -121,7 +138,8 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                    invstd->data, run_mean->data, run_var->data));
     AMP_TRY(amp_bn_stats_write_back(run_mean, running_mean));
     AMP_TRY(amp_bn_stats_write_back(run_var, running_var));
-    AMP_TRY(amp_record(y, "batchnorm2d", amp_bn_bwd, 3, in, sizeof d, &node));
+    AMP_TRY(amp_record(y, relu ? "batchnorm2d_relu" : "batchnorm2d", amp_bn_bwd, 3, in,
+                       sizeof d, &node));
     if (node) {
         *(amp_bn_desc *)node->aux = d;
         node->saved[0] = mean;
@@ -129,4 +147,18 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
     }
     *out = y;
     return AMP_OK;
+}
+
+amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                           float momentum, float eps, amp_tensor **out) {
+    return amp_batchnorm2d_run("amp_batchnorm2d", false, x, gamma, beta, running_mean,
+                               running_var, training, momentum, eps, out);
+}
+
+amp_status amp_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                                float momentum, float eps, amp_tensor **out) {
+    return amp_batchnorm2d_run("amp_batchnorm2d_relu", true, x, gamma, beta, running_mean,
+                               running_var, training, momentum, eps, out);
 }

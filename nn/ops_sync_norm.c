@@ -12,7 +12,8 @@
  * sums, all-reduced, give dx (bn_bwd_elemt) over the global count. Both rounds are collective:
  * every rank runs the same layers in the same order (the same model), so the calls pair up.
  * Eval: plain batch norm with the running statistics. Cast category PASS, as batch norm: x keeps
- * its dtype, the statistics and parameters are f32. */
+ * its dtype, the statistics and parameters are f32. sync_batchnorm2d_relu applies the ReLU after
+ * it in the normalising pass (amp_bn_desc.relu) and masks dy first in the backward. */
 #include "core/error.h"
 #include "nn/autocast.h"
 #include "nn/norm_internal.h"
@@ -21,6 +22,7 @@
 typedef struct sync_bn_aux {
     amp_bn_desc d;
     int64_t count; /* values per channel over every rank */
+    bool relu;     /* the ReLU fused into the forward */
 } sync_bn_aux;
 
 /* In-place sum over the ranks of n f32 in backend memory; a no-op in a world of one. */
@@ -34,8 +36,9 @@ static amp_status amp_sync_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
     amp_tensor *mean = node->saved[0], *invstd = node->saved[1];
     const sync_bn_aux *a = node->aux;
-    const amp_bn_desc *d = &a->d;
+    const amp_bn_desc *d = &a->d; /* without relu: the backward entries refuse it */
     const amp_backend *be = dy->backend;
+    if (a->relu) AMP_TRY(amp_bn_relu_mask(node, dy, &dy));
     int64_t c = d->c;
     amp_tensor *sums; /* sum(dy) then sum(dy * (x - mean)): one all-reduce for both */
     AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, (int64_t[]){2 * c}, &sums));
@@ -61,14 +64,16 @@ static amp_status amp_sync_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_grad_end(&sx);
 }
 
-amp_status amp_sync_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
-                                amp_tensor *running_mean, amp_tensor *running_var, bool training,
-                                float momentum, float eps, amp_tensor **out) {
-    static const char *op = "amp_sync_batchnorm2d";
+static amp_status amp_sync_batchnorm2d_run(const char *op, bool relu, amp_tensor *x,
+                                           amp_tensor *gamma, amp_tensor *beta,
+                                           amp_tensor *running_mean, amp_tensor *running_var,
+                                           bool training, float momentum, float eps,
+                                           amp_tensor **out) {
     AMP_CHECK_ARG(out);
     if (!training) /* eval normalises with the running statistics: nothing to synchronise */
-        return amp_batchnorm2d(x, gamma, beta, running_mean, running_var, false, momentum, eps,
-                               out);
+        return (relu ? amp_batchnorm2d_relu : amp_batchnorm2d)(x, gamma, beta, running_mean,
+                                                               running_var, false, momentum, eps,
+                                                               out);
     amp_bn_args a;
     /* One value per channel on this rank is fine when the ranks together have more. */
     AMP_TRY(amp_bn_prepare(op, x, gamma, beta, running_mean, running_var, false, momentum, eps,
@@ -102,18 +107,35 @@ amp_status amp_sync_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *be
     AMP_TRY(sync_allreduce(ctx, s1, 2 * c));
     AMP_TRY(AMP_BE(be, bn_sync_stats, d, count, center->data, s1, s2, mean->data, var->data,
                    invstd->data, a.run_mean->data, a.run_var->data));
-    AMP_TRY(AMP_BE(be, bn_fwd_eval, d, x->data, a.gamma->data, a.beta->data, mean->data,
+    amp_bn_desc apply = *d;
+    apply.relu = relu;
+    AMP_TRY(AMP_BE(be, bn_fwd_eval, &apply, x->data, a.gamma->data, a.beta->data, mean->data,
                    var->data, y->data));
     AMP_TRY(amp_bn_stats_write_back(a.run_mean, running_mean));
     AMP_TRY(amp_bn_stats_write_back(a.run_var, running_var));
     amp_tensor *in[3] = {x, a.gamma, a.beta};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "sync_batchnorm2d", amp_sync_bn_bwd, 3, in, sizeof(sync_bn_aux), &node));
+    AMP_TRY(amp_record(y, relu ? "sync_batchnorm2d_relu" : "sync_batchnorm2d", amp_sync_bn_bwd, 3,
+                       in, sizeof(sync_bn_aux), &node));
     if (node) {
-        *(sync_bn_aux *)node->aux = (sync_bn_aux){.d = *d, .count = count};
+        *(sync_bn_aux *)node->aux = (sync_bn_aux){.d = *d, .count = count, .relu = relu};
         node->saved[0] = mean;
         node->saved[1] = invstd;
     }
     *out = y;
     return AMP_OK;
+}
+
+amp_status amp_sync_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                                float momentum, float eps, amp_tensor **out) {
+    return amp_sync_batchnorm2d_run("amp_sync_batchnorm2d", false, x, gamma, beta, running_mean,
+                                    running_var, training, momentum, eps, out);
+}
+
+amp_status amp_sync_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                     amp_tensor *running_mean, amp_tensor *running_var,
+                                     bool training, float momentum, float eps, amp_tensor **out) {
+    return amp_sync_batchnorm2d_run("amp_sync_batchnorm2d_relu", true, x, gamma, beta,
+                                    running_mean, running_var, training, momentum, eps, out);
 }

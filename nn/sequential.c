@@ -6,6 +6,7 @@
 #include "core/ctx.h"
 #include "core/error.h"
 #include "nn/model_internal.h"
+#include "nn/norm_internal.h"
 
 /* torch.nn.BatchNorm2d defaults. */
 #define AMP_BN_MOMENTUM 0.1f
@@ -133,21 +134,28 @@ amp_status amp_seq_add_dropout(amp_model *m, const char *name, float p) {
 
 static amp_tensor *amp_param_or_null(const amp_model *m, int i) { return i < 0 ? NULL : m->params[i].t; }
 
+/* A batch-norm layer, plain or flagged by amp_model_convert_sync_batchnorm (SyncBatchNorm), with
+ * the ReLU that follows it fused in when `relu`. */
+static amp_status amp_layer_batchnorm(amp_model *m, amp_layer *l, bool relu, amp_tensor *x,
+                                      amp_tensor **y) {
+    typedef amp_status (*bn_fn)(amp_tensor *, amp_tensor *, amp_tensor *, amp_tensor *,
+                                amp_tensor *, bool, float, float, amp_tensor **);
+    static const bn_fn fns[2][2] = {{amp_batchnorm2d, amp_batchnorm2d_relu},
+                                    {amp_sync_batchnorm2d, amp_sync_batchnorm2d_relu}};
+    amp_status s = fns[l->sync][relu](x, amp_param_or_null(m, l->weight),
+                                      amp_param_or_null(m, l->bias_param),
+                                      m->buffers[l->running_mean].t, m->buffers[l->running_var].t,
+                                      m->training, AMP_BN_MOMENTUM, AMP_BN_EPS, y);
+    if (s == AMP_OK && m->training) l->num_batches_tracked++;
+    return s;
+}
+
 static amp_status amp_layer_forward(amp_model *m, amp_layer *l, amp_tensor *x, amp_tensor **y) {
     amp_tensor *w = amp_param_or_null(m, l->weight), *b = amp_param_or_null(m, l->bias_param);
     switch (l->kind) {
     case AMP_LAYER_LINEAR: return amp_linear(x, w, b, y);
     case AMP_LAYER_CONV2D: return amp_conv2d(x, w, b, l->stride, l->padding, y);
-    case AMP_LAYER_BATCHNORM2D: {
-        /* A layer flagged by amp_model_convert_sync_batchnorm (SyncBatchNorm). */
-        amp_status (*bn)(amp_tensor *, amp_tensor *, amp_tensor *, amp_tensor *, amp_tensor *,
-                         bool, float, float, amp_tensor **) =
-            l->sync ? amp_sync_batchnorm2d : amp_batchnorm2d;
-        amp_status s = bn(x, w, b, m->buffers[l->running_mean].t, m->buffers[l->running_var].t,
-                          m->training, AMP_BN_MOMENTUM, AMP_BN_EPS, y);
-        if (s == AMP_OK && m->training) l->num_batches_tracked++;
-        return s;
-    }
+    case AMP_LAYER_BATCHNORM2D: return amp_layer_batchnorm(m, l, false, x, y);
     case AMP_LAYER_RELU: return amp_relu(x, y);
     case AMP_LAYER_MAXPOOL2D: return amp_maxpool2d(x, l->kernel, l->stride, 0, y);
     case AMP_LAYER_FLATTEN: return amp_flatten(x, y);
@@ -169,12 +177,17 @@ amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out) {
         amp_layer *l = &m->layers[i];
         amp_tensor *next;
         amp_status s;
-        if (l->kind == AMP_LAYER_LINEAR && i + 1 < m->n_layers &&
-            m->layers[i + 1].kind == AMP_LAYER_RELU) {
+        bool then_relu = i + 1 < m->n_layers && m->layers[i + 1].kind == AMP_LAYER_RELU;
+        if (then_relu &&
+            (l->kind == AMP_LAYER_LINEAR || l->kind == AMP_LAYER_BATCHNORM2D)) {
             /* Linear then ReLU: one GEMM with the bias and ReLU in its epilogue (cuBLASLt's
-             * RELU_BIAS; kernels/cuda/gemm_cublaslt.c says what it saves), same gradients. */
-            s = amp_linear_relu(h, amp_param_or_null(m, l->weight),
-                                amp_param_or_null(m, l->bias_param), &next);
+             * RELU_BIAS; kernels/cuda/gemm_cublaslt.c says what it saves). Batch norm then ReLU:
+             * the ReLU in the normalising pass, no tensor between them. Same gradients. */
+            if (l->kind == AMP_LAYER_LINEAR)
+                s = amp_linear_relu(h, amp_param_or_null(m, l->weight),
+                                    amp_param_or_null(m, l->bias_param), &next);
+            else
+                s = amp_layer_batchnorm(m, l, true, h, &next);
             if (s != AMP_OK)
                 return amp_fail_context(s, "layers '%s' and '%s'", l->name, m->layers[i + 1].name);
             i++;

@@ -33,6 +33,14 @@ amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, i
 amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                            amp_tensor *running_mean, amp_tensor *running_var, bool training,
                            float momentum, float eps, amp_tensor **out);
+/* y = relu(batchnorm2d(x)) in one pass over x, and no tensor between the two (a sequential
+ * model runs a batch norm directly followed by a ReLU as this op, SyncBatchNorm layers too).
+ * Values and gradients are those of amp_batchnorm2d followed by amp_relu, except that a negative
+ * value that rounds to -0 in a half dtype comes out +0 (the ReLU is applied before rounding).
+ * Backward: dy masked by y > 0, then batch norm's backward. */
+amp_status amp_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                amp_tensor *running_mean, amp_tensor *running_var, bool training,
+                                float momentum, float eps, amp_tensor **out);
 /* torch.nn.SyncBatchNorm: in training the statistics are those of the global batch of every rank
  * of the context's collective (amp_model_convert_sync_batchnorm in amp/parallel.h sets it; none:
  * this process alone, the values of amp_batchnorm2d to rounding). The running statistics take the

@@ -46,7 +46,8 @@ AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, in
     return total;
 }
 
-/* y = x * scale + shift over channel ch. */
+/* y = x * scale + shift over channel ch, and its ReLU with d->relu (two loops: each
+ * vectorises). */
 AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
                           float shift, void *y) {
     float bx[AMP_CPU_REDUCE_CHUNK], by[AMP_CPU_REDUCE_CHUNK];
@@ -54,7 +55,10 @@ AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, in
         int64_t len, off = channel_tile(d, ch, t, &len);
         const float *v = tile_in(x, d->dtype, off, len, bx);
         float *o = tile_out(y, d->dtype, off, by);
-        for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply(v[k], scale, shift);
+        if (d->relu)
+            for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply_relu(v[k], scale, shift);
+        else
+            for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply(v[k], scale, shift);
         tile_out_store(y, d->dtype, off, len, o);
     }
 }
@@ -88,7 +92,7 @@ static amp_status channel_arena_oom(const char *fn, const amp_bn_desc *d, int co
 amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
                                 const float *beta, void *y, float *save_mean, float *save_invstd,
                                 float *running_mean, float *running_var) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, true));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_TRAIN));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     int64_t count = d->n * d->hw;
@@ -139,7 +143,7 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
 amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
                                const float *beta, const float *running_mean,
                                const float *running_var, void *y) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_EVAL));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(running_mean);
@@ -191,7 +195,7 @@ AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, c
 amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
                           const float *save_mean, const float *save_invstd, void *dx,
                           float *dgamma, float *dbeta) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(save_mean);

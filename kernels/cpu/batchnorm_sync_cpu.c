@@ -40,7 +40,7 @@ static void sync_channel_sums(const amp_bn_desc *d, const void *x, double center
 
 amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
                                    const void *dy, float *out1, float *out2) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(out1);
     AMP_CHECK_ARG(out2);
@@ -57,7 +57,7 @@ amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const fl
 amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
                                  const float *s1, const float *s2, float *mean, float *var,
                                  float *invstd, float *running_mean, float *running_var) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
     AMP_TRY(amp_backend_check_bn_count(__func__, count, s2 != NULL));
     AMP_CHECK_ARG(s1);
     AMP_CHECK_ARG(mean);

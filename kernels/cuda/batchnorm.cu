@@ -175,16 +175,20 @@ static bn_plane_grid bn_plane_launch(const amp_bn_desc *d) {
     return {dim3((unsigned)gx, (unsigned)gy), dim3(bx, by)};
 }
 
-/* y = x * scale[ch] + shift[ch]. */
+/* y = x * scale[ch] + shift[ch], and its ReLU with `relu` (amp_bn_desc.relu). */
 template <amp_dtype D>
 static __global__ void bn_apply_kernel(const void *x, int64_t c, int64_t hw, int64_t planes,
-                                       const float *scale, const float *shift, void *y) {
+                                       const float *scale, const float *shift, bool relu,
+                                       void *y) {
     int64_t py = (int64_t)gridDim.y * blockDim.y, px = (int64_t)gridDim.x * blockDim.x;
     for (int64_t p = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; p < planes; p += py) {
         int64_t ch = p % c, base = p * hw;
         float sc = scale[ch], sh = shift[ch];
-        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < hw; j += px)
-            amp_store_f32(y, D, base + j, amp_bn_apply(amp_load_f32(x, D, base + j), sc, sh));
+        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < hw; j += px) {
+            float v = amp_load_f32(x, D, base + j);
+            amp_store_f32(y, D, base + j,
+                          relu ? amp_bn_apply_relu(v, sc, sh) : amp_bn_apply(v, sc, sh));
+        }
     }
 }
 
@@ -231,7 +235,8 @@ static amp_status bn_fwd_train_launch(const amp_bn_desc *d, const void *x, const
         running_mean, running_var, scale, shift);
     AMP_CUDA_LAUNCHED(stream);
     bn_plane_grid g = bn_plane_launch(d);
-    bn_apply_kernel<D><<<g.grid, g.block, 0, stream>>>(x, c, d->hw, d->n * c, scale, shift, y);
+    bn_apply_kernel<D><<<g.grid, g.block, 0, stream>>>(x, c, d->hw, d->n * c, scale, shift,
+                                                       d->relu, y);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
@@ -248,7 +253,7 @@ static amp_status bn_fwd_eval_launch(const amp_bn_desc *d, const void *x, const 
     AMP_CUDA_LAUNCHED(stream);
     bn_plane_grid g = bn_plane_launch(d);
     bn_apply_kernel<D><<<g.grid, g.block, 0, stream>>>(x, d->c, d->hw, d->n * d->c, scale, shift,
-                                                       y);
+                                                       d->relu, y);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
@@ -283,7 +288,7 @@ extern "C" amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x,
                                             const float *gamma, const float *beta, void *y,
                                             float *save_mean, float *save_invstd,
                                             float *running_mean, float *running_var) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, true));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_TRAIN));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     size_t nbytes = sizeof(double) * (size_t)((bn_tiles(d) + 1) * d->c) +
@@ -313,7 +318,7 @@ extern "C" amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x,
 extern "C" amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
                                            const float *beta, const float *running_mean,
                                            const float *running_var, void *y) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_EVAL));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(running_mean);
@@ -344,7 +349,7 @@ extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const
                                       const float *gamma, const float *save_mean,
                                       const float *save_invstd, void *dx, float *dgamma,
                                       float *dbeta) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, false));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(save_mean);

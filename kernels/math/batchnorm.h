@@ -13,6 +13,7 @@
 
 #include "core/hd.h"
 #include "kernels/math/binary.h"
+#include "kernels/math/relu.h"
 
 /* a * b in double, rounded before any add that follows (amp_mul_rn's double twin). */
 AMP_HD static inline double amp_bn_dmul_rn(double a, double b) {
@@ -49,6 +50,13 @@ AMP_HD static inline void amp_bn_fold(double mean, double invstd, float gamma, f
 
 AMP_HD static inline float amp_bn_apply(float x, float scale, float shift) {
     return amp_mul_rn(x, scale) + shift;
+}
+
+/* A batch norm fused with the ReLU after it (amp_bn_desc.relu): amp_relu on the f32 value,
+ * before y is rounded to its dtype. The same bits as the ReLU on the rounded value, but for a
+ * negative value that rounds to -0, which the ReLU keeps and this makes +0. */
+AMP_HD static inline float amp_bn_apply_relu(float x, float scale, float shift) {
+    return amp_relu(amp_bn_apply(x, scale, shift));
 }
 
 /* running <- momentum * batch_stat + (1 - momentum) * running (PyTorch's order, in double); the

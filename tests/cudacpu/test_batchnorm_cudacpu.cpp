@@ -61,6 +61,7 @@ enum {
     NO_DX = 8,
     NO_DPARAM = 16, /* dgamma, dbeta */
     IN_PLACE = 32,  /* y = x, dx = dy */
+    RELU = 64,      /* the forwards with the ReLU fused in (amp_bn_desc.relu) */
 };
 
 /* Host data of one case: x with per-channel offsets, dy, affine parameters, running stats. */
@@ -72,7 +73,7 @@ struct bn_data {
 
 static bn_data make_data(amp_dtype dt, int64_t n, int64_t c, int64_t hw) {
     bn_data b;
-    b.d = amp_bn_desc{n, c, hw, 1e-5f, 0.1f, dt};
+    b.d = amp_bn_desc{n, c, hw, 1e-5f, 0.1f, dt, false};
     int64_t total = n * c * hw;
     size_t es = amp_dtype_size(dt);
     b.x.resize((size_t)total * es);
@@ -122,7 +123,8 @@ static int64_t diff_dt(const void *a, const void *b, amp_dtype dt, int64_t n_val
  * bit for bit and (when every pointer is given) against the double reference. */
 static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) {
     bn_data b = make_data(dt, n, c, hw);
-    const amp_bn_desc &d = b.d;
+    amp_bn_desc d = b.d, dn = b.d; /* dn without the ReLU: the backward entries refuse it */
+    d.relu = (flags & RELU) != 0;
     int64_t total = n * c * hw, count = n * hw;
     size_t nbytes = (size_t)total * amp_dtype_size(dt), cb = (size_t)c * 4;
     bool affine = !(flags & NO_AFFINE), running = !(flags & NO_RUNNING);
@@ -154,10 +156,10 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
     }
     /* x is y now when in place: the backward and eval read the original x again. */
     dev_buf x2 = upload_vec(b.x.data(), nbytes);
-    CHECK_OK(amp_cuda_bn_bwd(&d, x2.ptr, dy.ptr, gp, sm.dev<float>(), si.dev<float>(),
+    CHECK_OK(amp_cuda_bn_bwd(&dn, x2.ptr, dy.ptr, gp, sm.dev<float>(), si.dev<float>(),
                              want_dx ? dxp : nullptr, dparam ? dg.dev<float>() : nullptr,
                              dparam ? db.dev<float>() : nullptr));
-    CHECK_OK(amp_cpu_bn_bwd(&d, b.x.data(), b.dy.data(), cg, csm.data(), csi.data(), cdx.data(),
+    CHECK_OK(amp_cpu_bn_bwd(&dn, b.x.data(), b.dy.data(), cg, csm.data(), csi.data(), cdx.data(),
                             cdg.data(), cdb.data()));
     std::vector<float> erm = running ? crm : b.rm, erv = running ? crv : b.rv;
     dev_buf erm_d = upload_vec(erm.data(), cb), erv_d = upload_vec(erv.data(), cb);
@@ -188,6 +190,25 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
                   dx.guard_intact() && dy.guard_intact() && dg.guard_intact() &&
                   db.guard_intact() && ye.guard_intact();
     CHECK(guards);
+    if (d.relu) { /* the CPU's unfused forwards, then the ReLU: the same values (+0 for -0) */
+        std::vector<uint8_t> py(nbytes), pye(nbytes);
+        std::vector<float> prm = b.rm, prv = b.rv;
+        CHECK_OK(amp_cpu_bn_fwd_train(&dn, b.x.data(), cg, cbeta, py.data(), nullptr, nullptr,
+                                      prm.data(), prv.data()));
+        CHECK_OK(amp_cpu_bn_fwd_eval(&dn, b.x.data(), cg, cbeta, erm.data(), erv.data(),
+                                     pye.data()));
+        int64_t bad_relu = 0, zeroed = 0;
+        for (int64_t e = 0; e < total; e++) {
+            float pv = nv_load(py.data(), dt, e), pe = nv_load(pye.data(), dt, e);
+            bad_relu += nv_load(yr.host.data(), dt, e) != (pv < 0 ? 0.0f : pv);
+            bad_relu += nv_load(ye.host.data(), dt, e) != (pe < 0 ? 0.0f : pe);
+            zeroed += pv < 0;
+        }
+        CHECK_MSG(bad_relu == 0 && zeroed > 0 && zeroed < total,
+                  "bn+relu %s [%lld, %lld, %lld]: %lld values differ from relu(bn), %lld of %lld "
+                  "zeroed", amp_dtype_name(dt), (long long)n, (long long)c, (long long)hw,
+                  (long long)bad_relu, (long long)zeroed, (long long)total);
+    }
     if (flags) return;
 
     /* The double reference. */
@@ -280,6 +301,11 @@ static void test_optional_pointers(void) {
         run_case(AMP_F32, 3, 4, 33, f);
         run_case(AMP_F16, 2, 3, 4100, f);
     }
+    for (amp_dtype dt : float_dts) { /* the fused ReLU, alone, in place and with every NULL */
+        run_case(dt, 5, 2, 49, RELU);
+        run_case(dt, 2, 3, 4100, RELU | IN_PLACE);
+        run_case(dt, 3, 4, 33, RELU | NO_AFFINE | NO_RUNNING | NO_SAVE | NO_DPARAM);
+    }
 }
 
 /* A NaN in channel 1 makes that channel's statistics and outputs NaN and leaves the others
@@ -309,7 +335,7 @@ static void test_nan_channel(void) {
 
 static void test_errors(void) {
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8], m[2] = {0, 0}, v[2] = {1, 1};
-    amp_bn_desc d = {2, 2, 2, 1e-5f, 0.1f, AMP_F32};
+    amp_bn_desc d = {2, 2, 2, 1e-5f, 0.1f, AMP_F32, false};
     CHECK_FAILS(amp_cuda_bn_fwd_train(nullptr, x, nullptr, nullptr, y, m, v, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_fwd_train: argument 'd' is NULL");
     CHECK_FAILS(amp_cuda_bn_fwd_train(&d, nullptr, nullptr, nullptr, y, m, v, nullptr, nullptr),
@@ -322,6 +348,10 @@ static void test_errors(void) {
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'save_mean' is NULL");
     CHECK_FAILS(amp_cuda_bn_bwd(&d, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'dy' is NULL");
+    d.relu = true; /* a forward flag: the backward masks dy first */
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, m, v, y, nullptr, nullptr), AMP_ERR_INVALID_ARG,
+                "amp_cuda_bn_bwd: d->relu is set; it applies to the forward only");
+    d.relu = false;
     d.dtype = AMP_I32;
     CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, m, v, y, nullptr, nullptr), AMP_ERR_DTYPE,
                 "amp_cuda_bn_bwd: dtype i32 is not a float type");

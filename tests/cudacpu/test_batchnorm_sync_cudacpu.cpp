@@ -134,7 +134,7 @@ static int64_t check_sums(const amp_bn_desc &d, const std::vector<uint8_t> &x,
 
 /* sums -> stats -> backward sums -> dx over one tensor, on both backends, with the given flags. */
 static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) {
-    amp_bn_desc d = {n, c, hw, 1e-5f, 0.1f, dt};
+    amp_bn_desc d = {n, c, hw, 1e-5f, 0.1f, dt, false};
     int64_t total = n * c * hw, local = n * hw, count = RANKS * local;
     size_t es = amp_dtype_size(dt), nbytes = (size_t)total * es, cb = (size_t)c * 4;
     std::vector<uint8_t> x(nbytes), dy(nbytes);
@@ -332,7 +332,7 @@ static void test_optional_pointers(void) {
 
 /* A NaN in channel 1 makes that channel's sums NaN and leaves the others as the CPU's. */
 static void test_nan_channel(void) {
-    amp_bn_desc d = {3, 3, 10, 1e-5f, 0.1f, AMP_F32};
+    amp_bn_desc d = {3, 3, 10, 1e-5f, 0.1f, AMP_F32, false};
     std::vector<float> x(90);
     for (int i = 0; i < 90; i++) x[i] = (float)(2 * rnd_uniform() - 1);
     x[(1 * 3 + 1) * 10 + 4] = NAN;
@@ -359,7 +359,7 @@ static void test_nan_channel(void) {
 static void test_order(void) {
     const int64_t hws[] = {8, 3 * 4096}; /* the three in lanes 0, 1, 2 of one tile; in 3 tiles */
     for (int64_t hw : hws) {
-        amp_bn_desc d = {2, 2, hw, 1e-5f, 0.1f, AMP_F32};
+        amp_bn_desc d = {2, 2, hw, 1e-5f, 0.1f, AMP_F32, false};
         int64_t total = d.n * d.c * hw, step = hw == 8 ? 1 : 4096;
         std::vector<float> x(total, 0.0f), dy(total, 1.0f);
         for (int64_t ch = 0; ch < d.c; ch++) {
@@ -383,7 +383,7 @@ static void test_order(void) {
 
 static void test_errors(void) {
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8], m[2] = {0, 0}, v[2] = {1, 1};
-    amp_bn_desc d = {2, 2, 2, 1e-5f, 0.1f, AMP_F32};
+    amp_bn_desc d = {2, 2, 2, 1e-5f, 0.1f, AMP_F32, false};
     CHECK_FAILS(amp_cuda_bn_channel_sums(nullptr, x, nullptr, nullptr, m, v), AMP_ERR_INVALID_ARG,
                 "amp_cuda_bn_channel_sums: argument 'd' is NULL");
     CHECK_FAILS(amp_cuda_bn_channel_sums(&d, nullptr, nullptr, nullptr, m, v),

@@ -14,8 +14,7 @@
  *  - argument errors name amp_linear_relu and the culprit. */
 #include <math.h>
 
-#include "core/ctx.h"
-#include "gradcheck_run.h"
+#include "fused_check.h"
 
 static amp_status lib_linear_relu(gc_case *c, amp_tensor **y) {
     return amp_linear_relu(T(0), T(1), c->n_in > 2 ? T(2) : NULL, y);
@@ -68,12 +67,6 @@ typedef struct lin_run {
 
 enum { LN = 64, LIN = 40, LOUT = 48 };
 
-static void grad_to_host(amp_tensor *t, float *host) {
-    amp_tensor *g = NULL;
-    CHECK_OK(amp_tensor_get_grad(t, &g));
-    if (g) CHECK_OK(amp_tensor_to_host(g, host, (size_t)g->numel * sizeof *host));
-}
-
 /* y = relu(x w^T + b) fused or not, x and w cast to dt first (differentiable), L = mean(y * r);
  * the values of y (as f32) and the leaves' gradients into *out. */
 static void run_linear(amp_ctx *ctx, bool fused, amp_dtype dt, amp_tensor *x, amp_tensor *w,
@@ -101,14 +94,6 @@ static void run_linear(amp_ctx *ctx, bool fused, amp_dtype dt, amp_tensor *x, am
     amp_tensor_zero_grad(w);
     amp_tensor_zero_grad(b);
     amp_ctx_reset_step(ctx);
-}
-
-/* Elements of a and b (n each) whose bits differ, -0 and +0 counted equal. */
-static int n_differ(const float *a, const float *b, int n) {
-    int bad = 0;
-    for (int i = 0; i < n; i++)
-        bad += memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(a[i] == 0 && b[i] == 0);
-    return bad;
 }
 
 static void test_against_unfused(amp_ctx *ctx) {
@@ -170,18 +155,6 @@ static void test_against_unfused(amp_ctx *ctx) {
 }
 
 /* ---- the MLP preset ---- */
-
-typedef struct op_log {
-    const char *ops[32];
-    int n;
-} op_log;
-
-static void log_op(void *user, const char *op, const amp_tensor *const *in, int n_in,
-                   const amp_tensor *out) {
-    (void)in, (void)n_in, (void)out;
-    op_log *l = user;
-    if (l->n < 32) l->ops[l->n++] = op;
-}
 
 enum { MN = 4, MLP_PARAMS = 6 };
 
@@ -285,13 +258,7 @@ static void run_device(amp_device dev) {
     amp_ctx *ctx = NULL;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = dev, .seed = 31}, &ctx));
     if (!ctx) return;
-    int n_cases = (int)(sizeof gc_cases / sizeof gc_cases[0]);
-    for (int i = 0; i < n_cases; i++) {
-        int before = test_n_fail;
-        gc_run(ctx, &gc_cases[i], 2000 + (uint64_t)i);
-        printf("%-6s %-40s %s\n", ctx->backend->name, gc_cases[i].name,
-               test_n_fail == before ? "ok" : "FAILED");
-    }
+    gc_run_cases(ctx, gc_cases, (int)(sizeof gc_cases / sizeof gc_cases[0]), 2000);
     test_against_unfused(ctx);
     test_mlp_preset(ctx);
     test_errors(ctx);

@@ -98,9 +98,10 @@ static const preset g_convnet = {
     .n_buffers = 4,
     .buffers = {"layer1.1.running_mean", "layer1.1.running_var", "layer2.1.running_mean",
                 "layer2.1.running_var"},
-    .ops = {"conv2d", "batchnorm2d", "relu", "maxpool2d", "conv2d", "batchnorm2d", "relu",
-            "maxpool2d", "reshape", "linear", "cross_entropy"},
-    .n_ops = 11,
+    /* A batch norm followed by a ReLU runs as one fused op (nn/sequential.c). */
+    .ops = {"conv2d", "batchnorm2d_relu", "maxpool2d", "conv2d", "batchnorm2d_relu", "maxpool2d",
+            "reshape", "linear", "cross_entropy"},
+    .n_ops = 9,
 };
 
 static const preset g_mlp = {
@@ -223,7 +224,8 @@ static bool is_param(const amp_model *m, const amp_tensor *t, int *index) {
 
 static bool is_compute_op(const char *op) {
     return !strcmp(op, "conv2d") || !strcmp(op, "linear") || !strcmp(op, "linear_relu") ||
-           !strcmp(op, "batchnorm2d") || !strcmp(op, "relu") || !strcmp(op, "maxpool2d");
+           !strcmp(op, "batchnorm2d") || !strcmp(op, "batchnorm2d_relu") || !strcmp(op, "relu") ||
+           !strcmp(op, "maxpool2d");
 }
 
 /* Parameters and buffers: names in registration order and the table's dtypes. */
@@ -290,7 +292,8 @@ static void check_trace(const char *cfg, const preset *p, const amp_model *m, co
         if (!strcmp(t->op, "conv2d") || !strcmp(t->op, "linear") || !strcmp(t->op, "linear_relu"))
             CHECK_MSG(t->in_dt[1] == half, "%s: %s weight operand %s, want %s", cfg, t->op,
                       amp_dtype_name(t->in_dt[1]), amp_dtype_name(half));
-        if (!strcmp(t->op, "batchnorm2d") || !strcmp(t->op, "relu") ||
+        if (!strcmp(t->op, "batchnorm2d") || !strcmp(t->op, "batchnorm2d_relu") ||
+            !strcmp(t->op, "relu") ||
             !strcmp(t->op, "maxpool2d") || !strcmp(t->op, "reshape"))
             CHECK_MSG(t->out_dt == t->in_dt[0], "%s: %s %s -> %s, want its input's dtype", cfg,
                       t->op, amp_dtype_name(t->in_dt[0]), amp_dtype_name(t->out_dt));
