@@ -12,7 +12,11 @@
  * oneDNN's weight layout): the ConvNet's first layer (1 input channel) takes 2.5 ms against 5.5
  * blocked in a training step, while its second (16) is slower so (6.5 vs 5.5 ms; AMD EPYC,
  * AVX2, 2 threads, f32, batch 128). A CPU where oneDNN has only its reference kernel for it
- * falls back to the blocked layout.
+ * falls back to the blocked layout. In bf16 that layer's backward weight is slow in every layout
+ * (oneDNN 2.6's AMX kernel: 3.4 ms blocked or channels-last, where f32 takes 0.9-1.3; Intel Xeon
+ * SPR, 2 threads, batch 256), so half backward weights with few input channels run widened to
+ * f32: the products of half values are exact in f32 and both accumulate in f32, so nothing is
+ * lost; widening dy costs about 0.3 ms there.
  *
  * Outputs are overwritten; dbias (f32) is the sum of dy over N, H, W. x, w, y share one dtype:
  * f32, or bf16 (AVX512-BF16/AMX kernels, f32 accumulation; bias/dbias stay f32). Where oneDNN
@@ -317,6 +321,9 @@ static amp_status conv_validate(conv_op op, const amp_conv2d_desc *d) {
 }
 
 static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io *io) {
+    /* A half backward weight with few input channels runs widened to f32 (see the header). */
+    if (op == CONV_BWD_WEIGHT && d->dtype != AMP_F32 && d->c_in < CONV_BLOCKED_MIN_C_IN)
+        return conv_widened(op, d, io);
     conv_key key;
     memset(&key, 0, sizeof key);
     key.d = *d;
