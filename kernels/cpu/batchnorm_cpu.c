@@ -8,11 +8,15 @@
  * running stats are overwritten. gamma/beta may be NULL (no affine: 1 and 0), and so may the
  * running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted).
  *
- * Training with f16/bf16 storage widens each channel once into the thread's f32 arena (its
- * planes in order, so the tiles, and every sum, are the f32 path's) and runs the passes on that
- * copy: the forward's three passes and the backward's two widened x three times and dy twice,
- * which took a third of the bf16 ConvNet's batch-norm time (Intel Xeon SPR). */
+ * bf16 is widened in the loops' registers (batchnorm_tiles.h's bn_load: a shift), every value
+ * and sum as the f32 path's. Training with f16 storage widens each channel once into the
+ * thread's f32 arena (its planes in order, so the tiles, and every sum, are the f32 path's) and
+ * runs the passes on that copy: widening per pass (F16C) cost the forward's three passes and the
+ * backward's two a third of their time. On the ConvNet's first layer at batch 256 (Intel Xeon
+ * SPR, 2 threads) bf16 through the arena took 2.0 ms forward and 4.3 backward, more than f32's
+ * 1.7 and 3.3: the f32 copies pass through the cache four times. */
 #include <stdbool.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -22,45 +26,74 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/math/batchnorm.h"
 
-/* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double. */
-AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch, double mean,
-                          int squares) {
-    float buf[AMP_CPU_REDUCE_CHUNK];
+/* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double; x of dtype dt
+ * (f32 or bf16, batchnorm_tiles.h's bn_load). */
+AMP_CPU_CLONE_INLINE double channel_sum_typed(const amp_bn_desc *d, amp_dtype dt, const void *x,
+                                              int64_t ch, double mean, int squares) {
     double total = 0.0;
     for (int64_t t = 0; t < channel_tiles(d); t++) {
         int64_t len, off = channel_tile(d, ch, t, &len);
-        const float *v = tile_in(x, d->dtype, off, len, buf);
-        double lane[8] = {0};
+        bn_v8d acc = {0};
         int64_t k = 0;
         if (squares) {
-            for (; k + 8 <= len; k += 8)
-                for (int j = 0; j < 8; j++) lane[j] += amp_bn_sq_dev(v[k + j], mean);
-            for (; k < len; k++) lane[k & 7] += amp_bn_sq_dev(v[k], mean);
+            for (; k + 8 <= len; k += 8) {
+                bn_v8d dev; /* amp_bn_sq_dev, 8 lanes */
+                bn_load8(x, dt, off + k, &dev);
+                dev -= mean;
+                acc += dev * dev;
+            }
         } else {
-            for (; k + 8 <= len; k += 8)
-                for (int j = 0; j < 8; j++) lane[j] += (double)v[k + j];
-            for (; k < len; k++) lane[k & 7] += (double)v[k];
+            for (; k + 8 <= len; k += 8) {
+                bn_v8d v;
+                bn_load8(x, dt, off + k, &v);
+                acc += v;
+            }
         }
+        double lane[8];
+        memcpy(lane, &acc, sizeof lane);
+        if (squares)
+            for (; k < len; k++) lane[k & 7] += amp_bn_sq_dev(bn_load(x, dt, off + k), mean);
+        else
+            for (; k < len; k++) lane[k & 7] += (double)bn_load(x, dt, off + k);
         total += lanes_total(lane);
     }
     return total;
 }
 
+AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch,
+                                         double mean, int squares) {
+    return d->dtype == AMP_BF16 ? channel_sum_typed(d, AMP_BF16, x, ch, mean, squares)
+                                : channel_sum_typed(d, AMP_F32, x, ch, mean, squares);
+}
+
 /* y = x * scale + shift over channel ch, and its ReLU with d->relu (two loops: each
- * vectorises). */
-AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
-                          float shift, void *y) {
+ * vectorises); dt f32 or bf16 (direct) or f16 (tiles: eval; training runs on the f32 copy). */
+AMP_CPU_CLONE_INLINE void channel_apply_typed(const amp_bn_desc *d, amp_dtype dt, const void *x,
+                                              int64_t ch, float scale, float shift, void *y) {
     float bx[AMP_CPU_REDUCE_CHUNK], by[AMP_CPU_REDUCE_CHUNK];
     for (int64_t t = 0; t < channel_tiles(d); t++) {
         int64_t len, off = channel_tile(d, ch, t, &len);
-        const float *v = tile_in(x, d->dtype, off, len, bx);
-        float *o = tile_out(y, d->dtype, off, by);
-        if (d->relu)
-            for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply_relu(v[k], scale, shift);
+        if (dt == AMP_F16) {
+            const float *v = tile_in(x, dt, off, len, bx);
+            float *o = tile_out(y, dt, off, by);
+            for (int64_t k = 0; k < len; k++)
+                o[k] = d->relu ? amp_bn_apply_relu(v[k], scale, shift)
+                               : amp_bn_apply(v[k], scale, shift);
+            tile_out_store(y, dt, off, len, o);
+        } else if (d->relu)
+            for (int64_t k = off; k < off + len; k++)
+                bn_store(y, dt, k, amp_bn_apply_relu(bn_load(x, dt, k), scale, shift));
         else
-            for (int64_t k = 0; k < len; k++) o[k] = amp_bn_apply(v[k], scale, shift);
-        tile_out_store(y, d->dtype, off, len, o);
+            for (int64_t k = off; k < off + len; k++)
+                bn_store(y, dt, k, amp_bn_apply(bn_load(x, dt, k), scale, shift));
     }
+}
+
+AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch,
+                                         float scale, float shift, void *y) {
+    if (d->dtype == AMP_BF16) channel_apply_typed(d, AMP_BF16, x, ch, scale, shift, y);
+    else if (d->dtype == AMP_F16) channel_apply_typed(d, AMP_F16, x, ch, scale, shift, y);
+    else channel_apply_typed(d, AMP_F32, x, ch, scale, shift, y);
 }
 
 /* The f32 copy of channel ch: its n planes one after another, which a descriptor of one f32
@@ -96,7 +129,7 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     int64_t count = d->n * d->hw;
-    bool half = d->dtype != AMP_F32;
+    bool half = d->dtype == AMP_F16; /* bf16 is read in place (bn_load) */
     amp_bn_desc one = channel_desc(d);
     int failed = 0;
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
@@ -158,31 +191,41 @@ amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float 
     return AMP_OK;
 }
 
-/* sum(dy) and sum((x - mean) * dy) over channel ch, in double. */
-AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy, int64_t ch,
-                             double mean, double *sum_dy, double *dot) {
-    float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
+/* sum(dy) and sum((x - mean) * dy) over channel ch, in double; dt f32 or bf16. */
+AMP_CPU_CLONE_INLINE void channel_bwd_sums_typed(const amp_bn_desc *d, amp_dtype dt, const void *x,
+                                                 const void *dy, int64_t ch, double mean,
+                                                 double *sum_dy, double *dot) {
     double s = 0.0, p = 0.0;
     for (int64_t t = 0; t < channel_tiles(d); t++) {
         int64_t len, off = channel_tile(d, ch, t, &len);
-        const float *xv = tile_in(x, d->dtype, off, len, bx);
-        const float *gv = tile_in(dy, d->dtype, off, len, bdy);
-        double ls[8] = {0}, lp[8] = {0};
+        bn_v8d vs = {0}, vp = {0};
         int64_t k = 0;
-        for (; k + 8 <= len; k += 8)
-            for (int j = 0; j < 8; j++) {
-                ls[j] += (double)gv[k + j];
-                lp[j] += amp_bn_dy_dev(xv[k + j], gv[k + j], mean);
-            }
+        for (; k + 8 <= len; k += 8) { /* amp_bn_dy_dev, 8 lanes */
+            bn_v8d gv, xv;
+            bn_load8(dy, dt, off + k, &gv);
+            bn_load8(x, dt, off + k, &xv);
+            vs += gv;
+            vp += (xv - mean) * gv;
+        }
+        double ls[8], lp[8];
+        memcpy(ls, &vs, sizeof ls);
+        memcpy(lp, &vp, sizeof lp);
         for (; k < len; k++) {
-            ls[k & 7] += (double)gv[k];
-            lp[k & 7] += amp_bn_dy_dev(xv[k], gv[k], mean);
+            float xv = bn_load(x, dt, off + k), gv = bn_load(dy, dt, off + k);
+            ls[k & 7] += (double)gv;
+            lp[k & 7] += amp_bn_dy_dev(xv, gv, mean);
         }
         s += lanes_total(ls);
         p += lanes_total(lp);
     }
     *sum_dy = s;
     *dot = p;
+}
+
+AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy,
+                                            int64_t ch, double mean, double *sum_dy, double *dot) {
+    if (d->dtype == AMP_BF16) channel_bwd_sums_typed(d, AMP_BF16, x, dy, ch, mean, sum_dy, dot);
+    else channel_bwd_sums_typed(d, AMP_F32, x, dy, ch, mean, sum_dy, dot);
 }
 
 /* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */
@@ -202,7 +245,7 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
     AMP_CHECK_ARG(save_invstd);
     int64_t numel = d->n * d->hw;
     double count = (double)numel;
-    bool half = d->dtype != AMP_F32;
+    bool half = d->dtype == AMP_F16; /* bf16 is read in place (bn_load) */
     amp_bn_desc one = channel_desc(d);
     int failed = 0;
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)

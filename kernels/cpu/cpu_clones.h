@@ -17,4 +17,13 @@
 #define AMP_CPU_CLONES
 #endif
 
+/* A loop shared by cloned functions: inlined into each clone, so that it runs at the clone's
+ * width. Left to itself GCC may keep one out-of-line copy, built for the baseline ISA (batch
+ * norm's dx loop did: 2-4 lanes where its callers had 16). */
+#if defined(__GNUC__)
+#define AMP_CPU_CLONE_INLINE static inline __attribute__((always_inline))
+#else
+#define AMP_CPU_CLONE_INLINE static inline
+#endif
+
 #endif
