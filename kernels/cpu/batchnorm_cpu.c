@@ -26,44 +26,14 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/math/batchnorm.h"
 
-/* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double; x of dtype dt
- * (f32 or bf16, batchnorm_tiles.h's bn_load). */
-AMP_CPU_CLONE_INLINE double channel_sum_typed(const amp_bn_desc *d, amp_dtype dt, const void *x,
-                                              int64_t ch, double mean, int squares) {
-    double total = 0.0;
-    for (int64_t t = 0; t < channel_tiles(d); t++) {
-        int64_t len, off = channel_tile(d, ch, t, &len);
-        bn_v8d acc = {0};
-        int64_t k = 0;
-        if (squares) {
-            for (; k + 8 <= len; k += 8) {
-                bn_v8d dev; /* amp_bn_sq_dev, 8 lanes */
-                bn_load8(x, dt, off + k, &dev);
-                dev -= mean;
-                acc += dev * dev;
-            }
-        } else {
-            for (; k + 8 <= len; k += 8) {
-                bn_v8d v;
-                bn_load8(x, dt, off + k, &v);
-                acc += v;
-            }
-        }
-        double lane[8];
-        memcpy(lane, &acc, sizeof lane);
-        if (squares)
-            for (; k < len; k++) lane[k & 7] += amp_bn_sq_dev(bn_load(x, dt, off + k), mean);
-        else
-            for (; k < len; k++) lane[k & 7] += (double)bn_load(x, dt, off + k);
-        total += lanes_total(lane);
-    }
-    return total;
-}
-
+/* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double (f32 or bf16). */
 AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch,
                                          double mean, int squares) {
-    return d->dtype == AMP_BF16 ? channel_sum_typed(d, AMP_BF16, x, ch, mean, squares)
-                                : channel_sum_typed(d, AMP_F32, x, ch, mean, squares);
+    bn_sum_kind kind = squares ? BN_SUM_SQ_DEV : BN_SUM_X;
+    double s;
+    if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, NULL, ch, mean, &s, NULL);
+    else channel_sums(d, AMP_F32, kind, x, NULL, ch, mean, &s, NULL);
+    return s;
 }
 
 /* y = x * scale + shift over channel ch, and its ReLU with d->relu (two loops: each
@@ -192,40 +162,10 @@ amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float 
 }
 
 /* sum(dy) and sum((x - mean) * dy) over channel ch, in double; dt f32 or bf16. */
-AMP_CPU_CLONE_INLINE void channel_bwd_sums_typed(const amp_bn_desc *d, amp_dtype dt, const void *x,
-                                                 const void *dy, int64_t ch, double mean,
-                                                 double *sum_dy, double *dot) {
-    double s = 0.0, p = 0.0;
-    for (int64_t t = 0; t < channel_tiles(d); t++) {
-        int64_t len, off = channel_tile(d, ch, t, &len);
-        bn_v8d vs = {0}, vp = {0};
-        int64_t k = 0;
-        for (; k + 8 <= len; k += 8) { /* amp_bn_dy_dev, 8 lanes */
-            bn_v8d gv, xv;
-            bn_load8(dy, dt, off + k, &gv);
-            bn_load8(x, dt, off + k, &xv);
-            vs += gv;
-            vp += (xv - mean) * gv;
-        }
-        double ls[8], lp[8];
-        memcpy(ls, &vs, sizeof ls);
-        memcpy(lp, &vp, sizeof lp);
-        for (; k < len; k++) {
-            float xv = bn_load(x, dt, off + k), gv = bn_load(dy, dt, off + k);
-            ls[k & 7] += (double)gv;
-            lp[k & 7] += amp_bn_dy_dev(xv, gv, mean);
-        }
-        s += lanes_total(ls);
-        p += lanes_total(lp);
-    }
-    *sum_dy = s;
-    *dot = p;
-}
-
 AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy,
                                             int64_t ch, double mean, double *sum_dy, double *dot) {
-    if (d->dtype == AMP_BF16) channel_bwd_sums_typed(d, AMP_BF16, x, dy, ch, mean, sum_dy, dot);
-    else channel_bwd_sums_typed(d, AMP_F32, x, dy, ch, mean, sum_dy, dot);
+    if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, BN_SUM_DY, x, dy, ch, mean, sum_dy, dot);
+    else channel_sums(d, AMP_F32, BN_SUM_DY, x, dy, ch, mean, sum_dy, dot);
 }
 
 /* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */

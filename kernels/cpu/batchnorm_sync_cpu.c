@@ -15,56 +15,24 @@
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/batchnorm_sync.h"
 
-/* Channel ch's two sums (see the entry), in double, for dt f32 or bf16 (eight-lane vectors,
- * batchnorm_tiles.h's bn_load8) or f16 (tiles); lane j takes the elements k + j either way. */
-AMP_CPU_CLONE_INLINE void sync_channel_sums_typed(const amp_bn_desc *d, amp_dtype dt,
-                                                  const void *x, double center, const void *dy,
-                                                  int64_t ch, double *s1, double *s2) {
+/* Channel ch's two sums (see the entry), in double, for f16 (through f32 tiles); lane j takes
+ * the elements k + j, as batchnorm_tiles.h's channel_sums does for f32 and bf16. */
+static void sync_channel_sums_f16(const amp_bn_desc *d, const void *x, double center,
+                                  const void *dy, int64_t ch, double *s1, double *s2) {
     float bx[AMP_CPU_REDUCE_CHUNK], bdy[AMP_CPU_REDUCE_CHUNK];
     double a = 0.0, b = 0.0;
     for (int64_t t = 0; t < channel_tiles(d); t++) {
         int64_t len, off = channel_tile(d, ch, t, &len);
         double la[8] = {0}, lb[8] = {0};
-        int64_t k = 0;
-        if (dt != AMP_F16) {
-            bn_v8d va = {0}, vb = {0};
-            for (; k + 8 <= len; k += 8) {
-                bn_v8d xv, gv;
-                bn_load8(x, dt, off + k, &xv);
-                xv -= center; /* amp_bn_sync_dev */
-                if (dy) {
-                    bn_load8(dy, dt, off + k, &gv);
-                    va += gv;
-                    vb += xv * gv; /* amp_bn_dy_dev */
-                } else {
-                    va += xv;
-                    vb += xv * xv; /* amp_bn_sq_dev */
-                }
-            }
-            memcpy(la, &va, sizeof la);
-            memcpy(lb, &vb, sizeof lb);
-            for (; k < len; k++) {
-                float xv = bn_load(x, dt, off + k);
-                if (dy) {
-                    float gv = bn_load(dy, dt, off + k);
-                    la[k & 7] += (double)gv;
-                    lb[k & 7] += amp_bn_dy_dev(xv, gv, center);
-                } else {
-                    la[k & 7] += amp_bn_sync_dev(xv, center);
-                    lb[k & 7] += amp_bn_sq_dev(xv, center);
-                }
-            }
-        } else {
-            const float *xv = tile_in(x, dt, off, len, bx);
-            const float *gv = dy ? tile_in(dy, dt, off, len, bdy) : NULL;
-            for (; k < len; k++) {
-                if (gv) {
-                    la[k & 7] += (double)gv[k];
-                    lb[k & 7] += amp_bn_dy_dev(xv[k], gv[k], center);
-                } else {
-                    la[k & 7] += amp_bn_sync_dev(xv[k], center);
-                    lb[k & 7] += amp_bn_sq_dev(xv[k], center);
-                }
+        const float *xv = tile_in(x, AMP_F16, off, len, bx);
+        const float *gv = dy ? tile_in(dy, AMP_F16, off, len, bdy) : NULL;
+        for (int64_t k = 0; k < len; k++) {
+            if (gv) {
+                la[k & 7] += (double)gv[k];
+                lb[k & 7] += amp_bn_dy_dev(xv[k], gv[k], center);
+            } else {
+                la[k & 7] += amp_bn_sync_dev(xv[k], center);
+                lb[k & 7] += amp_bn_sq_dev(xv[k], center);
             }
         }
         a += lanes_total(la);
@@ -76,9 +44,10 @@ AMP_CPU_CLONE_INLINE void sync_channel_sums_typed(const amp_bn_desc *d, amp_dtyp
 
 AMP_CPU_CLONES static void sync_channel_sums(const amp_bn_desc *d, const void *x, double center,
                                              const void *dy, int64_t ch, double *s1, double *s2) {
-    if (d->dtype == AMP_BF16) sync_channel_sums_typed(d, AMP_BF16, x, center, dy, ch, s1, s2);
-    else if (d->dtype == AMP_F16) sync_channel_sums_typed(d, AMP_F16, x, center, dy, ch, s1, s2);
-    else sync_channel_sums_typed(d, AMP_F32, x, center, dy, ch, s1, s2);
+    bn_sum_kind kind = dy ? BN_SUM_DY : BN_SUM_CENTERED;
+    if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, dy, ch, center, s1, s2);
+    else if (d->dtype == AMP_F16) sync_channel_sums_f16(d, x, center, dy, ch, s1, s2);
+    else channel_sums(d, AMP_F32, kind, x, dy, ch, center, s1, s2);
 }
 
 amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,

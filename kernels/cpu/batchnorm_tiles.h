@@ -69,6 +69,83 @@ AMP_CPU_CLONE_INLINE void bn_load8(const void *p, amp_dtype dt, int64_t i, bn_v8
     *out = __builtin_convertvector(v, bn_v8d);
 }
 
+/* What a channel's sums add up, per element (x and dy widened to double, c a per-channel
+ * double): x (batch norm's mean); (x - c)^2 (its variance); x - c and (x - c)^2 (synchronised
+ * batch norm's statistics about a centre); dy and (x - c) dy (both backwards). The formulas are
+ * kernels/math/batchnorm.h's and batchnorm_sync.h's, in the same order of operations. */
+typedef enum bn_sum_kind { BN_SUM_X, BN_SUM_SQ_DEV, BN_SUM_CENTERED, BN_SUM_DY } bn_sum_kind;
+
+AMP_CPU_CLONE_INLINE void bn_sum_step8(bn_sum_kind kind, amp_dtype dt, const void *x,
+                                       const void *dy, int64_t at, double c, bn_v8d *a,
+                                       bn_v8d *b) {
+    bn_v8d xv, gv;
+    bn_load8(x, dt, at, &xv);
+    switch (kind) {
+    case BN_SUM_X: *a += xv; break;
+    case BN_SUM_SQ_DEV: xv -= c; *a += xv * xv; break;
+    case BN_SUM_CENTERED: xv -= c; *a += xv; *b += xv * xv; break;
+    case BN_SUM_DY: bn_load8(dy, dt, at, &gv); *a += gv; *b += (xv - c) * gv; break;
+    }
+}
+
+AMP_CPU_CLONE_INLINE void bn_sum_step1(bn_sum_kind kind, amp_dtype dt, const void *x,
+                                       const void *dy, int64_t at, double c, double *a, double *b) {
+    float xv = bn_load(x, dt, at);
+    switch (kind) {
+    case BN_SUM_X: *a += (double)xv; break;
+    case BN_SUM_SQ_DEV: *a += amp_bn_sq_dev(xv, c); break;
+    case BN_SUM_CENTERED: *a += (double)xv - c; *b += amp_bn_sq_dev(xv, c); break;
+    case BN_SUM_DY: {
+        float gv = bn_load(dy, dt, at);
+        *a += (double)gv;
+        *b += amp_bn_dy_dev(xv, gv, c);
+        break;
+    }
+    }
+}
+
+/* Tiles summed side by side. Each tile's eight lanes are chains of additions of their own, so
+ * running BN_TILE_GROUP tiles in step changes no bit of any sum, and keeps that many additions
+ * in flight: one tile at a time ran at the adder's latency (8 elements per 4 cycles). */
+#define BN_TILE_GROUP 4
+
+/* Channel ch's sums of `kind` (*s2 only for the kinds with two), for dt f32 or bf16: each tile's
+ * lane j takes its elements k + j, the lanes join by lanes_total, the tiles add up in order. */
+AMP_CPU_CLONE_INLINE void channel_sums(const amp_bn_desc *d, amp_dtype dt, bn_sum_kind kind,
+                                       const void *x, const void *dy, int64_t ch, double c,
+                                       double *s1, double *s2) {
+    double a = 0.0, b = 0.0;
+    int64_t tiles = channel_tiles(d);
+    for (int64_t t = 0; t < tiles; t += BN_TILE_GROUP) {
+        int g = tiles - t < BN_TILE_GROUP ? (int)(tiles - t) : BN_TILE_GROUP;
+        int64_t off[BN_TILE_GROUP], len[BN_TILE_GROUP], common = AMP_CPU_REDUCE_CHUNK, k = 0;
+        bn_v8d va[BN_TILE_GROUP], vb[BN_TILE_GROUP];
+        for (int i = 0; i < g; i++) {
+            off[i] = channel_tile(d, ch, t + i, &len[i]);
+            common = len[i] < common ? len[i] : common;
+            va[i] = vb[i] = (bn_v8d){0};
+        }
+        if (g == BN_TILE_GROUP)
+            for (; k + 8 <= common; k += 8)
+                for (int i = 0; i < BN_TILE_GROUP; i++)
+                    bn_sum_step8(kind, dt, x, dy, off[i] + k, c, &va[i], &vb[i]);
+        for (int i = 0; i < g; i++) {
+            int64_t j = k;
+            for (; j + 8 <= len[i]; j += 8)
+                bn_sum_step8(kind, dt, x, dy, off[i] + j, c, &va[i], &vb[i]);
+            double la[8], lb[8];
+            memcpy(la, &va[i], sizeof la);
+            memcpy(lb, &vb[i], sizeof lb);
+            for (; j < len[i]; j++)
+                bn_sum_step1(kind, dt, x, dy, off[i] + j, c, &la[j & 7], &lb[j & 7]);
+            a += lanes_total(la);
+            b += lanes_total(lb);
+        }
+    }
+    *s1 = a;
+    if (s2) *s2 = b;
+}
+
 /* dx over channel ch from the channel's folded backward terms (kernels/math/batchnorm.h), for dt
  * f32 or bf16 (direct) or f16 (tiles). dx may alias dy: each element is read before it is
  * written. */

@@ -66,6 +66,11 @@ amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void 
 amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y);
 amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x,
                                void *dx);
+/* pool_2x2_avx512.c: whether d (checked) is a 2x2 stride-2 unpadded pooling and this CPU has
+ * AVX-512 (F, BW, VL); then one (n, c) plane at a time, same values and bits as the scalar scan. */
+bool amp_cpu_pool2x2_vectorised(const amp_pool_desc *d);
+void amp_cpu_pool2x2_fwd_plane(const amp_pool_desc *d, const void *x, void *y);
+void amp_cpu_pool2x2_bwd_plane(const amp_pool_desc *d, const void *x, const void *dy, void *dx);
 
 amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
                          void *y);

@@ -8,7 +8,8 @@
  * (at O3 that index was as large as the pooled half activations it indexes). The backward
  * overwrites dx: zero, then dx[argmax] += dy in output order within the plane, in f32 (windows
  * overlap when stride < k), rounded once on store for f16/bf16. Planes of f16/bf16 are widened
- * into per-thread f32 buffers. */
+ * into per-thread f32 buffers. The ConvNet's 2x2 stride-2 pooling runs sixteen outputs per vector
+ * on CPUs with AVX-512 (pool_2x2_avx512.c), in every dtype without the copies. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -126,6 +127,14 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
     AMP_CHECK_ARG(y);
     int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
     amp_dtype dt = d->dtype;
+    if (amp_cpu_pool2x2_vectorised(d)) {
+        size_t elem = amp_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
+        for (int64_t p = 0; p < planes; p++)
+            amp_cpu_pool2x2_fwd_plane(d, (const char *)x + (size_t)(p * in_sz) * elem,
+                                      (char *)y + (size_t)(p * out_sz) * elem);
+        return AMP_OK;
+    }
     plane_fwd_fn plane_fwd = plane_fwd_for(d);
     bool is_2x2 = plane_fwd == pool_plane_fwd_2x2;
     int failed = 0;
@@ -171,6 +180,15 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const voi
     AMP_CHECK_ARG(dx);
     int64_t planes = d->n * d->c, in_sz = d->h_in * d->w_in, out_sz = d->h_out * d->w_out;
     amp_dtype dt = d->dtype;
+    if (amp_cpu_pool2x2_vectorised(d)) {
+        size_t elem = amp_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)
+        for (int64_t p = 0; p < planes; p++)
+            amp_cpu_pool2x2_bwd_plane(d, (const char *)x + (size_t)(p * in_sz) * elem,
+                                      (const char *)dy + (size_t)(p * out_sz) * elem,
+                                      (char *)dx + (size_t)(p * in_sz) * elem);
+        return AMP_OK;
+    }
     plane_fwd_fn plane_fwd = plane_fwd_for(d);
     int failed = 0;
 #pragma omp parallel if (planes * in_sz >= AMP_CPU_PARALLEL_MIN)

@@ -2,7 +2,9 @@
  * (padding never wins; the first maximum in row-major window order holds the argmax; NaN wins),
  * in f32, f16 and bf16; the backward, which finds the argmax again from x, with overlapping
  * windows (stride < k) against a double accumulation, and each rule seen through it (a one-hot
- * dy lands on the window's argmax); shape and argument errors; thread determinism. */
+ * dy lands on the window's argmax); shape and argument errors; thread determinism. The 2x2
+ * stride-2 pooling (sixteen outputs per vector on AVX-512, pool_2x2_avx512.c) is also checked bit
+ * for bit on rows of several vectors with NaN, signed zeros and infinities in every dtype. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -129,6 +131,70 @@ static void test_rules_2x2(void) {
     CHECK(memcmp(dx, want, sizeof want) == 0);
 }
 
+/* The bits a pooled or scattered value is stored with: the dtype's value, NaN as 0x7fff in
+ * f16/bf16 (core/half.h's conversions), 0 + v for dx. */
+static uint32_t stored_bits(amp_dtype dt, float v) {
+    if (dt == AMP_F32) {
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        return u;
+    }
+    return dt == AMP_F16 ? amp_f32_to_f16_bits(v) : amp_f32_to_bf16_bits(v);
+}
+
+static uint32_t load_bits(const void *p, amp_dtype dt, int64_t i) {
+    if (dt == AMP_F32) return ((const uint32_t *)p)[i];
+    return ((const uint16_t *)p)[i];
+}
+
+/* 2x2 stride 2 on 2 planes of 9 x 71 (35 outputs a row: two full vectors and a part, and a row
+ * and a column no window reads), values drawn from {NaN, -inf, -1, -0, +0, 1, 2}, half NaN with
+ * and without payload: every output's
+ * bits against the rule (NaN as any NaN), every dx element's bits against 0 + dy at the argmax. */
+static void test_2x2_special_values(amp_dtype dt) {
+    amp_pool_desc d = make_desc(dt, 1, 2, 9, 71, 2, 2, 0);
+    const float pick[7] = {NAN, -INFINITY, -1.0f, -0.0f, 0.0f, 1.0f, 2.0f};
+    int64_t in_n = 2 * 9 * 71, out_n = 2 * d.h_out * d.w_out, in_sz = 9 * 71;
+    size_t es = test_dtype_size(dt);
+    void *x = malloc((size_t)in_n * es), *y = malloc((size_t)out_n * es);
+    void *dy = malloc((size_t)out_n * es), *dx = malloc((size_t)in_n * es);
+    for (int64_t i = 0; i < in_n; i++) {
+        test_store(x, dt, i, pick[(int)(test_uniform() * 7) % 7]);
+        if (dt != AMP_F32 && isnan(test_load(x, dt, i)) && i % 2)
+            ((uint16_t *)x)[i] = dt == AMP_F16 ? 0xfe01 : 0xffc1; /* sign, payload: out as 0x7fff */
+    }
+    for (int64_t i = 0; i < out_n; i++)
+        test_store(dy, dt, i, i % 5 == 0 ? -0.0f : (float)(int)(test_uniform() * 9) - 4.0f);
+    memset(dx, 0xff, (size_t)in_n * es);
+    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
+    float *want_dx = calloc((size_t)in_n, sizeof *want_dx);
+    int bad_y = 0, bad_dx = 0;
+    for (int64_t pl = 0; pl < 2; pl++)
+        for (int64_t oh = 0; oh < d.h_out; oh++)
+            for (int64_t ow = 0; ow < d.w_out; ow++) {
+                int64_t at = -1;
+                float best = -INFINITY;
+                for (int64_t k = 0; k < 4; k++) {
+                    int64_t i = pl * in_sz + (2 * oh + k / 2) * 71 + 2 * ow + k % 2;
+                    float v = test_load(x, dt, i);
+                    if (at < 0 || v > best || isnan(v)) best = v, at = i;
+                }
+                int64_t o = pl * d.h_out * d.w_out + oh * d.w_out + ow;
+                float got = test_load(y, dt, o);
+                bool half_nan_ok = dt == AMP_F32 || load_bits(y, dt, o) == 0x7fff;
+                bad_y += isnan(best) ? !isnan(got) || !half_nan_ok
+                                     : load_bits(y, dt, o) != stored_bits(dt, best);
+                want_dx[at] = 0.0f + test_load(dy, dt, o);
+            }
+    for (int64_t i = 0; i < in_n; i++)
+        bad_dx += load_bits(dx, dt, i) != stored_bits(dt, want_dx[i]);
+    CHECK_MSG(bad_y == 0 && bad_dx == 0, "2x2 %s (%s): %d outputs, %d dx elements wrong",
+              amp_dtype_name(dt), amp_cpu_pool2x2_vectorised(&d) ? "AVX-512" : "scalar", bad_y,
+              bad_dx);
+    free(x), free(y), free(dy), free(dx), free(want_dx);
+}
+
 static void test_errors(void) {
     float x[16] = {0}, y[16];
     amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
@@ -175,6 +241,7 @@ int main(void) {
     }
     test_rules();
     test_rules_2x2();
+    for (int i = 0; i < 3; i++) test_2x2_special_values(dts[i]);
     test_errors();
     test_thread_determinism();
     return test_summary("test_cpu_pool");
