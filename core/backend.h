@@ -100,8 +100,10 @@ typedef struct amp_conv2d_desc {
  * (PyTorch). Eval: normalise with running_mean/running_var. gamma/beta may be NULL (1 and 0), and
  * so may the running stats (not tracked), save_*, dx and dgamma/dbeta (not wanted).
  * relu: the forward entries (bn_fwd_train, bn_fwd_eval) write y = relu(batch norm) in the same
- * pass (a batch norm followed by a ReLU: one pass and one tensor fewer); the backward entries
- * refuse it: their caller masks dy with AMP_BINARY_RELU_BWD on y first. */
+ * pass (a batch norm followed by a ReLU: one pass and one tensor fewer); bn_bwd then takes that
+ * y and lets dy through where ReLU's backward does (kernels/math/relu.h's amp_relu_bwd: 0 where
+ * y <= 0), in its passes, as if dy had been masked with AMP_BINARY_RELU_BWD first (one pass and
+ * one tensor fewer again). SyncBatchNorm's entries refuse it: their caller masks dy first. */
 typedef struct amp_bn_desc {
     int64_t n, c, hw;
     float eps, momentum;
@@ -271,9 +273,10 @@ typedef struct amp_backend {
     amp_status (*bn_fwd_eval)(const amp_bn_desc *d, const void *x, const float *gamma,
                               const float *beta, const float *running_mean,
                               const float *running_var, void *y);
-    amp_status (*bn_bwd)(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
-                         const float *save_mean, const float *save_invstd, void *dx,
-                         float *dgamma, float *dbeta);
+    /* y: the forward's output with d->relu (dy masked by it), NULL without. */
+    amp_status (*bn_bwd)(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
+                         const float *gamma, const float *save_mean, const float *save_invstd,
+                         void *dx, float *dgamma, float *dbeta);
 
     /* y = each window's maximum. The backward takes the forward's input x, finds each window's
      * maximum again by the same scan (kernels/math/pool.h) and overwrites dx with the sum of
@@ -430,13 +433,21 @@ amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, fl
 /* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */
 amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
                                        const float *found_inf);
-/* Which batch-norm entry checks its descriptor: the training forward, the eval forward, or one
- * of the entries that take dy or only sum (backward, SyncBatchNorm's sums and statistics). */
-typedef enum amp_bn_pass { AMP_BN_PASS_TRAIN, AMP_BN_PASS_EVAL, AMP_BN_PASS_BWD } amp_bn_pass;
+/* Which batch-norm entry checks its descriptor: the training forward, the eval forward, the
+ * backward, or one of SyncBatchNorm's entries that take dy or only sum (sums, statistics,
+ * elementwise backward). */
+typedef enum amp_bn_pass {
+    AMP_BN_PASS_TRAIN,
+    AMP_BN_PASS_EVAL,
+    AMP_BN_PASS_BWD,
+    AMP_BN_PASS_SYNC
+} amp_bn_pass;
 /* Batch norm's descriptor: d set, a float dtype, n, c, hw >= 1; in training, also at least 2
  * values per channel (n * hw >= 2: the unbiased running variance divides by n * hw - 1); relu
- * only for the forward passes. */
+ * not for SyncBatchNorm's entries. */
 amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, amp_bn_pass pass);
+/* bn_bwd's y: given exactly when d->relu is set (AMP_ERR_INVALID_ARG naming fn otherwise). */
+amp_status amp_backend_check_bn_bwd_y(const char *fn, const amp_bn_desc *d, const void *y);
 /* The synchronised batch norm entries' count: >= 1, and >= 2 where a variance is formed
  * (`unbiased`); AMP_ERR_INVALID_ARG naming fn. */
 amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbiased);

@@ -91,9 +91,20 @@ amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, amp_bn_pas
         return amp_fail(AMP_ERR_SHAPE,
                         "%s: 1 value per channel (n %lld x hw %lld); training needs more than 1",
                         fn, (long long)d->n, (long long)d->hw);
-    if (pass == AMP_BN_PASS_BWD && d->relu)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: d->relu is set; it applies to the forward only "
-                        "(mask dy with AMP_BINARY_RELU_BWD on the forward's y and clear it)", fn);
+    if (pass == AMP_BN_PASS_SYNC && d->relu)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: d->relu is set; SyncBatchNorm's entries do not "
+                        "take it (mask dy with AMP_BINARY_RELU_BWD on the forward's y and clear it)",
+                        fn);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_bn_bwd_y(const char *fn, const amp_bn_desc *d, const void *y) {
+    if (d->relu && !y)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'y' is NULL; d->relu is set, and the "
+                        "backward masks dy by the forward's output y", fn);
+    if (!d->relu && y)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'y' is given but d->relu is not set "
+                        "(y is read only to mask dy after a fused ReLU)", fn);
     return AMP_OK;
 }
 
@@ -110,7 +121,7 @@ amp_status amp_backend_check_bn_bwd_elemt(const char *fn, const amp_bn_desc *d, 
                                           const void *x, const void *dy, const float *mean,
                                           const float *invstd, const float *sum_dy,
                                           const float *sum_dy_xmu, const void *dx) {
-    AMP_TRY(amp_backend_check_bn(fn, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn(fn, d, AMP_BN_PASS_SYNC));
     AMP_TRY(amp_backend_check_bn_count(fn, count, false));
     const struct {
         const char *name;

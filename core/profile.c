@@ -110,10 +110,11 @@ amp_status amp_prof_bn_fwd_eval(const amp_backend *be, const amp_bn_desc *d, con
 }
 
 amp_status amp_prof_bn_bwd(const amp_backend *be, const amp_bn_desc *d, const void *x,
-                           const void *dy, const float *gamma, const float *save_mean,
-                           const float *save_invstd, void *dx, float *dgamma, float *dbeta) {
-    PROF(AMP_OPCAT_NORM, 10.0 * bn_elems(d), bn_bwd, d, x, dy, gamma, save_mean, save_invstd, dx,
-         dgamma, dbeta);
+                           const void *dy, const void *y, const float *gamma,
+                           const float *save_mean, const float *save_invstd, void *dx,
+                           float *dgamma, float *dbeta) {
+    PROF(AMP_OPCAT_NORM, (10.0 + d->relu) * bn_elems(d), bn_bwd, d, x, dy, y, gamma, save_mean,
+         save_invstd, dx, dgamma, dbeta);
 }
 
 amp_status amp_prof_bn_channel_sums(const amp_backend *be, const amp_bn_desc *d, const void *x,

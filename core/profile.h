@@ -40,8 +40,9 @@ amp_status amp_prof_bn_fwd_eval(const amp_backend *be, const amp_bn_desc *d, con
                                 const float *gamma, const float *beta, const float *running_mean,
                                 const float *running_var, void *y);
 amp_status amp_prof_bn_bwd(const amp_backend *be, const amp_bn_desc *d, const void *x,
-                           const void *dy, const float *gamma, const float *save_mean,
-                           const float *save_invstd, void *dx, float *dgamma, float *dbeta);
+                           const void *dy, const void *y, const float *gamma,
+                           const float *save_mean, const float *save_invstd, void *dx,
+                           float *dgamma, float *dbeta);
 amp_status amp_prof_bn_channel_sums(const amp_backend *be, const amp_bn_desc *d, const void *x,
                                     const float *center, const void *dy, float *out1, float *out2);
 amp_status amp_prof_bn_sync_stats(const amp_backend *be, const amp_bn_desc *d, int64_t count,

@@ -19,9 +19,6 @@ typedef struct amp_bn_args {
 amp_status amp_bn_prepare(const char *op, amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                           amp_tensor *running_mean, amp_tensor *running_var, bool training,
                           float momentum, float eps, amp_bn_args *a);
-/* The backward of a ReLU fused into a batch norm's forward (amp_bn_desc.relu): *dz = dy masked by
- * node->out > 0 (relu's backward from its output), a step tensor. */
-amp_status amp_bn_relu_mask(amp_tape_node *node, const amp_tensor *dy, const amp_tensor **dz);
 /* amp_sync_batchnorm2d with the ReLU after it in the same pass, as amp_batchnorm2d_relu is
  * amp_batchnorm2d's (the sequential model's fusion of a SyncBatchNorm layer and a ReLU). */
 amp_status amp_sync_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,

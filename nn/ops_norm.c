@@ -5,23 +5,13 @@
 #include "nn/autocast.h"
 #include "nn/norm_internal.h"
 
-amp_status amp_bn_relu_mask(amp_tape_node *node, const amp_tensor *dy, const amp_tensor **dz) {
-    amp_tensor *masked;
-    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &masked));
-    AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
-                   node->out->data, dy->data, masked->data));
-    *dz = masked;
-    return AMP_OK;
-}
-
 static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
     amp_tensor *mean = node->saved[0], *invstd = node->saved[1];
-    amp_bn_desc bwd = *(const amp_bn_desc *)node->aux, *d = &bwd;
-    if (d->relu) { /* the fused ReLU's backward, from the output y as relu's own */
-        AMP_TRY(amp_bn_relu_mask(node, dy, &dy));
-        d->relu = false;
-    }
+    const amp_bn_desc *d = node->aux;
+    /* The fused ReLU's backward (dy masked by the output y, as relu's own) runs in the kernel's
+     * passes: no masked copy of dy. */
+    const void *y = d->relu ? node->out->data : NULL;
     amp_grad_sink sx, sg, sb;
     AMP_TRY(amp_grad_begin(x, &sx));
     AMP_TRY(amp_grad_begin(gamma, &sg));
@@ -31,7 +21,7 @@ static amp_status amp_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     if (!dx) AMP_TRY(amp_tensor_step_like(x, x->dtype, &dx));
     if (!dg) AMP_TRY(amp_tensor_step_like(gamma, AMP_F32, &dg));
     if (!db) AMP_TRY(amp_tensor_step_like(beta, AMP_F32, &db));
-    AMP_TRY(AMP_BE(dy->backend, bn_bwd, d, x->data, dy->data, gamma->data, mean->data,
+    AMP_TRY(AMP_BE(dy->backend, bn_bwd, d, x->data, dy->data, y, gamma->data, mean->data,
                    invstd->data, dx->data, dg->data, db->data));
     AMP_TRY(amp_grad_end(&sx));
     AMP_TRY(amp_grad_end(&sg));

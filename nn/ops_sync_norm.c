@@ -32,13 +32,26 @@ static amp_status sync_allreduce(amp_ctx *ctx, float *p, int64_t n) {
     return c->allreduce_sum_f32(ctx->collective_user, p, n);
 }
 
+/* The backward of a ReLU fused into the forward (amp_bn_desc.relu): *dz = dy masked by the
+ * output node->out (relu's backward from its output), a step tensor; SyncBatchNorm's entries
+ * take no y, as bn_bwd does. */
+static amp_status amp_sync_bn_relu_mask(amp_tape_node *node, const amp_tensor *dy,
+                                        const amp_tensor **dz) {
+    amp_tensor *masked;
+    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &masked));
+    AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
+                   node->out->data, dy->data, masked->data));
+    *dz = masked;
+    return AMP_OK;
+}
+
 static amp_status amp_sync_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
     amp_tensor *mean = node->saved[0], *invstd = node->saved[1];
     const sync_bn_aux *a = node->aux;
     const amp_bn_desc *d = &a->d; /* without relu: the backward entries refuse it */
     const amp_backend *be = dy->backend;
-    if (a->relu) AMP_TRY(amp_bn_relu_mask(node, dy, &dy));
+    if (a->relu) AMP_TRY(amp_sync_bn_relu_mask(node, dy, &dy));
     int64_t c = d->c;
     amp_tensor *sums; /* sum(dy) then sum(dy * (x - mean)): one all-reduce for both */
     AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, (int64_t[]){2 * c}, &sums));

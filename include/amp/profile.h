@@ -18,7 +18,8 @@
  *    and C input channels, an R x S kernel and a P x Q output; plus N K P Q for a bias (forward)
  *    or a bias gradient (weight gradient);
  *  - per element of the tensor: batch norm training forward 8 (two-pass statistics 4, normalise
- *    and affine 4), inference forward 4, each + 1 with the ReLU fused in, backward 10, channel sums 4, backward elementwise 6,
+ *    and affine 4), inference forward 4, backward 10, each + 1 with the ReLU fused in (its mask
+ *    in the backward), channel sums 4, backward elementwise 6,
  *    synchronised statistics 4 per channel; relu, scale, add, sub, mul, relu
  *    backward, dropout (both ways), fill with a scale 1; axpy 2; sum 1; cross entropy forward 4
  *    per logit, backward 2; MSE forward 3, backward 2; max pooling forward one comparison per

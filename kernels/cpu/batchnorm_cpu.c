@@ -14,7 +14,8 @@
  * runs the passes on that copy: widening per pass (F16C) cost the forward's three passes and the
  * backward's two a third of their time. On the ConvNet's first layer at batch 256 (Intel Xeon
  * SPR, 2 threads) bf16 through the arena took 2.0 ms forward and 4.3 backward, more than f32's
- * 1.7 and 3.3: the f32 copies pass through the cache four times. */
+ * 1.7 and 3.3: the f32 copies pass through the cache four times. On CPUs with AVX-512 the f32
+ * and bf16 loops run as batchnorm_avx512.c's intrinsics (the same bits). */
 #include <stdbool.h>
 #include <string.h>
 
@@ -31,8 +32,9 @@ AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, in
                                          double mean, int squares) {
     bn_sum_kind kind = squares ? BN_SUM_SQ_DEV : BN_SUM_X;
     double s;
-    if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, NULL, ch, mean, &s, NULL);
-    else channel_sums(d, AMP_F32, kind, x, NULL, ch, mean, &s, NULL);
+    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_sums_avx512(d, kind, x, NULL, NULL, ch, mean, &s, NULL);
+    else if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, NULL, NULL, ch, mean, &s, NULL);
+    else channel_sums(d, AMP_F32, kind, x, NULL, NULL, ch, mean, &s, NULL);
     return s;
 }
 
@@ -61,7 +63,8 @@ AMP_CPU_CLONE_INLINE void channel_apply_typed(const amp_bn_desc *d, amp_dtype dt
 
 AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch,
                                          float scale, float shift, void *y) {
-    if (d->dtype == AMP_BF16) channel_apply_typed(d, AMP_BF16, x, ch, scale, shift, y);
+    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_apply_avx512(d, x, ch, scale, shift, y);
+    else if (d->dtype == AMP_BF16) channel_apply_typed(d, AMP_BF16, x, ch, scale, shift, y);
     else if (d->dtype == AMP_F16) channel_apply_typed(d, AMP_F16, x, ch, scale, shift, y);
     else channel_apply_typed(d, AMP_F32, x, ch, scale, shift, y);
 }
@@ -161,24 +164,40 @@ amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float 
     return AMP_OK;
 }
 
-/* sum(dy) and sum((x - mean) * dy) over channel ch, in double; dt f32 or bf16. */
+/* sum(dy) and sum((x - mean) * dy) over channel ch, in double; dt f32 or bf16; dy masked by
+ * ReLU's backward on y when y is given (amp_bn_desc.relu). */
 AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy,
-                                            int64_t ch, double mean, double *sum_dy, double *dot) {
-    if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, BN_SUM_DY, x, dy, ch, mean, sum_dy, dot);
-    else channel_sums(d, AMP_F32, BN_SUM_DY, x, dy, ch, mean, sum_dy, dot);
+                                            const void *y, int64_t ch, double mean, double *sum_dy,
+                                            double *dot) {
+    if (amp_cpu_bn_vectorised(d))
+        amp_cpu_bn_sums_avx512(d, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
+    else if (d->dtype == AMP_BF16)
+        channel_sums(d, AMP_BF16, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
+    else channel_sums(d, AMP_F32, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
 }
 
 /* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */
 AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, const void *dy,
-                                          int64_t ch, float mean, float proj, float mean_dy,
-                                          float k, void *dx) {
-    channel_bwd_dx_tiles(d, x, dy, ch, mean, proj, mean_dy, k, dx);
+                                          const void *y, int64_t ch, float mean, float proj,
+                                          float mean_dy, float k, void *dx) {
+    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_bwd_dx_avx512(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
+    else channel_bwd_dx_tiles(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
 }
 
-amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
-                          const float *save_mean, const float *save_invstd, void *dx,
-                          float *dgamma, float *dbeta) {
+/* ReLU's backward on the f32 copy of channel ch of dy (channel_widen's order), from the f16 y. */
+static void channel_mask_relu_f16(const amp_bn_desc *d, const void *y, int64_t ch, float *buf) {
+    for (int64_t i = 0; i < d->n; i++) {
+        const uint16_t *yp = (const uint16_t *)y + (i * d->c + ch) * d->hw;
+        for (int64_t j = 0; j < d->hw; j++)
+            buf[i * d->hw + j] = amp_relu_bwd(amp_f16_bits_to_f32(yp[j]), buf[i * d->hw + j]);
+    }
+}
+
+amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
+                          const float *gamma, const float *save_mean, const float *save_invstd,
+                          void *dx, float *dgamma, float *dbeta) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn_bwd_y(__func__, d, y));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(save_mean);
@@ -204,20 +223,22 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
             bdy = (float *)((char *)bx + amp_dnnl_f32_nbytes(numel));
             channel_widen(d, x, ch, bx);
             channel_widen(d, dy, ch, bdy);
+            if (y) channel_mask_relu_f16(d, y, ch, bdy);
             sd = &one, sx = bx, sdy = bdy, sc = 0;
         }
+        const void *sy = half ? NULL : y; /* the copy of dy is masked already */
         double mean = save_mean[ch], invstd = save_invstd[ch], sum_dy, dot;
-        channel_bwd_sums(sd, sx, sdy, sc, mean, &sum_dy, &dot);
+        channel_bwd_sums(sd, sx, sdy, sy, sc, mean, &sum_dy, &dot);
         if (dgamma) dgamma[ch] = (float)(dot * invstd);
         if (dbeta) dbeta[ch] = (float)sum_dy;
         if (!dx) continue;
         float proj = (float)(dot * invstd * invstd / count), mean_dy = (float)(sum_dy / count);
         float k = (float)((gamma ? (double)gamma[ch] : 1.0) * invstd);
         if (half) { /* dx over the copy of dy: each element is read before it is written */
-            channel_bwd_dx(&one, bx, bdy, 0, save_mean[ch], proj, mean_dy, k, bdy);
+            channel_bwd_dx(&one, bx, bdy, NULL, 0, save_mean[ch], proj, mean_dy, k, bdy);
             channel_narrow(d, bdy, ch, dx);
         } else {
-            channel_bwd_dx(d, x, dy, ch, save_mean[ch], proj, mean_dy, k, dx);
+            channel_bwd_dx(d, x, dy, y, ch, save_mean[ch], proj, mean_dy, k, dx);
         }
     }
     if (failed) return channel_arena_oom(__func__, d, 2);

@@ -45,14 +45,15 @@ static void sync_channel_sums_f16(const amp_bn_desc *d, const void *x, double ce
 AMP_CPU_CLONES static void sync_channel_sums(const amp_bn_desc *d, const void *x, double center,
                                              const void *dy, int64_t ch, double *s1, double *s2) {
     bn_sum_kind kind = dy ? BN_SUM_DY : BN_SUM_CENTERED;
-    if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, dy, ch, center, s1, s2);
+    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_sums_avx512(d, kind, x, dy, NULL, ch, center, s1, s2);
+    else if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, dy, NULL, ch, center, s1, s2);
     else if (d->dtype == AMP_F16) sync_channel_sums_f16(d, x, center, dy, ch, s1, s2);
-    else channel_sums(d, AMP_F32, kind, x, dy, ch, center, s1, s2);
+    else channel_sums(d, AMP_F32, kind, x, dy, NULL, ch, center, s1, s2);
 }
 
 amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
                                    const void *dy, float *out1, float *out2) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(out1);
     AMP_CHECK_ARG(out2);
@@ -69,7 +70,7 @@ amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const fl
 amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
                                  const float *s1, const float *s2, float *mean, float *var,
                                  float *invstd, float *running_mean, float *running_var) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_TRY(amp_backend_check_bn_count(__func__, count, s2 != NULL));
     AMP_CHECK_ARG(s1);
     AMP_CHECK_ARG(mean);
@@ -85,7 +86,8 @@ amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const floa
 AMP_CPU_CLONES static void sync_channel_dx(const amp_bn_desc *d, const void *x, const void *dy,
                                            int64_t ch, float mean, float proj, float mean_dy,
                                            float k, void *dx) {
-    channel_bwd_dx_tiles(d, x, dy, ch, mean, proj, mean_dy, k, dx);
+    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_bwd_dx_avx512(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
+    else channel_bwd_dx_tiles(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
 }
 
 amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,

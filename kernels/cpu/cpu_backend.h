@@ -51,9 +51,9 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
 amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
                                const float *beta, const float *running_mean,
                                const float *running_var, void *y);
-amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
-                          const float *save_mean, const float *save_invstd, void *dx,
-                          float *dgamma, float *dbeta);
+amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
+                          const float *gamma, const float *save_mean, const float *save_invstd,
+                          void *dx, float *dgamma, float *dbeta);
 amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
                                    const void *dy, float *out1, float *out2);
 amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
@@ -66,8 +66,11 @@ amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void 
 amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y);
 amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x,
                                void *dx);
-/* pool_2x2_avx512.c: whether d (checked) is a 2x2 stride-2 unpadded pooling and this CPU has
- * AVX-512 (F, BW, VL); then one (n, c) plane at a time, same values and bits as the scalar scan. */
+/* cpu_avx512.c: whether the hand-vectorised AVX-512 kernels run (AVX-512 F, BW and VL, and
+ * AMP_CPU_GENERIC unset). */
+bool amp_cpu_avx512_kernels(void);
+/* pool_2x2_avx512.c: whether d (checked) is a 2x2 stride-2 unpadded pooling and those kernels
+ * run; then one (n, c) plane at a time, same values and bits as the scalar scan. */
 bool amp_cpu_pool2x2_vectorised(const amp_pool_desc *d);
 void amp_cpu_pool2x2_fwd_plane(const amp_pool_desc *d, const void *x, void *y);
 void amp_cpu_pool2x2_bwd_plane(const amp_pool_desc *d, const void *x, const void *dy, void *dx);

@@ -15,7 +15,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "kernels/cpu/cpu_backend.h"
 
@@ -23,12 +22,6 @@
 #include <immintrin.h>
 
 #define POOL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-static bool pool_cpu_has_avx512bw(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
 
 /* The first n (0..16) lanes. */
 static inline __mmask16 lanes(int64_t n) {
@@ -141,11 +134,8 @@ POOL_TARGET static void pool2x2_bwd_plane(const amp_pool_desc *d, const void *x,
 }
 
 bool amp_cpu_pool2x2_vectorised(const amp_pool_desc *d) {
-    /* AMP_CPU_POOL_SCALAR (set) keeps the scalar scan, which CPUs without AVX-512 run: the tests
-     * run both on one that has it. */
-    return !getenv("AMP_CPU_POOL_SCALAR") && pool_cpu_has_avx512bw() && d->k == 2 &&
-           d->stride == 2 && d->pad == 0 && 2 * d->h_out <= d->h_in &&
-           2 * d->w_out <= d->w_in;
+    return amp_cpu_avx512_kernels() && d->k == 2 && d->stride == 2 && d->pad == 0 &&
+           2 * d->h_out <= d->h_in && 2 * d->w_out <= d->w_in;
 }
 
 void amp_cpu_pool2x2_fwd_plane(const amp_pool_desc *d, const void *x, void *y) {

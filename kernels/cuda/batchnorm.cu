@@ -16,7 +16,8 @@
  *    y = x * scale + shift; then y. Needs n * hw >= 2.
  *  - fwd_eval: the fold from running_mean/running_var, then y.
  *  - bwd: tile sums of dy and (x - mean) * dy -> dbeta, dgamma and dx's per-channel coefficients;
- *    then dx = (dy - (x - mean) * proj - mean_dy) * k.
+ *    then dx = (dy - (x - mean) * proj - mean_dy) * k. With relu, every pass reads dy masked by
+ *    ReLU's backward on the forward's output y (kernels/math/relu.h), as the CPU's.
  * Outputs are overwritten. gamma/beta NULL mean 1 and 0; save_*, the running stats, dx and
  * dgamma/dbeta may be NULL (not wanted; bwd with all three NULL has nothing to do). y may be x and
  * dx may be dy: the elementwise passes run after every sum, and the same thread reads and writes an
@@ -44,7 +45,8 @@ enum bn_pass {
  * the tiles' lanes (unit u = tile u / 8, lane u % 8), y over channels. Whole warps step through
  * the units together so that the butterflies see all 32 lanes; units past the end add nothing. */
 template <amp_dtype D, bn_pass PASS>
-static __global__ void bn_tiles_kernel(const void *x, const void *dy, int64_t c, int64_t hw,
+static __global__ void bn_tiles_kernel(const void *x, const void *dy, const void *y, int64_t c,
+                                       int64_t hw,
                                        int64_t n_tiles, const double *mean_sq,
                                        const float *mean_bwd, double *tot_a, double *tot_b) {
     int64_t per_plane = (hw + BN_TILE - 1) / BN_TILE, units = n_tiles * BN_LANES;
@@ -68,6 +70,7 @@ static __global__ void bn_tiles_kernel(const void *x, const void *dy, int64_t c,
                         a += amp_bn_sq_dev(v, mean);
                     } else {
                         float g = amp_load_f32(dy, D, off + k);
+                        if (y) g = amp_relu_bwd(amp_load_f32(y, D, off + k), g);
                         a += (double)g;
                         b += amp_bn_dy_dev(v, g, mean);
                     }
@@ -194,17 +197,18 @@ static __global__ void bn_apply_kernel(const void *x, int64_t c, int64_t hw, int
 
 /* dx from the per-channel coefficients; the mean is save_mean's f32, as the CPU's. */
 template <amp_dtype D>
-static __global__ void bn_dx_kernel(const void *x, const void *dy, int64_t c, int64_t hw,
-                                    int64_t planes, const float *save_mean, const float *coef,
-                                    void *dx) {
+static __global__ void bn_dx_kernel(const void *x, const void *dy, const void *y, int64_t c,
+                                    int64_t hw, int64_t planes, const float *save_mean,
+                                    const float *coef, void *dx) {
     int64_t py = (int64_t)gridDim.y * blockDim.y, px = (int64_t)gridDim.x * blockDim.x;
     for (int64_t p = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; p < planes; p += py) {
         int64_t ch = p % c, base = p * hw;
         float mean = save_mean[ch], proj = coef[3 * ch], mean_dy = coef[3 * ch + 1];
         float k = coef[3 * ch + 2];
         for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < hw; j += px) {
-            float v = amp_bn_bwd_dx(amp_load_f32(x, D, base + j), amp_load_f32(dy, D, base + j),
-                                    mean, proj, mean_dy, k);
+            float g = amp_load_f32(dy, D, base + j);
+            if (y) g = amp_relu_bwd(amp_load_f32(y, D, base + j), g);
+            float v = amp_bn_bwd_dx(amp_load_f32(x, D, base + j), g, mean, proj, mean_dy, k);
             amp_store_f32(dx, D, base + j, v);
         }
     }
@@ -222,12 +226,12 @@ static amp_status bn_fwd_train_launch(const amp_bn_desc *d, const void *x, const
     float *scale = (float *)(mean + c), *shift = scale + c;
     dim3 tiles = bn_tiles_grid(d);
     unsigned chans = bn_channel_grid(c);
-    bn_tiles_kernel<D, BN_SUM_X><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, c, d->hw, n_tiles,
+    bn_tiles_kernel<D, BN_SUM_X><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, nullptr, c, d->hw, n_tiles,
                                                                  nullptr, nullptr, tot, nullptr);
     AMP_CUDA_LAUNCHED(stream);
     bn_mean_kernel<<<chans, BN_CHANNEL_BLOCK, 0, stream>>>(tot, c, n_tiles, (double)count, mean);
     AMP_CUDA_LAUNCHED(stream);
-    bn_tiles_kernel<D, BN_SUM_SQ><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, c, d->hw, n_tiles,
+    bn_tiles_kernel<D, BN_SUM_SQ><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, nullptr, c, d->hw, n_tiles,
                                                                   mean, nullptr, tot, nullptr);
     AMP_CUDA_LAUNCHED(stream);
     bn_train_channel_kernel<<<chans, BN_CHANNEL_BLOCK, 0, stream>>>(
@@ -262,14 +266,14 @@ static amp_status bn_fwd_eval_launch(const amp_bn_desc *d, const void *x, const 
  * each), then 3 c floats of dx coefficients. */
 template <amp_dtype D>
 static amp_status bn_bwd_launch(const amp_bn_desc *d, const void *x, const void *dy,
-                                const float *gamma, const float *save_mean,
+                                const void *y, const float *gamma, const float *save_mean,
                                 const float *save_invstd, void *dx, float *dgamma, float *dbeta,
                                 void *ws, cudaStream_t stream) {
     int64_t c = d->c, n_tiles = bn_tiles(d);
     double *tot_dy = (double *)ws, *tot_dot = tot_dy + n_tiles * c;
     float *coef = dx ? (float *)(tot_dot + n_tiles * c) : nullptr;
     bn_tiles_kernel<D, BN_SUM_BWD><<<bn_tiles_grid(d), BN_BLOCK, 0, stream>>>(
-        x, dy, c, d->hw, n_tiles, nullptr, save_mean, tot_dy, tot_dot);
+        x, dy, y, c, d->hw, n_tiles, nullptr, save_mean, tot_dy, tot_dot);
     AMP_CUDA_LAUNCHED(stream);
     bn_bwd_channel_kernel<<<bn_channel_grid(c), BN_CHANNEL_BLOCK, 0, stream>>>(
         tot_dy, tot_dot, c, n_tiles, (double)(d->n * d->hw), gamma, save_invstd, dgamma, dbeta,
@@ -277,8 +281,8 @@ static amp_status bn_bwd_launch(const amp_bn_desc *d, const void *x, const void 
     AMP_CUDA_LAUNCHED(stream);
     if (dx) {
         bn_plane_grid g = bn_plane_launch(d);
-        bn_dx_kernel<D><<<g.grid, g.block, 0, stream>>>(x, dy, c, d->hw, d->n * c, save_mean,
-                                                        coef, dx);
+        bn_dx_kernel<D><<<g.grid, g.block, 0, stream>>>(x, dy, y, c, d->hw, d->n * c,
+                                                        save_mean, coef, dx);
         AMP_CUDA_LAUNCHED(stream);
     }
     return AMP_OK;
@@ -346,10 +350,11 @@ extern "C" amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, 
 }
 
 extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy,
-                                      const float *gamma, const float *save_mean,
+                                      const void *y, const float *gamma, const float *save_mean,
                                       const float *save_invstd, void *dx, float *dgamma,
                                       float *dbeta) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn_bwd_y(__func__, d, y));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(save_mean);
@@ -364,15 +369,15 @@ extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const
     amp_status s;
     switch (d->dtype) {
     case AMP_F16:
-        s = bn_bwd_launch<AMP_F16>(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+        s = bn_bwd_launch<AMP_F16>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
                                    ws, stream);
         break;
     case AMP_BF16:
-        s = bn_bwd_launch<AMP_BF16>(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+        s = bn_bwd_launch<AMP_BF16>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
                                     ws, stream);
         break;
     default:
-        s = bn_bwd_launch<AMP_F32>(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
+        s = bn_bwd_launch<AMP_F32>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
                                    ws, stream);
         break;
     }

@@ -196,7 +196,7 @@ static amp_status sbn_dx_launch(const amp_bn_desc *d, int64_t count, const void 
 extern "C" amp_status amp_cuda_bn_channel_sums(const amp_bn_desc *d, const void *x,
                                                const float *center, const void *dy, float *out1,
                                                float *out2) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(out1);
     AMP_CHECK_ARG(out2);
@@ -218,7 +218,7 @@ extern "C" amp_status amp_cuda_bn_sync_stats(const amp_bn_desc *d, int64_t count
                                              const float *s2, float *mean, float *var,
                                              float *invstd, float *running_mean,
                                              float *running_var) {
-    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
+    AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_TRY(amp_backend_check_bn_count(__func__, count, s2 != NULL));
     AMP_CHECK_ARG(s1);
     AMP_CHECK_ARG(mean);

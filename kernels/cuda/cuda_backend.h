@@ -195,7 +195,7 @@ amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x, const floa
 amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
                                 const float *beta, const float *running_mean,
                                 const float *running_var, void *y);
-amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy,
+amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
                            const float *gamma, const float *save_mean, const float *save_invstd,
                            void *dx, float *dgamma, float *dbeta);
 /* Synchronised batch norm (batchnorm_sync.cu); same contracts as the table's entries. */

@@ -28,9 +28,9 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
 amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
                                const float *beta, const float *running_mean,
                                const float *running_var, void *y);
-amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const float *gamma,
-                          const float *save_mean, const float *save_invstd, void *dx,
-                          float *dgamma, float *dbeta);
+amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
+                          const float *gamma, const float *save_mean, const float *save_invstd,
+                          void *dx, float *dgamma, float *dbeta);
 amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
                         int64_t n) {
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
@@ -61,7 +61,7 @@ enum {
     NO_DX = 8,
     NO_DPARAM = 16, /* dgamma, dbeta */
     IN_PLACE = 32,  /* y = x, dx = dy */
-    RELU = 64,      /* the forwards with the ReLU fused in (amp_bn_desc.relu) */
+    RELU = 64,      /* the ReLU fused in (amp_bn_desc.relu): the backward masks dy by y */
 };
 
 /* Host data of one case: x with per-channel offsets, dy, affine parameters, running stats. */
@@ -123,7 +123,7 @@ static int64_t diff_dt(const void *a, const void *b, amp_dtype dt, int64_t n_val
  * bit for bit and (when every pointer is given) against the double reference. */
 static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) {
     bn_data b = make_data(dt, n, c, hw);
-    amp_bn_desc d = b.d, dn = b.d; /* dn without the ReLU: the backward entries refuse it */
+    amp_bn_desc d = b.d, dn = b.d; /* dn without the ReLU: the unfused chain's */
     d.relu = (flags & RELU) != 0;
     int64_t total = n * c * hw, count = n * hw;
     size_t nbytes = (size_t)total * amp_dtype_size(dt), cb = (size_t)c * 4;
@@ -156,11 +156,12 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
     }
     /* x is y now when in place: the backward and eval read the original x again. */
     dev_buf x2 = upload_vec(b.x.data(), nbytes);
-    CHECK_OK(amp_cuda_bn_bwd(&dn, x2.ptr, dy.ptr, gp, sm.dev<float>(), si.dev<float>(),
-                             want_dx ? dxp : nullptr, dparam ? dg.dev<float>() : nullptr,
+    CHECK_OK(amp_cuda_bn_bwd(&d, x2.ptr, dy.ptr, d.relu ? yp : nullptr, gp, sm.dev<float>(),
+                             si.dev<float>(), want_dx ? dxp : nullptr,
+                             dparam ? dg.dev<float>() : nullptr,
                              dparam ? db.dev<float>() : nullptr));
-    CHECK_OK(amp_cpu_bn_bwd(&dn, b.x.data(), b.dy.data(), cg, csm.data(), csi.data(), cdx.data(),
-                            cdg.data(), cdb.data()));
+    CHECK_OK(amp_cpu_bn_bwd(&d, b.x.data(), b.dy.data(), d.relu ? cy.data() : nullptr, cg,
+                            csm.data(), csi.data(), cdx.data(), cdg.data(), cdb.data()));
     std::vector<float> erm = running ? crm : b.rm, erv = running ? crv : b.rv;
     dev_buf erm_d = upload_vec(erm.data(), cb), erv_d = upload_vec(erv.data(), cb);
     CHECK_OK(amp_cuda_bn_fwd_eval(&d, x2.ptr, gp, bp, erm_d.dev<float>(), erv_d.dev<float>(),
@@ -208,6 +209,19 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
                   "bn+relu %s [%lld, %lld, %lld]: %lld values differ from relu(bn), %lld of %lld "
                   "zeroed", amp_dtype_name(dt), (long long)n, (long long)c, (long long)hw,
                   (long long)bad_relu, (long long)zeroed, (long long)total);
+        /* The backward: the CPU's on dy masked by relu's backward first, bit for bit. */
+        std::vector<uint8_t> masked(nbytes), mdx(nbytes);
+        std::vector<float> mdg(c), mdb(c);
+        for (int64_t e = 0; e < total; e++) /* PyTorch's threshold_backward: y <= 0 ? 0 : dy */
+            nv_store(masked.data(), dt, e,
+                     nv_load(cy.data(), dt, e) <= 0.0f ? 0.0f : nv_load(b.dy.data(), dt, e));
+        CHECK_OK(amp_cpu_bn_bwd(&dn, b.x.data(), masked.data(), nullptr, cg, csm.data(),
+                                csi.data(), mdx.data(), mdg.data(), mdb.data()));
+        int64_t bad_bwd = diff_dt(mdx.data(), cdx.data(), dt, total) +
+                          diff_f32(mdg.data(), cdg.data(), c) + diff_f32(mdb.data(), cdb.data(), c);
+        CHECK_MSG(bad_bwd == 0, "bn+relu bwd %s [%lld, %lld, %lld]: %lld values differ from bn's "
+                  "backward on masked dy", amp_dtype_name(dt), (long long)n, (long long)c,
+                  (long long)hw, (long long)bad_bwd);
     }
     if (flags) return;
 
@@ -321,8 +335,8 @@ static void test_nan_channel(void) {
     std::vector<float> cy(90), csm(3), csi(3);
     CHECK_OK(amp_cpu_bn_fwd_train(&d, b.x.data(), nullptr, nullptr, cy.data(), csm.data(),
                                   csi.data(), nullptr, nullptr));
-    CHECK_OK(amp_cuda_bn_bwd(&d, x.ptr, x.ptr, nullptr, sm.dev<float>(), si.dev<float>(), nullptr,
-                             nullptr, nullptr));
+    CHECK_OK(amp_cuda_bn_bwd(&d, x.ptr, x.ptr, nullptr, nullptr, sm.dev<float>(), si.dev<float>(),
+                             nullptr, nullptr, nullptr));
     CHECK(dev_sync());
     y.download();
     sm.download();
@@ -344,16 +358,19 @@ static void test_errors(void) {
                 AMP_ERR_INVALID_ARG, "argument 'y' is NULL");
     CHECK_FAILS(amp_cuda_bn_fwd_eval(&d, x, nullptr, nullptr, m, nullptr, y), AMP_ERR_INVALID_ARG,
                 "amp_cuda_bn_fwd_eval: argument 'running_var' is NULL");
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, v, y, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, nullptr, v, y, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'save_mean' is NULL");
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, nullptr, nullptr, nullptr, m, v, y, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'dy' is NULL");
-    d.relu = true; /* a forward flag: the backward masks dy first */
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, m, v, y, nullptr, nullptr), AMP_ERR_INVALID_ARG,
-                "amp_cuda_bn_bwd: d->relu is set; it applies to the forward only");
+    d.relu = true; /* the backward masks dy by the forward's y: it must be given */
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
+                AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'y' is NULL; d->relu is set");
     d.relu = false;
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, x, nullptr, m, v, y, nullptr, nullptr),
+                AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'y' is given but d->relu is not");
     d.dtype = AMP_I32;
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, m, v, y, nullptr, nullptr), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
+                AMP_ERR_DTYPE,
                 "amp_cuda_bn_bwd: dtype i32 is not a float type");
     d.dtype = AMP_F16;
     d.n = 0;
@@ -363,7 +380,8 @@ static void test_errors(void) {
     CHECK_FAILS(amp_cuda_bn_fwd_train(&d, x, nullptr, nullptr, y, m, v, nullptr, nullptr),
                 AMP_ERR_SHAPE, "empty dimension");
     d.n = 1, d.hw = 0;
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, m, v, y, nullptr, nullptr), AMP_ERR_SHAPE,
+    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
+                AMP_ERR_SHAPE,
                 "hw 0");
     d.hw = 1;
     CHECK_FAILS(amp_cuda_bn_fwd_train(&d, x, nullptr, nullptr, y, m, v, nullptr, nullptr),

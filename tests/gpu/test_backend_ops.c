@@ -243,7 +243,7 @@ static void setup_bn_bwd(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_bwd(&d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->bn_bwd(&d, p[0], p[1], NULL, p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* Max pooling: s = {n, c, h, w, k, stride, pad}. */

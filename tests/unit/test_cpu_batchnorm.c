@@ -38,7 +38,7 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
     float *smean = malloc((size_t)c * 4), *sinv = malloc((size_t)c * 4);
     float *dgamma = malloc((size_t)c * 4), *dbeta = malloc((size_t)c * 4);
     CHECK_OK(amp_cpu_bn_fwd_train(&d, x, gamma, beta, y, smean, sinv, rm, rv));
-    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, gamma, smean, sinv, dx, dgamma, dbeta));
+    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, gamma, smean, sinv, dx, dgamma, dbeta));
     int bad_stats = 0, bad_y = 0, bad_dx = 0, bad_param = 0;
     for (int64_t ch = 0; ch < c; ch++) {
         double sum = 0, sq = 0;
@@ -108,9 +108,9 @@ static void test_optional_pointers(void) {
     CHECK(fabsf(y[0] + 2.0f / sqrtf(3.5f)) < 1e-6f && fabsf(y[3] - 3.0f / sqrtf(3.5f)) < 1e-6f);
     CHECK_OK(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y, NULL, NULL, NULL, NULL));
     /* A constant dy has no gradient through the normalisation. */
-    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, &m, &inv, dx, NULL, NULL));
+    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL));
     CHECK(fabsf(dx[0]) < 1e-6f && fabsf(dx[3]) < 1e-6f);
-    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, &m, &inv, dx, NULL, NULL));
+    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL));
     d.n = 1;
     d.hw = 1;
     CHECK_FAILS(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y, &m, &inv, NULL, NULL), AMP_ERR_SHAPE,
@@ -119,7 +119,7 @@ static void test_optional_pointers(void) {
     CHECK_FAILS(amp_cpu_bn_fwd_eval(&d, x, NULL, NULL, &m, &inv, y), AMP_ERR_SHAPE, "c 0");
     d.c = 1;
     d.dtype = AMP_I32;
-    CHECK_FAILS(amp_cpu_bn_bwd(&d, x, dy, NULL, &m, &inv, dx, NULL, NULL), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL), AMP_ERR_DTYPE, "i32");
 }
 
 /* Same bits with 1 and 2 threads, past the parallel threshold. */
@@ -137,7 +137,7 @@ static void test_thread_determinism(void) {
         float *s = stats[t];
         for (int ch = 0; ch < 6; ch++) s[12 + ch] = 0.0f, s[18 + ch] = 1.0f;
         CHECK_OK(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y[t], s, s + 6, s + 12, s + 18));
-        CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, s, s + 6, dx[t], s + 24, s + 30));
+        CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, s, s + 6, dx[t], s + 24, s + 30));
     }
     CHECK(memcmp(stats[0], stats[1], sizeof stats[0]) == 0);
     CHECK(memcmp(y[0], y[1], (size_t)total * 2) == 0);

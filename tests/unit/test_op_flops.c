@@ -73,8 +73,9 @@ static void norm(void) {
     d.relu = true; /* the ReLU fused in: one comparison more per element */
     EXPECT(AMP_OPCAT_NORM, 9 * e, bn_fwd_train, &d, b0, s3, s0, b1, s1, s2, s0, s3);
     EXPECT(AMP_OPCAT_NORM, 5 * e, bn_fwd_eval, &d, b0, s3, s0, s0, s3, b1);
+    EXPECT(AMP_OPCAT_NORM, 11 * e, bn_bwd, &d, b0, b1, b3, s3, s1, s2, b2, s0 + 8, s0 + 16);
     d.relu = false;
-    EXPECT(AMP_OPCAT_NORM, 10 * e, bn_bwd, &d, b0, b1, s3, s1, s2, b2, s0 + 8, s0 + 16);
+    EXPECT(AMP_OPCAT_NORM, 10 * e, bn_bwd, &d, b0, b1, NULL, s3, s1, s2, b2, s0 + 8, s0 + 16);
     EXPECT(AMP_OPCAT_NORM, 4 * e, bn_channel_sums, &d, b0, s1, NULL, s0 + 8, s0 + 16);
     EXPECT(AMP_OPCAT_NORM, 4 * 3, bn_sync_stats, &d, 96, s1, s0 + 8, s3, s2, s2 + 8, s2 + 16,
            s0 + 24, s3 + 24);
@@ -220,8 +221,8 @@ static void model_steps(void) {
            linear_flops(b, 7 * 7 * 32, 10, true);
     CHECK_MSG(conv == want, "ConvNet step: %.0f GEMM/conv FLOPs counted, %.0f by hand", conv, want);
     /* Batch norm: training forward with the ReLU after it fused in (nn/sequential.c) and
-     * backward, over both layers' outputs. */
-    double bn = 9.0 * b * (16 * 28 * 28 + 32 * 14 * 14) + 10.0 * b * (16 * 28 * 28 + 32 * 14 * 14);
+     * backward with the ReLU's mask, over both layers' outputs. */
+    double bn = 9.0 * b * (16 * 28 * 28 + 32 * 14 * 14) + 11.0 * b * (16 * 28 * 28 + 32 * 14 * 14);
     CHECK_MSG(p.flops[AMP_OPCAT_NORM] == bn, "ConvNet step: %.0f norm FLOPs, %.0f by hand",
               p.flops[AMP_OPCAT_NORM], bn);
 }
