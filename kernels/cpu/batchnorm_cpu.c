@@ -184,12 +184,20 @@ AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, c
     else channel_bwd_dx_tiles(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
 }
 
-/* ReLU's backward on the f32 copy of channel ch of dy (channel_widen's order), from the f16 y. */
-static void channel_mask_relu_f16(const amp_bn_desc *d, const void *y, int64_t ch, float *buf) {
-    for (int64_t i = 0; i < d->n; i++) {
-        const uint16_t *yp = (const uint16_t *)y + (i * d->c + ch) * d->hw;
-        for (int64_t j = 0; j < d->hw; j++)
-            buf[i * d->hw + j] = amp_relu_bwd(amp_f16_bits_to_f32(yp[j]), buf[i * d->hw + j]);
+/* channel_widen of the f16 dy masked by ReLU's backward on y, on the bits (as the binary entry's
+ * AMP_BINARY_RELU_BWD does it) a tile at a time, then widened: a widening of y per element took
+ * 5 ms a step on the ConvNet. `one` (the copy's descriptor) visits the copy in the tiles in which
+ * d visits channel ch. */
+AMP_CPU_CLONES static void channel_widen_relu_f16(const amp_bn_desc *d, const amp_bn_desc *one,
+                                                  const void *dy, const void *y, int64_t ch,
+                                                  float *buf) {
+    uint16_t masked[AMP_CPU_REDUCE_CHUNK];
+    const uint16_t *g = dy, *yb = y;
+    for (int64_t t = 0; t < channel_tiles(d); t++) {
+        int64_t len, off = channel_tile(d, ch, t, &len);
+        for (int64_t k = 0; k < len; k++)
+            masked[k] = amp_relu_bwd_half_bits(yb[off + k], g[off + k], 0x7c00u);
+        (void)amp_cpu_cast(buf + channel_tile(one, 0, t, &len), AMP_F32, masked, AMP_F16, len);
     }
 }
 
@@ -222,8 +230,8 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
             }
             bdy = (float *)((char *)bx + amp_dnnl_f32_nbytes(numel));
             channel_widen(d, x, ch, bx);
-            channel_widen(d, dy, ch, bdy);
-            if (y) channel_mask_relu_f16(d, y, ch, bdy);
+            if (y) channel_widen_relu_f16(d, &one, dy, y, ch, bdy);
+            else channel_widen(d, dy, ch, bdy);
             sd = &one, sx = bx, sdy = bdy, sc = 0;
         }
         const void *sy = half ? NULL : y; /* the copy of dy is masked already */
