@@ -17,13 +17,13 @@
 #include "kernels/cpu/batchnorm_tiles.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "kernels/cpu/avx512_lanes.h"
 
-#define BN_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define BN_TARGET AMP_AVX512_TARGET
 
 /* ---- loads and stores --------------------------------------------------------------------- */
 
-/* Eight elements from i as f32 (bf16: a shift). */
+/* Eight elements from i as f32 (bf16: a shift), for the sums' eight double lanes. */
 BN_TARGET static inline __m256 load8(const void *p, amp_dtype dt, int64_t i) {
     if (dt == AMP_F32) return _mm256_loadu_ps((const float *)p + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
@@ -37,34 +37,6 @@ BN_TARGET static inline __m256 load8_dy(const void *dy, const void *y, amp_dtype
     if (!y) return g;
     __mmask8 le = _mm256_cmp_ps_mask(load8(y, dt, i), _mm256_setzero_ps(), _CMP_LE_OQ);
     return _mm256_mask_mov_ps(g, le, _mm256_setzero_ps());
-}
-
-/* The first n (0..16) lanes. */
-static inline __mmask16 lanes16(int64_t n) {
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
-BN_TARGET static inline __m512 load16(const void *p, amp_dtype dt, int64_t i, __mmask16 m) {
-    if (dt == AMP_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* Stores the lanes of m, bf16 rounded as core/half.h's amp_f32_to_bf16_bits: to nearest even,
- * NaN as 0x7fff. */
-BN_TARGET static inline void store16(void *p, amp_dtype dt, int64_t i, __mmask16 m, __m512 v) {
-    if (dt == AMP_F32) {
-        _mm512_mask_storeu_ps((float *)p + i, m, v);
-        return;
-    }
-    __m512i x = _mm512_castps_si512(v);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd), 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                           _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fff));
-    _mm256_mask_storeu_epi16((uint16_t *)p + i, m, _mm512_cvtepi32_epi16(r));
 }
 
 /* ---- the channel sums ------------------------------------------------------------------- */
@@ -154,10 +126,10 @@ BN_TARGET static void bn_apply(const amp_bn_desc *d, const void *x, int64_t ch, 
     for (int64_t t = 0; t < channel_tiles(d); t++) {
         int64_t len, off = channel_tile(d, ch, t, &len);
         for (int64_t e = 0; e < len; e += 16) {
-            __mmask16 m = lanes16(len - e);
-            __m512 v = _mm512_add_ps(_mm512_mul_ps(load16(x, dt, off + e, m), sc), sh);
+            __mmask16 m = avx512_lanes(len - e);
+            __m512 v = _mm512_add_ps(_mm512_mul_ps(avx512_load16(x, dt, off + e, m), sc), sh);
             if (d->relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-            store16(y, dt, off + e, m, v);
+            avx512_store16(y, dt, off + e, m, v);
         }
     }
 }
@@ -173,15 +145,15 @@ BN_TARGET static void bn_bwd_dx(const amp_bn_desc *d, const void *x, const void 
     for (int64_t t = 0; t < channel_tiles(d); t++) {
         int64_t len, off = channel_tile(d, ch, t, &len);
         for (int64_t e = 0; e < len; e += 16) {
-            __mmask16 m = lanes16(len - e);
-            __m512 g = load16(dy, dt, off + e, m);
+            __mmask16 m = avx512_lanes(len - e);
+            __m512 g = avx512_load16(dy, dt, off + e, m);
             if (y) {
-                __m512 yv = load16(y, dt, off + e, m);
+                __m512 yv = avx512_load16(y, dt, off + e, m);
                 g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(yv, zero, _CMP_LE_OQ), zero);
             }
-            __m512 dev = _mm512_mul_ps(_mm512_sub_ps(load16(x, dt, off + e, m), vm), vp);
+            __m512 dev = _mm512_mul_ps(_mm512_sub_ps(avx512_load16(x, dt, off + e, m), vm), vp);
             __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(g, dev), vmd), vk);
-            store16(dx, dt, off + e, m, v);
+            avx512_store16(dx, dt, off + e, m, v);
         }
     }
 }

@@ -32,9 +32,7 @@ AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, in
                                          double mean, int squares) {
     bn_sum_kind kind = squares ? BN_SUM_SQ_DEV : BN_SUM_X;
     double s;
-    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_sums_avx512(d, kind, x, NULL, NULL, ch, mean, &s, NULL);
-    else if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, NULL, NULL, ch, mean, &s, NULL);
-    else channel_sums(d, AMP_F32, kind, x, NULL, NULL, ch, mean, &s, NULL);
+    channel_sums(d, kind, x, NULL, NULL, ch, mean, &s, NULL);
     return s;
 }
 
@@ -169,19 +167,14 @@ amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float 
 AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy,
                                             const void *y, int64_t ch, double mean, double *sum_dy,
                                             double *dot) {
-    if (amp_cpu_bn_vectorised(d))
-        amp_cpu_bn_sums_avx512(d, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
-    else if (d->dtype == AMP_BF16)
-        channel_sums(d, AMP_BF16, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
-    else channel_sums(d, AMP_F32, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
+    channel_sums(d, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
 }
 
 /* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */
 AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, const void *dy,
                                           const void *y, int64_t ch, float mean, float proj,
                                           float mean_dy, float k, void *dx) {
-    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_bwd_dx_avx512(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
-    else channel_bwd_dx_tiles(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
+    channel_bwd_dx_tiles(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
 }
 
 /* channel_widen of the f16 dy masked by ReLU's backward on y, on the bits (as the binary entry's

@@ -45,10 +45,8 @@ static void sync_channel_sums_f16(const amp_bn_desc *d, const void *x, double ce
 AMP_CPU_CLONES static void sync_channel_sums(const amp_bn_desc *d, const void *x, double center,
                                              const void *dy, int64_t ch, double *s1, double *s2) {
     bn_sum_kind kind = dy ? BN_SUM_DY : BN_SUM_CENTERED;
-    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_sums_avx512(d, kind, x, dy, NULL, ch, center, s1, s2);
-    else if (d->dtype == AMP_BF16) channel_sums(d, AMP_BF16, kind, x, dy, NULL, ch, center, s1, s2);
-    else if (d->dtype == AMP_F16) sync_channel_sums_f16(d, x, center, dy, ch, s1, s2);
-    else channel_sums(d, AMP_F32, kind, x, dy, NULL, ch, center, s1, s2);
+    if (d->dtype == AMP_F16) sync_channel_sums_f16(d, x, center, dy, ch, s1, s2);
+    else channel_sums(d, kind, x, dy, NULL, ch, center, s1, s2);
 }
 
 amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
@@ -86,8 +84,7 @@ amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const floa
 AMP_CPU_CLONES static void sync_channel_dx(const amp_bn_desc *d, const void *x, const void *dy,
                                            int64_t ch, float mean, float proj, float mean_dy,
                                            float k, void *dx) {
-    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_bwd_dx_avx512(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
-    else channel_bwd_dx_tiles(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
+    channel_bwd_dx_tiles(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
 }
 
 amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,

@@ -140,12 +140,24 @@ AMP_CPU_CLONE_INLINE void bn_sum_step1(bn_sum_kind kind, amp_dtype dt, const voi
  * in flight: one tile at a time ran at the adder's latency (8 elements per 4 cycles). */
 #define BN_TILE_GROUP 4
 
+/* batchnorm_avx512.c: whether its loops run for d (f32 or bf16, and amp_cpu_avx512_kernels());
+ * then channel_sums, the forward's normalising pass (y = amp_bn_apply(x, scale, shift), relu
+ * with d->relu) and the dx loop of channel ch, with the generic loops' bits. */
+bool amp_cpu_bn_vectorised(const amp_bn_desc *d);
+void amp_cpu_bn_sums_avx512(const amp_bn_desc *d, bn_sum_kind kind, const void *x, const void *dy,
+                            const void *y, int64_t ch, double c, double *s1, double *s2);
+void amp_cpu_bn_apply_avx512(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
+                             float shift, void *y);
+void amp_cpu_bn_bwd_dx_avx512(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
+                              int64_t ch, float mean, float proj, float mean_dy, float k,
+                              void *dx);
+
 /* Channel ch's sums of `kind` (*s2 only for the kinds with two; y only for BN_SUM_DY, may be
  * NULL), for dt f32 or bf16: each tile's lane j takes its elements k + j, the lanes join by
  * lanes_total, the tiles add up in order. */
-AMP_CPU_CLONE_INLINE void channel_sums(const amp_bn_desc *d, amp_dtype dt, bn_sum_kind kind,
-                                       const void *x, const void *dy, const void *y, int64_t ch,
-                                       double c, double *s1, double *s2) {
+AMP_CPU_CLONE_INLINE void channel_sums_typed(const amp_bn_desc *d, amp_dtype dt, bn_sum_kind kind,
+                                             const void *x, const void *dy, const void *y,
+                                             int64_t ch, double c, double *s1, double *s2) {
     double a = 0.0, b = 0.0;
     int64_t tiles = channel_tiles(d);
     for (int64_t t = 0; t < tiles; t += BN_TILE_GROUP) {
@@ -178,17 +190,14 @@ AMP_CPU_CLONE_INLINE void channel_sums(const amp_bn_desc *d, amp_dtype dt, bn_su
     if (s2) *s2 = b;
 }
 
-/* batchnorm_avx512.c: whether its loops run for d (f32 or bf16, and amp_cpu_avx512_kernels());
- * then channel_sums, the forward's normalising pass (y = amp_bn_apply(x, scale, shift), relu
- * with d->relu) and the dx loop of channel ch, with the generic loops' bits. */
-bool amp_cpu_bn_vectorised(const amp_bn_desc *d);
-void amp_cpu_bn_sums_avx512(const amp_bn_desc *d, bn_sum_kind kind, const void *x, const void *dy,
-                            const void *y, int64_t ch, double c, double *s1, double *s2);
-void amp_cpu_bn_apply_avx512(const amp_bn_desc *d, const void *x, int64_t ch, float scale,
-                             float shift, void *y);
-void amp_cpu_bn_bwd_dx_avx512(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
-                              int64_t ch, float mean, float proj, float mean_dy, float k,
-                              void *dx);
+/* channel_sums_typed for d's dtype (f32 or bf16), through batchnorm_avx512.c where it runs. */
+AMP_CPU_CLONE_INLINE void channel_sums(const amp_bn_desc *d, bn_sum_kind kind, const void *x,
+                                       const void *dy, const void *y, int64_t ch, double c,
+                                       double *s1, double *s2) {
+    if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_sums_avx512(d, kind, x, dy, y, ch, c, s1, s2);
+    else if (d->dtype == AMP_BF16) channel_sums_typed(d, AMP_BF16, kind, x, dy, y, ch, c, s1, s2);
+    else channel_sums_typed(d, AMP_F32, kind, x, dy, y, ch, c, s1, s2);
+}
 
 /* dx over channel ch from the channel's folded backward terms (kernels/math/batchnorm.h), for dt
  * f32 or bf16 (direct) or f16 (tiles); dy masked by ReLU's backward on y when y is given. dx may
@@ -218,12 +227,15 @@ AMP_CPU_CLONE_INLINE void channel_bwd_dx_typed(const amp_bn_desc *d, amp_dtype d
     }
 }
 
-/* The dx loop both batch norms' backward entries end with, for d's dtype (y: as above). */
+/* The dx loop both batch norms' backward entries end with, for d's dtype (y: as above), through
+ * batchnorm_avx512.c where it runs. */
 AMP_CPU_CLONE_INLINE void channel_bwd_dx_tiles(const amp_bn_desc *d, const void *x, const void *dy,
                                                const void *y, int64_t ch, float mean, float proj,
                                                float mean_dy, float k, void *dx) {
     amp_dtype dt = d->dtype;
-    if (dt == AMP_BF16)
+    if (amp_cpu_bn_vectorised(d))
+        amp_cpu_bn_bwd_dx_avx512(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
+    else if (dt == AMP_BF16)
         channel_bwd_dx_typed(d, AMP_BF16, x, dy, y, ch, mean, proj, mean_dy, k, dx);
     else if (dt == AMP_F16)
         channel_bwd_dx_typed(d, AMP_F16, x, dy, y, ch, mean, proj, mean_dy, k, dx);

@@ -8,7 +8,8 @@
  * so there is nothing to accumulate.
  *
  * f16 and bf16 are widened in registers and stored back exactly (every value stored is one of
- * the inputs, or 0 + dy); NaN is stored as 0x7fff, as core/half.h's conversions do. The scalar
+ * the inputs, or 0 + dy, so rounding keeps it); NaN is stored as 0x7fff, as core/half.h's
+ * conversions do (avx512_lanes.h). The scalar
  * scan widened each plane into an f32 copy and back: on the ConvNet (batch 128, 28x28 and 14x14
  * planes; Intel Xeon SPR, 2 threads) forward and backward took 0.7 and 1.6 ms a step in f32,
  * 1.3 and 2.5 ms in bf16. */
@@ -19,36 +20,9 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "kernels/cpu/avx512_lanes.h"
 
-#define POOL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-/* The first n (0..16) lanes. */
-static inline __mmask16 lanes(int64_t n) {
-    return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
-/* Sixteen elements from p[i] (masked lanes read nothing and hold 0), widened to f32. */
-POOL_TARGET static inline __m512 load16(const void *p, int64_t i, amp_dtype dt, __mmask16 m) {
-    if (dt == AMP_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
-    if (dt == AMP_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* The lanes of m to p[i]; half values must be exact in the dtype (they are: inputs, or 0 + dy). */
-POOL_TARGET static inline void store16(void *p, int64_t i, amp_dtype dt, __mmask16 m, __m512 v) {
-    if (dt == AMP_F32) {
-        _mm512_mask_storeu_ps((float *)p + i, m, v);
-        return;
-    }
-    __m256i h = dt == AMP_F16
-                    ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                    : _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    h = _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7fff));
-    _mm256_mask_storeu_epi16((uint16_t *)p + i, m, h);
-}
+#define POOL_TARGET AMP_AVX512_TARGET
 
 /* The four candidates of n (1..16) windows whose top-left corners are row[2j], j < n, for the
  * input rows at `row` and `row + w_in`: top-left, top-right, bottom-left, bottom-right. */
@@ -58,10 +32,10 @@ POOL_TARGET static inline void candidates(const void *x, amp_dtype dt, int64_t r
         _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd =
         _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    __mmask16 lo = lanes(2 * n), hi = lanes(2 * n - 16);
+    __mmask16 lo = avx512_lanes(2 * n), hi = avx512_lanes(2 * n - 16);
     for (int r = 0; r < 2; r++) {
         int64_t at = row + r * w_in;
-        __m512 a = load16(x, at, dt, lo), b = load16(x, at + 16, dt, hi);
+        __m512 a = avx512_load16(x, dt, at, lo), b = avx512_load16(x, dt, at + 16, hi);
         cand[2 * r] = _mm512_permutex2var_ps(a, even, b);
         cand[2 * r + 1] = _mm512_permutex2var_ps(a, odd, b);
     }
@@ -88,7 +62,8 @@ POOL_TARGET static void pool2x2_fwd_plane(const amp_pool_desc *d, const void *x,
             __m512 cand[4];
             __m512i which;
             candidates(x, d->dtype, 2 * oh * d->w_in + 2 * ow, d->w_in, n, cand);
-            store16(y, oh * d->w_out + ow, d->dtype, lanes(n), window_max(cand, &which));
+            avx512_store16(y, d->dtype, oh * d->w_out + ow, avx512_lanes(n),
+                           window_max(cand, &which));
         }
 }
 
@@ -114,17 +89,18 @@ POOL_TARGET static void pool2x2_bwd_plane(const amp_pool_desc *d, const void *x,
             __m512i which;
             candidates(x, dt, row + 2 * ow, w_in, n, cand);
             (void)window_max(cand, &which);
-            __m512 grad = load16(dy, oh * d->w_out + ow, dt, lanes(n));
+            __m512 grad = avx512_load16(dy, dt, oh * d->w_out + ow, avx512_lanes(n));
             for (int j = 0; j < 4; j++) {
                 __mmask16 here = _mm512_cmpeq_epi32_mask(which, _mm512_set1_epi32(j));
                 g[j] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_mov_ps(here, grad));
             }
-            __mmask16 lo = lanes(2 * n), hi = lanes(2 * n - 16);
+            __mmask16 lo = avx512_lanes(2 * n), hi = avx512_lanes(2 * n - 16);
             for (int r = 0; r < 2; r++) { /* interleave left and right back into the row */
                 int64_t at = row + r * w_in + 2 * ow;
                 __m512 left = g[2 * r], right = g[2 * r + 1];
-                store16(dx, at, dt, lo, _mm512_permutex2var_ps(left, lo_half, right));
-                store16(dx, at + 16, dt, hi, _mm512_permutex2var_ps(left, hi_half, right));
+                avx512_store16(dx, dt, at, lo, _mm512_permutex2var_ps(left, lo_half, right));
+                avx512_store16(dx, dt, at + 16, hi,
+                               _mm512_permutex2var_ps(left, hi_half, right));
             }
         }
         for (int r = 0; r < 2; r++) /* the column no window reads (odd widths) */

@@ -46,8 +46,7 @@ enum bn_pass {
  * the units together so that the butterflies see all 32 lanes; units past the end add nothing. */
 template <amp_dtype D, bn_pass PASS>
 static __global__ void bn_tiles_kernel(const void *x, const void *dy, const void *y, int64_t c,
-                                       int64_t hw,
-                                       int64_t n_tiles, const double *mean_sq,
+                                       int64_t hw, int64_t n_tiles, const double *mean_sq,
                                        const float *mean_bwd, double *tot_a, double *tot_b) {
     int64_t per_plane = (hw + BN_TILE - 1) / BN_TILE, units = n_tiles * BN_LANES;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -226,13 +225,13 @@ static amp_status bn_fwd_train_launch(const amp_bn_desc *d, const void *x, const
     float *scale = (float *)(mean + c), *shift = scale + c;
     dim3 tiles = bn_tiles_grid(d);
     unsigned chans = bn_channel_grid(c);
-    bn_tiles_kernel<D, BN_SUM_X><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, nullptr, c, d->hw, n_tiles,
-                                                                 nullptr, nullptr, tot, nullptr);
+    bn_tiles_kernel<D, BN_SUM_X><<<tiles, BN_BLOCK, 0, stream>>>(
+        x, nullptr, nullptr, c, d->hw, n_tiles, nullptr, nullptr, tot, nullptr);
     AMP_CUDA_LAUNCHED(stream);
     bn_mean_kernel<<<chans, BN_CHANNEL_BLOCK, 0, stream>>>(tot, c, n_tiles, (double)count, mean);
     AMP_CUDA_LAUNCHED(stream);
-    bn_tiles_kernel<D, BN_SUM_SQ><<<tiles, BN_BLOCK, 0, stream>>>(x, nullptr, nullptr, c, d->hw, n_tiles,
-                                                                  mean, nullptr, tot, nullptr);
+    bn_tiles_kernel<D, BN_SUM_SQ><<<tiles, BN_BLOCK, 0, stream>>>(
+        x, nullptr, nullptr, c, d->hw, n_tiles, mean, nullptr, tot, nullptr);
     AMP_CUDA_LAUNCHED(stream);
     bn_train_channel_kernel<<<chans, BN_CHANNEL_BLOCK, 0, stream>>>(
         tot, c, n_tiles, count, mean, d->eps, d->momentum, gamma, beta, save_mean, save_invstd,
@@ -369,16 +368,16 @@ extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const
     amp_status s;
     switch (d->dtype) {
     case AMP_F16:
-        s = bn_bwd_launch<AMP_F16>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                                   ws, stream);
+        s = bn_bwd_launch<AMP_F16>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma,
+                                   dbeta, ws, stream);
         break;
     case AMP_BF16:
-        s = bn_bwd_launch<AMP_BF16>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                                    ws, stream);
+        s = bn_bwd_launch<AMP_BF16>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma,
+                                    dbeta, ws, stream);
         break;
     default:
-        s = bn_bwd_launch<AMP_F32>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
-                                   ws, stream);
+        s = bn_bwd_launch<AMP_F32>(d, x, dy, y, gamma, save_mean, save_invstd, dx, dgamma,
+                                   dbeta, ws, stream);
         break;
     }
     amp_cuda_free(ws); /* as in amp_cuda_bn_fwd_train */
