@@ -56,6 +56,7 @@ enum {
     DECOUPLED = 128,                /* AdamW */
     ALLOW_TF32 = 256,               /* GEMM and conv2d descriptors: allow_tf32 */
     NONDETERMINISTIC = 512,         /* conv2d descriptors: allow_nondeterministic */
+    BN_RELU = 1 << 10, /* batch norm: amp_bn_desc.relu (bn_bwd: slot 8 is the forward's y) */
 };
 
 typedef struct op_row {
@@ -177,7 +178,7 @@ static amp_status run_conv_bwd_weight(const op_row *r, const amp_backend *be, vo
  * beta, running_mean in [-0.5, 0.5), running_var in [0.5, 2). */
 static amp_bn_desc bn_desc(const op_row *r) {
     return (amp_bn_desc){.n = r->s[0], .c = r->s[1], .hw = r->s[2], .eps = r->f[0],
-                         .momentum = r->f[1], .dtype = r->dt};
+                         .momentum = r->f[1], .dtype = r->dt, .relu = (r->flags & BN_RELU) != 0};
 }
 static int64_t bn_numel(const op_row *r) { return r->s[0] * r->s[1] * r->s[2]; }
 
@@ -240,10 +241,12 @@ static void setup_bn_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 5, "dx", ROLE_OUT, k, bn_numel(r));
     slot_decl(c, 6, "dgamma", ROLE_OUT, EK_F32, ch);
     slot_decl(c, 7, "dbeta", ROLE_OUT, EK_F32, ch);
+    /* The fused ReLU's output: in the row's range, two fifths of it <= 0 (dy masked there). */
+    if (r->flags & BN_RELU) in_main(r, c, 8, "y", k, bn_numel(r));
 }
 static amp_status run_bn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_bwd(&d, p[0], p[1], NULL, p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->bn_bwd(&d, p[0], p[1], p[8], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* Max pooling: s = {n, c, h, w, k, stride, pad}. */
@@ -561,6 +564,11 @@ static const op_row rows[] = {
     {"bn_bwd_f32_l2_bare", E_BN_BWD, {8, 32, 196}, F32, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
     {"bn_bwd_bf16_l2", E_BN_BWD, {8, 32, 196}, BF16, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
     {"bn_bwd_f16_odd", E_BN_BWD, {3, 5, 7}, F16, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
+    {"bn_fwd_train_relu_bf16_l2", E_BN_TRAIN, {8, 32, 196}, BF16, .flags = BN_RELU, .f = {1e-5f, 0.1f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_fwd_eval_relu_f32_l1", E_BN_EVAL, {8, 16, 784}, F32, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-5, 1e-5), .lo = -2, .hi = 3},
+    {"bn_bwd_relu_f32_l1", E_BN_BWD, {8, 16, 784}, F32, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
+    {"bn_bwd_relu_bf16_l2", E_BN_BWD, {8, 32, 196}, BF16, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_bwd_relu_f16_odd", E_BN_BWD, {3, 5, 7}, F16, .flags = BN_RELU, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
     /* Max pooling: s = {n, c, h, w, k, stride, pad}; the ConvNet's 2 x 2, overlapping 3 x 3. */
     {"maxpool_fwd_f32_l1", E_POOL_FWD, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
     {"maxpool_fwd_bf16_l2", E_POOL_FWD, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
