@@ -16,6 +16,12 @@ static amp_status amp_cast_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_grad_end(&s);
 }
 
+amp_tensor *amp_cast_f32_source(const amp_tensor *t) {
+    if (!t || !t->node || t->node->backward != amp_cast_bwd) return NULL;
+    amp_tensor *src = t->node->in[0];
+    return src->dtype == AMP_F32 && src->requires_grad ? src : NULL;
+}
+
 /* Parameters (leaves that require grad) are cast once per step while autocast is on. */
 static amp_tensor **amp_cast_cache_find(amp_ctx *ctx, const amp_tensor *x, amp_dtype dt) {
     amp_autocast_state *ac = &ctx->autocast;

@@ -19,6 +19,11 @@ typedef enum amp_cast_category { AMP_CAT_HALF, AMP_CAT_FP32, AMP_CAT_PROMOTE, AM
 /* Replaces in[0..n) (NULL entries and i32 tensors untouched) with their casts for category. */
 amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n);
 
+/* When t is the output of a cast of an f32 tensor that needs a gradient (under autocast: the
+ * per-step half copy of an f32 weight), that f32 tensor; else NULL. A GEMM producing t's gradient
+ * can then write it into the f32 tensor's gradient directly (amp_gemm_grad, ops_linear.c). */
+amp_tensor *amp_cast_f32_source(const amp_tensor *t);
+
 /* Casts a float tensor to f32 when it is not (bias and batch-norm parameters of a half model). */
 amp_status amp_cast_to_f32(amp_tensor **t);
 

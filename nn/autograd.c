@@ -55,6 +55,15 @@ amp_status amp_grad_end(amp_grad_sink *s) {
     return AMP_OK;
 }
 
+amp_status amp_grad_target(amp_tensor *t, amp_tensor **grad, float *beta) {
+    AMP_TRY(amp_grad_ensure(t));
+    *grad = t->grad;
+    *beta = t->grad_written ? 1.0f : 0.0f;
+    return AMP_OK;
+}
+
+void amp_grad_mark_written(amp_tensor *t) { t->grad_written = true; }
+
 amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha) {
     if (!t || !t->requires_grad) return AMP_OK;
     AMP_TRY(amp_grad_ensure(t));

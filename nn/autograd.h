@@ -49,6 +49,12 @@ typedef struct amp_grad_sink {
 amp_status amp_grad_begin(amp_tensor *t, amp_grad_sink *s);
 /* After buf was written: adds a temporary into t->grad, marks the gradient written. */
 amp_status amp_grad_end(amp_grad_sink *s);
+/* For a producer that accumulates in place (a GEMM's C = A B + beta C): t's gradient itself
+ * (t must require grad), with *beta 0 for the step's first contribution and 1 after one;
+ * amp_grad_mark_written once it is written. The same bits as a temporary added by
+ * amp_grad_end: one rounding of the sum either way. */
+amp_status amp_grad_target(amp_tensor *t, amp_tensor **grad, float *beta);
+void amp_grad_mark_written(amp_tensor *t);
 /* grad(t) += alpha * src, without a temporary (src has t's numel and dtype). */
 amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha);
 

@@ -5,7 +5,8 @@
 #include "nn/autocast.h"
 
 /* C[m, n] = op(A) op(B) of row-major tensors, C overwritten, with the context's TF32 switch; the
- * caller adds a bias, an epilogue or a bias gradient. */
+ * caller adds a bias, an epilogue or a bias gradient. c: the output, or the tensor whose
+ * gradient C is (amp_gemm_grad then points C at it). */
 static amp_gemm_desc amp_gemm_desc_of(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                                       const amp_tensor *a, int64_t lda, const amp_tensor *b,
                                       int64_t ldb, amp_tensor *c) {
@@ -22,6 +23,37 @@ static amp_status amp_gemm(const amp_backend *be, bool ta, bool tb, int64_t m, i
     return AMP_BE(be, gemm, &d);
 }
 
+/* C = the gradient of t, from the GEMM d (its C unset): written through t's sink; or, when t is
+ * autocast's half copy of an f32 tensor (O1's per-step weight cast), straight into that tensor's
+ * f32 gradient (half x half -> f32, beta 1 after an earlier contribution). That skips the half
+ * gradient, its rounding to half and the cast's backward pass over it (which torch.autocast and
+ * Apex O1 make: a read of the half gradient and a write of the f32 one per parameter); an
+ * overflow of the half type there no longer reaches the f32 gradient. *wrote: whether t wanted
+ * a gradient at all. */
+static amp_status amp_gemm_grad(const amp_backend *be, amp_gemm_desc d, amp_tensor *t, bool *wrote) {
+    *wrote = false;
+    amp_tensor *src = amp_cast_f32_source(t);
+    if (src) {
+        amp_tensor *g;
+        AMP_TRY(amp_grad_target(src, &g, &d.beta));
+        d.c = g->data;
+        d.c_dtype = AMP_F32;
+        AMP_TRY(AMP_BE(be, gemm, &d));
+        amp_grad_mark_written(src);
+        *wrote = true;
+        return AMP_OK;
+    }
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(t, &s));
+    if (s.buf) {
+        d.c = s.buf->data;
+        d.c_dtype = s.buf->dtype;
+        AMP_TRY(AMP_BE(be, gemm, &d));
+        *wrote = true;
+    }
+    return amp_grad_end(&s);
+}
+
 /* The backward of z = x @ w^T + b from dz: dx = dz @ w, dw = dz^T @ x, db = column sums of dz.
  * When both dw and db are wanted, db comes out of dw's GEMM (its bias_grad: dz^T is that GEMM's
  * op(A)), so dz is read once for both; db alone is sum_rows. */
@@ -29,20 +61,16 @@ static amp_status amp_linear_bwd_dz(amp_tensor *x, amp_tensor *w, amp_tensor *b,
                                     const amp_tensor *dz) {
     const amp_backend *be = dz->backend;
     int64_t n = x->shape[0], in = x->shape[1], out = w->shape[0];
-    amp_grad_sink sx, sw, sb;
-    AMP_TRY(amp_grad_begin(x, &sx));
-    if (sx.buf) AMP_TRY(amp_gemm(be, false, false, n, in, out, dz, out, w, in, sx.buf));
-    AMP_TRY(amp_grad_end(&sx));
-    AMP_TRY(amp_grad_begin(w, &sw));
+    bool wrote;
+    AMP_TRY(amp_gemm_grad(be, amp_gemm_desc_of(false, false, n, in, out, dz, out, w, in, x), x,
+                          &wrote));
+    amp_grad_sink sb;
     AMP_TRY(amp_grad_begin(b, &sb));
-    if (sw.buf) {
-        amp_gemm_desc d = amp_gemm_desc_of(true, false, out, in, n, dz, out, x, in, sw.buf);
-        d.bias_grad = sb.buf ? (float *)sb.buf->data : NULL;
-        AMP_TRY(AMP_BE(be, gemm, &d));
-    } else if (sb.buf) {
+    amp_gemm_desc dw = amp_gemm_desc_of(true, false, out, in, n, dz, out, x, in, w);
+    dw.bias_grad = sb.buf ? (float *)sb.buf->data : NULL;
+    AMP_TRY(amp_gemm_grad(be, dw, w, &wrote));
+    if (!wrote && sb.buf)
         AMP_TRY(AMP_BE(be, sum_rows, dz->dtype, n, out, dz->data, (float *)sb.buf->data));
-    }
-    AMP_TRY(amp_grad_end(&sw));
     return amp_grad_end(&sb);
 }
 
@@ -119,13 +147,11 @@ amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tens
 static amp_status amp_matmul_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *a = node->in[0], *b = node->in[1];
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
-    amp_grad_sink s;
-    AMP_TRY(amp_grad_begin(a, &s));
-    if (s.buf) AMP_TRY(amp_gemm(dy->backend, false, true, m, k, n, dy, n, b, n, s.buf));
-    AMP_TRY(amp_grad_end(&s));
-    AMP_TRY(amp_grad_begin(b, &s));
-    if (s.buf) AMP_TRY(amp_gemm(dy->backend, true, false, k, n, m, a, k, dy, n, s.buf));
-    return amp_grad_end(&s);
+    bool wrote;
+    AMP_TRY(amp_gemm_grad(dy->backend, amp_gemm_desc_of(false, true, m, k, n, dy, n, b, n, a), a,
+                          &wrote));
+    return amp_gemm_grad(dy->backend, amp_gemm_desc_of(true, false, k, n, m, a, k, dy, n, b), b,
+                         &wrote);
 }
 
 amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
