@@ -11,9 +11,11 @@
  * 2^-9 (bf16) or 2^-12 (f16) relative, and is representable in half everywhere. Then: the same
  * weight used twice in one step (the second contribution accumulated by the GEMM, beta 1), two
  * backwards into one step (gradient accumulation), and an f16 weight gradient beyond f16's range
- * that stays finite in f32, so the dynamic scaler takes the step. */
+ * that stays finite in f32, so the dynamic scaler takes the step. On the CPU, and on CUDA where a
+ * device answers (the CUDA backend under ../shared/cudacpu included). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "amp/amp.h"
 #include "core/error.h"
@@ -44,9 +46,11 @@ typedef struct rig {
     float xs[B * K];
 } rig;
 
+static amp_device g_device = AMP_DEVICE_CPU;
+
 static bool rig_open(rig *r, amp_half_type half, float loss_scale, float x_magnitude) {
     *r = (rig){0};
-    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 5}, &r->ctx));
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = g_device, .seed = 5}, &r->ctx));
     if (!r->ctx) return false;
     CHECK_OK(amp_seq_create(r->ctx, &r->m));
     if (r->m) CHECK_OK(amp_seq_add_linear(r->m, "fc", K, OUT, true));
@@ -174,8 +178,19 @@ static void test_f16_weight_grad_beyond_range(void) {
 }
 
 int main(void) {
-    test_f32_weight_grad(AMP_HALF_BF16, AMP_BF16);
-    test_f32_weight_grad(AMP_HALF_F16, AMP_F16);
-    test_f16_weight_grad_beyond_range();
+    const amp_device devices[2] = {AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
+    for (int d = 0; d < 2; d++) {
+        amp_ctx *probe = NULL;
+        if (amp_ctx_create(&(amp_ctx_opts){.device = devices[d]}, &probe) != AMP_OK) {
+            printf("%s: no device (%s), not run\n", d ? "CUDA" : "CPU", amp_last_error());
+            continue;
+        }
+        amp_ctx_free(probe);
+        printf("%s\n", d ? "CUDA" : "CPU");
+        g_device = devices[d];
+        test_f32_weight_grad(AMP_HALF_BF16, AMP_BF16);
+        test_f32_weight_grad(AMP_HALF_F16, AMP_F16);
+        test_f16_weight_grad_beyond_range();
+    }
     return test_summary("test_o1_weight_grad");
 }
