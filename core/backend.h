@@ -248,6 +248,9 @@ typedef struct amp_backend {
      * for the backend). */
     void (*memory_stats)(size_t *in_use, size_t *peak);
     void (*memory_reset_peak)(void);
+    /* Optional: gives back the backend's own scratch kept for the calling thread from call to
+     * call (the CPU's oneDNN arenas), for amp_ctx_memory_trim; the next call takes it again. */
+    void (*memory_trim)(void);
     /* Allocations made from the system (cudaMalloc; aligned_alloc on the CPU) since the process
      * started: after warm-up a training loop makes none (the caching allocator, the step arenas). */
     uint64_t (*system_allocs)(void);

@@ -142,5 +142,6 @@ amp_status amp_ctx_memory_trim(amp_ctx *ctx) {
     AMP_CHECK_ARG(ctx);
     amp_ctx_reset_step(ctx);
     amp_arena_release(&ctx->data_arena);
+    if (ctx->backend->memory_trim) ctx->backend->memory_trim();
     return AMP_OK;
 }

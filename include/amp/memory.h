@@ -36,7 +36,9 @@
  * Bytes are those the library asked the backend for, not what the allocator rounded them up to
  * (64 bytes on the CPU, 512-byte classes and quarter octaves on CUDA). What the backend counts in
  * use (amp_ctx_memory) beyond every live context's ledger, that rounding and the backend's own
- * scratch (cuBLASLt's workspace, reduction partials), is added to WORKSPACE, so that with one
+ * scratch (cuBLASLt's workspace, reduction partials; on the CPU oneDNN's scratchpads and reorder
+ * buffers and the f32 copies of operands it has no half kernel for, kept per thread from call to
+ * call), is added to WORKSPACE, so that with one
  * context `total` is what amp_ctx_memory reports in use. The backend counts every context of the
  * process together: with several contexts on one backend, each one's WORKSPACE shows all of that
  * memory. */
@@ -80,7 +82,8 @@ amp_status amp_ctx_memory_usage(const amp_ctx *ctx, amp_mem_usage *now, amp_mem_
 
 /* Ends the step (amp_ctx_reset_step: every step tensor becomes invalid) and returns the step
  * arena's chunks to the backend, so AMP_MEM_ACTIVATIONS is 0 until the next step grows the arena
- * again (which allocates anew: on the CPU from the system). For measurements between runs of
+ * again (which allocates anew: on the CPU from the system), and the backend's scratch kept for
+ * the calling thread (on the CPU oneDNN's arenas, part of WORKSPACE) to the system. For measurements between runs of
  * different sizes on one context, and for a balance check after freeing everything. */
 amp_status amp_ctx_memory_trim(amp_ctx *ctx);
 

@@ -2,6 +2,7 @@
  * oneDNN; the rest are OpenMP loops over kernels/math. f16 is storage only: every kernel widens to
  * f32, computes, and rounds back. */
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_util.h"
 
 /* Every op, LAMB's included, takes the three float dtypes (for the optimizers: the gradient's). */
 static bool amp_cpu_supports(amp_be_op op, amp_dtype dt) {
@@ -21,6 +22,7 @@ static const amp_backend amp_cpu_backend = {
     .free = amp_cpu_free,
     .memory_stats = amp_cpu_memory_stats,
     .memory_reset_peak = amp_cpu_memory_reset_peak,
+    .memory_trim = amp_dnnl_arenas_release,
     .system_allocs = amp_cpu_system_allocs,
     .memset_zero = amp_cpu_memset_zero,
     .copy = amp_cpu_copy,

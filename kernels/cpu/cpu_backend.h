@@ -17,6 +17,10 @@
 amp_status amp_cpu_alloc(size_t nbytes, void **out);
 void amp_cpu_free(void *p);
 void amp_cpu_memory_stats(size_t *in_use, size_t *peak);
+/* Counts host memory the CPU kernels hold for themselves (oneDNN's scratch and widening arenas,
+ * dnnl_util.h) as backend memory in use: no ledger records it, so amp/memory.h reports it as
+ * WORKSPACE, as it does cuBLASLt's workspace on CUDA. add: bytes taken, sub: bytes given back. */
+void amp_cpu_memory_count(size_t add, size_t sub);
 void amp_cpu_memory_reset_peak(void);
 uint64_t amp_cpu_system_allocs(void);
 /* Batch uploads (upload_cpu.c): a copy at the call, no events. */

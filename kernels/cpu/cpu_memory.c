@@ -44,7 +44,7 @@ static _Atomic uint64_t g_cpu_allocs; /* aligned_alloc calls (system_allocs) */
 
 uint64_t amp_cpu_system_allocs(void) { return atomic_load(&g_cpu_allocs); }
 
-static void amp_cpu_count(size_t add, size_t sub) {
+void amp_cpu_memory_count(size_t add, size_t sub) {
     if (sub) atomic_fetch_sub(&g_cpu_in_use, sub);
     if (!add) return;
     size_t now = atomic_fetch_add(&g_cpu_in_use, add) + add;
@@ -70,14 +70,14 @@ amp_status amp_cpu_alloc(size_t nbytes, void **out) {
     atomic_fetch_add(&g_cpu_allocs, 1);
     if (!p)
         return amp_fail(AMP_ERR_OOM, "amp_cpu_alloc: out of memory allocating %zu bytes", nbytes);
-    amp_cpu_count(malloc_usable_size(p), 0);
+    amp_cpu_memory_count(malloc_usable_size(p), 0);
     *out = p;
     return AMP_OK;
 }
 
 void amp_cpu_free(void *p) {
     if (!p) return;
-    amp_cpu_count(0, malloc_usable_size(p));
+    amp_cpu_memory_count(0, malloc_usable_size(p));
     free(p);
 }
 

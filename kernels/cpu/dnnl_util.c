@@ -15,6 +15,7 @@
 #include "kernels/math/load_store.h"
 
 #define SCRATCH_ALIGN 64
+#define ARENA_ROUND ((size_t)1 << 20) /* arena sizes: multiples of a MiB (and of SCRATCH_ALIGN) */
 
 amp_status amp_dnnl_fail(dnnl_status_t s, const char *text, const char *func) {
     return amp_fail(AMP_ERR_BACKEND, "%s: oneDNN call %s failed: %s", func, text,
@@ -38,7 +39,10 @@ static int g_key_status = -1;
 static void thread_state_free(void *p) {
     thread_state *t = p;
     if (t->stream) dnnl_stream_destroy(t->stream);
-    for (int i = 0; i < AMP_DNNL_ARENAS; i++) free(t->buf[i]);
+    for (int i = 0; i < AMP_DNNL_ARENAS; i++) {
+        amp_cpu_memory_count(0, t->buf_nbytes[i]);
+        free(t->buf[i]);
+    }
     free(t);
 }
 
@@ -91,20 +95,41 @@ amp_status amp_dnnl_arena(amp_dnnl_arena_id id, size_t nbytes, void **out) {
     thread_state *t = NULL;
     AMP_TRY(thread_state_get(&t));
     if (nbytes > t->buf_nbytes[id]) {
-        /* Grow by half again so a sequence of slightly larger requests does not reallocate
-         * every time; the buffer is only ever as large as the largest call's needs. */
-        size_t want = nbytes + nbytes / 2;
-        want = (want + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+        /* The largest request, rounded up to a MiB so that slightly larger ones do not
+         * reallocate each time: a training step asks for the same sizes every step, so the
+         * arena stops growing in the first one, and holds no more than its largest call needs
+         * (it is workspace in amp/memory.h). */
+        size_t want = (nbytes + ARENA_ROUND - 1) / ARENA_ROUND * ARENA_ROUND;
         void *p = aligned_alloc(SCRATCH_ALIGN, want);
         if (!p)
             return amp_fail(AMP_ERR_OOM, "%s: cannot allocate %zu bytes of oneDNN scratch",
                             __func__, want);
         free(t->buf[id]);
+        amp_cpu_memory_count(want, t->buf_nbytes[id]); /* workspace in amp/memory.h */
         t->buf[id] = p;
         t->buf_nbytes[id] = want;
     }
     *out = t->buf[id];
     return AMP_OK;
+}
+
+static void arenas_release_own(void) {
+    thread_state *t = g_key_status == 0 ? pthread_getspecific(g_thread_key) : NULL;
+    for (int i = 0; t && i < AMP_DNNL_ARENAS; i++) {
+        amp_cpu_memory_count(0, t->buf_nbytes[i]);
+        free(t->buf[i]);
+        t->buf[i] = NULL;
+        t->buf_nbytes[i] = 0;
+    }
+}
+
+/* The calling thread's, and those of the OpenMP team the kernels run on (batch norm and pooling
+ * take arenas inside their parallel regions): the team's threads are the pool's, reused. */
+void amp_dnnl_arenas_release(void) {
+    pthread_once(&g_once, init_once);
+    arenas_release_own();
+#pragma omp parallel
+    arenas_release_own();
 }
 
 amp_status amp_dnnl_scratch(size_t nbytes, void **out) {

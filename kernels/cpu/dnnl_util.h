@@ -39,13 +39,17 @@ amp_status amp_dnnl_stream(dnnl_stream_t *out);
 /* The calling thread's buffers, kept from call to call (a fresh multi-MiB malloc per call costs
  * a page fault per 4 KiB): SCRATCH for oneDNN scratchpads, reorder buffers and the GEMM's padded
  * B; WIDEN for the f32 copies of operands oneDNN has no kernel for, which hold while the f32
- * GEMM or convolution, with its own scratch, runs on them. Like oneDNN's own scratchpads they
- * are outside the memory ledger. */
+ * GEMM or convolution, with its own scratch, runs on them. No context's ledger records them (they
+ * belong to the thread, whichever context calls); they count as the CPU backend's memory in use,
+ * so amp/memory.h reports them as WORKSPACE, as it does cuBLASLt's workspace on CUDA. */
 typedef enum amp_dnnl_arena_id { AMP_DNNL_ARENA_SCRATCH, AMP_DNNL_ARENA_WIDEN, AMP_DNNL_ARENAS } amp_dnnl_arena_id;
 
 /* A 64-byte aligned buffer of at least nbytes from the thread's arena `id`; it stays valid until
  * the thread's next request of that arena. */
 amp_status amp_dnnl_arena(amp_dnnl_arena_id id, size_t nbytes, void **out);
+/* Frees the calling thread's arenas and its OpenMP team's (the backend's memory_trim): the next
+ * request allocates. */
+void amp_dnnl_arenas_release(void);
 /* amp_dnnl_arena(AMP_DNNL_ARENA_SCRATCH, ...). */
 amp_status amp_dnnl_scratch(size_t nbytes, void **out);
 

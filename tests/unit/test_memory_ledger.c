@@ -171,6 +171,11 @@ static void run_one(const run_cfg *c) {
         if (s == AMP_OK) s = amp_zero_grad(opt);
     }
     CHECK_MSG(s == AMP_OK, "%s: %s", what, amp_last_error());
+    if (s == AMP_OK) { /* oneDNN's scratch and reorder arenas, kept between steps, are workspace */
+        amp_mem_usage u = usage_now(ctx, what);
+        CHECK_MSG(u.bytes[AMP_MEM_WORKSPACE] > 0, "%s: no workspace after training steps (the "
+                  "CPU's oneDNN arenas are not reported)", what);
+    }
     amp_mem_usage peak = {0};
     CHECK_OK(amp_ctx_memory_usage(ctx, NULL, &peak));
     check_sum(&peak, what);
