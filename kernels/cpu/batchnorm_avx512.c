@@ -1,6 +1,8 @@
 /* Batch norm's channel loops (both batch norms' sums, the forward's normalising pass, the
- * backward's dx) in AVX-512 intrinsics, for f32 and bf16 storage (f16 trains through f32 copies,
- * which take these too). They visit a channel in batchnorm_tiles.h's order and do its arithmetic
+ * backward's dx) in AVX-512 intrinsics, for f32, bf16 and f16 storage, each widened in the
+ * registers (bf16 a shift, f16 vcvtph2ps: exact), so f16 needs none of the generic loops' f32
+ * copies of a channel (batchnorm_cpu.c): the f16 ConvNet's batch norm at O1, batch 128, took
+ * 5.7-6.3 ms a step through the copies and 2.6 in place (Intel Xeon SPR, 2 threads). They visit a channel in batchnorm_tiles.h's order and do its arithmetic
  * in its order (eight double lanes per tile, lane j taking the elements k + j, the tail and the
  * lane tree by the same inline functions), so the bits are the generic loops': the cudacpu tests
  * hold both against the CUDA kernels bit for bit.
@@ -23,10 +25,12 @@
 
 /* ---- loads and stores --------------------------------------------------------------------- */
 
-/* Eight elements from i as f32 (bf16: a shift), for the sums' eight double lanes. */
+/* Eight elements from i as f32 (bf16: a shift; f16: vcvtph2ps), for the sums' double lanes. */
 BN_TARGET static inline __m256 load8(const void *p, amp_dtype dt, int64_t i) {
     if (dt == AMP_F32) return _mm256_loadu_ps((const float *)p + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (dt == AMP_F16) /* AVX-512F's vcvtph2ps (the 256-bit form is F16C's) */
+        return _mm512_castps512_ps256(_mm512_cvtph_ps(_mm256_castsi128_si256(h)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
@@ -159,7 +163,8 @@ BN_TARGET static void bn_bwd_dx(const amp_bn_desc *d, const void *x, const void 
 }
 
 bool amp_cpu_bn_vectorised(const amp_bn_desc *d) {
-    return d->dtype != AMP_F16 && amp_cpu_avx512_kernels();
+    (void)d;
+    return amp_cpu_avx512_kernels();
 }
 
 void amp_cpu_bn_sums_avx512(const amp_bn_desc *d, bn_sum_kind kind, const void *x, const void *dy,

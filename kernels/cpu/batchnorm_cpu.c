@@ -14,8 +14,8 @@
  * runs the passes on that copy: widening per pass (F16C) cost the forward's three passes and the
  * backward's two a third of their time. On the ConvNet's first layer at batch 256 (Intel Xeon
  * SPR, 2 threads) bf16 through the arena took 2.0 ms forward and 4.3 backward, more than f32's
- * 1.7 and 3.3: the f32 copies pass through the cache four times. On CPUs with AVX-512 the f32
- * and bf16 loops run as batchnorm_avx512.c's intrinsics (the same bits). */
+ * 1.7 and 3.3: the f32 copies pass through the cache four times. On CPUs with AVX-512 the loops
+ * run as batchnorm_avx512.c's intrinsics (the same bits), which read f16 in place too: no copies. */
 #include <stdbool.h>
 #include <string.h>
 
@@ -100,7 +100,8 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     int64_t count = d->n * d->hw;
-    bool half = d->dtype == AMP_F16; /* bf16 is read in place (bn_load) */
+    /* bf16 is read in place (bn_load), and f16 where the AVX-512 loops run */
+    bool half = d->dtype == AMP_F16 && !amp_cpu_bn_vectorised(d);
     amp_bn_desc one = channel_desc(d);
     int failed = 0;
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
@@ -205,7 +206,8 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
     AMP_CHECK_ARG(save_invstd);
     int64_t numel = d->n * d->hw;
     double count = (double)numel;
-    bool half = d->dtype == AMP_F16; /* bf16 is read in place (bn_load) */
+    /* bf16 is read in place (bn_load), and f16 where the AVX-512 loops run */
+    bool half = d->dtype == AMP_F16 && !amp_cpu_bn_vectorised(d);
     amp_bn_desc one = channel_desc(d);
     int failed = 0;
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)

@@ -37,8 +37,11 @@ static inline double lanes_total(const double lane[8]) {
 /* Element i of a tensor of dtype dt (f32 or bf16, a constant where these are called, so that
  * each loop is built per dtype) as f32, and the store that rounds back as amp_cpu_cast does: a
  * bf16 value is widened in the register that the loop computes in (a shift) instead of through
- * a copy, which made bf16 batch norm slower than f32. f16 (no such shift) goes through tiles. */
+ * a copy, which made bf16 batch norm slower than f32. The generic loops take f16 (no such
+ * shift) through tiles; the f16 load here serves batchnorm_avx512.c's scalar tails, which read
+ * f16 in place (F16C). */
 AMP_CPU_CLONE_INLINE float bn_load(const void *p, amp_dtype dt, int64_t i) {
+    if (dt == AMP_F16) return amp_f16_bits_to_f32(((const uint16_t *)p)[i]);
     return dt == AMP_BF16 ? amp_bf16_bits_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
@@ -140,7 +143,8 @@ AMP_CPU_CLONE_INLINE void bn_sum_step1(bn_sum_kind kind, amp_dtype dt, const voi
  * in flight: one tile at a time ran at the adder's latency (8 elements per 4 cycles). */
 #define BN_TILE_GROUP 4
 
-/* batchnorm_avx512.c: whether its loops run for d (f32 or bf16, and amp_cpu_avx512_kernels());
+/* batchnorm_avx512.c: whether its loops run for d (amp_cpu_avx512_kernels(): f32, bf16 and f16,
+ * each read in place);
  * then channel_sums, the forward's normalising pass (y = amp_bn_apply(x, scale, shift), relu
  * with d->relu) and the dx loop of channel ch, with the generic loops' bits. */
 bool amp_cpu_bn_vectorised(const amp_bn_desc *d);
