@@ -94,6 +94,15 @@ static double check_grad(rig *r, amp_dtype half, int copies, int *representable)
     CHECK(g->dtype == AMP_F32);
     float dw[OUT * K];
     CHECK_OK(amp_tensor_to_host(g, dw, sizeof dw));
+    /* The bias gradient comes out of the same GEMM (its bias_grad, a fused epilogue on CUDA, also
+     * when the GEMM accumulates into dW): copies * B * 2^-9, exact. */
+    amp_tensor *gb = NULL;
+    CHECK_OK(amp_tensor_get_grad(amp_model_param(r->m, 1), &gb));
+    float db[OUT] = {0};
+    if (gb) CHECK_OK(amp_tensor_to_host(gb, db, sizeof db));
+    for (int o = 0; o < OUT; o++)
+        CHECK_MSG(db[o] == copies * B / 512.0f, "bias gradient %d: %g, want %g", o, (double)db[o],
+                  copies * B / 512.0);
     double worst = 0;
     *representable = 0;
     for (int k = 0; k < K; k++) {
