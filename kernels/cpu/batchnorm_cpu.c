@@ -100,8 +100,7 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     int64_t count = d->n * d->hw;
-    /* bf16 is read in place (bn_load), and f16 where the AVX-512 loops run */
-    bool half = d->dtype == AMP_F16 && !amp_cpu_bn_vectorised(d);
+    bool half = bn_through_f32_copies(d); /* else read in place (bn_load, batchnorm_avx512.c) */
     amp_bn_desc one = channel_desc(d);
     int failed = 0;
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)
@@ -206,8 +205,7 @@ amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, c
     AMP_CHECK_ARG(save_invstd);
     int64_t numel = d->n * d->hw;
     double count = (double)numel;
-    /* bf16 is read in place (bn_load), and f16 where the AVX-512 loops run */
-    bool half = d->dtype == AMP_F16 && !amp_cpu_bn_vectorised(d);
+    bool half = bn_through_f32_copies(d); /* else read in place (bn_load, batchnorm_avx512.c) */
     amp_bn_desc one = channel_desc(d);
     int failed = 0;
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)

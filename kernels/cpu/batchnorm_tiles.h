@@ -143,10 +143,10 @@ AMP_CPU_CLONE_INLINE void bn_sum_step1(bn_sum_kind kind, amp_dtype dt, const voi
  * in flight: one tile at a time ran at the adder's latency (8 elements per 4 cycles). */
 #define BN_TILE_GROUP 4
 
-/* batchnorm_avx512.c: whether its loops run for d (amp_cpu_avx512_kernels(): f32, bf16 and f16,
- * each read in place);
- * then channel_sums, the forward's normalising pass (y = amp_bn_apply(x, scale, shift), relu
- * with d->relu) and the dx loop of channel ch, with the generic loops' bits. */
+/* batchnorm_avx512.c: whether its loops run for d (amp_cpu_avx512_kernels(); f32, bf16 and f16
+ * are all read in place there); then channel_sums, the forward's normalising pass
+ * (y = amp_bn_apply(x, scale, shift), relu with d->relu) and the dx loop of channel ch, with the
+ * generic loops' bits. */
 bool amp_cpu_bn_vectorised(const amp_bn_desc *d);
 void amp_cpu_bn_sums_avx512(const amp_bn_desc *d, bn_sum_kind kind, const void *x, const void *dy,
                             const void *y, int64_t ch, double c, double *s1, double *s2);
@@ -194,13 +194,20 @@ AMP_CPU_CLONE_INLINE void channel_sums_typed(const amp_bn_desc *d, amp_dtype dt,
     if (s2) *s2 = b;
 }
 
-/* channel_sums_typed for d's dtype (f32 or bf16), through batchnorm_avx512.c where it runs. */
+/* channel_sums_typed for d's dtype, through batchnorm_avx512.c where it runs (any dtype);
+ * elsewhere f32 or bf16: f16 comes here as its f32 copy (bn_through_f32_copies). */
 AMP_CPU_CLONE_INLINE void channel_sums(const amp_bn_desc *d, bn_sum_kind kind, const void *x,
                                        const void *dy, const void *y, int64_t ch, double c,
                                        double *s1, double *s2) {
     if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_sums_avx512(d, kind, x, dy, y, ch, c, s1, s2);
     else if (d->dtype == AMP_BF16) channel_sums_typed(d, AMP_BF16, kind, x, dy, y, ch, c, s1, s2);
     else channel_sums_typed(d, AMP_F32, kind, x, dy, y, ch, c, s1, s2);
+}
+
+/* Whether d's passes run on f32 copies of each channel: f16 where the AVX-512 loops do not run
+ * (batchnorm_cpu.c's training entries, widening each channel once). */
+static inline bool bn_through_f32_copies(const amp_bn_desc *d) {
+    return d->dtype == AMP_F16 && !amp_cpu_bn_vectorised(d);
 }
 
 /* dx over channel ch from the channel's folded backward terms (kernels/math/batchnorm.h), for dt

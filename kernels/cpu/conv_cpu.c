@@ -337,7 +337,7 @@ static amp_status conv_widened_bwd_weight(const amp_conv2d_desc *d, const conv_i
     AMP_TRY(amp_dnnl_arena(AMP_DNNL_ARENA_WIDEN, bx + by + 2 * bw + 2 * bb, (void **)&arena));
     float *fx = (float *)arena, *fy = (float *)(arena + bx), *dw = (float *)(arena + bx + by);
     float *dw_part = (float *)(arena + bx + by + bw), *db_part = (float *)(arena + bx + by + 2 * bw);
-    float *db = io->bias ? (float *)io->bias : NULL; /* dbias, f32: the caller's output */
+    float *db = (float *)io->bias; /* dbias (f32, the caller's output) or NULL */
     float *db_out = db ? (float *)(arena + bx + by + 2 * bw + bb) : NULL;
     size_t esz = amp_dtype_size(d->dtype);
     for (int64_t n0 = 0; n0 < d->n; n0 += slice) {
