@@ -74,6 +74,10 @@ static const op_row gemm_rows[] = {
     {"gemm_f32_tn_dw_dbias_fc", E_GEMM, {10, 1568, 8}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     {"gemm_f32_tn_dw_dbias_ld", E_GEMM, {40, 72, 56, 4}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     {"gemm_f16_tn_f32c_dbias", E_GEMM, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    /* O1's weight gradient: half operands into the f32 gradient, accumulating (beta 1) with the bias gradient fused */
+    {"gemm_bf16_tn_f32c_dbias", E_GEMM, {64, 48, 96}, BF16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_f32c_dbias_accum", E_GEMM, {64, 48, 96}, BF16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_tn_f32c_dbias_accum", E_GEMM, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     {"gemm_bf16_tn_dw_dbias_fc1", E_GEMM, {256, 784, 64}, BF16, BF16, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
     {"gemm_f32_tn_dbias_alpha_beta", E_GEMM, {24, 40, 33, 1}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     {"gemm_f32_tn_dbias_tf32", E_GEMM, {32, 48, 64}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
