@@ -79,6 +79,20 @@ bool amp_cpu_pool2x2_vectorised(const amp_pool_desc *d);
 void amp_cpu_pool2x2_fwd_plane(const amp_pool_desc *d, const void *x, void *y);
 void amp_cpu_pool2x2_bwd_plane(const amp_pool_desc *d, const void *x, const void *dy, void *dx);
 
+/* channel_blocks_avx512.c: half NCHW activations to and from an f32 layout that keeps each 16
+ * channels of a position together (nChw16c; channels-last with 16 channels). Element (i, c, p)
+ * of an n x c x hw tensor sits at i * n + (c / 16) * block + p * hw + c % 16 in it. */
+typedef struct amp_c16_layout {
+    int64_t n, block, hw;
+} amp_c16_layout;
+/* Whether these run for dt (f16, bf16) and c channels (a multiple of 16) on this CPU. */
+bool amp_cpu_c16_vectorised(amp_dtype dt, int64_t c);
+void amp_cpu_widen_to_c16(float *dst, const amp_c16_layout *l, const void *src, amp_dtype dt,
+                          int64_t n, int64_t c, int64_t hw);
+/* Rounded as amp_cpu_cast rounds. */
+void amp_cpu_narrow_from_c16(void *dst, amp_dtype dt, const float *src, const amp_c16_layout *l,
+                             int64_t n, int64_t c, int64_t hw);
+
 amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
                          void *y);
 amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
