@@ -69,6 +69,7 @@ void amp_ctx_free(amp_ctx *ctx) {
     if (!ctx) return;
     if (ctx->amp_hooks) ctx->amp_hooks->free(ctx->amp);
     if (ctx->collective && ctx->collective->release) ctx->collective->release(ctx->collective_user);
+    amp_cast_shadows_free(ctx);
     amp_arena_destroy(&ctx->host_arenas[0]);
     amp_arena_destroy(&ctx->host_arenas[1]);
     amp_arena_destroy(&ctx->data_arena);

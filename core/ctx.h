@@ -6,6 +6,7 @@
 #include "amp/tensor.h"
 #include "core/arena.h"
 #include "core/backend.h"
+#include "core/cast_shadow.h"
 #include "core/mem_ledger.h"
 
 /* Autocast: what the amp layer switches and the op dispatcher in nn/ obeys (nn/autocast.c). */
@@ -15,6 +16,8 @@ typedef struct amp_cast_cache_entry {
     amp_tensor *cast;
 } amp_cast_cache_entry;
 
+#define AMP_CAST_SHADOW_MAX 64
+
 typedef struct amp_autocast_state {
     bool enabled;
     amp_dtype half; /* AMP_F16 or AMP_BF16 */
@@ -22,6 +25,9 @@ typedef struct amp_autocast_state {
      * weight cache); emptied by amp_ctx_reset_step and by backward. */
     amp_cast_cache_entry cache[AMP_CAST_CACHE_MAX];
     int n_cache;
+    /* The casts of parameters kept from step to step (core/cast_shadow.h). */
+    amp_cast_shadow shadows[AMP_CAST_SHADOW_MAX];
+    int n_shadows;
 } amp_autocast_state;
 
 /* Called for every op with its inputs and output (AMP_TRACE, tests). */

@@ -129,8 +129,29 @@ amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor
     return amp_tensor_step(like->ctx, dt, like->ndim, like->shape, out);
 }
 
+amp_status amp_tensor_step_shared(const amp_tensor *like, amp_dtype dt, void *data,
+                                  amp_tensor **out) {
+    amp_ctx *ctx = like->ctx;
+    amp_tensor *t;
+    AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *t, (void **)&t));
+    amp_tensor_fill_header(t, ctx, dt, like->ndim, like->shape, like->numel);
+    t->data = data;
+    t->flags = AMP_TENSOR_STEP | AMP_TENSOR_SHARED;
+    t->step_gen = ctx->step_gen;
+    *out = t;
+    return AMP_OK;
+}
+
+amp_status amp_tensor_check_writable(const char *who, const char *arg, const amp_tensor *t) {
+    if (!t || !(t->flags & AMP_TENSOR_SHARED)) return AMP_OK;
+    return amp_fail(AMP_ERR_STATE, "%s: %s is autocast's half copy of a parameter, kept from "
+                    "step to step and read-only; write to a tensor of your own (amp_tensor_create)",
+                    who, arg);
+}
+
 void amp_tensor_free(amp_tensor *t) {
     if (!t || (t->flags & AMP_TENSOR_STEP)) return;
+    amp_cast_shadow_forget(t);
     if (t->flags & AMP_TENSOR_OWNED) amp_ledger_free(t->ctx, t->data);
     if (t->grad && t->grad != t && !(t->grad->flags & AMP_TENSOR_STEP)) amp_tensor_free(t->grad);
     free(t);
@@ -172,8 +193,10 @@ amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes) {
 
 amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes) {
     AMP_TRY(amp_tensor_check_live(__func__, "t", t));
+    AMP_TRY(amp_tensor_check_writable(__func__, "t", t));
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
+    amp_cast_shadow_stale(t);
     return t->backend->copy_from_host(t->data, host, nbytes);
 }
 

@@ -10,6 +10,7 @@ enum {
     AMP_TENSOR_OWNED = 1, /* struct and data allocated by amp_tensor_create */
     AMP_TENSOR_STEP = 2,  /* struct and data in the step arena */
     AMP_TENSOR_VIEW = 4,  /* heap struct over memory owned by someone else */
+    AMP_TENSOR_SHARED = 8, /* a step tensor over a kept cast (core/cast_shadow.h): read-only */
 };
 
 /* A step tensor with uninitialised data. */
@@ -17,6 +18,13 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
                            amp_tensor **out);
 /* A step tensor of the same shape as `like`, in dtype dt. */
 amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out);
+/* A step tensor (struct in the step arena) of `like`'s shape in dtype dt over `data`, a kept
+ * cast that later steps read too: AMP_TENSOR_SHARED, refused by every write. */
+amp_status amp_tensor_step_shared(const amp_tensor *like, amp_dtype dt, void *data,
+                                  amp_tensor **out);
+/* AMP_ERR_STATE naming `who` when t is such a shared tensor (a write to it would change a
+ * parameter's kept cast). */
+amp_status amp_tensor_check_writable(const char *who, const char *arg, const amp_tensor *t);
 /* A heap struct viewing `data` (not owned); freed with amp_tensor_free (data untouched). */
 amp_status amp_tensor_view(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, void *data,
                            amp_tensor **out);

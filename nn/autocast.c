@@ -30,6 +30,25 @@ static amp_tensor **amp_cast_cache_find(amp_ctx *ctx, const amp_tensor *x, amp_d
     return NULL;
 }
 
+/* x cast to dt into y: a parameter's kept copy when it has one it may use (core/cast_shadow.h),
+ * recast when stale unless this step already handed it out (its tape may hold the old values:
+ * then a step tensor, as without a kept copy); else a step tensor. */
+static amp_status amp_cast_kept(amp_tensor *x, amp_dtype dt, bool cacheable, amp_tensor **y) {
+    amp_ctx *ctx = x->ctx;
+    amp_cast_shadow *sh = NULL;
+    if (cacheable && x->dtype == AMP_F32) AMP_TRY(amp_cast_shadow_add(ctx, x, dt, &sh));
+    if (sh && !sh->current && !amp_cast_shadow_in_use(ctx, sh)) {
+        AMP_TRY(AMP_BE(x->backend, cast, sh->data, dt, x->data, x->dtype, x->numel));
+        sh->current = true;
+    }
+    if (sh && sh->current) {
+        sh->read_in = ctx->step_gen + 1u;
+        return amp_tensor_step_shared(x, dt, sh->data, y);
+    }
+    AMP_TRY(amp_tensor_step_like(x, dt, y));
+    return AMP_BE(x->backend, cast, (*y)->data, dt, x->data, x->dtype, x->numel);
+}
+
 amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     static const char *op = "amp_cast";
     AMP_CHECK_ARG(out);
@@ -53,8 +72,7 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
         return AMP_OK;
     }
     amp_tensor *y;
-    AMP_TRY(amp_tensor_step_like(x, dt, &y));
-    AMP_TRY(AMP_BE(x->backend, cast, y->data, dt, x->data, x->dtype, x->numel));
+    AMP_TRY(amp_cast_kept(x, dt, cacheable, &y));
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
     amp_autocast_state *ac = &ctx->autocast;

@@ -125,6 +125,7 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
 }
 
 void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan) {
+    amp_cast_shadows_stale_all(m->ctx); /* the parameters' dtypes and storage change */
     amp_cast_block pb = {plan->params, plan->grads}, bb = {plan->buffers, NULL};
     amp_cast_rebind(m->ctx, m->params, m->n_params, plan->dts, &pb, &m->param_block,
                     &m->grad_block);

@@ -1,5 +1,7 @@
 /* Elementwise ops: relu, add, mul (same shapes), dropout; accumulate (in place, not recorded). */
+#include "core/ctx.h"
 #include "core/error.h"
+#include "core/tensor_internal.h"
 #include "core/rng.h"
 #include "nn/autocast.h"
 
@@ -133,6 +135,7 @@ amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out) 
 amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x) {
     static const char *op = "amp_accumulate";
     AMP_TRY(amp_check_tensor(op, "acc", acc, 0));
+    AMP_TRY(amp_tensor_check_writable(op, "acc", acc));
     AMP_TRY(amp_check_tensor(op, "x", x, 0));
     AMP_TRY(amp_check_float(op, "x", x));
     AMP_TRY(amp_check_same_dtype(op, acc, x));
@@ -144,5 +147,6 @@ amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x) {
     if (acc->backend != x->backend)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: acc is on backend %s, x on %s", op,
                         acc->backend->name, x->backend->name);
+    amp_cast_shadow_stale(acc);
     return AMP_BE(x->backend, axpy, x->dtype, x->numel, 1.0f, x->data, acc->data);
 }

@@ -20,6 +20,7 @@
  * half ops round after every op, and no f32 copy of the model exists at any time. */
 #include <string.h>
 
+#include "core/ctx.h"
 #include "core/error.h"
 #include "core/tensor_internal.h"
 #include "optim/optimizer_internal.h"
@@ -91,6 +92,7 @@ float *amp_optimizer_master_grad(amp_optimizer *opt, int i) {
 static amp_status amp_optim_master_to_param(amp_optimizer *opt, int i) {
     amp_tensor *p = opt->params[i];
     const amp_tensor *m = opt->master_views[i];
+    amp_cast_shadow_stale(p);
     if (p->dtype == AMP_F32)
         return AMP_BE(opt->backend, copy, p->data, m->data, amp_tensor_nbytes(m));
     return AMP_BE(opt->backend, cast, p->data, p->dtype, m->data, AMP_F32, m->numel);
@@ -131,6 +133,28 @@ amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const ch
     return AMP_OK;
 }
 
+/* An f32 parameter with a current kept half copy (O1, core/cast_shadow.h) has it written in the
+ * update's pass, so it stays current and the next forward does not cast. Only a current one: a
+ * step the device skips (an overflow) writes neither, and the copy must already match. Copies
+ * in the other half dtype (autocast switched between f16 and bf16) go stale. */
+static void amp_optim_keep_cast_current(const amp_optimizer *opt, const amp_tensor *p,
+                                        amp_optim_target *t) {
+    amp_ctx *ctx = p->ctx;
+    amp_cast_shadow *sh = amp_cast_shadow_find(ctx, p, ctx->autocast.half);
+    amp_dtype other = ctx->autocast.half == AMP_F16 ? AMP_BF16 : AMP_F16;
+    amp_cast_shadow *stale = amp_cast_shadow_find(ctx, p, other);
+    if (stale) stale->current = false;
+    if (!sh) return;
+    /* LAMB's clipping needs the step in one fused call, which parameters with and without a
+     * kept copy would split (amp_optimizer_apply): those copies are recast instead. */
+    if (!sh->current || (opt->kind == AMP_OPTIM_LAMB && opt->lamb.max_grad_norm > 0.0f)) {
+        sh->current = false;
+        return;
+    }
+    t->half_copy = sh->data;
+    t->half_dtype = sh->dtype;
+}
+
 amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t) {
     amp_tensor *p = opt->params[i];
     *t = (amp_optim_target){.half_dtype = AMP_F32, .grad_scale = 1.0f};
@@ -158,14 +182,16 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_targe
     if (amp_optim_is_half(p->dtype)) { /* O3: the half parameter is the only copy */
         t->half_copy = p->data;
         t->half_dtype = p->dtype;
-    } else {
-        t->param = p->data;
+        return AMP_OK;
     }
+    t->param = p->data;
+    amp_optim_keep_cast_current(opt, p, t);
     return AMP_OK;
 }
 
 amp_status amp_optimizer_update_end(amp_optimizer *opt, int i) {
     const amp_tensor *p = opt->params[i];
     if (opt->masters != AMP_OPTIM_MASTERS_PERSISTENT || p->dtype != AMP_F32) return AMP_OK;
+    amp_cast_shadow_stale(p);
     return opt->backend->copy(p->data, opt->master_views[i]->data, amp_tensor_nbytes(p));
 }

@@ -334,6 +334,7 @@ amp_status amp_deinitialize(amp_ctx *ctx) {
     for (int i = 0; i < st->n_opts; i++) amp_optimizer_step_done(st->opts_state[i].opt);
     ctx->autocast.enabled = false;
     ctx->autocast.n_cache = 0;
+    amp_cast_shadows_release(ctx);
     ctx->amp = NULL;
     ctx->amp_hooks = NULL;
     amp_state_free(st);

@@ -14,6 +14,10 @@
  *    half blocks that replace them at O2/O3 (each tensor 64-byte aligned; f32 batch-norm
  *    parameters and buffers under keep_batchnorm_fp32). During amp_initialize's cast the f32 and
  *    the half blocks are briefly held together. A model without buffers holds a 4-byte block.
+ *    Under O1 (autocast) also the half copies of the f32 weights autocast casts, kept from step
+ *    to step and written by the optimizer in its update's pass (2 bytes per element of each
+ *    weight that runs in half: linear and convolution weights, not their biases or batch norm's),
+ *    where torch.autocast casts them into step memory at every step.
  *  - AMP_MEM_GRADS: the model's gradient block (the parameters' dtypes, laid out as the parameter
  *    block) and the amp layer's f32 gradient sums (several losses or optimizers without master
  *    weights: one f32 block per optimizer).

@@ -84,6 +84,24 @@ static size_t f32_model(const run_cfg *c, const amp_model *m) {
     return block_bytes(c, m, false, false) + block_bytes(c, m, true, false);
 }
 
+/* O1's kept half copies of the parameters autocast casts (core/cast_shadow.h): the weights of
+ * the layers that run in half (linear and convolution; batch norm's and the biases stay f32),
+ * 2 bytes an element, as asked (no padding). */
+static size_t kept_casts(const run_cfg *c, const amp_model *m) {
+    if (c->level != AMP_O1) return 0;
+    size_t total = 0;
+    for (int i = 0; i < amp_model_n_params(m); i++) {
+        const char *name = amp_model_param_name(m, i);
+        size_t len = strlen(name);
+        if (len < 7 || strcmp(name + len - 7, ".weight") != 0) continue;
+        bool norm = false;
+        for (int b = 0; b < amp_model_n_buffers(m); b++)
+            norm |= strncmp(amp_model_buffer_name(m, b), name, len - 6) == 0;
+        if (!norm) total += (size_t)amp_model_param(m, i)->numel * 2;
+    }
+    return total;
+}
+
 static const size_t k_inputs = (size_t)BATCH * 784 * 4 + (size_t)BATCH * 4; /* x f32, y i32 */
 static const size_t k_amp_scalars = sizeof(float) + sizeof(amp_scaler_dev); /* one loss */
 
@@ -92,7 +110,8 @@ static void check_attribution(const run_cfg *c, const amp_model *m, const amp_me
                               const char *what) {
     bool cast = c->level == AMP_O2 || c->level == AMP_O3;
     size_t f32_params = block_bytes(c, m, false, false);
-    check_kind(u, AMP_MEM_PARAMS, block_bytes(c, m, false, cast) + block_bytes(c, m, true, cast),
+    check_kind(u, AMP_MEM_PARAMS,
+               block_bytes(c, m, false, cast) + block_bytes(c, m, true, cast) + kept_casts(c, m),
                what);
     check_kind(u, AMP_MEM_GRADS, block_bytes(c, m, false, cast), what);
     check_kind(u, AMP_MEM_MASTERS, c->level == AMP_O2 ? 2 * f32_params : 0, what);

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor_internal.h"
+#include "test_devices.h"
 #include "test_util.h"
 
 #define B 64
@@ -186,20 +187,14 @@ static void test_f16_weight_grad_beyond_range(void) {
     rig_close(&r);
 }
 
+static void run_on(amp_device device) {
+    g_device = device;
+    test_f32_weight_grad(AMP_HALF_BF16, AMP_BF16);
+    test_f32_weight_grad(AMP_HALF_F16, AMP_F16);
+    test_f16_weight_grad_beyond_range();
+}
+
 int main(void) {
-    const amp_device devices[2] = {AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
-    for (int d = 0; d < 2; d++) {
-        amp_ctx *probe = NULL;
-        if (amp_ctx_create(&(amp_ctx_opts){.device = devices[d]}, &probe) != AMP_OK) {
-            printf("%s: no device (%s), not run\n", d ? "CUDA" : "CPU", amp_last_error());
-            continue;
-        }
-        amp_ctx_free(probe);
-        printf("%s\n", d ? "CUDA" : "CPU");
-        g_device = devices[d];
-        test_f32_weight_grad(AMP_HALF_BF16, AMP_BF16);
-        test_f32_weight_grad(AMP_HALF_F16, AMP_F16);
-        test_f16_weight_grad_beyond_range();
-    }
+    test_on_each_device(run_on);
     return test_summary("test_o1_weight_grad");
 }

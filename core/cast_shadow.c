@@ -1,0 +1,70 @@
+/* The table of O1's kept half copies of f32 parameters (core/cast_shadow.h). */
+#include "core/cast_shadow.h"
+
+#include "core/ctx.h"
+#include "core/error.h"
+
+amp_cast_shadow *amp_cast_shadow_find(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt) {
+    amp_autocast_state *ac = &ctx->autocast;
+    for (int i = 0; i < ac->n_shadows; i++)
+        if (ac->shadows[i].src == src && ac->shadows[i].dtype == dt) return &ac->shadows[i];
+    return NULL;
+}
+
+amp_status amp_cast_shadow_add(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt,
+                               amp_cast_shadow **out) {
+    *out = amp_cast_shadow_find(ctx, src, dt);
+    amp_autocast_state *ac = &ctx->autocast;
+    if (*out || ac->n_shadows == AMP_CAST_SHADOW_MAX) return AMP_OK;
+    void *data = NULL;
+    AMP_TRY(amp_ledger_alloc(ctx, AMP_MEM_PARAMS, (size_t)src->numel * amp_dtype_size(dt), &data));
+    ac->shadows[ac->n_shadows] = (amp_cast_shadow){.src = src, .data = data, .dtype = dt};
+    *out = &ac->shadows[ac->n_shadows++];
+    return AMP_OK;
+}
+
+bool amp_cast_shadow_in_use(const amp_ctx *ctx, const amp_cast_shadow *sh) {
+    return sh->read_in == ctx->step_gen + 1u;
+}
+
+void amp_cast_shadow_stale(const amp_tensor *t) {
+    if (!t || !t->ctx) return;
+    amp_autocast_state *ac = &t->ctx->autocast;
+    for (int i = 0; i < ac->n_shadows; i++)
+        if (ac->shadows[i].src == t) ac->shadows[i].current = false;
+}
+
+void amp_cast_shadows_stale_all(amp_ctx *ctx) {
+    for (int i = 0; ctx && i < ctx->autocast.n_shadows; i++) ctx->autocast.shadows[i].current = false;
+}
+
+void amp_cast_shadow_forget(const amp_tensor *t) {
+    if (!t || !t->ctx) return;
+    amp_autocast_state *ac = &t->ctx->autocast;
+    for (int i = 0; i < ac->n_shadows;) {
+        if (ac->shadows[i].src != t) {
+            i++;
+            continue;
+        }
+        amp_ledger_free(t->ctx, ac->shadows[i].data);
+        ac->shadows[i] = ac->shadows[--ac->n_shadows];
+    }
+}
+
+void amp_cast_shadows_release(amp_ctx *ctx) {
+    amp_autocast_state *ac = &ctx->autocast;
+    for (int i = 0; i < ac->n_shadows;) {
+        if (amp_cast_shadow_in_use(ctx, &ac->shadows[i])) {
+            ac->shadows[i++].current = false;
+            continue;
+        }
+        amp_ledger_free(ctx, ac->shadows[i].data);
+        ac->shadows[i] = ac->shadows[--ac->n_shadows];
+    }
+}
+
+void amp_cast_shadows_free(amp_ctx *ctx) {
+    for (int i = 0; i < ctx->autocast.n_shadows; i++)
+        amp_ledger_free(ctx, ctx->autocast.shadows[i].data);
+    ctx->autocast.n_shadows = 0;
+}

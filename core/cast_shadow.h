@@ -1,0 +1,45 @@
+/* O1's half copies of f32 parameters, kept from step to step.
+ *
+ * Autocast casts each f32 parameter to half once per step (PyTorch's weight cache), a pass that
+ * reads the parameter and writes the copy. Here the copy lives on: autocast casts into it once
+ * and hands it out (read-only) in every later step while it is current, and the optimizer, which
+ * reads and writes the parameter anyway, writes the copy in the same pass (the kernels O2 uses to
+ * write a half model from its masters), so it stays current without a cast. Anything else that
+ * writes a parameter makes its copy stale (amp_cast_shadow_stale): the next cast redoes it. Bits
+ * are those of a fresh cast: the optimizer's half write rounds as the cast does. */
+#ifndef AMP_CORE_CAST_SHADOW_H
+#define AMP_CORE_CAST_SHADOW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "amp/tensor.h"
+
+typedef struct amp_cast_shadow {
+    const amp_tensor *src; /* the f32 parameter */
+    void *data;            /* its half copy (backend memory, AMP_MEM_PARAMS) */
+    amp_dtype dtype;
+    bool current;          /* data holds src rounded to dtype */
+    uint32_t read_in;      /* 1 + the step (ctx->step_gen) that last handed it out; 0: none */
+} amp_cast_shadow;
+
+/* src's copy in dt; NULL when it has none. */
+amp_cast_shadow *amp_cast_shadow_find(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt);
+/* src's copy in dt, allocated (not current) when it has none; *out NULL when the table is full. */
+amp_status amp_cast_shadow_add(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt,
+                               amp_cast_shadow **out);
+/* Whether the copy was handed out in the context's current step (its tape may hold it). */
+bool amp_cast_shadow_in_use(const amp_ctx *ctx, const amp_cast_shadow *sh);
+/* t's values are about to change other than through the optimizer's update: its copies stale. */
+void amp_cast_shadow_stale(const amp_tensor *t);
+/* Every copy of ctx stale (a model cast to or from half, a load). */
+void amp_cast_shadows_stale_all(amp_ctx *ctx);
+/* t is being freed: its copies go. */
+void amp_cast_shadow_forget(const amp_tensor *t);
+/* The copies freed, but those handed out in the current step (its tape may read them), which
+ * are only made stale (amp_deinitialize: autocast ends). */
+void amp_cast_shadows_release(amp_ctx *ctx);
+/* All copies freed (amp_ctx_free). */
+void amp_cast_shadows_free(amp_ctx *ctx);
+
+#endif
