@@ -1,4 +1,6 @@
-/* The table of O1's kept half copies of f32 parameters (core/cast_shadow.h). */
+/* The table of O1's kept half copies of f32 parameters (core/cast_shadow.h). A copy whose
+ * parameter goes (freed, or autocast ended) while the step's tape may still read it is orphaned
+ * (src NULL) and freed when the step ends. */
 #include "core/cast_shadow.h"
 
 #include "core/ctx.h"
@@ -6,7 +8,7 @@
 
 amp_cast_shadow *amp_cast_shadow_find(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt) {
     amp_autocast_state *ac = &ctx->autocast;
-    for (int i = 0; i < ac->n_shadows; i++)
+    for (int i = 0; src && i < ac->n_shadows; i++)
         if (ac->shadows[i].src == src && ac->shadows[i].dtype == dt) return &ac->shadows[i];
     return NULL;
 }
@@ -27,35 +29,60 @@ bool amp_cast_shadow_in_use(const amp_ctx *ctx, const amp_cast_shadow *sh) {
     return sh->read_in == ctx->step_gen + 1u;
 }
 
+/* Whether a's and b's data overlap (a view of a parameter, a reshape of it). */
+static bool amp_overlap(const amp_tensor *a, const amp_tensor *b) {
+    const char *pa = a->data, *pb = b->data;
+    return pa && pb && pa < pb + amp_tensor_nbytes(b) && pb < pa + amp_tensor_nbytes(a);
+}
+
 void amp_cast_shadow_stale(const amp_tensor *t) {
     if (!t || !t->ctx) return;
     amp_autocast_state *ac = &t->ctx->autocast;
     for (int i = 0; i < ac->n_shadows; i++)
-        if (ac->shadows[i].src == t) ac->shadows[i].current = false;
+        if (ac->shadows[i].src && (ac->shadows[i].src == t || amp_overlap(ac->shadows[i].src, t)))
+            ac->shadows[i].current = false;
 }
 
 void amp_cast_shadows_stale_all(amp_ctx *ctx) {
     for (int i = 0; ctx && i < ctx->autocast.n_shadows; i++) ctx->autocast.shadows[i].current = false;
 }
 
+/* Entry i freed now, or orphaned until the step ends when the step handed it out. */
+static void amp_cast_shadow_drop(amp_ctx *ctx, int i, bool *removed) {
+    amp_autocast_state *ac = &ctx->autocast;
+    *removed = !amp_cast_shadow_in_use(ctx, &ac->shadows[i]);
+    if (!*removed) {
+        ac->shadows[i].src = NULL;
+        ac->shadows[i].current = false;
+        return;
+    }
+    amp_ledger_free(ctx, ac->shadows[i].data);
+    ac->shadows[i] = ac->shadows[--ac->n_shadows];
+}
+
 void amp_cast_shadow_forget(const amp_tensor *t) {
     if (!t || !t->ctx) return;
     amp_autocast_state *ac = &t->ctx->autocast;
     for (int i = 0; i < ac->n_shadows;) {
-        if (ac->shadows[i].src != t) {
-            i++;
-            continue;
-        }
-        amp_ledger_free(t->ctx, ac->shadows[i].data);
-        ac->shadows[i] = ac->shadows[--ac->n_shadows];
+        bool removed = false;
+        if (ac->shadows[i].src == t) amp_cast_shadow_drop(t->ctx, i, &removed);
+        if (!removed) i++;
     }
 }
 
 void amp_cast_shadows_release(amp_ctx *ctx) {
+    for (int i = 0; i < ctx->autocast.n_shadows;) {
+        bool removed = false;
+        if (ctx->autocast.shadows[i].src) amp_cast_shadow_drop(ctx, i, &removed);
+        if (!removed) i++;
+    }
+}
+
+void amp_cast_shadows_reap(amp_ctx *ctx) {
     amp_autocast_state *ac = &ctx->autocast;
     for (int i = 0; i < ac->n_shadows;) {
-        if (amp_cast_shadow_in_use(ctx, &ac->shadows[i])) {
-            ac->shadows[i++].current = false;
+        if (ac->shadows[i].src) {
+            i++;
             continue;
         }
         amp_ledger_free(ctx, ac->shadows[i].data);

@@ -16,7 +16,7 @@
 #include "amp/tensor.h"
 
 typedef struct amp_cast_shadow {
-    const amp_tensor *src; /* the f32 parameter */
+    const amp_tensor *src; /* the f32 parameter; NULL: orphaned, freed when the step ends */
     void *data;            /* its half copy (backend memory, AMP_MEM_PARAMS) */
     amp_dtype dtype;
     bool current;          /* data holds src rounded to dtype */
@@ -30,15 +30,17 @@ amp_status amp_cast_shadow_add(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt
                                amp_cast_shadow **out);
 /* Whether the copy was handed out in the context's current step (its tape may hold it). */
 bool amp_cast_shadow_in_use(const amp_ctx *ctx, const amp_cast_shadow *sh);
-/* t's values are about to change other than through the optimizer's update: its copies stale. */
+/* t's values are about to change other than through the optimizer's update: the copies of every
+ * parameter whose data t overlaps (t itself, a view or reshape of it) stale. */
 void amp_cast_shadow_stale(const amp_tensor *t);
 /* Every copy of ctx stale (a model cast to or from half, a load). */
 void amp_cast_shadows_stale_all(amp_ctx *ctx);
-/* t is being freed: its copies go. */
+/* t is being freed: its copies go (orphaned until the step ends if the step handed them out). */
 void amp_cast_shadow_forget(const amp_tensor *t);
-/* The copies freed, but those handed out in the current step (its tape may read them), which
- * are only made stale (amp_deinitialize: autocast ends). */
+/* Every copy goes, as in amp_cast_shadow_forget (amp_deinitialize: autocast ends). */
 void amp_cast_shadows_release(amp_ctx *ctx);
+/* The orphaned copies freed (amp_ctx_reset_step: no tape reads them any more). */
+void amp_cast_shadows_reap(amp_ctx *ctx);
 /* All copies freed (amp_ctx_free). */
 void amp_cast_shadows_free(amp_ctx *ctx);
 

@@ -85,6 +85,7 @@ void amp_ctx_reset_step(amp_ctx *ctx) {
     if (!ctx) return;
     ctx->n_tape = 0;
     ctx->autocast.n_cache = 0;
+    amp_cast_shadows_reap(ctx);
     ctx->step_gen++;
     amp_arena_reset(&ctx->host_arenas[ctx->step_gen & 1]); /* the step before last's structs */
     amp_arena_reset(&ctx->data_arena);

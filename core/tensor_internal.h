@@ -11,6 +11,7 @@ enum {
     AMP_TENSOR_STEP = 2,  /* struct and data in the step arena */
     AMP_TENSOR_VIEW = 4,  /* heap struct over memory owned by someone else */
     AMP_TENSOR_SHARED = 8, /* a step tensor over a kept cast (core/cast_shadow.h): read-only */
+    AMP_TENSOR_PARAM = 16, /* a model's parameter: the only tensors whose casts are kept */
 };
 
 /* A step tensor with uninitialised data. */

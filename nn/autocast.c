@@ -30,13 +30,18 @@ static amp_tensor **amp_cast_cache_find(amp_ctx *ctx, const amp_tensor *x, amp_d
     return NULL;
 }
 
-/* x cast to dt into y: a parameter's kept copy when it has one it may use (core/cast_shadow.h),
- * recast when stale unless this step already handed it out (its tape may hold the old values:
- * then a step tensor, as without a kept copy); else a step tensor. */
+/* x cast to dt into y: a model parameter's kept copy when it has one it may use
+ * (core/cast_shadow.h), recast when stale unless this step already handed it out (its tape may
+ * hold the old values: then a step tensor, as without a kept copy); else a step tensor (also
+ * when there is no room or memory for a copy). Only parameters: they live as long as their model
+ * and change only through the API, where other leaves (a tensor marked requires_grad for a step)
+ * come and go, and their addresses with them. */
 static amp_status amp_cast_kept(amp_tensor *x, amp_dtype dt, bool cacheable, amp_tensor **y) {
     amp_ctx *ctx = x->ctx;
     amp_cast_shadow *sh = NULL;
-    if (cacheable && x->dtype == AMP_F32) AMP_TRY(amp_cast_shadow_add(ctx, x, dt, &sh));
+    if (cacheable && x->dtype == AMP_F32 && (x->flags & AMP_TENSOR_PARAM) &&
+        amp_cast_shadow_add(ctx, x, dt, &sh) != AMP_OK)
+        sh = NULL;
     if (sh && !sh->current && !amp_cast_shadow_in_use(ctx, sh)) {
         AMP_TRY(AMP_BE(x->backend, cast, sh->data, dt, x->data, x->dtype, x->numel));
         sh->current = true;

@@ -77,6 +77,7 @@ static amp_status amp_named_carve(amp_model *m, amp_named_tensor *l, int n, void
             AMP_TRY(amp_tensor_view(m->ctx, AMP_F32, l[i].ndim, l[i].shape, (float *)*grads + off,
                                     &t->grad));
             l[i].t->requires_grad = true;
+            l[i].t->flags |= AMP_TENSOR_PARAM;
         }
         off += amp_round_up(l[i].t->numel);
     }

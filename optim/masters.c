@@ -146,8 +146,11 @@ static void amp_optim_keep_cast_current(const amp_optimizer *opt, const amp_tens
     if (stale) stale->current = false;
     if (!sh) return;
     /* LAMB's clipping needs the step in one fused call, which parameters with and without a
-     * kept copy would split (amp_optimizer_apply): those copies are recast instead. */
-    if (!sh->current || (opt->kind == AMP_OPTIM_LAMB && opt->lamb.max_grad_norm > 0.0f)) {
+     * kept copy would split (amp_optimizer_apply): those copies are recast instead. So is a copy
+     * that a graph kept for another backward (retain_graph) still reads. */
+    bool kept_graph = amp_cast_shadow_in_use(ctx, sh) && ctx->n_tape > 0;
+    if (!sh->current || kept_graph ||
+        (opt->kind == AMP_OPTIM_LAMB && opt->lamb.max_grad_norm > 0.0f)) {
         sh->current = false;
         return;
     }

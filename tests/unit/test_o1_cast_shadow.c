@@ -9,7 +9,13 @@
  *  - Writes to a weight other than the update make the copy stale: amp_tensor_copy_from_host and
  *    amp_checkpoint_load; the next cast gives the new values. A copy already handed out in the
  *    step is not overwritten (its tape reads it): the cast after such a write is a fresh one.
- *  - The handed-out copy is read-only: amp_accumulate and amp_tensor_copy_from_host refuse it.
+ *  - The handed-out copy is read-only: amp_accumulate and amp_tensor_copy_from_host refuse it,
+ *    also through a reshape; a write through a reshape of the weight makes the copy stale.
+ *  - A graph kept for a second backward (retain_graph) keeps the copy it read: the optimizer does
+ *    not write it then (it goes stale), and the second backward sees the forward's values.
+ *  - Only model parameters get copies: a tensor marked requires_grad for one step and freed
+ *    gets none (a later tensor at the same address would have read it).
+ *  - A model freed in the middle of a step keeps its handed-out copies until the step ends.
  * On the CPU, and on CUDA where a device answers (the CUDA backend under ../shared/cudacpu). */
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +23,7 @@
 #include <string.h>
 
 #include "amp/amp.h"
+#include "amp/memory.h"
 #include "core/ctx.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -128,7 +135,8 @@ static const char *kind_name(optim_kind k) {
     return names[k];
 }
 
-/* Kept copies against fresh casts every step: the same losses and weights, bit for bit. */
+/* Kept copies against fresh casts every step (the copies dropped before each forward, so that
+ * it casts from the weight as torch.autocast does): the same losses and weights, bit for bit. */
 static void test_training(optim_kind kind, amp_half_type ht) {
     rig kept, fresh;
     if (!rig_open(&kept, kind, ht, 4.0f) || !rig_open(&fresh, kind, ht, 4.0f)) {
@@ -137,7 +145,7 @@ static void test_training(optim_kind kind, amp_half_type ht) {
     }
     const char *name = kind_name(kind), *half = amp_dtype_name(kept.half);
     for (int step = 0; step < STEPS; step++) {
-        for (int j = 0; j < 2; j++) amp_cast_shadow_stale(weight(&fresh, j));
+        for (int j = 0; j < 2; j++) amp_cast_shadow_forget(weight(&fresh, j));
         float lk = 0, lf = 0;
         bool sk = false, sf = false;
         CHECK_OK(train_step(&kept, &lk, &sk));
@@ -266,6 +274,82 @@ static void test_other_writes(void) {
     rig_close(&r);
 }
 
+/* The review's cases: reshapes, retain_graph, temporary leaves, a model freed mid-step. */
+static void test_edges(void) {
+    rig r;
+    if (!rig_open(&r, OPT_SGD, AMP_HALF_BF16, 1.0f)) {
+        rig_close(&r);
+        return;
+    }
+    float loss;
+    bool stepped;
+    CHECK_OK(train_step(&r, &loss, &stepped));
+    amp_tensor *w = weight(&r, 0), *c = NULL, *cv = NULL, *wv = NULL;
+    amp_cast_shadow *sh = amp_cast_shadow_find(r.ctx, w, AMP_BF16);
+    CHECK(sh && sh->current);
+    /* Through a reshape: the copy stays read-only, and a write to the weight stales it. */
+    CHECK_OK(amp_cast(w, AMP_BF16, &c));
+    CHECK_OK(amp_reshape(c, 1, (int64_t[]){HID * IN}, &cv));
+    if (cv) CHECK_FAILS(amp_accumulate(cv, cv), AMP_ERR_STATE, "read-only");
+    float v[HID * IN];
+    for (int i = 0; i < HID * IN; i++) v[i] = 0.25f * (float)(i % 13) - 1.0f;
+    CHECK_OK(amp_reshape(w, 1, (int64_t[]){HID * IN}, &wv));
+    if (wv) CHECK_OK(amp_tensor_copy_from_host(wv, v, sizeof v));
+    CHECK(sh && !sh->current);
+    amp_ctx_reset_step(r.ctx);
+    CHECK_OK(amp_cast(w, AMP_BF16, &c));
+    CHECK(c && holds_rounded(&r, w, c->data));
+    amp_ctx_reset_step(r.ctx);
+
+    /* retain_graph: the second backward reads what the forward read. */
+    amp_tensor *logits = NULL, *l = NULL;
+    CHECK_OK(amp_model_forward(r.m, r.x, &logits));
+    CHECK_OK(amp_cross_entropy(logits, r.y, &l));
+    uint16_t before[HID * IN], after[HID * IN];
+    read_back(&r, sh->data, sizeof before, before);
+    CHECK_OK(amp_backward_with(l, &(amp_backward_opts){.retain_graph = true}));
+    CHECK_OK(amp_step(r.opt, &stepped));
+    CHECK_MSG(sh && !sh->current, "the optimizer wrote a copy a kept graph still reads");
+    read_back(&r, sh->data, sizeof after, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    CHECK_OK(amp_backward_with(l, &(amp_backward_opts){0}));
+    CHECK_OK(amp_zero_grad(r.opt));
+    CHECK_OK(train_step(&r, &loss, &stepped));
+    CHECK(sh && sh->current && holds_rounded(&r, w, sh->data));
+
+    /* A leaf marked requires_grad for one step: no copy, so no stale read at a reused address. */
+    for (int it = 0; it < 4; it++) {
+        float t[IN];
+        for (int i = 0; i < IN; i++) t[i] = (float)(it * IN + i) * 0.37f;
+        amp_tensor *leaf = NULL, *lc = NULL;
+        CHECK_OK(amp_tensor_from_host(r.ctx, AMP_F32, 1, (int64_t[]){IN}, t, &leaf));
+        if (!leaf) break;
+        CHECK_OK(amp_tensor_set_requires_grad(leaf, true));
+        CHECK_OK(amp_cast(leaf, AMP_BF16, &lc));
+        CHECK(amp_cast_shadow_find(r.ctx, leaf, AMP_BF16) == NULL);
+        CHECK(lc && holds_rounded(&r, leaf, lc->data));
+        amp_tensor_free(leaf);
+        amp_ctx_reset_step(r.ctx);
+    }
+
+    /* The model freed mid-step: the copies handed out stay until the step ends. */
+    CHECK_OK(amp_cast(w, AMP_BF16, &c));
+    size_t copies = (size_t)(HID * IN + OUT * HID) * 2;
+    amp_optimizer_free(r.opt);
+    r.opt = NULL;
+    amp_model_free(r.m);
+    r.m = NULL;
+    amp_mem_usage u;
+    CHECK_OK(amp_ctx_memory_usage(r.ctx, &u, NULL));
+    CHECK_MSG(u.bytes[AMP_MEM_PARAMS] >= 2 * HID * IN, "a handed-out copy was freed mid-step");
+    CHECK(u.bytes[AMP_MEM_PARAMS] <= copies);
+    amp_ctx_reset_step(r.ctx);
+    CHECK_OK(amp_ctx_memory_usage(r.ctx, &u, NULL));
+    CHECK_MSG(u.bytes[AMP_MEM_PARAMS] == 0, "%zu bytes of copies left after the step",
+              u.bytes[AMP_MEM_PARAMS]);
+    rig_close(&r);
+}
+
 static void run_on(amp_device device) {
     g_device = device;
     for (optim_kind k = OPT_SGD; k <= OPT_LAMB_CLIP; k++) {
@@ -274,6 +358,7 @@ static void run_on(amp_device device) {
     }
     test_skipped_step();
     test_other_writes();
+    test_edges();
 }
 
 int main(void) {
