@@ -47,17 +47,23 @@ void amp_cast_shadows_stale_all(amp_ctx *ctx) {
     for (int i = 0; ctx && i < ctx->autocast.n_shadows; i++) ctx->autocast.shadows[i].current = false;
 }
 
-/* Entry i freed now, or orphaned until the step ends when the step handed it out. */
-static void amp_cast_shadow_drop(amp_ctx *ctx, int i, bool *removed) {
+/* Entry i freed; the last entry takes its place. */
+static void amp_cast_shadow_remove(amp_ctx *ctx, int i) {
     amp_autocast_state *ac = &ctx->autocast;
-    *removed = !amp_cast_shadow_in_use(ctx, &ac->shadows[i]);
-    if (!*removed) {
-        ac->shadows[i].src = NULL;
-        ac->shadows[i].current = false;
-        return;
-    }
     amp_ledger_free(ctx, ac->shadows[i].data);
     ac->shadows[i] = ac->shadows[--ac->n_shadows];
+}
+
+/* Entry i freed now, or orphaned until the step ends when the step handed it out. */
+static void amp_cast_shadow_drop(amp_ctx *ctx, int i, bool *removed) {
+    amp_cast_shadow *sh = &ctx->autocast.shadows[i];
+    *removed = !amp_cast_shadow_in_use(ctx, sh);
+    if (*removed) {
+        amp_cast_shadow_remove(ctx, i);
+        return;
+    }
+    sh->src = NULL;
+    sh->current = false;
 }
 
 void amp_cast_shadow_forget(const amp_tensor *t) {
@@ -81,12 +87,8 @@ void amp_cast_shadows_release(amp_ctx *ctx) {
 void amp_cast_shadows_reap(amp_ctx *ctx) {
     amp_autocast_state *ac = &ctx->autocast;
     for (int i = 0; i < ac->n_shadows;) {
-        if (ac->shadows[i].src) {
-            i++;
-            continue;
-        }
-        amp_ledger_free(ctx, ac->shadows[i].data);
-        ac->shadows[i] = ac->shadows[--ac->n_shadows];
+        if (ac->shadows[i].src) i++;
+        else amp_cast_shadow_remove(ctx, i);
     }
 }
 

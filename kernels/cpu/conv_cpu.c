@@ -306,6 +306,14 @@ static int64_t conv_numel(const amp_conv2d_desc *d, int xwy) {
                       : numel4(d->n, d->c_out, d->h_out, d->w_out);
 }
 
+/* The channels and the positions of a plane of activation x (0) or y (2). */
+static int64_t conv_channels(const amp_conv2d_desc *d, int xwy) {
+    return xwy == 0 ? d->c_in : d->c_out;
+}
+static int64_t conv_plane(const amp_conv2d_desc *d, int xwy) {
+    return xwy == 0 ? d->h_in * d->w_in : d->h_out * d->w_out;
+}
+
 /* Whether md, the f32 layout the kernel takes for an activation, keeps each 16 channels of a
  * position together with the positions of a plane evenly spaced (nChw16c; channels-last with
  * 16 channels), and where it puts them: then amp_cpu_widen_to_c16 and amp_cpu_narrow_from_c16
@@ -334,9 +342,9 @@ static bool conv_c16_layout(const dnnl_memory_desc_t *md, amp_c16_layout *l) {
 static bool conv_direct(const conv_plan *plan, conv_op op, const amp_conv2d_desc *d, int i,
                         bool out_f32, amp_c16_layout *l) {
     int xwy = conv_xwy[op][i];
-    int64_t c = xwy == 0 ? d->c_in : d->c_out;
     return plan->t[i].reorder && xwy != 1 && !(i == 2 && out_f32) &&
-           amp_cpu_c16_vectorised(d->dtype, c) && conv_c16_layout(&plan->t[i].prim_md, l);
+           amp_cpu_c16_vectorised(d->dtype, conv_channels(d, xwy)) &&
+           conv_c16_layout(&plan->t[i].prim_md, l);
 }
 
 /* A half call through plan, the f32 plan of the same convolution (oneDNN has no kernel for the
@@ -351,48 +359,47 @@ static amp_status conv_run_widened(const conv_plan *plan, conv_op op, const amp_
     void *arena = NULL;
     if (plan->arena_nbytes) AMP_TRY(amp_dnnl_scratch(plan->arena_nbytes, &arena));
     dnnl_memory_t prim[3] = {NULL}, flat[3] = {NULL};
+    float *flat_p[3] = {NULL}, *blocked_p[3] = {NULL};
     bool direct[3] = {false};
     amp_c16_layout l[3];
     for (int i = 0; i < 3; i++) {
         const conv_tensor *t = &plan->t[i];
         int xwy = conv_xwy[op][i];
-        int64_t numel = conv_numel(d, xwy), c = xwy == 0 ? d->c_in : d->c_out;
-        int64_t hw = xwy == 0 ? d->h_in * d->w_in : d->h_out * d->w_out;
+        int64_t numel = conv_numel(d, xwy);
         bool f32_out = i == 2 && out_f32;
         direct[i] = conv_direct(plan, op, d, i, out_f32, &l[i]);
-        float *flat_p = f32_out ? (float *)io->out : (float *)dense;
-        if (!direct[i] && !f32_out) dense += amp_dnnl_f32_nbytes(numel);
-        if (t->reorder)
-            AMP_TRY(amp_dnnl_mem(mems, &t->prim_md, (char *)arena + t->offset, &prim[i]));
-        if (!direct[i]) AMP_TRY(amp_dnnl_mem(mems, &t->user_md, flat_p, &flat[i]));
-        if (!t->reorder) prim[i] = flat[i];
-        if (i < 2 && direct[i]) {
-            amp_cpu_widen_to_c16((float *)((char *)arena + t->offset), &l[i], io->in[i],
-                                 d->dtype, d->n, c, hw);
-        } else if (i < 2) {
-            amp_dnnl_widen(flat_p, numel, io->in[i], d->dtype, 1, numel, 0);
+        if (t->reorder) {
+            blocked_p[i] = (float *)((char *)arena + t->offset);
+            AMP_TRY(amp_dnnl_mem(mems, &t->prim_md, blocked_p[i], &prim[i]));
+        }
+        if (!direct[i]) {
+            flat_p[i] = f32_out ? (float *)io->out : (float *)dense;
+            if (!f32_out) dense += amp_dnnl_f32_nbytes(numel);
+            AMP_TRY(amp_dnnl_mem(mems, &t->user_md, flat_p[i], &flat[i]));
+            if (!t->reorder) prim[i] = flat[i];
+        }
+        if (i == 2) break;
+        if (direct[i]) {
+            amp_cpu_widen_to_c16(blocked_p[i], &l[i], io->in[i], d->dtype, d->n,
+                                 conv_channels(d, xwy), conv_plane(d, xwy));
+        } else {
+            amp_dnnl_widen(flat_p[i], numel, io->in[i], d->dtype, 1, numel, 0);
             if (t->reorder) AMP_TRY(conv_reorder(t, flat[i], prim[i], arena, mems));
         }
     }
     AMP_TRY(conv_execute(plan, op, io, prim, arena, mems));
     AMP_TRY(amp_dnnl_wait());
     int out = conv_xwy[op][2];
-    int64_t numel = conv_numel(d, out);
     if (direct[2]) {
-        amp_cpu_narrow_from_c16(io->out, d->dtype, (const float *)((char *)arena + plan->t[2].offset),
-                                &l[2], d->n, out == 0 ? d->c_in : d->c_out,
-                                out == 0 ? d->h_in * d->w_in : d->h_out * d->w_out);
+        amp_cpu_narrow_from_c16(io->out, d->dtype, blocked_p[2], &l[2], d->n,
+                                conv_channels(d, out), conv_plane(d, out));
         return AMP_OK;
     }
     if (plan->t[2].reorder) {
         AMP_TRY(conv_reorder(&plan->t[2], prim[2], flat[2], arena, mems));
         AMP_TRY(amp_dnnl_wait());
     }
-    if (!out_f32) {
-        const void *f = NULL;
-        AMP_DNNL_TRY(dnnl_memory_get_data_handle(flat[2], (void **)&f));
-        amp_dnnl_narrow(io->out, d->dtype, 1, numel, 0, f);
-    }
+    if (!out_f32) amp_dnnl_narrow(io->out, d->dtype, 1, conv_numel(d, out), 0, flat_p[2]);
     return AMP_OK;
 }
 

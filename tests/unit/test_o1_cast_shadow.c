@@ -49,7 +49,7 @@ typedef struct rig {
     amp_dtype half;
 } rig;
 
-static bool rig_open(rig *r, optim_kind kind, amp_half_type ht, float x_scale) {
+static bool rig_setup(rig *r, optim_kind kind, amp_half_type ht, float x_scale) {
     *r = (rig){.half = ht == AMP_HALF_F16 ? AMP_F16 : AMP_BF16};
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = g_device, .seed = 11}, &r->ctx));
     if (!r->ctx) return false;
@@ -98,6 +98,13 @@ static void rig_close(rig *r) {
     amp_ctx_free(r->ctx);
 }
 
+/* rig_setup, closed again when it fails (the failure already counted). */
+static bool rig_open(rig *r, optim_kind kind, amp_half_type ht, float x_scale) {
+    if (rig_setup(r, kind, ht, x_scale)) return true;
+    rig_close(r);
+    return false;
+}
+
 /* The weights (the parameters autocast casts): fc1.weight and fc2.weight. */
 static amp_tensor *weight(rig *r, int j) { return amp_model_param(r->m, 2 * j); }
 
@@ -139,8 +146,9 @@ static const char *kind_name(optim_kind k) {
  * it casts from the weight as torch.autocast does): the same losses and weights, bit for bit. */
 static void test_training(optim_kind kind, amp_half_type ht) {
     rig kept, fresh;
-    if (!rig_open(&kept, kind, ht, 4.0f) || !rig_open(&fresh, kind, ht, 4.0f)) {
-        rig_close(&kept), rig_close(&fresh);
+    if (!rig_open(&kept, kind, ht, 4.0f)) return;
+    if (!rig_open(&fresh, kind, ht, 4.0f)) {
+        rig_close(&kept);
         return;
     }
     const char *name = kind_name(kind), *half = amp_dtype_name(kept.half);
@@ -192,10 +200,7 @@ static void test_training(optim_kind kind, amp_half_type ht) {
 /* An overflow skips the step: weight and copy unchanged, the copy still current. */
 static void test_skipped_step(void) {
     rig r;
-    if (!rig_open(&r, OPT_SGD, AMP_HALF_F16, 4.0f)) {
-        rig_close(&r);
-        return;
-    }
+    if (!rig_open(&r, OPT_SGD, AMP_HALF_F16, 4.0f)) return;
     float loss;
     bool stepped = false;
     CHECK_OK(train_step(&r, &loss, &stepped)); /* makes the copies */
@@ -218,10 +223,7 @@ static void test_skipped_step(void) {
  * already handed out this step is left alone. */
 static void test_other_writes(void) {
     rig r;
-    if (!rig_open(&r, OPT_ADAM, AMP_HALF_BF16, 1.0f)) {
-        rig_close(&r);
-        return;
-    }
+    if (!rig_open(&r, OPT_ADAM, AMP_HALF_BF16, 1.0f)) return;
     float loss;
     bool stepped;
     CHECK_OK(train_step(&r, &loss, &stepped));
@@ -277,10 +279,7 @@ static void test_other_writes(void) {
 /* The review's cases: reshapes, retain_graph, temporary leaves, a model freed mid-step. */
 static void test_edges(void) {
     rig r;
-    if (!rig_open(&r, OPT_SGD, AMP_HALF_BF16, 1.0f)) {
-        rig_close(&r);
-        return;
-    }
+    if (!rig_open(&r, OPT_SGD, AMP_HALF_BF16, 1.0f)) return;
     float loss;
     bool stepped;
     CHECK_OK(train_step(&r, &loss, &stepped));
