@@ -295,10 +295,17 @@ amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t a
 
 /* ---- widening ------------------------------------------------------------------------------- */
 
-/* Row by row through amp_cpu_cast, whose F16C/AVX paths convert 8-16 values an instruction. */
+/* Row by row through amp_cpu_cast, whose F16C/AVX paths convert 8-16 values an instruction.
+ * Dense rows go in one amp_cpu_cast, which splits them between the threads itself: inside this
+ * loop's parallel region it runs serially, so a single row (a whole tensor, as the convolutions
+ * pass) would take one thread. */
 void amp_dnnl_widen(float *dst, int64_t dst_ld, const void *src, amp_dtype dt, int64_t rows,
                     int64_t cols, int64_t ld) {
     size_t esize = amp_dtype_size(dt);
+    if (rows == 1 || (ld == cols && dst_ld == cols)) {
+        (void)amp_cpu_cast(dst, AMP_F32, src, dt, rows * cols);
+        return;
+    }
 #pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
         (void)amp_cpu_cast(dst + r * dst_ld, AMP_F32, (const char *)src + (size_t)(r * ld) * esize, dt, cols);
@@ -309,9 +316,14 @@ size_t amp_dnnl_f32_nbytes(int64_t n) {
            SCRATCH_ALIGN;
 }
 
+/* As amp_dnnl_widen, the other way. */
 void amp_dnnl_narrow(void *dst, amp_dtype dt, int64_t rows, int64_t cols, int64_t ld,
                      const float *src) {
     size_t esize = amp_dtype_size(dt);
+    if (rows == 1 || ld == cols) {
+        (void)amp_cpu_cast(dst, dt, src, AMP_F32, rows * cols);
+        return;
+    }
 #pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
         (void)amp_cpu_cast((char *)dst + (size_t)(r * ld) * esize, dt, src + r * cols, AMP_F32, cols);
