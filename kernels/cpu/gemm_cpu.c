@@ -155,20 +155,24 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, void *
     return amp_dnnl_wait();
 }
 
-/* A row-major B (not transposed) whose row stride is a multiple of 4 KiB puts every row of a
- * column panel in the same cache sets. oneDNN 2.6 reads such a B in place when it is 64-byte
+/* A row-major f32 B (not transposed) whose row stride is a multiple of 4 KiB puts every row of
+ * a column panel in the same cache sets. oneDNN 2.6 reads such a B in place when it is 64-byte
  * aligned (and packs it when it is not), and the set conflicts halve its speed: the MLP's
  * dX = dY W at 128x2048x2048 ran at 66-88 GFLOP/s against 150 packed (AMD EPYC, AVX2, 2
  * threads; bench/RESULTS.md). Such a B, when it outgrows L2 and m is large enough to pay for
  * one pass over it, is copied into scratch with a row stride padded by one cache line (the
- * choice depends on the shape alone). */
+ * choice depends on the shape alone). A bf16 B never is: every bf16 kernel (AMX and AVX512-BF16
+ * brgemm, the gemm kernel) regroups B into pairs along k anyway, so its stride never reaches the
+ * inner loop, and the copy only costs a pass and sends oneDNN from its AMX brgemm kernel to
+ * the gemm kernel: dX at 128x2048x2048 in bf16 took 1.15-1.88 ms in place against 1.70-2.63
+ * copied (Intel Xeon SPR, 2 threads, best of 37 alternating in one process). */
 #define GEMM_PAD_MIN_BYTES ((int64_t)1 << 20)
 #define GEMM_PAD_MIN_M 32
 
 static int64_t gemm_padded_ldb(const amp_gemm_desc *d) {
     int64_t esize = (int64_t)amp_dtype_size(d->b_dtype);
-    if (d->trans_b || d->m < GEMM_PAD_MIN_M || (d->ldb * esize) % 4096 != 0 ||
-        d->k * d->n * esize < GEMM_PAD_MIN_BYTES)
+    if (d->b_dtype != AMP_F32 || d->trans_b || d->m < GEMM_PAD_MIN_M ||
+        (d->ldb * esize) % 4096 != 0 || d->k * d->n * esize < GEMM_PAD_MIN_BYTES)
         return 0;
     int64_t line = 64 / esize;
     return (d->n + line - 1) / line * line + line;

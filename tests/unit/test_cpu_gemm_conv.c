@@ -170,9 +170,9 @@ static void test_gemm_f32(void) {
                F32_TOL);
 }
 
-/* A row-major B whose row stride is a multiple of 4 KiB is copied to a padded stride first
- * (gemm_cpu.c): that path, with B narrower than its stride, B exactly its stride, bf16 B, and
- * the f16 B widened to a dense 1024-wide f32 copy. */
+/* A row-major f32 B whose row stride is a multiple of 4 KiB is copied to a padded stride first
+ * (gemm_cpu.c): that path, with B narrower than its stride, B exactly its stride, and the f16 B
+ * widened to a dense 1024-wide f32 copy; a bf16 B of that stride, read in place. */
 static void test_gemm_padded_b(void) {
     CHECK_GEMM(((gcase){.m = 64, .n = 1000, .k = 300, .pad = 24, .alpha = 1, .beta = 0.5f,
                         .bias = true, .at = AMP_F32, .bt = AMP_F32, .ct = AMP_F32}),
