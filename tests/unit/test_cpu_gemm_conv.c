@@ -172,7 +172,8 @@ static void test_gemm_f32(void) {
 
 /* A row-major f32 B whose row stride is a multiple of 4 KiB is copied to a padded stride first
  * (gemm_cpu.c): that path, with B narrower than its stride, B exactly its stride, and the f16 B
- * widened to a dense 1024-wide f32 copy; a bf16 B of that stride, read in place. */
+ * widened to a dense 1024-wide f32 copy; a 2048-wide bf16 B (a 4 KiB stride, 2 MiB), which is
+ * read in place. */
 static void test_gemm_padded_b(void) {
     CHECK_GEMM(((gcase){.m = 64, .n = 1000, .k = 300, .pad = 24, .alpha = 1, .beta = 0.5f,
                         .bias = true, .at = AMP_F32, .bt = AMP_F32, .ct = AMP_F32}),
@@ -180,8 +181,8 @@ static void test_gemm_padded_b(void) {
     CHECK_GEMM(((gcase){.m = 128, .n = 2048, .k = 2048, .alpha = 1, .at = AMP_F32,
                         .bt = AMP_F32, .ct = AMP_F32, .samples = 2000}),
                F32_TOL);
-    CHECK_GEMM(((gcase){.m = 40, .n = 1024, .k = 512, .alpha = 2, .bias = true, .at = AMP_BF16,
-                        .bt = AMP_BF16, .ct = AMP_F32}),
+    CHECK_GEMM(((gcase){.m = 40, .n = 2048, .k = 512, .alpha = 2, .bias = true, .at = AMP_BF16,
+                        .bt = AMP_BF16, .ct = AMP_F32, .samples = 2000}),
                BF16_TOL);
     CHECK_GEMM(((gcase){.m = 33, .n = 1024, .k = 300, .alpha = 1, .at = AMP_F16, .bt = AMP_F16,
                         .ct = AMP_F16, .samples = 3000}),
