@@ -1,5 +1,6 @@
 /* Sixteen-lane loads and stores of f32, f16 and bf16 for the CPU backend's hand-vectorised
- * AVX-512 kernels (pool_2x2_avx512.c, batchnorm_avx512.c): half values are widened in registers
+ * AVX-512 kernels (pool_2x2_avx512.c, batchnorm_avx512.c, channel_blocks_avx512.c, the casts of
+ * cpu_memory.c): half values are widened in registers
  * and rounded back as core/half.h's conversions round them (to nearest even; NaN as 0x7fff).
  * x86-64 with GCC or Clang only; the functions are built for AVX-512 F, BW and VL, which the
  * caller checks at run time (amp_cpu_avx512_kernels). */
@@ -25,6 +26,21 @@ AMP_AVX512_TARGET static inline __m512 avx512_load16(const void *p, amp_dtype dt
     __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
     if (dt == AMP_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* avx512_load16 with f16 NaN payloads widened unchanged, as core/half.h widens them (vcvtph2ps
+ * sets the quiet bit): the exact widening amp_cpu_cast gives. */
+AMP_AVX512_TARGET static inline __m512 avx512_load16_exact(const void *p, amp_dtype dt, int64_t i,
+                                                           __mmask16 m) {
+    __m512 v = avx512_load16(p, dt, i, m);
+    if (dt != AMP_F16) return v;
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (!nan) return v;
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16);
+    __m512i payload = _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x3ff)), 13);
+    __m512i bits = _mm512_or_si512(_mm512_or_si512(sign, payload), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(bits));
 }
 
 /* The lanes of m of v to p[i], rounded to dt as core/half.h's amp_f32_to_f16_bits and

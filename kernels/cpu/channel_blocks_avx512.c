@@ -43,21 +43,6 @@ AMP_AVX512_TARGET static inline void transpose16(__m512 r[16]) {
     }
 }
 
-/* avx512_load16 with f16 NaN payloads widened unchanged, as core/half.h and amp_cpu_cast widen
- * them (vcvtph2ps sets the quiet bit). */
-AMP_AVX512_TARGET static inline __m512 load16_exact(const void *p, amp_dtype dt, int64_t i,
-                                                    __mmask16 m) {
-    __m512 v = avx512_load16(p, dt, i, m);
-    if (dt != AMP_F16) return v;
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    if (!nan) return v;
-    __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
-    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16);
-    __m512i payload = _mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x3ff)), 13);
-    __m512i bits = _mm512_or_si512(_mm512_or_si512(sign, payload), _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(bits));
-}
-
 /* One block of 16 channels of one sample: src holds its 16 planes of hw elements each, dst gets
  * the 16 f32 channels of position p at dst + p * dst_hw. narrow_block is the way back. */
 AMP_AVX512_TARGET static void widen_block(float *dst, int64_t dst_hw, const void *src, amp_dtype dt,
@@ -66,7 +51,7 @@ AMP_AVX512_TARGET static void widen_block(float *dst, int64_t dst_hw, const void
         int64_t n = hw - p < 16 ? hw - p : 16;
         __mmask16 m = avx512_lanes(n);
         __m512 r[16];
-        for (int c = 0; c < 16; c++) r[c] = load16_exact(src, dt, c * hw + p, m);
+        for (int c = 0; c < 16; c++) r[c] = avx512_load16_exact(src, dt, c * hw + p, m);
         transpose16(r);
         for (int64_t i = 0; i < n; i++) _mm512_storeu_ps(dst + (p + i) * dst_hw, r[i]);
     }

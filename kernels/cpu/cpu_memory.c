@@ -8,8 +8,14 @@
  *    branch-free after if-conversion), built twice: for the baseline ISA and for AVX2;
  *  - f32 <-> f16 uses the F16C instructions (vcvtps2ph with RNE, vcvtph2ps) where the CPU has them,
  *    then patches NaN lanes to the core/half.h bits (the instructions keep and quieten payloads);
- *    the portable fallback is the core/half.h loop.
- * The x86 paths are chosen at run time by __builtin_cpu_supports, so one binary runs everywhere. */
+ *    the portable fallback is the core/half.h loop;
+ *  - on CPUs with AVX-512 (amp_cpu_avx512_kernels) both run sixteen lanes at a time through
+ *    avx512_lanes.h, the tail masked, NaN lanes patched only in a vector that has one. In L1 (the
+ *    optimizer rounds each 4096-element chunk into its half copy while the chunk is there) that
+ *    is 2.4-2.8x the F16C loops for f16 and 1.6x the AVX2 loop for f32 -> bf16 (f16 widen 0.16
+ *    -> 0.06 ns an element, narrow 0.11 -> 0.04, bf16 narrow 0.17 -> 0.11; Intel Xeon SPR, one
+ *    thread); a 2048x2048 matrix in DRAM converts at memory speed either way (0.42-0.49 ms).
+ * The x86 paths are chosen at run time, so one binary runs everywhere. */
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -27,6 +33,10 @@
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define AMP_CPU_X86 1
 #include <immintrin.h>
+#endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#define AMP_CPU_AVX512 1
+#include "kernels/cpu/avx512_lanes.h"
 #endif
 
 /* Alignment of every allocation: one cache line, and a full AVX-512 vector. */
@@ -179,7 +189,32 @@ static bool cpu_has_avx2_f16c(void) {
 }
 #endif
 
+#ifdef AMP_CPU_AVX512
+/* The same bits sixteen lanes at a time (avx512_lanes.h rounds and widens as core/half.h). */
+AMP_AVX512_TARGET static void f32_to_half_avx512(uint16_t *dst, amp_dtype dt, const float *src,
+                                                 int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = avx512_lanes(n - i);
+        avx512_store16(dst, dt, i, m, _mm512_maskz_loadu_ps(m, src + i));
+    }
+}
+
+AMP_AVX512_TARGET static void half_to_f32_avx512(float *dst, const uint16_t *src, amp_dtype dt,
+                                                 int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = avx512_lanes(n - i);
+        _mm512_mask_storeu_ps(dst + i, m, avx512_load16_exact(src, dt, i, m));
+    }
+}
+#endif
+
 static void f32_to_half(uint16_t *dst, amp_dtype dt, const float *src, int64_t n) {
+#ifdef AMP_CPU_AVX512
+    if (amp_cpu_avx512_kernels()) {
+        f32_to_half_avx512(dst, dt, src, n);
+        return;
+    }
+#endif
 #ifdef AMP_CPU_X86
     if (cpu_has_avx2_f16c()) {
         if (dt == AMP_F16) f32_to_f16_f16c(dst, src, n);
@@ -192,6 +227,12 @@ static void f32_to_half(uint16_t *dst, amp_dtype dt, const float *src, int64_t n
 }
 
 static void half_to_f32(float *dst, const uint16_t *src, amp_dtype dt, int64_t n) {
+#ifdef AMP_CPU_AVX512
+    if (amp_cpu_avx512_kernels()) {
+        half_to_f32_avx512(dst, src, dt, n);
+        return;
+    }
+#endif
 #ifdef AMP_CPU_X86
     if (cpu_has_avx2_f16c()) {
         if (dt == AMP_F16) f16_to_f32_f16c(dst, src, n);
