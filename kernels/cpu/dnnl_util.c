@@ -295,7 +295,7 @@ amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t a
 
 /* ---- widening ------------------------------------------------------------------------------- */
 
-/* Row by row through amp_cpu_cast, whose F16C/AVX paths convert 8-16 values an instruction.
+/* Row by row through amp_cpu_cast, whose vector paths convert 8-16 values an instruction.
  * Dense rows go in one amp_cpu_cast, which splits them between the threads itself: inside this
  * loop's parallel region it runs serially, so a single row (a whole tensor, as the convolutions
  * pass) would take one thread. */

@@ -171,11 +171,10 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, void *
 #define GEMM_PAD_MIN_M 32
 
 static int64_t gemm_padded_ldb(const amp_gemm_desc *d) {
-    int64_t esize = (int64_t)amp_dtype_size(d->b_dtype);
+    const int64_t esize = (int64_t)sizeof(float), line = 64 / esize; /* f32 B only */
     if (d->b_dtype != AMP_F32 || d->trans_b || d->m < GEMM_PAD_MIN_M ||
         (d->ldb * esize) % 4096 != 0 || d->k * d->n * esize < GEMM_PAD_MIN_BYTES)
         return 0;
-    int64_t line = 64 / esize;
     return (d->n + line - 1) / line * line + line;
 }
 
