@@ -5,7 +5,10 @@
  *     target);
  *   - GEMM through cuBLASLt at the MLP's shapes (batch x 784 -> 2048 -> 2048 -> 10, forward and
  *     both backward products) in bf16 and f16 with f32 accumulation, in TFLOP/s against the
- *     tensor-core peak (60 % is the target).
+ *     tensor-core peak (60 % is the target);
+ *   - the peaks those are held against, measured: a device-to-device copy (bytes read and
+ *     written), and a square GEMM in each compute mode of the backend (f32, f32 with TF32
+ *     allowed, bf16, f16), each beside the data sheet's dense figure.
  * Timings are CUDA events around repeated launches after warm-up. Prints a Markdown table and,
  * with --json, one JSON object per row. Under the cudacpu build it runs too (small sizes,
  * --smoke), which only shows that it works: its times are the CPU's.
@@ -35,21 +38,23 @@
         }                                                                                          \
     } while (0)
 
-/* Peaks by device name (dense, no sparsity): HBM TB/s, bf16/f16 tensor-core TFLOP/s. */
+/* Peaks by device name, from NVIDIA's data sheets (dense, no sparsity): HBM TB/s, bf16/f16
+ * tensor-core TFLOP/s, f32 (CUDA cores) and TF32 tensor-core TFLOP/s. */
 typedef struct peak {
     const char *name_part;
-    double hbm_tbs, tc_tflops;
+    double hbm_tbs, tc_tflops, f32_tflops, tf32_tflops;
 } peak;
 static const peak g_peaks[] = {
-    {"H200", 4.8, 989.4},     {"H100 SXM", 3.35, 989.4}, {"H100 80GB HBM3", 3.35, 989.4},
-    {"H100 NVL", 3.9, 835.0}, {"H100 PCIe", 2.0, 756.0}, {"H100", 3.35, 989.4},
-    {"A100-SXM4-80GB", 2.04, 312.0}, {"A100", 1.56, 312.0},
+    {"H200", 4.8, 989.4, 67.0, 494.7},      {"H100 SXM", 3.35, 989.4, 67.0, 494.7},
+    {"H100 80GB HBM3", 3.35, 989.4, 67.0, 494.7}, {"H100 NVL", 3.9, 835.0, 60.0, 417.5},
+    {"H100 PCIe", 2.0, 756.0, 51.0, 378.0}, {"H100", 3.35, 989.4, 67.0, 494.7},
+    {"A100-SXM4-80GB", 2.04, 312.0, 19.5, 156.0}, {"A100", 1.56, 312.0, 19.5, 156.0},
 };
 
 static peak device_peak(const char *name) {
     for (size_t i = 0; i < sizeof g_peaks / sizeof g_peaks[0]; i++)
         if (strstr(name, g_peaks[i].name_part)) return g_peaks[i];
-    return (peak){"unknown", 0, 0};
+    return (peak){"unknown", 0, 0, 0, 0};
 }
 
 static float time_ms(void (*run)(void *), void *arg, int reps) {
@@ -204,6 +209,66 @@ static void bench_gemm(const amp_backend *be, int64_t batch, peak pk, bool json,
     }
 }
 
+/* ---- the peaks themselves ---- */
+
+typedef struct copy_run {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_run;
+
+static void copy_once(void *p) {
+    copy_run *r = p;
+    CK(cudaMemcpyAsync(r->dst, r->src, r->bytes, cudaMemcpyDeviceToDevice, amp_cuda_stream()));
+}
+
+/* Square GEMMs big enough to fill the device (8192^3, 1.1 TFLOP a product) in each of the
+ * backend's compute modes, and a device-to-device copy of 1 GiB; each beside the data sheet. */
+static void bench_peaks(const amp_backend *be, peak pk, bool json, int reps, bool smoke) {
+    size_t copy_bytes = smoke ? (size_t)1 << 20 : (size_t)1 << 30;
+    copy_run cr = {.dst = dev_zeros(be, copy_bytes), .src = dev_zeros(be, copy_bytes),
+                   .bytes = copy_bytes};
+    float ms = time_ms(copy_once, &cr, reps);
+    double tbs = 2.0 * (double)copy_bytes / (ms * 1e-3) / 1e12;
+    if (json)
+        printf("{\"bench\": \"peak\", \"what\": \"copy\", \"bytes\": %zu, \"ms\": %.4f, "
+               "\"tb_per_s\": %.3f, \"sheet\": %.2f}\n", copy_bytes, ms, tbs, pk.hbm_tbs);
+    else
+        printf("| device-to-device copy, %zu MiB (read + write) | %.3f ms | %.2f TB/s | %.2f TB/s "
+               "| %.0f %% |\n", copy_bytes >> 20, ms, tbs, pk.hbm_tbs,
+               pk.hbm_tbs > 0 ? 100 * tbs / pk.hbm_tbs : 0);
+    be->free(cr.dst);
+    be->free((void *)cr.src);
+
+    int64_t n = smoke ? 64 : 8192;
+    struct { const char *name; amp_dtype dt; bool tf32; double sheet; } modes[4] = {
+        {"f32", AMP_F32, false, pk.f32_tflops}, {"f32, TF32 allowed", AMP_F32, true, pk.tf32_tflops},
+        {"bf16 (f32 accumulation)", AMP_BF16, false, pk.tc_tflops},
+        {"f16 (f32 accumulation)", AMP_F16, false, pk.tc_tflops}};
+    for (int i = 0; i < 4; i++) {
+        size_t es = modes[i].dt == AMP_F32 ? 4 : 2, bytes = (size_t)(n * n) * es;
+        void *a = dev_zeros(be, bytes), *b = dev_zeros(be, bytes), *c = dev_zeros(be, bytes);
+        gemm_run r = {.be = be, .d = {.m = n, .n = n, .k = n, .alpha = 1, .beta = 0,
+                                      .a = a, .a_dtype = modes[i].dt, .lda = n,
+                                      .b = b, .b_dtype = modes[i].dt, .ldb = n,
+                                      .c = c, .c_dtype = modes[i].dt, .ldc = n,
+                                      .allow_tf32 = modes[i].tf32}};
+        float gms = time_ms(gemm_once, &r, smoke ? 1 : 10);
+        double tflops = 2.0 * (double)n * (double)n * (double)n / (gms * 1e-3) / 1e12;
+        if (json)
+            printf("{\"bench\": \"peak\", \"what\": \"gemm %s\", \"n\": %lld, \"ms\": %.4f, "
+                   "\"tflops\": %.1f, \"sheet\": %.1f}\n", modes[i].name, (long long)n, gms,
+                   tflops, modes[i].sheet);
+        else
+            printf("| GEMM %s, %lld^3 | %.3f ms | %.1f TFLOP/s | %.1f TFLOP/s | %.0f %% |\n",
+                   modes[i].name, (long long)n, gms, tflops, modes[i].sheet,
+                   modes[i].sheet > 0 ? 100 * tflops / modes[i].sheet : 0);
+        be->free(a);
+        be->free(b);
+        be->free(c);
+    }
+}
+
 int main(int argc, char **argv) {
     bool smoke = false, json = false;
     int64_t n_params = (int64_t)1 << 28, batch = 4096;
@@ -236,10 +301,15 @@ int main(int argc, char **argv) {
         printf("Device: %s (sm_%d%d, %d SMs); peaks used: %.2f TB/s HBM, %.0f TFLOP/s bf16/f16 "
                "dense%s\n\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                pk.hbm_tbs, pk.tc_tflops, pk.hbm_tbs > 0 ? "" : " (unknown device: no peak)");
-        printf("Fused optimizer step, O2 (f32 master, f16 grad and copy), %lld parameters in 64 "
+    }
+    if (!json)
+        printf("Peaks, measured against the data sheet's dense figures:\n\n| what | time | "
+               "measured | data sheet | of it |\n|---|---:|---:|---:|---:|\n");
+    bench_peaks(be, pk, json, reps, smoke);
+    if (!json)
+        printf("\nFused optimizer step, O2 (f32 master, f16 grad and copy), %lld parameters in 64 "
                "tensors:\n\n| kernel | bytes/param | time | achieved | of peak | 85 %% target |\n"
                "|---|---:|---:|---:|---:|---:|\n", (long long)(n_params / 64 * 64));
-    }
     bench_optim(be, n_params, pk, json, reps);
     if (!json)
         printf("\nGEMM (cuBLASLt, f32 accumulation), MLP shapes at batch %lld:\n\n| dtype | product "

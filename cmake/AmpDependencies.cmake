@@ -30,6 +30,54 @@ if(NOT PC_JANSSON_VERSION)
 endif()
 message(STATUS "libamp feature: jansson ${PC_JANSSON_VERSION} (safetensors checkpoints)")
 
+# cuDNN and NCCL: the CUDA toolkit's folders, as a Debian or NVIDIA installation puts them, or
+# NVIDIA's pip wheels (nvidia/cudnn, nvidia/nccl under a Python's site-packages: include/ and lib/
+# with versioned names only, libcudnn.so.9, libnccl.so.2), which is where a machine whose cuDNN and
+# NCCL came with PyTorch has them. AMP_CUDA_PYTHON_WHEELS=ON looks in python3's wheels first
+# (scripts/gpu.sh sets it); the configure line says which was used.
+option(AMP_CUDA_PYTHON_WHEELS "Take cuDNN and NCCL from python3's nvidia pip wheels first" OFF)
+set(AMP_WHEEL_SITE_DIRS "")
+if(AMP_CUDA_PYTHON_WHEELS AND NOT AMP_CUDACPU)
+  find_program(AMP_WHEEL_PYTHON NAMES python3 python)
+  if(AMP_WHEEL_PYTHON)
+    execute_process(COMMAND ${AMP_WHEEL_PYTHON} -c
+      "import sys; print(';'.join(p for p in sys.path if p))"
+      OUTPUT_VARIABLE AMP_WHEEL_SITE_DIRS OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
+  if(NOT AMP_WHEEL_SITE_DIRS)
+    message(STATUS "libamp: AMP_CUDA_PYTHON_WHEELS: no python3 site-packages found; the toolkit's "
+      "cuDNN and NCCL are looked for")
+  endif()
+endif()
+
+# amp_find_cuda_library(NAME lib header soversion): sets AMP_<NAME>_LIB, AMP_<NAME>_INCLUDE_DIR and
+# AMP_<NAME>_FROM (where they came from).
+function(amp_find_cuda_library name lib header soversion)
+  set(wheel_roots "")
+  foreach(dir IN LISTS AMP_WHEEL_SITE_DIRS)
+    if(EXISTS "${dir}/nvidia/${lib}/include/${header}")
+      list(APPEND wheel_roots "${dir}/nvidia/${lib}")
+    endif()
+  endforeach()
+  set(hints_inc "")
+  set(hints_lib "")
+  foreach(root IN LISTS wheel_roots)
+    list(APPEND hints_inc "${root}/include")
+    list(APPEND hints_lib "${root}/lib")
+  endforeach()
+  find_path(AMP_${name}_INCLUDE_DIR ${header} HINTS ${hints_inc} ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(AMP_${name}_LIB NAMES ${lib} lib${lib}.so.${soversion} NAMES_PER_DIR
+    HINTS ${hints_lib} ${CUDAToolkit_LIBRARY_DIR})
+  set(from "CUDA toolkit or system")
+  foreach(root IN LISTS wheel_roots)
+    string(FIND "${AMP_${name}_LIB}" "${root}/" at)
+    if(at EQUAL 0)
+      set(from "pip wheel: ${root}")
+    endif()
+  endforeach()
+  set(AMP_${name}_FROM "${from}" PARENT_SCOPE)
+endfunction()
+
 set(AMP_HAVE_CUDA OFF)
 if(AMP_CUDACPU)
   include(cmake/AmpCudacpu.cmake) # the CUDA backend against ../shared/cudacpu, no toolkit search
@@ -43,14 +91,16 @@ elseif(NOT AMP_CUDA STREQUAL "OFF")
     endif()
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared) # one cudart: the shared one CUDA::cudart links
     enable_language(CUDA)
-    find_library(AMP_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
-    find_library(AMP_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    if(AMP_CUDNN_LIB AND AMP_NCCL_LIB)
+    amp_find_cuda_library(CUDNN cudnn cudnn.h 9)
+    amp_find_cuda_library(NCCL nccl nccl.h 2)
+    if(AMP_CUDNN_LIB AND AMP_CUDNN_INCLUDE_DIR AND AMP_NCCL_LIB AND AMP_NCCL_INCLUDE_DIR)
       set(AMP_HAVE_CUDA ON)
+      include_directories(${AMP_CUDNN_INCLUDE_DIR} ${AMP_NCCL_INCLUDE_DIR})
       list(APPEND AMP_PRIVATE_LIBS CUDA::cudart CUDA::cublasLt ${AMP_CUDNN_LIB} ${AMP_NCCL_LIB})
       list(APPEND AMP_DEFINITIONS AMP_HAVE_CUDA=1)
       message(STATUS "libamp feature: CUDA ${CUDAToolkit_VERSION} (archs ${CMAKE_CUDA_ARCHITECTURES})")
-      message(STATUS "libamp feature: cuBLASLt, cuDNN ${AMP_CUDNN_LIB}, NCCL ${AMP_NCCL_LIB}")
+      message(STATUS "libamp feature: cuBLASLt, cuDNN ${AMP_CUDNN_LIB} (${AMP_CUDNN_FROM}), "
+        "NCCL ${AMP_NCCL_LIB} (${AMP_NCCL_FROM})")
     endif()
   endif()
   if(NOT AMP_HAVE_CUDA)

@@ -16,10 +16,17 @@
  * recordStream: when it is freed, an event is recorded on each such stream and the block waits
  * in a pending list until every event has completed (polled with cudaEventQuery at the next
  * allocation, never waited for), so no other stream can still be using it when it is reused.
- * One mutex guards the tables: contexts on different threads may share the backend. */
+ * One mutex guards the tables: contexts on different threads may share the backend.
+ *
+ * AMP_CUDA_NO_CACHING=1 (PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING) turns the cache off: every
+ * alloc is a cudaMalloc of exactly the request and every free waits for the device (no stream
+ * can still be using the block) and calls cudaFree, so that compute-sanitizer's memcheck sees
+ * each tensor's true bounds and every use after free; a cached block would hide both behind its
+ * rounded class size and its next owner. scripts/gpu.sh runs memcheck so. Slow: for checking. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -57,6 +64,16 @@ static block *g_live[N_LIVE_BUCKETS];
 static block *g_pending; /* freed, waiting for their events */
 static size_t g_in_use, g_cached, g_peak;
 static uint64_t g_mallocs; /* cudaMalloc calls, for the steady-state check */
+
+/* AMP_CUDA_NO_CACHING set to anything but "" or "0"; read once (callers hold g_lock). */
+static bool no_caching_locked(void) {
+    static int set = -1;
+    if (set < 0) {
+        const char *v = getenv("AMP_CUDA_NO_CACHING");
+        set = v && *v && strcmp(v, "0") != 0;
+    }
+    return set;
+}
 
 /* The class of a request and its rounded size; false when the size cannot be rounded. */
 static bool size_class(size_t nbytes, int *cls, size_t *rounded) {
@@ -137,8 +154,12 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
     size_t size;
     if (!size_class(nbytes, &cls, &size))
         return amp_fail(AMP_ERR_OOM, "amp_cuda_alloc: %zu bytes is beyond any device", nbytes);
+    if (no_caching_locked()) {
+        cls = -1;
+        size = nbytes ? nbytes : 1;
+    }
     if (g_pending) AMP_TRY(sweep_pending_locked(false));
-    block *b = g_free[cls];
+    block *b = cls >= 0 ? g_free[cls] : NULL;
     if (b) {
         g_free[cls] = b->next;
         g_cached -= b->size;
@@ -198,6 +219,21 @@ void amp_cuda_free(void *p) {
     while (*link && (*link)->ptr != p) link = &(*link)->next;
     block *b = *link;
     bool event_failed = false;
+    if (b && no_caching_locked()) {
+        *link = b->next;
+        g_in_use -= b->size;
+        /* Explicitly: any stream's queued work may still use the block. */
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaFree(b->ptr);
+        free(b);
+        pthread_mutex_unlock(&g_lock);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            amp_log(AMP_LOG_ERROR, "amp_cuda_free: cudaFree(%p): %s (%s)", p,
+                    cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+        return;
+    }
     if (b) {
         *link = b->next;
         g_in_use -= b->size;

@@ -6,6 +6,7 @@
  * (non-blocking), which the backend's copy_to_host waits for. */
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -157,6 +158,35 @@ static void test_copies_and_casts(void) {
     gpu->free(d16);
 }
 
+/* AMP_CUDA_NO_CACHING=1 (a second ctest run): each request is a cudaMalloc of exactly its size,
+ * each free gives the block back at once, and nothing is ever cached. */
+static void test_allocator_no_caching(void) {
+    const size_t asks[] = {0, 1, 513, (1u << 20) + 1, (3u << 20) + 1};
+    size_t base_use = 0, cached = 0;
+    amp_cuda_alloc_stats(&base_use, &cached);
+    CHECK(cached == 0);
+    for (size_t ask : asks) {
+        uint64_t mallocs = amp_cuda_malloc_count();
+        void *p = nullptr, *q = nullptr;
+        CHECK_OK(gpu->alloc(ask, &p));
+        size_t use = 0;
+        amp_cuda_alloc_stats(&use, &cached);
+        size_t want = ask ? ask : 1;
+        CHECK_MSG(use - base_use == want, "alloc(%zu): %zu bytes in use, want exactly %zu", ask,
+                  use - base_use, want);
+        device_memset(p, 0xcd, want);
+        CHECK(count_not(p, 0xcd, want) == 0);
+        gpu->free(p);
+        amp_cuda_alloc_stats(&use, &cached);
+        CHECK_MSG(use == base_use && cached == 0, "free(%zu): %zu in use, %zu cached", ask, use,
+                  cached);
+        CHECK_OK(gpu->alloc(ask, &q));
+        CHECK_MSG(amp_cuda_malloc_count() == mallocs + 2, "alloc(%zu) twice: %llu cudaMalloc calls, "
+                  "want 2", ask, (unsigned long long)(amp_cuda_malloc_count() - mallocs));
+        gpu->free(q);
+    }
+}
+
 /* AMP_CUDA_TRY's message: function, call text, the runtime's description and name. */
 static amp_status free_twice(void *p) {
     AMP_CUDA_TRY(cudaFree(p));
@@ -179,7 +209,11 @@ int main(void) {
         return 77;
     }
     test_table();
-    test_allocator_classes();
+    if (getenv("AMP_CUDA_NO_CACHING")) {
+        test_allocator_no_caching();
+    } else {
+        test_allocator_classes();
+    }
     test_allocator_random();
     test_copies_and_casts();
     test_check_macro();
