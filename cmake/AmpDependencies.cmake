@@ -97,6 +97,10 @@ elseif(NOT AMP_CUDA STREQUAL "OFF")
       set(AMP_HAVE_CUDA ON)
       include_directories(${AMP_CUDNN_INCLUDE_DIR} ${AMP_NCCL_INCLUDE_DIR})
       list(APPEND AMP_PRIVATE_LIBS CUDA::cudart CUDA::cublasLt ${AMP_CUDNN_LIB} ${AMP_NCCL_LIB})
+      # The toolkit's folder is one of nvcc's implicit link folders, which CMake leaves out of a
+      # CUDA-linked target's run path: without this the programs find libcudart only where the
+      # loader's configuration names the toolkit (not so on every machine with a GPU).
+      list(APPEND CMAKE_BUILD_RPATH ${CUDAToolkit_LIBRARY_DIR})
       list(APPEND AMP_DEFINITIONS AMP_HAVE_CUDA=1)
       message(STATUS "libamp feature: CUDA ${CUDAToolkit_VERSION} (archs ${CMAKE_CUDA_ARCHITECTURES})")
       message(STATUS "libamp feature: cuBLASLt, cuDNN ${AMP_CUDNN_LIB} (${AMP_CUDNN_FROM}), "
