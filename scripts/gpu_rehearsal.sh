@@ -114,8 +114,10 @@ cp "$summary" "$FRESH_DIR/summary.md"
 result() { awk -F' *\\| *' -v p="$1" '$2 == p { print $3 }' "$summary"; }
 secs() { awk -F' *\\| *' -v p="$1" '$2 == p { print $4 }' "$summary"; }
 bad=''
-for p in probe kit configure build tests; do [[ $(result $p) == PASS ]] || bad+=" $p=$(result $p)"; done
-for p in sanitizer kernels amp-bench; do [[ $(result $p) == SKIP ]] || bad+=" $p=$(result $p)"; done
+for p in probe kit configure build tests; do [[ $(result "$p") == PASS ]] || bad+=" $p=$(result "$p")"; done
+for p in sanitizer kernels "amp-bench mlp" "amp-bench convnet"; do
+    [[ $(result "$p") == SKIP ]] || bad+=" $p=$(result "$p")"
+done
 grep -q 'pip wheel' "$summary" || bad+=" cuDNN/NCCL not from the wheels"
 tests=$(sed -n 's/^ctest: //p' "$summary")
 [[ -z $bad && $rc == 0 ]] || fail "failed (gpu.sh exit $rc):$bad; see $FRESH_DIR/summary.md and $log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Appends what scripts/gpu.sh brought back from a GPU machine to bench/RESULTS.md: a section with
 # the date and the device, each part's result, the test and compute-sanitizer lines, the peaks,
-# fused optimizers and GEMMs (kernels.md) and amp-bench beside PyTorch (amp-bench.md).
+# fused optimizers and GEMMs (kernels.md) and amp-bench beside PyTorch (amp-bench-<model>.md).
 #   scripts/gpu_results.sh DIR    DIR: the folder of gpu.sh's files (the device reply's files_at,
 #                                 or build-gpu/out where gpu.sh ran on this machine)
 set -euo pipefail
@@ -22,11 +22,12 @@ device=$(sed -n 's/^Device: //p' "$dir/summary.md" | head -n 1)
         echo
         cat "$dir/kernels.md"
     fi
-    if [[ -s $dir/amp-bench.md ]]; then
+    for model in mlp convnet; do
+        [[ -s $dir/amp-bench-$model.md ]] || continue
         echo
-        echo "### amp-bench on the GPU, PyTorch AMP on the same GPU beside it"
+        echo "### amp-bench $model on the GPU, PyTorch AMP on the same GPU beside it"
         echo
-        cat "$dir/amp-bench.md"
-    fi
+        cat "$dir/amp-bench-$model.md"
+    done
 } >>bench/RESULTS.md
 echo "gpu_results: appended the $device run of ${when:-today} to bench/RESULTS.md"
