@@ -40,9 +40,10 @@ typedef enum amp_be_op {
 /* What a GEMM applies to its result before the one rounding to C's dtype (cuBLASLt's epilogues). */
 typedef enum amp_gemm_epilogue {
     AMP_GEMM_EPILOGUE_NONE = 0,
-    /* C = v > 0 ? v : +0 with v = alpha op(A) op(B) + beta C + bias: cuBLASLt's RELU(_BIAS)
-     * epilogue, on both backends. It differs from amp_relu (kernels/math/relu.h) only where v is
-     * NaN (here +0; relu keeps the NaN) or -0 (here +0). */
+    /* C = v > 0 or v NaN ? v : +0 with v = alpha op(A) op(B) + beta C + bias, on both backends
+     * (kernels/math/relu.h's amp_relu_epilogue): PyTorch's relu, NaN kept, but for -0, which
+     * becomes +0. Not cuBLASLt's RELU epilogue, which makes a NaN +0: the CUDA backend applies
+     * it to C in a pass of its own. */
     AMP_GEMM_EPILOGUE_RELU = 1,
 } amp_gemm_epilogue;
 

@@ -178,9 +178,17 @@ amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_ten
 size_t amp_tensor_nbytes(const amp_tensor *t) { return (size_t)t->numel * amp_dtype_size(t->dtype); }
 
 static amp_status amp_nbytes_check(const char *who, const amp_tensor *t, size_t nbytes) {
-    if (nbytes != amp_tensor_nbytes(t))
-        return amp_fail(AMP_ERR_SHAPE, "%s: buffer of %zu bytes for a tensor of %zu bytes", who,
-                        nbytes, amp_tensor_nbytes(t));
+    if (nbytes != amp_tensor_nbytes(t)) {
+        char shape[96];
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: buffer of %zu bytes for a tensor of %zu bytes (%" PRId64 " elements "
+                        "of %s, %zu bytes each, shape %s)%s", who, nbytes, amp_tensor_nbytes(t),
+                        t->numel, amp_dtype_name(t->dtype), amp_dtype_size(t->dtype),
+                        amp_shape_str(t, shape, sizeof shape),
+                        t->dtype != AMP_F32 && nbytes == (size_t)t->numel * sizeof(float)
+                            ? ": amp_tensor_to_host_f32 reads it into floats"
+                            : "");
+    }
     return AMP_OK;
 }
 
@@ -189,6 +197,34 @@ amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes) {
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
     return t->backend->copy_to_host(host, t->data, nbytes);
+}
+
+amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbytes) {
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
+    AMP_CHECK_ARG(host);
+    size_t n = (size_t)t->numel;
+    if (nbytes != n * sizeof(float)) {
+        char shape[96];
+        return amp_fail(AMP_ERR_SHAPE, "%s: buffer of %zu bytes for %zu floats (a %s tensor of "
+                        "shape %s): want %zu bytes", __func__, nbytes, n, amp_dtype_name(t->dtype),
+                        amp_shape_str(t, shape, sizeof shape), n * sizeof(float));
+    }
+    if (t->dtype == AMP_F32) return t->backend->copy_to_host(host, t->data, nbytes);
+    /* The stored elements land at the buffer's end, each narrower than the float it becomes: the
+     * widening runs from the front, where it never overtakes what it has yet to read. */
+    size_t es = amp_dtype_size(t->dtype);
+    unsigned char *raw = (unsigned char *)host + nbytes - n * es;
+    AMP_TRY(t->backend->copy_to_host(raw, t->data, n * es));
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        int32_t v;
+        switch (t->dtype) {
+        case AMP_F16: memcpy(&h, raw + 2 * i, 2); host[i] = amp_f16_bits_to_f32(h); break;
+        case AMP_BF16: memcpy(&h, raw + 2 * i, 2); host[i] = amp_bf16_bits_to_f32(h); break;
+        default: memcpy(&v, raw + 4 * i, 4); host[i] = (float)v; break;
+        }
+    }
+    return AMP_OK;
 }
 
 amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes) {

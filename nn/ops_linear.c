@@ -1,6 +1,7 @@
 /* linear, linear_relu and matmul: GEMMs on the backend. The bias is added in the GEMM (an
- * epilogue on cuBLASLt), linear_relu's ReLU too, and a linear layer's bias gradient is taken in
- * its weight-gradient GEMM (core/backend.h, amp_gemm_desc). */
+ * epilogue on cuBLASLt), linear_relu's ReLU is the GEMM's epilogue (a pass over its output, NaN
+ * kept), and a linear layer's bias gradient is taken in its weight-gradient GEMM (core/backend.h,
+ * amp_gemm_desc). */
 #include "core/error.h"
 #include "nn/autocast.h"
 

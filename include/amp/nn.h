@@ -16,12 +16,12 @@ extern "C" {
 /* ---- ops (outputs first in the backend; here the result comes back through `out`) ---- */
 /* y = x @ w^T + b: x [n, in], w [out, in], b [out] or NULL. */
 amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
-/* y = relu(x @ w^T + b) in one GEMM (the bias and ReLU in cuBLASLt's epilogue on CUDA), which a
- * sequential model uses for a linear layer directly followed by a ReLU. Values and gradients are
- * those of amp_linear followed by amp_relu, except where x @ w^T + b is NaN or -0: y is then +0
- * (cuBLASLt's max) where relu keeps it; a NaN in x still reaches w's gradient (0 * NaN in
- * dz^T x), so the loss scaler sees it. Backward: dy masked by y > 0, then linear's backward,
- * with the bias gradient taken in the weight gradient's GEMM. */
+/* y = relu(x @ w^T + b) as one op (the bias in the GEMM's epilogue, the ReLU in place on its
+ * output: one tensor instead of two), which a sequential model uses for a linear layer directly
+ * followed by a ReLU. Values and gradients are those of amp_linear followed by amp_relu, NaN
+ * included (a NaN in x reaches y, the loss and w's gradient), except where x @ w^T + b is -0: y
+ * is then +0. Backward: dy masked by y > 0, then linear's backward, with the bias gradient taken
+ * in the weight gradient's GEMM. */
 amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
 /* y = a @ b: a [m, k], b [k, n]. */
 amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out);

@@ -112,8 +112,11 @@ amp_status amp_tensor_from_host(amp_ctx *ctx, amp_dtype dt, int ndim, const int6
 /* NULL is a no-op; step tensors are ignored. Before its context's amp_ctx_free, as models and
  * optimizers (the context's memory ledger, amp/memory.h, records the release). */
 void amp_tensor_free(amp_tensor *t);
-/* Copies the tensor into host memory of nbytes (must equal numel * dtype size). */
+/* Copies the tensor into host memory of nbytes (must equal numel * dtype size), as stored. */
 amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes);
+/* Copies the tensor into numel floats (nbytes must be numel * 4) whatever its dtype: f16 and bf16
+ * widened exactly, i32 converted. What a loss, logits or a half model's weights are read with. */
+amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbytes);
 amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes);
 /* Reads element 0 as float (any dtype): the usual way to print a loss. */
 amp_status amp_tensor_item(const amp_tensor *t, float *out);

@@ -15,8 +15,8 @@
  * backend's cuBLASLt epilogue takes it: an n-element rounded copy.
  *
  * Fused parts (amp_gemm_desc after bias): the ReLU epilogue is a pass over C after the GEMM, in
- * C's dtype (kernels/math/relu.h: the bits of applying it before the rounding), not oneDNN's
- * eltwise post-op, whose relu keeps a NaN and -0 where cuBLASLt's epilogue gives +0. The bias
+ * C's dtype (kernels/math/relu.h: NaN kept, -0 made +0, the same bits before or after the
+ * rounding, as the CUDA backend's pass), not oneDNN's eltwise post-op, whose relu keeps -0. The bias
  * gradient is sum_rows over A (the same chunked double sums, so the bits of the unfused linear
  * backward), or, for a padded A, a double sum per column in row order. allow_tf32 is ignored:
  * this CPU has no TF32 arithmetic and computes true f32.

@@ -84,8 +84,9 @@ amp_status amp_cuda_fill_scalar(void *dst, amp_dtype dt, int64_t n, const float 
 /* dst[i * ldd + j] = (dst_dt)(scale * src[i * lds + j] + bias[j]) for i < rows, j < cols, in f32
  * with one fma and one rounding; with relu, the GEMM's ReLU epilogue (amp_relu_epilogue) before
  * the rounding; a NULL src reads as 0 (never touched), a NULL bias as 0; dst may equal src (same
- * ld and dtype). Used by the GEMM around cuBLASLt: widening operands, and finishing a result
- * computed in f32 when no algorithm takes the epilogue or the output dtype. */
+ * ld and dtype). Used by the GEMM around cuBLASLt: widening operands, the ReLU (never cuBLASLt's,
+ * which loses NaN), and finishing a result computed in f32 when no algorithm takes the bias
+ * epilogue or the output dtype. */
 amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, const void *src,
                                      amp_dtype src_dt, int64_t lds, int64_t rows, int64_t cols,
                                      float scale, const float *bias, bool relu,

@@ -1,5 +1,8 @@
 /* C = epilogue(alpha * op(A) @ op(B) + beta * C (+ bias[n] per row)) through cuBLASLt, with the
- * bias gradient of a weight-gradient GEMM fused into it (amp_gemm_desc in core/backend.h).
+ * bias gradient of a weight-gradient GEMM fused into it (amp_gemm_desc in core/backend.h). The
+ * ReLU is never cuBLASLt's (its max(v, 0) makes a NaN +0, where PyTorch's linear and relu keep
+ * it, and a NaN must reach the loss): it is amp_relu_epilogue (kernels/math/relu.h), applied to
+ * C after the GEMM in the pass below, which gives the same bits before or after the rounding.
  *
  * Layout: our matrices are row-major and cuBLASLt's column-major, and a row-major [r, c] matrix
  * with leading dimension ld is the column-major [c, r] matrix with the same ld, its transpose. So
@@ -18,14 +21,14 @@
  * core/backend.h states for both backends. cuBLASLt wants it so: bias vectors have D's type
  * (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; IMMA and fp8 kernels excepted). Two routes:
  *  - direct: C is f32, or has the inputs' dtype. cuBLASLt writes C and its epilogue adds the bias
- *    (in D's dtype) and applies the ReLU;
+ *    (in D's dtype); the ReLU follows in place, in one pass over C;
  *  - scratch: C's half dtype differs from the inputs' (f16 x f16 -> bf16, or a mixed pair, which
- *    cuBLASLt does not take: its half operand is widened to f32 first, exactly). The product,
- *    bias (its rounded values in f32) and ReLU go into an f32 scratch [m, n] (beta != 0 first
- *    widens C into it), which is rounded into C once.
- * When no algorithm takes the epilogue, an f32 result gets the bias and ReLU from a separate pass
- * (for an f32 C in place, a second f32 rounding), and a half C takes the scratch route, so it is
- * still rounded once.
+ *    cuBLASLt does not take: its half operand is widened to f32 first, exactly). The product and
+ *    bias (its rounded values in f32) go into an f32 scratch [m, n] (beta != 0 first widens C
+ *    into it), which is rounded into C once, with the ReLU, in one pass.
+ * When no algorithm takes the bias epilogue, an f32 result gets the bias (and ReLU) from a
+ * separate pass (for an f32 C in place, a second f32 rounding), and a half C takes the scratch
+ * route, so it is still rounded once.
  * The bias gradient is fused (BGRADB, an unscaled sum, hence only with alpha = 1) for an f32 C
  * with true f32 inputs; else a separate sum_rows over A (the table's sum_rows, double sums):
  *  - cuBLASLt writes the bias gradient in D's type too, so an f16/bf16 dW would round it to half.
@@ -36,11 +39,11 @@
  *    sum under allow_tf32, and so does ours.
  *
  * What the fused epilogues save, for an m x n output of s-byte elements (dY [k, m] for dW):
- *  - bias + ReLU in the GEMM (nn's linear_relu) against a GEMM and then the relu op: the relu op
- *    reads and writes m n s bytes and the step holds a second m x n tensor; the epilogue applies
- *    both in registers before the one store: 2 m n s bytes and a launch per layer, e.g. 512 KiB
- *    and 256 KiB of step memory for the MLP's 2048-wide bf16 layers at batch 64 (forward only:
- *    the backward masks dY by y > 0 from the output it keeps, so no aux bit-mask is written);
+ *  - bias + ReLU as one op (nn's linear_relu) against a GEMM and then the relu op: the ReLU runs
+ *    in place, so the step holds one m x n tensor instead of two, e.g. 256 KiB of step memory for
+ *    the MLP's 2048-wide bf16 layers at batch 64 (the backward masks dY by y > 0 from the output
+ *    it keeps, so no aux bit-mask is written); the pass itself (2 m n s bytes and a launch) is
+ *    the relu op's, since cuBLASLt's ReLU epilogue loses NaN;
  *  - half C with a bias, direct instead of scratch: the scratch route writes 4 m n, reads 4 m n
  *    and writes s m n; direct writes s m n (the bias is rounded either way: 2 launches over n):
  *    8 m n bytes, an m x n f32 allocation and a launch saved (1 MiB of traffic per 2048-wide
@@ -291,10 +294,9 @@ static amp_status bias_grad_pass(const amp_gemm_desc *d, const void *a, amp_dtyp
     return amp_cuda_sum_rows(a_dt, d->k, d->m, a, d->bias_grad);
 }
 
+/* cuBLASLt's epilogue for d: the bias, or the bias gradient; never its ReLU (see the top). */
 static cublasLtEpilogue_t epilogue_wanted(const amp_gemm_desc *d, bool fuse_bias_grad) {
-    bool relu = d->epilogue == AMP_GEMM_EPILOGUE_RELU;
-    if (d->bias) return relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    if (relu) return CUBLASLT_EPILOGUE_RELU;
+    if (d->bias) return CUBLASLT_EPILOGUE_BIAS;
     return fuse_bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
@@ -354,7 +356,7 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStr
         key.align_d = align_of(dst);
         key.align_vec = vec ? align_of(vec) : 0;
         AMP_TRY(plan_get(&key, vec, &p));
-        /* A half C cannot take a missed bias or ReLU in a later pass without a second rounding. */
+        /* A half C cannot take a missed bias in a later pass without a second rounding. */
         if (direct && d_dt != AMP_F32 && p->epilogue != want) {
             direct = false;
             continue;
@@ -372,14 +374,14 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStr
                         "amp_cuda_gemm: cublasLtMatmul (m=%lld n=%lld k=%lld): %s (%s)",
                         (long long)d->m, (long long)d->n, (long long)d->k,
                         cublasLtGetStatusString(st), cublasLtGetStatusName(st));
-    /* The bias and ReLU when the epilogue could not take them (D is f32 then), and the one
-     * rounding out of the scratch. */
+    /* The ReLU; the bias when the epilogue could not take it (D is f32 then); and the one
+     * rounding out of the scratch. In place on a direct C. */
     bool late = p->epilogue != want && want != CUBLASLT_EPILOGUE_BGRADB;
     const float *late_bias = late ? d->bias : NULL;
-    bool late_relu = late && d->epilogue == AMP_GEMM_EPILOGUE_RELU;
-    if (!direct || late_bias || late_relu)
+    bool relu = d->epilogue == AMP_GEMM_EPILOGUE_RELU;
+    if (!direct || late_bias || relu)
         AMP_TRY(amp_cuda_cast_rows_launch(d->c, d->c_dtype, d->ldc, dst, d_dt, ldd, d->m, d->n,
-                                          1.0f, late_bias, late_relu, stream));
+                                          1.0f, late_bias, relu, stream));
     if (d->bias_grad && p->epilogue != CUBLASLT_EPILOGUE_BGRADB)
         AMP_TRY(bias_grad_pass(d, a, ab_dt, lda, scratch, stream));
     g_stats = (amp_cuda_gemm_stats){(int)p->epilogue, direct,

@@ -11,17 +11,22 @@ AMP_HD static inline float amp_relu(float x) {
     return x < 0.0f ? 0.0f : x;
 }
 
-/* The GEMM's ReLU epilogue (AMP_GEMM_EPILOGUE_RELU): cuBLASLt's `v > 0 ? v : 0`, so a NaN and
- * -0 become +0. Applied to a value already rounded to a half dtype it gives the bits of rounding
- * the f32 value after the epilogue (rounding keeps the sign, and v > 0 rounds to >= +0). */
+/* The GEMM's ReLU epilogue (AMP_GEMM_EPILOGUE_RELU): amp_relu, NaN kept, but every zero is +0
+ * (`v > 0 || v is NaN ? v : +0`). A NaN must reach the loss as it does through PyTorch's linear
+ * and relu, where cuBLASLt's own ReLU epilogue (`max(v, 0)`) makes it +0; the CUDA backend
+ * therefore applies this one in a pass of its own. With -0 made +0 the epilogue commutes with
+ * rounding to a half dtype (rounding keeps the sign and NaN, and v > 0 rounds to >= +0), so it
+ * gives the same bits before or after C is rounded, on either backend. */
 AMP_HD static inline float amp_relu_epilogue(float v) {
-    return v > 0.0f ? v : 0.0f;
+    return v > 0.0f || v != v ? v : 0.0f;
 }
 
-/* amp_relu_epilogue on the bits of a half value, for the CPU's loops (no widening): v > 0 holds
- * exactly for the bits 1 ... inf_bits (sign clear, not zero, not NaN; 0x7c00 for f16, 0x7f80
- * for bf16), which are kept; every other pattern becomes +0. */
+/* amp_relu_epilogue on the bits of a half value, for the CPU's loops (no widening), with the bits
+ * of widening, the f32 function and rounding back: the bits 1 ... inf_bits (sign clear, not
+ * zero, not NaN; 0x7c00 for f16, 0x7f80 for bf16) are kept, a NaN becomes the canonical 0x7fff
+ * (core/half.h's rounding of a NaN), every other pattern +0. */
 AMP_HD static inline uint16_t amp_relu_epilogue_half_bits(uint16_t b, uint16_t inf_bits) {
+    if ((uint16_t)(b & 0x7fffu) > inf_bits) return (uint16_t)0x7fff;
     return (uint16_t)(b - 1u) < inf_bits ? b : (uint16_t)0;
 }
 

@@ -5,13 +5,14 @@
  *    10 explicit mantissa bits, written here with frexp/ldexp), accumulated in f32, which is not
  *    the default's true-f32 result; without it the result is true f32; half inputs and the CPU
  *    backend ignore it (the same bits either way);
- *  - what was fused (amp_cuda_gemm_stats): the epilogue cuBLASLt ran (bias, ReLU and bias, the
- *    bias gradient: BGRADB for an f32 C with true-f32 inputs and alpha = 1, else none), whether
+ *  - what was fused (amp_cuda_gemm_stats): the epilogue cuBLASLt ran (bias, the bias gradient:
+ *    BGRADB for an f32 C with true-f32 inputs and alpha = 1, else none; never its ReLU), whether
  *    it wrote C itself (f32 C, or C of the inputs' dtype) and the compute type (TF32 for f32
  *    inputs with allow_tf32), as gemm_cublaslt.c's header states the routes;
  *  - the ReLU epilogue on every route of the GEMM (f32 C, half C written directly, the f32
  *    scratch of a half C of the other dtype, mixed operands widened), with bias, alpha and beta;
- *    a NaN or -0 before the epilogue becomes +0 on both backends;
+ *    a NaN before the epilogue stays NaN (cuBLASLt's own ReLU would make it +0) and -0 becomes
+ *    +0, on both backends;
  *  - the bias gradient (column sums of dY for dW = dY^T X): fused into the GEMM (f32 C, dense and
  *    padded A) and in its own pass (half C, alpha != 1, TF32, mixed operands), also with n = 0
  *    and k = 0;
@@ -224,8 +225,7 @@ static void check_fused(const gcase *g) {
     bool tf32 = g->tf32 && ab == AMP_F32;
     bool direct = g->c_dt == AMP_F32 || g->c_dt == ab;
     bool fuse_bg = g->bias_grad && g->c_dt == AMP_F32 && !tf32 && g->alpha == 1.0f;
-    int epi = g->bias ? (g->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-              : g->relu ? CUBLASLT_EPILOGUE_RELU
+    int epi = g->bias ? CUBLASLT_EPILOGUE_BIAS
               : fuse_bg ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     int compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     amp_cuda_gemm_stats st;
@@ -313,8 +313,8 @@ static void test_relu(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i]);
 
-    /* NaN and -0 before the epilogue: +0 on both backends. Row 0 of A holds a NaN; row 1 is zero
-     * and alpha = -1, so the product there is -1 * (+0) = -0 before the epilogue. */
+    /* NaN and -0 before the epilogue: NaN and +0 on both backends. Row 0 of A holds a NaN; row 1
+     * is zero and alpha = -1, so the product there is -1 * (+0) = -0 before the epilogue. */
     for (int t = 0; t < 3; t++) {
         amp_dtype dt = t == 0 ? F32 : t == 1 ? F16 : BF16;
         gcase g = {.relu = true, .m = 4, .n = 9, .k = 7, .a_dt = dt, .b_dt = dt, .c_dt = dt,
@@ -325,16 +325,17 @@ static void test_relu(void) {
         for (int p = 0; p < g.k; p++) store_host(d.a, dt, (size_t)(d.lda + p), 0.0f);
         gdata_run(&g, &d);
         size_t cs = amp_dtype_size(dt);
-        int not_zero[2] = {0, 0};
+        int not_nan[2] = {0, 0}, not_zero[2] = {0, 0};
         for (int r = 0; r < 2; r++)
-            for (int64_t o = 0; o < 2 * d.ldc; o++) {
+            for (int64_t j = 0; j < g.n; j++) {
                 uint32_t bits = 0;
-                memcpy(&bits, d.c[r] + (size_t)o * cs, cs);
+                memcpy(&bits, d.c[r] + (size_t)(d.ldc + j) * cs, cs);
                 not_zero[r] += bits != 0;
+                not_nan[r] += !isnan(load_host(d.c[r], dt, (size_t)j));
             }
-        CHECK_MSG(not_zero[0] == 0 && not_zero[1] == 0,
-                  "%s: NaN and -0 before the ReLU epilogue: %d (gpu) and %d (cpu) not +0", dn(dt),
-                  not_zero[0], not_zero[1]);
+        CHECK_MSG(not_nan[0] == 0 && not_nan[1] == 0 && not_zero[0] == 0 && not_zero[1] == 0,
+                  "%s: NaN and -0 before the ReLU epilogue: %d (gpu) and %d (cpu) not NaN, %d and "
+                  "%d not +0", dn(dt), not_nan[0], not_nan[1], not_zero[0], not_zero[1]);
         gdata_free(&d);
     }
 }
