@@ -27,6 +27,9 @@ typedef struct amp_opt_state {
     bool unscaled;     /* deferred: this step's gradients are unscaled (or checked) already */
     bool skip;         /* at each backward: a backward of this step overflowed */
     bool reached;      /* at each backward: the backward being flushed wrote a gradient here */
+    bool fresh;        /* a backward wrote a gradient here since the last amp_step or zero_grad:
+                          amp_step refuses to step without one (torch's GradScaler: "No inf
+                          checks were recorded for this optimizer") or twice on one */
     /* At each backward: per-parameter f32 sums of the unscaled gradients. With masters they are
      * the master gradients; without, views into accum_block. */
     void *accum_block;

@@ -70,7 +70,7 @@ static amp_status amp_flush_opt(amp_state *st, amp_opt_state *os, int loss_id) {
             AMP_TRY(amp_unscale_into(st, p, scale, dst, loss_id));
         }
         os->accum_has[i] = true;
-        os->reached = true;
+        os->reached = os->fresh = true;
         p->grad_written = false;
     }
     return AMP_OK;
@@ -116,6 +116,14 @@ static amp_status amp_backward_device(amp_state *st, amp_tensor *loss, float cap
     return AMP_OK;
 }
 
+/* One loss, one optimizer: the backward just run gave the optimizer something to step on when it
+ * wrote a gradient of one of its parameters. */
+static void amp_mark_fresh(amp_state *st) {
+    amp_opt_state *os = &st->opts_state[0];
+    for (int i = 0; i < os->opt->n_params && !os->fresh; i++)
+        os->fresh = os->opt->params[i]->grad && os->opt->params[i]->grad_written;
+}
+
 amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {
     AMP_CHECK_ARG(opts);
     AMP_TRY(amp_tensor_check_live("amp_backward", "loss", loss));
@@ -133,7 +141,11 @@ amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {
         return amp_fail(AMP_ERR_STATE, "amp_backward: the gradients were unscaled already this step "
                         "(amp_unscale or amp_clip_grad_norm); call amp_step or amp_zero_grad first");
     float cap = amp_seed_cap(loss->dtype);
-    if (st->device_scaler) return amp_backward_device(st, loss, cap, opts->retain_graph);
+    if (st->device_scaler) {
+        AMP_TRY(amp_backward_device(st, loss, cap, opts->retain_graph));
+        amp_mark_fresh(st);
+        return AMP_OK;
+    }
     float scale = amp_scaler_scale(st->scalers[loss_id]);
     if (scale > cap) scale = cap;
     if (!st->at_each_backward && st->backward_seen[0] && st->used_scale[0] != scale)
@@ -145,6 +157,7 @@ amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {
     st->used_scale[loss_id] = scale;
     st->backward_seen[loss_id] = true;
     if (st->at_each_backward) AMP_TRY(amp_flush_backward(st, loss_id));
+    else amp_mark_fresh(st);
     return AMP_OK;
 }
 

@@ -53,7 +53,7 @@ amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **s
 }
 
 void amp_opt_state_reset(amp_state *st, amp_opt_state *os) {
-    os->unscaled = os->skip = os->reached = false;
+    os->unscaled = os->skip = os->reached = os->fresh = false;
     if (os->accum_has) memset(os->accum_has, 0, (size_t)os->opt->n_params * sizeof *os->accum_has);
     amp_optimizer_step_done(os->opt);
     if (!st->at_each_backward) st->backward_seen[0] = false; /* one loss, one optimizer */

@@ -227,22 +227,16 @@ static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *steppe
     amp_optimizer *opt = os->opt;
     const amp_backend *be = st->ctx->backend;
     amp_scaler_dev *dev = &st->scaler_dev[0];
-    bool seen = st->backward_seen[0], checks = amp_loss_checks(st, 0);
-    if (seen) {
-        opt->dev_found_inf = checks ? st->found_inf : NULL;
-        opt->dev_half_grad_scale = &dev->half_grad_scale;
-        opt->outcome_on_device = true;
-    }
+    bool checks = amp_loss_checks(st, 0); /* a backward was seen: amp_step checked */
+    opt->dev_found_inf = checks ? st->found_inf : NULL;
+    opt->dev_half_grad_scale = &dev->half_grad_scale;
+    opt->outcome_on_device = true;
     /* The optimizer first: if it fails, nothing has moved (it validates every parameter before
      * touching one), and the scaler, the flag and the unscaled gradients wait for a retry. */
     amp_status s = amp_optimizer_apply(opt);
     opt->dev_found_inf = opt->dev_half_grad_scale = NULL;
     opt->outcome_on_device = false;
     AMP_TRY(s);
-    if (!seen) { /* no backward: nothing to skip, the scaler does not move */
-        if (stepped) *stepped = true;
-        return AMP_OK;
-    }
     amp_scaler_params p = amp_scaler_params_of(st->scalers[0]);
     AMP_TRY(AMP_BE(be, scaler_update, dev, &p, st->found_inf, checks, false));
     st->scaler_dev_stale[0] = true;
@@ -255,11 +249,26 @@ static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *steppe
     return AMP_OK;
 }
 
+/* Nothing to step on: no backward since the last step reached this optimizer. */
+static amp_status amp_step_refuse(amp_optimizer *opt) {
+    bool grads = false;
+    for (int i = 0; i < opt->n_params && !grads; i++)
+        grads = opt->params[i]->grad && opt->params[i]->grad_written;
+    if (grads)
+        return amp_fail(AMP_ERR_STATE, "amp_step: the optimizer has stepped on these gradients "
+                        "already (no amp_backward since its last amp_step): a second step would "
+                        "apply them twice. Call amp_zero_grad, then a forward and amp_backward");
+    return amp_fail(AMP_ERR_STATE, "amp_step: no gradient to step on: no amp_backward reached this "
+                    "optimizer's parameters since its last amp_step or amp_zero_grad (torch's "
+                    "GradScaler: \"No inf checks were recorded for this optimizer\")");
+}
+
 amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     amp_state *st;
     amp_opt_state *os;
     AMP_TRY(amp_state_of(__func__, opt, &st, &os));
     if (stepped) *stepped = false;
+    if (!os->fresh) return amp_step_refuse(opt);
     AMP_TRY(amp_unscale(opt));
     if (st->device_scaler) {
         AMP_TRY(amp_step_device(st, os, stepped));

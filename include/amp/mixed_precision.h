@@ -118,7 +118,11 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
  * says which. The optimizer steps before the scaler moves: a failing step leaves parameters,
  * optimizer state and scaler as they were. With several losses or optimizers each scaler moved
  * at its backward already, and the step is skipped when a backward that reached this optimizer
- * overflowed. amp_optimizer_step(opt) is the same call. */
+ * overflowed. amp_optimizer_step(opt) is the same call. A step needs a backward that wrote a
+ * gradient of the optimizer's parameters since its last amp_step or amp_zero_grad: without one it
+ * is refused (AMP_ERR_STATE, nothing changed), where torch's GradScaler raises "No inf checks
+ * were recorded for this optimizer", and so is a second step on the same gradients, which would
+ * apply them twice. */
 amp_status amp_step(amp_optimizer *opt, bool *stepped);
 
 /* The loss scaler's whole state, for checkpoints and schedules. */

@@ -10,7 +10,11 @@
  *  6. an f16 loss of one element under the default scale of 65536 (f16 max: 65504);
  *  7. skip_nonfinite at every level and half type;
  * 10. a failing optimizer step leaves parameters, state and scaler as they were;
- * 11. amp_scaler_set_state between a backward and its step. */
+ * 11. amp_scaler_set_state between a backward and its step;
+ * 12. amp_step with nothing to step on (no backward since the last step or zero_grad: torch's
+ *     GradScaler raises), and a second amp_step on one backward's gradients, which would apply
+ *     them twice: both refused with a message, nothing changed, the step count kept; one loss
+ *     and two (Apex's order), and with gradient accumulation (several backwards, one step). */
 #include <math.h>
 
 #include "amp_rig.h"
@@ -356,6 +360,51 @@ static void test_set_state_inside_step(void) {
     rig_free(&b);
 }
 
+/* 12. Nothing to step on, or stepping twice on one backward: refused, nothing changes. */
+static void test_step_needs_backward(void) {
+    for (int losses = 1; losses <= 2; losses++) {
+        amp_options o = level(AMP_O2);
+        o.num_losses = losses;
+        o.loss_scale = 128.0f; /* no overflow in the f16 sums of two backwards */
+        rig r;
+        if (rig_make(&r, TINY, true, &o, 14)) {
+            size_t n0, n1;
+            uint8_t *before = snapshot(&r, &n0);
+            bool stepped = true;
+            CHECK_FAILS(amp_step(r.opt, &stepped), AMP_ERR_STATE, "No inf checks were recorded");
+            CHECK_FAILS(amp_optimizer_step(r.opt), AMP_ERR_STATE, "no gradient to step on");
+            uint8_t *after = snapshot(&r, &n1);
+            CHECK_MSG(!stepped && n0 == n1 && memcmp(before, after, n0) == 0 &&
+                      amp_optimizer_step_count(r.opt) == 0,
+                      "num_losses %d: a refused step without a backward changed something", losses);
+            free(before);
+            free(after);
+
+            /* Accumulation: two backwards, one step; a second step on them is refused. */
+            CHECK(forward_backward(&r));
+            CHECK(forward_backward(&r));
+            CHECK_OK(amp_step(r.opt, &stepped));
+            CHECK_MSG(stepped && amp_optimizer_step_count(r.opt) == 1, "stepped %d, count %lld",
+                      stepped, (long long)amp_optimizer_step_count(r.opt));
+            before = snapshot(&r, &n0);
+            CHECK_FAILS(amp_step(r.opt, &stepped), AMP_ERR_STATE, "apply them twice");
+            after = snapshot(&r, &n1);
+            CHECK_MSG(n0 == n1 && memcmp(before, after, n0) == 0 &&
+                      amp_optimizer_step_count(r.opt) == 1,
+                      "num_losses %d: a second step on one backward changed something", losses);
+            free(before);
+            free(after);
+
+            /* After amp_zero_grad there is nothing to step on again; a backward makes it right. */
+            CHECK_OK(amp_zero_grad(r.opt));
+            CHECK_FAILS(amp_step(r.opt, &stepped), AMP_ERR_STATE, "no gradient to step on");
+            CHECK(plain_step(&r, &stepped));
+            CHECK(stepped && amp_optimizer_step_count(r.opt) == 2);
+        }
+        rig_free(&r);
+    }
+}
+
 int main(void) {
     test_nograd_forward_first();
     test_stale_step_tensor();
@@ -368,5 +417,6 @@ int main(void) {
     test_skip_nonfinite();
     test_failing_step_rolls_back();
     test_set_state_inside_step();
+    test_step_needs_backward();
     return test_summary("test_amp_misuse");
 }
