@@ -235,9 +235,14 @@ int main(int argc, char **argv) {
                                                        .allreduce_always_fp32 = a.allreduce_fp32},
                            &ddp));
     TRY(amp_get_options(opt, &amp_opts));
-    printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d %s, backend %s\n",
+    /* A level that uses no half type (O0) names none. */
+    const char *half = amp_opts.cast_model_type != AMP_CAST_HALF && amp_opts.autocast != AMP_OPT_TRUE
+                           ? NULL
+                           : amp_opts.half_type == AMP_HALF_BF16 ? "bf16" : "fp16";
+    printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d%s%s, backend %s\n",
            a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
-           (long long)a.batch_size, a.opt_level, a.bf16 ? "bf16" : "fp16", amp_ctx_backend_name(ctx));
+           (long long)a.batch_size, a.opt_level, half ? " " : "", half ? half : "",
+           amp_ctx_backend_name(ctx));
     if (world > 1)
         printf("amp-train: %d processes (DDP, %d bucket(s)%s%s), %d thread(s) each, a global batch "
                "of %lld (%lld each)\n", world, amp_ddp_n_buckets(ddp),
@@ -380,7 +385,7 @@ int main(int argc, char **argv) {
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
                train_seconds > 0 ? global_samples / train_seconds : 0.0, a.opt_level,
-               a.bf16 ? "bf16" : "fp16", scale, (double)sc.scale, (long long)sc.skipped_steps,
+               half ? half : "none", scale, (double)sc.scale, (long long)sc.skipped_steps,
                peak_arena, (double)usage.ru_maxrss / 1024.0, (double)peak_backend / 1048576.0,
                amp_opts.skip_nonfinite == AMP_OPT_TRUE ? "true" : "false",
                amp_ctx_backend_name(ctx),

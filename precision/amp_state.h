@@ -64,7 +64,8 @@ typedef struct amp_state {
 } amp_state;
 
 /* precision/options.c */
-amp_status amp_options_resolve(const amp_options *user, amp_options *out);
+/* The options block amp_initialize logs (Apex's), into buf; returns the length it needed. */
+size_t amp_options_describe(const amp_options *o, char *buf, size_t size);
 void amp_options_log(const amp_options *o);
 
 /* precision/initialize.c: the state of the optimizer's context and the optimizer's entry in it,

@@ -39,8 +39,8 @@ static const char *amp_level_briefs[4] = {
 #define AMP_DEFAULT_INTERVAL 2000
 #define AMP_DEFAULT_MAX_SCALE 16777216.0f
 
+/* The defaults that do not depend on the half type. */
 static void amp_fill_scaler_defaults(amp_options *o) {
-    if (o->half_type == AMP_HALF_DEFAULT) o->half_type = AMP_HALF_F16;
     if (o->cast_model_outputs == AMP_CAST_DEFAULT)
         o->cast_model_outputs = o->cast_model_type == AMP_CAST_HALF ? AMP_CAST_F32 : AMP_CAST_NONE;
     if (o->max_loss_scale == 0.0f) o->max_loss_scale = AMP_DEFAULT_MAX_SCALE;
@@ -54,10 +54,20 @@ static void amp_fill_scaler_defaults(amp_options *o) {
         o->skip_nonfinite = o->opt_level == AMP_O0 ? AMP_OPT_FALSE : AMP_OPT_TRUE;
 }
 
+/* The preset with its defaults filled, but for those that depend on the half type (half_type
+ * itself and loss_scale, dynamic for f16 and 1 for bf16), which stay 0 for amp_options_resolve:
+ * a caller who sets half_type = bf16 on it gets bf16's loss scale, as with a zeroed struct. */
 amp_options amp_options_for_level(amp_opt_level level) {
     amp_options o = amp_levels[level >= AMP_O0 && level <= AMP_O3 ? level : AMP_O1];
+    o.loss_scale = 0.0f;
     amp_fill_scaler_defaults(&o);
     return o;
+}
+
+/* Whether the options use a half type at all (O0 does not). */
+static bool amp_options_use_half(const amp_options *o) {
+    return o->cast_model_type == AMP_CAST_HALF || o->autocast == AMP_OPT_TRUE ||
+           o->cast_model_outputs == AMP_CAST_HALF;
 }
 
 /* The checks of Apex's Properties.__setattr__ (which raise unless hard_override), plus ours for
@@ -105,6 +115,8 @@ static amp_status amp_options_check(const amp_options *user, const amp_options *
 }
 
 amp_status amp_options_resolve(const amp_options *user, amp_options *out) {
+    AMP_CHECK_ARG(user);
+    AMP_CHECK_ARG(out);
     if (user->opt_level < AMP_O0 || user->opt_level > AMP_O3)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_initialize: unexpected optimization level %d; "
                         "options are O0, O1, O2, O3", (int)user->opt_level);
@@ -142,9 +154,12 @@ amp_status amp_options_resolve(const amp_options *user, amp_options *out) {
     o.hysteresis = user->hysteresis;
     o.quiet = user->quiet;
     o.skip_nonfinite = user->skip_nonfinite;
-    /* bf16 has f32's exponent range: no scaling unless asked (torch.autocast bf16 needs no scaler). */
+    /* The defaults that depend on the half type are settled here, whichever way the options were
+     * made. bf16 has f32's exponent range: no scaling unless asked (torch.autocast bf16 needs no
+     * scaler). */
+    if (o.half_type == AMP_HALF_DEFAULT) o.half_type = AMP_HALF_F16;
     if (user->loss_scale != 0.0f) o.loss_scale = user->loss_scale;
-    else if (user->half_type == AMP_HALF_BF16) o.loss_scale = 1.0f;
+    else if (o.half_type == AMP_HALF_BF16) o.loss_scale = 1.0f;
     amp_fill_scaler_defaults(&o);
     AMP_TRY(amp_options_check(user, &o));
     *out = o;
@@ -161,12 +176,15 @@ static const char *amp_cast_str(amp_cast_type c, amp_half_type h) {
     return "None";
 }
 
-void amp_options_log(const amp_options *o) {
-    if (o->quiet) return;
+size_t amp_options_describe(const amp_options *o, char *buf, size_t size) {
     char scale[48];
     if (o->loss_scale == AMP_LOSS_SCALE_DYNAMIC) snprintf(scale, sizeof scale, "dynamic");
     else snprintf(scale, sizeof scale, "%g", (double)o->loss_scale);
-    amp_log(AMP_LOG_INFO,
+    /* A level that uses no half type (O0) names none: its half_type changes nothing. */
+    const char *half = !amp_options_use_half(o)            ? "None"
+                       : o->half_type == AMP_HALF_BF16 ? "bf16"
+                                                       : "f16";
+    int n = snprintf(buf, size,
             "Selected optimization level %s\n"
             "  opt_level            : O%d\n"
             "  half_type            : %s\n"
@@ -178,10 +196,17 @@ void amp_options_log(const amp_options *o) {
             "  min/max_loss_scale   : %g / %g\n"
             "  num_losses           : %d\n"
             "  skip_nonfinite       : %s",
-            amp_level_briefs[o->opt_level], (int)o->opt_level,
-            o->half_type == AMP_HALF_BF16 ? "bf16" : "f16",
+            amp_level_briefs[o->opt_level], (int)o->opt_level, half,
             amp_cast_str(o->cast_model_type, o->half_type), amp_flag_str(o->autocast),
             amp_flag_str(o->keep_batchnorm_fp32), amp_flag_str(o->master_weights), scale,
             (double)o->min_loss_scale, (double)o->max_loss_scale, o->num_losses,
             amp_flag_str(o->skip_nonfinite));
+    return n < 0 ? 0 : (size_t)n;
+}
+
+void amp_options_log(const amp_options *o) {
+    if (o->quiet) return;
+    char text[1024];
+    amp_options_describe(o, text, sizeof text);
+    amp_log(AMP_LOG_INFO, "%s", text);
 }

@@ -69,9 +69,16 @@ typedef struct amp_options {
     amp_opt_flag skip_nonfinite; /* see above; AMP_OPT_DEFAULT: the level's */
 } amp_options;
 
-/* The resolved options of a level with no overrides (an unknown level gives O1's, Apex's default;
- * amp_initialize rejects it). */
+/* A level's preset, to change fields of before amp_initialize_ex (an unknown level gives O1's,
+ * Apex's default; amp_initialize rejects it). The defaults that depend on the half type stay 0
+ * here, half_type and loss_scale, and are settled when the options are applied: setting
+ * half_type = AMP_HALF_BF16 on it gives bf16's loss scale of 1, exactly as
+ * (amp_options){.opt_level = AMP_O1, .half_type = AMP_HALF_BF16} does. */
 amp_options amp_options_for_level(amp_opt_level level);
+/* What amp_initialize_ex would make of opts: every default settled (half_type f16 unless set,
+ * the loss scale for the half type) and Apex's consistency checks made (an error says why).
+ * amp_get_options gives the same after amp_initialize. */
+amp_status amp_options_resolve(const amp_options *opts, amp_options *out);
 
 amp_status amp_initialize(amp_model *m, amp_optimizer *opt, amp_opt_level level);
 amp_status amp_initialize_ex(amp_model *m, amp_optimizer *opt, const amp_options *opts);

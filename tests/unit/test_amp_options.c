@@ -17,6 +17,7 @@
 #include "amp/amp.h"
 #include "core/half.h"
 #include "optim/optimizer_internal.h"
+#include "precision/amp_state.h"
 #include "test_util.h"
 
 #include "amp_rig.h"
@@ -36,7 +37,10 @@ static void test_level_table(void) {
         [AMP_O3] = {AMP_CAST_HALF, AMP_OPT_FALSE, AMP_OPT_FALSE, AMP_OPT_FALSE, 1.0f},
     };
     for (int l = AMP_O0; l <= AMP_O3; l++) {
-        amp_options o = amp_options_for_level((amp_opt_level)l);
+        amp_options preset = amp_options_for_level((amp_opt_level)l), o;
+        /* The half type's defaults are settled when the options are applied, not in the preset. */
+        CHECK(preset.half_type == AMP_HALF_DEFAULT && preset.loss_scale == 0.0f);
+        CHECK_OK(amp_options_resolve(&preset, &o));
         CHECK_MSG(o.opt_level == (amp_opt_level)l && o.cast_model_type == apex[l].cast &&
                       o.autocast == apex[l].autocast && o.keep_batchnorm_fp32 == apex[l].keep_bn &&
                       o.master_weights == apex[l].masters && o.loss_scale == apex[l].loss_scale,
@@ -113,7 +117,8 @@ static const override_row g_overrides[] = {
 
 /* The level's options with every non-zero field of o copied in. */
 static amp_options want_for(amp_opt_level l, const amp_options *o) {
-    amp_options w = amp_options_for_level(l);
+    amp_options w;
+    CHECK_OK(amp_options_resolve(&(amp_options){.opt_level = l}, &w));
 #define TAKE(f) if (o->f) w.f = o->f
     TAKE(half_type); TAKE(cast_model_type); TAKE(autocast); TAKE(keep_batchnorm_fp32);
     TAKE(master_weights); TAKE(loss_scale); TAKE(min_loss_scale); TAKE(max_loss_scale);
@@ -153,6 +158,59 @@ static void test_overrides(void) {
             rig_free(&r);
         }
     CHECK(n_cases == 70);
+}
+
+/* The two ways of asking for a level in bf16, the preset with half_type changed and a zeroed
+ * struct with both set, give the same options (bf16's loss scale of 1, no dynamic scaler) and the
+ * same scaler after amp_initialize; likewise for an explicit loss scale, which both keep. */
+static void test_half_defaults_either_way(void) {
+    for (int l = AMP_O0; l <= AMP_O3; l++)
+        for (int with_scale = 0; with_scale < 2; with_scale++) {
+            amp_options a = amp_options_for_level((amp_opt_level)l);
+            a.half_type = AMP_HALF_BF16;
+            amp_options b = {.opt_level = (amp_opt_level)l, .half_type = AMP_HALF_BF16};
+            if (with_scale) a.loss_scale = b.loss_scale = DYN;
+            amp_options ra, rb;
+            CHECK_OK(amp_options_resolve(&a, &ra));
+            CHECK_OK(amp_options_resolve(&b, &rb));
+            char diff[256];
+            CHECK_MSG(!*options_diff(&ra, &rb, diff, sizeof diff), "O%d bf16%s: the preset way "
+                      "and the struct way differ in%s", l, with_scale ? " dynamic" : "", diff);
+            CHECK_MSG(ra.loss_scale == (with_scale ? DYN : 1.0f), "O%d bf16: loss_scale %g", l,
+                      (double)ra.loss_scale);
+            rig r1, r2;
+            if (rig_make(&r1, TINY, false, &a, 21) && rig_make(&r2, TINY, false, &b, 21)) {
+                amp_scaler_state s1, s2;
+                CHECK_OK(amp_scaler_get_state(r1.opt, 0, &s1));
+                CHECK_OK(amp_scaler_get_state(r2.opt, 0, &s2));
+                CHECK_MSG(s1.scale == s2.scale && s1.scale == (with_scale ? 65536.0f : 1.0f),
+                          "O%d bf16%s: scale %g the preset way, %g the struct way", l,
+                          with_scale ? " dynamic" : "", (double)s1.scale, (double)s2.scale);
+            }
+            rig_free(&r1);
+            rig_free(&r2);
+        }
+    /* f16 is what an unset half type means, on both ways. */
+    amp_options f16;
+    CHECK_OK(amp_options_resolve(&(amp_options){.opt_level = AMP_O1}, &f16));
+    CHECK(f16.half_type == AMP_HALF_F16 && f16.loss_scale == DYN);
+}
+
+/* The options block names the half type only where the level uses one: None at O0. */
+static void test_options_block_half(void) {
+    const char *want[4] = {"None", "f16", "bf16", "bf16"};
+    for (int l = AMP_O0; l <= AMP_O3; l++) {
+        amp_options o;
+        CHECK_OK(amp_options_resolve(&(amp_options){.opt_level = (amp_opt_level)l,
+                                                     .half_type = l >= AMP_O2 ? AMP_HALF_BF16
+                                                                              : AMP_HALF_DEFAULT},
+                                     &o));
+        char text[1024], line[64];
+        amp_options_describe(&o, text, sizeof text);
+        snprintf(line, sizeof line, "half_type            : %s\n", want[l]);
+        CHECK_MSG(strstr(text, line) != NULL, "O%d: the options block lacks '%s':\n%s", l, want[l],
+                  text);
+    }
 }
 
 typedef struct bad_case {
@@ -641,6 +699,8 @@ static void test_two_losses(amp_opt_level level) {
 int main(void) {
     test_level_table();
     test_overrides();
+    test_half_defaults_either_way();
+    test_options_block_half();
     test_inconsistent();
     test_state_errors();
     test_bf16_scaling();
