@@ -82,8 +82,7 @@ amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain
     return amp_autograd_backward_seeded(loss, seed_value, NULL, retain_graph);
 }
 
-amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
-                                        const float *seed_scalar, bool retain_graph) {
+amp_status amp_autograd_check_loss(const amp_tensor *loss) {
     AMP_TRY(amp_tensor_check_live("amp_backward", "loss", loss));
     if (loss->numel != 1)
         return amp_fail(AMP_ERR_SHAPE, "amp_backward: loss has %lld elements, want 1 (reduce it first)",
@@ -95,6 +94,12 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
     if (!loss->requires_grad || !loss->node)
         return amp_fail(AMP_ERR_STATE, "amp_backward: loss does not require grad (no parameter or "
                                        "input that requires grad reached it, or grads are disabled)");
+    return AMP_OK;
+}
+
+amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
+                                        const float *seed_scalar, bool retain_graph) {
+    AMP_TRY(amp_autograd_check_loss(loss));
     amp_ctx *ctx = loss->ctx;
     /* Gradients of intermediate tensors belong to one backward: a retained graph's earlier
      * backward must not leak into this one. Leaves (parameters) keep accumulating. */

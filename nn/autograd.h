@@ -31,6 +31,9 @@ struct amp_tape_node {
 amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward, int n_in,
                       amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
 
+/* What a loss must be before any backward of it (checked first, so that the amp layer's own
+ * checks never speak for a loss that is not one): live, one element, with a graph. */
+amp_status amp_autograd_check_loss(const amp_tensor *loss);
 /* Back-propagates from a one-element loss whose gradient is seed_value (1, or the loss scale),
  * then clears the tape unless retain_graph (PyTorch's: a second loss of the same forward can then
  * be back-propagated). amp_backward (amp layer) calls it. */

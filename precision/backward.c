@@ -126,7 +126,7 @@ static void amp_mark_fresh(amp_state *st) {
 
 amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {
     AMP_CHECK_ARG(opts);
-    AMP_TRY(amp_tensor_check_live("amp_backward", "loss", loss));
+    AMP_TRY(amp_autograd_check_loss(loss));
     int loss_id = opts->loss_id;
     amp_state *st = loss->ctx->amp;
     if (!st) {

@@ -14,7 +14,10 @@
  * 12. amp_step with nothing to step on (no backward since the last step or zero_grad: torch's
  *     GradScaler raises), and a second amp_step on one backward's gradients, which would apply
  *     them twice: both refused with a message, nothing changed, the step count kept; one loss
- *     and two (Apex's order), and with gradient accumulation (several backwards, one step). */
+ *     and two (Apex's order), and with gradient accumulation (several backwards, one step);
+ * 13. a loss that is not one (several elements) is named so at O1 as without amp, also where the
+ *     amp layer's own checks would otherwise speak first (a second backward seeded with another
+ *     scale, a backward after amp_unscale). */
 #include <math.h>
 
 #include "amp_rig.h"
@@ -405,6 +408,26 @@ static void test_step_needs_backward(void) {
     }
 }
 
+/* 13. A non-scalar loss gets the message it gets without amp, whatever else is wrong. */
+static void test_nonscalar_loss_message(void) {
+    rig r;
+    if (rig_make(&r, TINY, false, &(amp_options){.opt_level = AMP_O1}, 15)) {
+        amp_tensor *logits = NULL, *half = NULL, *loss = NULL;
+        /* The logits as an f16 "loss" after an f32 loss's backward: another seed cap. */
+        CHECK(forward_backward(&r));
+        CHECK_OK(amp_model_forward(r.m, r.x, &logits));
+        CHECK_OK(amp_cast(logits, AMP_F16, &half));
+        CHECK_FAILS(amp_backward(half), AMP_ERR_SHAPE, "loss has 16 elements, want 1");
+        CHECK_FAILS(amp_backward(logits), AMP_ERR_SHAPE, "loss has 16 elements, want 1");
+        /* After an unscale the shape still speaks first. */
+        CHECK_OK(amp_unscale(r.opt));
+        CHECK_FAILS(amp_backward(logits), AMP_ERR_SHAPE, "loss has 16 elements, want 1");
+        CHECK_OK(forward_loss(&r, r.x, &loss));
+        CHECK_FAILS(amp_backward(loss), AMP_ERR_STATE, "unscaled already");
+    }
+    rig_free(&r);
+}
+
 int main(void) {
     test_nograd_forward_first();
     test_stale_step_tensor();
@@ -418,5 +441,6 @@ int main(void) {
     test_failing_step_rolls_back();
     test_set_state_inside_step();
     test_step_needs_backward();
+    test_nonscalar_loss_message();
     return test_summary("test_amp_misuse");
 }

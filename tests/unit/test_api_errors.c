@@ -8,6 +8,7 @@
 
 #include "amp/amp.h"
 #include "core/ctx.h"
+#include "core/half.h"
 #include "test_util.h"
 
 /* Tensors made by mk(), freed at the end. */
@@ -156,6 +157,40 @@ static void test_tensor_creation(amp_ctx *ctx) {
     CHECK_FAILS(amp_tensor_copy_from_host(x, host, 16), AMP_ERR_SHAPE, "buffer of 16 bytes");
     CHECK_OK(amp_tensor_to_host(x, host, 24)); /* and the right count still works */
     CHECK(host[1] == 0.1f * 1 - 0.25f);
+
+    /* A half tensor read into floats: the message names the dtype and the call that converts. */
+    amp_tensor *h = NULL;
+    CHECK_OK(amp_cast(x, AMP_F16, &h));
+    CHECK_FAILS(amp_tensor_to_host(h, host, 24), AMP_ERR_SHAPE,
+                "tensor of 12 bytes (6 elements of f16, 2 bytes each, shape [2, 3]): "
+                "amp_tensor_to_host_f32 reads it into floats");
+    float wide[6];
+    CHECK_FAILS(amp_tensor_to_host_f32(h, wide, 12), AMP_ERR_SHAPE, "want 24 bytes");
+    /* to_host_f32: every dtype into floats, exactly for the halves (0.1 i - 0.25 is not exact in
+     * f16: the f16 rounding of the f32 value), i32 converted. */
+    const amp_dtype dts[3] = {AMP_F32, AMP_F16, AMP_BF16};
+    for (int k = 0; k < 3; k++) {
+        amp_tensor *c = NULL;
+        CHECK_OK(amp_cast(x, dts[k], &c));
+        CHECK_OK(amp_tensor_to_host_f32(c, wide, sizeof wide));
+        int bad = 0;
+        for (int i = 0; i < 6; i++) {
+            float v = 0.1f * (float)(i % 7) - 0.25f;
+            float want = dts[k] == AMP_F16    ? amp_f16_bits_to_f32(amp_f32_to_f16_bits(v))
+                         : dts[k] == AMP_BF16 ? amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(v))
+                                              : v;
+            bad += wide[i] != want;
+        }
+        CHECK_MSG(bad == 0, "amp_tensor_to_host_f32 of %s: %d values wrong", amp_dtype_name(dts[k]),
+                  bad);
+    }
+    int32_t ids[4] = {-3, 0, 7, 1 << 20};
+    amp_tensor *it = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 1, (int64_t[]){4}, ids, &it));
+    CHECK_OK(amp_tensor_to_host_f32(it, wide, 4 * sizeof(float)));
+    CHECK(wide[0] == -3.0f && wide[1] == 0.0f && wide[2] == 7.0f && wide[3] == 1048576.0f);
+    amp_tensor_free(it);
+    amp_ctx_reset_step(ctx);
 }
 
 static void test_shapes(amp_ctx *ctx) {
