@@ -1,4 +1,5 @@
-/* MNIST-format datasets: two IDX files turned into normalised f32 images and i32 labels. */
+/* Datasets in host memory: two IDX files turned into normalised f32 images and i32 labels, or
+ * the caller's arrays of any f32 inputs and targets (class ids, or f32 values of any shape). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -16,11 +17,16 @@
 
 struct amp_dataset {
     int64_t n;
-    int64_t sample_shape[3];
+    int sample_ndim;         /* dims of one input: 3 for images */
+    int64_t sample_shape[3]; /* padded with 1 beyond sample_ndim */
     int64_t sample_numel;
-    int n_classes;
-    float *x;   /* [n, c, h, w] */
-    int32_t *y; /* [n] */
+    int n_classes;           /* 0 for f32 targets */
+    float *x;                /* [n, sample...] */
+    int32_t *y;              /* class ids [n], or NULL */
+    float *t;                /* f32 targets [n, target...], or NULL */
+    int target_ndim;
+    int64_t target_shape[3];
+    int64_t target_numel;
 };
 
 static amp_status resolve_opts(const amp_mnist_opts *opts, float *mean, float *std,
@@ -52,6 +58,7 @@ static amp_status dataset_alloc(int64_t n, const int64_t shape[3], int n_classes
     if (!ds) return amp_fail(AMP_ERR_OOM, "amp_dataset: cannot allocate the handle");
     ds->n = n;
     ds->n_classes = n_classes;
+    ds->sample_ndim = 3;
     ds->sample_numel = shape[0] * shape[1] * shape[2];
     memcpy(ds->sample_shape, shape, sizeof ds->sample_shape);
     size_t numel = (size_t)n * (size_t)ds->sample_numel;
@@ -172,10 +179,80 @@ amp_status amp_dataset_create(int64_t n, const int64_t sample_shape[3], const fl
     return AMP_OK;
 }
 
+/* The element count of [n, shape[0..ndim)] into *numel, or an error naming `what`. */
+static amp_status array_numel(const char *what, int64_t n, int ndim, const int64_t shape[3],
+                              int64_t *numel) {
+    if (ndim < 0 || ndim > 3)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_dataset_from_arrays: %s_ndim %d: want 0..3 "
+                        "dimensions per sample", what, ndim);
+    *numel = n;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || *numel > AMP_IDX_MAX_NUMEL / shape[d])
+            return amp_fail(AMP_ERR_INVALID_ARG, "amp_dataset_from_arrays: %s_shape[%d] = %lld "
+                            "is < 1 or too large", what, d, (long long)shape[d]);
+        *numel *= shape[d];
+    }
+    return AMP_OK;
+}
+
+amp_status amp_dataset_from_arrays(const amp_dataset_desc *d, amp_dataset **out) {
+    AMP_CHECK_ARG(d);
+    AMP_CHECK_ARG(out);
+    AMP_CHECK_ARG(d->x);
+    *out = NULL;
+    if (d->n < 1)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_dataset_from_arrays: n %lld < 1", (long long)d->n);
+    if (!d->labels == !d->y)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_dataset_from_arrays: give the targets as "
+                        "exactly one of labels (class ids) and y (f32 values); %s",
+                        d->labels ? "both are set" : "neither is set");
+    int64_t x_numel = 0, t_numel = d->n;
+    AMP_TRY(array_numel("x", d->n, d->x_ndim, d->x_shape, &x_numel));
+    if (d->y) AMP_TRY(array_numel("y", d->n, d->y_ndim, d->y_shape, &t_numel));
+    if (d->labels) {
+        if (d->n_classes < 1)
+            return amp_fail(AMP_ERR_INVALID_ARG, "amp_dataset_from_arrays: n_classes %d < 1 with "
+                            "labels", d->n_classes);
+        for (int64_t i = 0; i < d->n; i++)
+            if (d->labels[i] < 0 || d->labels[i] >= d->n_classes)
+                return amp_fail(AMP_ERR_INVALID_ARG, "amp_dataset_from_arrays: labels[%lld] = %d "
+                                "not in [0, %d)", (long long)i, (int)d->labels[i], d->n_classes);
+    }
+    amp_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return amp_fail(AMP_ERR_OOM, "amp_dataset_from_arrays: cannot allocate the handle");
+    ds->n = d->n;
+    ds->sample_ndim = d->x_ndim;
+    ds->sample_numel = x_numel / d->n;
+    for (int k = 0; k < 3; k++) {
+        ds->sample_shape[k] = k < d->x_ndim ? d->x_shape[k] : 1;
+        ds->target_shape[k] = d->y && k < d->y_ndim ? d->y_shape[k] : 1;
+    }
+    ds->x = malloc((size_t)x_numel * sizeof(float));
+    if (d->labels) {
+        ds->n_classes = d->n_classes;
+        ds->y = malloc((size_t)d->n * sizeof(int32_t));
+    } else {
+        ds->target_ndim = d->y_ndim;
+        ds->target_numel = t_numel / d->n;
+        ds->t = malloc((size_t)t_numel * sizeof(float));
+    }
+    if (!ds->x || (!ds->y && !ds->t)) {
+        amp_dataset_free(ds);
+        return amp_fail(AMP_ERR_OOM, "amp_dataset_from_arrays: cannot copy %lld samples",
+                        (long long)d->n);
+    }
+    memcpy(ds->x, d->x, (size_t)x_numel * sizeof(float));
+    if (ds->y) memcpy(ds->y, d->labels, (size_t)d->n * sizeof(int32_t));
+    else memcpy(ds->t, d->y, (size_t)t_numel * sizeof(float));
+    *out = ds;
+    return AMP_OK;
+}
+
 void amp_dataset_free(amp_dataset *ds) {
     if (!ds) return;
     free(ds->x);
     free(ds->y);
+    free(ds->t);
     free(ds);
 }
 
@@ -187,5 +264,16 @@ void amp_dataset_sample_shape(const amp_dataset *ds, int64_t shape[3]) {
 
 int64_t amp_dataset_sample_numel(const amp_dataset *ds) { return ds ? ds->sample_numel : 0; }
 int amp_dataset_n_classes(const amp_dataset *ds) { return ds ? ds->n_classes : 0; }
+int amp_dataset_sample_ndim(const amp_dataset *ds) { return ds ? ds->sample_ndim : 0; }
 const float *amp_dataset_images(const amp_dataset *ds) { return ds ? ds->x : NULL; }
 const int32_t *amp_dataset_labels(const amp_dataset *ds) { return ds ? ds->y : NULL; }
+const float *amp_dataset_targets(const amp_dataset *ds) { return ds ? ds->t : NULL; }
+
+int amp_dataset_target_shape(const amp_dataset *ds, int64_t shape[3]) {
+    for (int d = 0; d < 3; d++) shape[d] = ds ? ds->target_shape[d] : 0;
+    return ds ? ds->target_ndim : 0;
+}
+
+int64_t amp_dataset_target_numel(const amp_dataset *ds) {
+    return ds && ds->t ? ds->target_numel : 0;
+}

@@ -24,7 +24,11 @@ struct amp_loader {
     amp_loader_opts opts; /* world_size >= 1 */
     int64_t n;            /* dataset samples */
     int64_t sample_numel;
+    int sample_ndim;
     int64_t sample_shape[3];
+    int64_t target_numel; /* f32 targets per sample, 0 for class ids */
+    int target_ndim;
+    int64_t target_shape[3];
     int64_t n_samples; /* per epoch for this rank */
     int64_t n_batches;
     int64_t buf_rows; /* rows each buffer holds: min(batch_size, n_samples) */
@@ -33,7 +37,8 @@ struct amp_loader {
     int64_t *perm;
     int64_t perm_epoch; /* epoch perm holds, -1 for none */
     float *x[2];
-    int32_t *y[2];
+    int32_t *y[2]; /* class ids, or NULL */
+    float *t[2];   /* f32 targets, or NULL */
 
     /* The caller's side. */
     int64_t epoch, batch; /* next batch to return */
@@ -61,14 +66,16 @@ static int64_t gather(amp_loader *ld, int64_t epoch, int64_t batch, int buf) {
     int64_t start = batch * ld->opts.batch_size;
     int64_t rows = ld->n_samples - start < ld->opts.batch_size ? ld->n_samples - start
                                                                  : ld->opts.batch_size;
-    const float *images = amp_dataset_images(ld->ds);
+    const float *images = amp_dataset_images(ld->ds), *targets = amp_dataset_targets(ld->ds);
     const int32_t *labels = amp_dataset_labels(ld->ds);
     size_t row_bytes = (size_t)ld->sample_numel * sizeof(float);
+    size_t target_bytes = (size_t)ld->target_numel * sizeof(float);
     for (int64_t r = 0; r < rows; r++) {
         int64_t pos = amp_sampler_shard_pos(ld->n, ld->opts.rank, ld->opts.world_size, start + r);
         int64_t idx = ld->perm[pos];
         memcpy(ld->x[buf] + r * ld->sample_numel, images + idx * ld->sample_numel, row_bytes);
-        ld->y[buf][r] = labels[idx];
+        if (labels) ld->y[buf][r] = labels[idx];
+        else memcpy(ld->t[buf] + r * ld->target_numel, targets + idx * ld->target_numel, target_bytes);
     }
     return rows;
 }
@@ -144,7 +151,10 @@ amp_status amp_loader_create(const amp_dataset *ds, const amp_loader_opts *opts,
     ld->opts = o;
     ld->n = n;
     ld->sample_numel = amp_dataset_sample_numel(ds);
+    ld->sample_ndim = amp_dataset_sample_ndim(ds);
     amp_dataset_sample_shape(ds, ld->sample_shape);
+    ld->target_numel = amp_dataset_target_numel(ds);
+    ld->target_ndim = amp_dataset_target_shape(ds, ld->target_shape);
     ld->n_samples = n_samples;
     ld->n_batches = n_batches;
     ld->buf_rows = o.batch_size < n_samples ? o.batch_size : n_samples;
@@ -154,8 +164,11 @@ amp_status amp_loader_create(const amp_dataset *ds, const amp_loader_opts *opts,
     bool ok = ld->perm != NULL;
     for (int b = 0; b < 2; b++) {
         ld->x[b] = malloc((size_t)(ld->buf_rows * ld->sample_numel) * sizeof(float));
-        ld->y[b] = malloc((size_t)ld->buf_rows * sizeof(int32_t));
-        ok = ok && ld->x[b] && ld->y[b];
+        if (ld->target_numel)
+            ld->t[b] = malloc((size_t)(ld->buf_rows * ld->target_numel) * sizeof(float));
+        else
+            ld->y[b] = malloc((size_t)ld->buf_rows * sizeof(int32_t));
+        ok = ok && ld->x[b] && (ld->y[b] || ld->t[b]);
     }
     if (!ok) {
         amp_loader_free(ld);
@@ -206,6 +219,7 @@ void amp_loader_free(amp_loader *ld) {
     for (int b = 0; b < 2; b++) {
         free(ld->x[b]);
         free(ld->y[b]);
+        free(ld->t[b]);
     }
     free(ld->perm);
     free(ld);
@@ -245,9 +259,16 @@ amp_status amp_loader_next(amp_loader *ld, amp_batch *b) {
     }
     b->x = ld->x[buf];
     b->y = ld->y[buf];
+    b->targets = ld->t[buf];
     b->n = rows;
+    b->ndim = 1 + ld->sample_ndim;
     b->shape[0] = rows;
     for (int d = 0; d < 3; d++) b->shape[1 + d] = ld->sample_shape[d];
+    if (b->targets) {
+        b->target_ndim = 1 + ld->target_ndim;
+        b->target_shape[0] = rows;
+        for (int d = 0; d < 3; d++) b->target_shape[1 + d] = ld->target_shape[d];
+    }
     ld->batch++;
     return AMP_OK;
 }

@@ -49,20 +49,32 @@ void amp_stager_free(amp_stager *s) {
     free(s);
 }
 
-/* Pair k shaped for b: re-made when the shape changes. The old pair goes first (its memory may
+/* Whether t has the shape (ndim, shape) and dtype dt. */
+static bool amp_stager_fits(const amp_tensor *t, amp_dtype dt, int ndim, const int64_t *shape) {
+    if (!t || t->dtype != dt || t->ndim != ndim) return false;
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] != shape[d]) return false;
+    return true;
+}
+
+/* Pair k shaped for b: re-made when a shape changes. The old pair goes first (its memory may
  * be what the new one needs); when the new x or y cannot be made, the slot is left empty (both
- * NULL), never half made, and the next put makes it again. */
+ * NULL), never half made, and the next put makes it again. A batch made by hand with ndim 0 is
+ * an image batch of four dimensions, as before ndim existed. */
 static amp_status amp_stager_shape(amp_stager *s, int k, const amp_batch *b) {
-    amp_tensor *x = s->x[k];
-    bool same = x && s->y[k] && x->shape[0] == b->n && x->shape[1] == b->shape[1] &&
-                x->shape[2] == b->shape[2] && x->shape[3] == b->shape[3];
-    if (same) return AMP_OK;
+    int x_ndim = b->ndim ? b->ndim : 4;
+    amp_dtype y_dt = b->targets ? AMP_F32 : AMP_I32;
+    int y_ndim = b->targets ? b->target_ndim : 1;
+    const int64_t *y_shape = b->targets ? b->target_shape : &b->n;
+    if (amp_stager_fits(s->x[k], AMP_F32, x_ndim, b->shape) &&
+        amp_stager_fits(s->y[k], y_dt, y_ndim, y_shape))
+        return AMP_OK;
     amp_tensor_free(s->x[k]);
     amp_tensor_free(s->y[k]);
     s->x[k] = s->y[k] = NULL;
     amp_tensor *nx = NULL, *ny = NULL;
-    amp_status st = amp_tensor_create(s->ctx, AMP_F32, 4, b->shape, &nx);
-    if (st == AMP_OK) st = amp_tensor_create(s->ctx, AMP_I32, 1, &b->n, &ny);
+    amp_status st = amp_tensor_create(s->ctx, AMP_F32, x_ndim, b->shape, &nx);
+    if (st == AMP_OK) st = amp_tensor_create(s->ctx, y_dt, y_ndim, y_shape, &ny);
     if (st != AMP_OK) {
         amp_tensor_free(nx);
         return amp_fail_context(st, "amp_stager_put: a batch of %lld samples", (long long)b->n);
@@ -79,10 +91,12 @@ amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     *x = *y = NULL;
-    if (b->n <= 0 || !b->x || !b->y || b->shape[0] != b->n)
+    if (b->n <= 0 || !b->x || !(b->y || b->targets) || b->shape[0] != b->n ||
+        (b->targets && b->target_shape[0] != b->n) || b->ndim < 0 || b->ndim > 4 ||
+        (b->targets && (b->target_ndim < 1 || b->target_ndim > 4)))
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_stager_put: batch of %lld samples with shape[0] "
-                        "%lld (the end-of-epoch mark has none to copy)", (long long)b->n,
-                        (long long)b->shape[0]);
+                        "%lld, ndim %d (the end-of-epoch mark has none to copy)", (long long)b->n,
+                        (long long)b->shape[0], b->ndim);
     const amp_backend *be = s->ctx->backend;
     int k = (int)(s->n_puts % AMP_STAGER_PAIRS);
     void *after = s->n_puts > 0 ? s->mark[(s->n_puts - 1) % AMP_STAGER_PAIRS] : NULL;
@@ -91,8 +105,8 @@ amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp
     if (s->fresh[k]) after = s->mark[k]; /* new blocks: after all compute queued so far */
     AMP_TRY(AMP_BE(be, upload_async, s->x[k]->data, b->x, (size_t)amp_tensor_nbytes(s->x[k]),
                    after));
-    AMP_TRY(AMP_BE(be, upload_async, s->y[k]->data, b->y, (size_t)amp_tensor_nbytes(s->y[k]),
-                   after));
+    AMP_TRY(AMP_BE(be, upload_async, s->y[k]->data, b->targets ? (const void *)b->targets : b->y,
+                   (size_t)amp_tensor_nbytes(s->y[k]), after));
     s->fresh[k] = false;
     s->n_puts++;
     *x = s->x[k];

@@ -1,9 +1,13 @@
-/* libamp data: MNIST-format (IDX) datasets and a prefetching, shuffling batch loader.
+/* libamp data: datasets in host memory (MNIST-format IDX files, or any f32 arrays) and a
+ * prefetching, shuffling batch loader.
  *
- * A dataset holds every sample in host memory: images f32 [n, c, h, w] (MNIST: c = 1, 28 x 28),
- * labels i32 [n]. A loader cuts a dataset into batches, in a shuffled order that depends only on
+ * A dataset holds every sample in host memory: an f32 input of any shape per sample (MNIST's
+ * images f32 [n, c, h, w], c = 1, 28 x 28; features [n, k]; ...) and a target per sample, either a
+ * class id (i32 [n]) or f32 values of any shape (regression: [n] or [n, k], what amp_mse_loss
+ * compares with). A loader cuts a dataset into batches, in a shuffled order that depends only on
  * (seed, epoch), and gathers the next batch on a background thread while the caller trains on the
- * current one. Batches are host memory; copy them to a tensor with amp_tensor_from_host.
+ * current one. Batches are host memory; copy them to a tensor with amp_tensor_from_host, or to the
+ * device with amp_stager_put.
  *
  * Typical use:
  *     amp_dataset *ds;   amp_mnist_load("data/mnist", true, &ds);
@@ -62,16 +66,41 @@ amp_status amp_dataset_load_idx(const char *images_path, const char *labels_path
  * [0, n_classes) (AMP_ERR_INVALID_ARG names the first that is not). For synthetic data and tests. */
 amp_status amp_dataset_create(int64_t n, const int64_t sample_shape[3], const float *x,
                               const int32_t *y, int n_classes, amp_dataset **out);
+/* An in-memory dataset of any f32 inputs and targets (PyTorch's TensorDataset), with copies of
+ * the caller's arrays: x f32 [n, x_shape[0 .. x_ndim)], and the targets as exactly one of
+ *  - labels: class ids i32 [n], each in [0, n_classes) (cross-entropy's targets);
+ *  - y: f32 values [n, y_shape[0 .. y_ndim)] (regression, vectors: amp_mse_loss's targets).
+ * 0 to 3 dimensions per sample (0: one number). AMP_ERR_INVALID_ARG names what does not fit. */
+typedef struct amp_dataset_desc {
+    int64_t n;
+    int x_ndim;
+    int64_t x_shape[3];
+    const float *x;
+    const int32_t *labels;
+    int n_classes;
+    int y_ndim;
+    int64_t y_shape[3];
+    const float *y;
+} amp_dataset_desc;
+amp_status amp_dataset_from_arrays(const amp_dataset_desc *desc, amp_dataset **out);
 void amp_dataset_free(amp_dataset *ds); /* NULL is a no-op */
 
 int64_t amp_dataset_n(const amp_dataset *ds);
-/* Shape of one sample, [c, h, w] ({1, 28, 28} for MNIST); its element count. */
+/* Shape of one input, [c, h, w] ({1, 28, 28} for MNIST); a dataset of fewer dimensions per
+ * sample pads it with 1 (amp_dataset_sample_ndim says how many are real); its element count. */
 void amp_dataset_sample_shape(const amp_dataset *ds, int64_t shape[3]);
+int amp_dataset_sample_ndim(const amp_dataset *ds);
 int64_t amp_dataset_sample_numel(const amp_dataset *ds);
-int amp_dataset_n_classes(const amp_dataset *ds);
-/* The whole arrays, owned by the dataset: images [n, c, h, w], labels [n]. */
+int amp_dataset_n_classes(const amp_dataset *ds); /* 0 for f32 targets */
+/* The whole arrays, owned by the dataset: inputs [n, sample...], class ids [n] (NULL for f32
+ * targets), f32 targets [n, target...] (NULL for class ids). */
 const float *amp_dataset_images(const amp_dataset *ds);
 const int32_t *amp_dataset_labels(const amp_dataset *ds);
+const float *amp_dataset_targets(const amp_dataset *ds);
+/* The shape of one f32 target (padded with 1) and its number of dimensions (0 for class ids);
+ * its element count (0 for class ids). */
+int amp_dataset_target_shape(const amp_dataset *ds, int64_t shape[3]);
+int64_t amp_dataset_target_numel(const amp_dataset *ds);
 
 /* ---- loader ---- */
 typedef struct amp_loader amp_loader;
@@ -99,16 +128,22 @@ typedef struct amp_loader_opts {
     bool no_prefetch;
 } amp_loader_opts;
 
-/* A batch: x f32 [n, c, h, w] (shape holds {n, c, h, w}), y i32 [n]; host memory owned by the
- * loader, valid until the next amp_loader_next / amp_loader_set_state / amp_loader_free call.
- * n == 0 marks the end of an epoch (x, y NULL); the call after it starts the next epoch.
- * epoch and index say which batch this is (index == n_batches for the end mark). */
+/* A batch: x f32 [n, sample...] (shape holds {n, sample...}, ndim entries: 4 for images, then
+ * padded with 1), and its targets: class ids y i32 [n], or f32 values targets [n, target...]
+ * (target_shape holds {n, target...}, target_ndim entries); host memory owned by the loader,
+ * valid until the next amp_loader_next / amp_loader_set_state / amp_loader_free call.
+ * n == 0 marks the end of an epoch (x, y, targets NULL); the call after it starts the next
+ * epoch. epoch and index say which batch this is (index == n_batches for the end mark). */
 typedef struct amp_batch {
     const float *x;
     const int32_t *y;
     int64_t n;
     int64_t shape[4];
     int64_t epoch, index;
+    int ndim;
+    const float *targets;
+    int target_ndim;
+    int64_t target_shape[4];
 } amp_batch;
 
 /* The position of the NEXT batch amp_loader_next will return: epoch, and batch index in [0,
@@ -137,7 +172,8 @@ int64_t amp_loader_n_samples(const amp_loader *ld); /* samples per epoch for thi
 /* Device batches that do not make the host wait (PyTorch's DataLoader(pin_memory=True) with
  * .to(device, non_blocking=True)): amp_stager_put copies a loader batch into pinned memory and
  * from there to the device on a copy stream while the previous step still computes, and returns
- * the device tensors, x f32 [n, c, h, w] and y i32 [n]. Two pairs alternate: the tensors of one
+ * the device tensors, x f32 of the batch's shape and y: the class ids i32 [n], or the f32 targets
+ * of the batch's target shape. Two pairs alternate: the tensors of one
  * put stay valid (and unchanged) until the put after the next one; ops queued on them see the
  * batch. On the CPU backend it is a plain copy. One thread at a time uses a stager. */
 typedef struct amp_stager amp_stager;
