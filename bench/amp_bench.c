@@ -37,6 +37,9 @@
 #ifndef AMP_BENCH_SOURCE_DIR
 #define AMP_BENCH_SOURCE_DIR "."
 #endif
+#ifndef AMP_BENCH_INSTALLED_SCRIPT
+#define AMP_BENCH_INSTALLED_SCRIPT "../share/amp/pytorch_reference.py"
+#endif
 #define MAX_LIST 8
 #define MAX_ROWS 256
 #define MAX_REPEAT 15
@@ -78,7 +81,8 @@ static void usage(FILE *f) {
             "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
             "                        that format to FILE, or instead of the table to stdout\n"
             "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
-            "  --torch-script PATH   bench/pytorch_reference.py (default: the source tree's)\n");
+            "  --torch-script PATH   bench/pytorch_reference.py (default: the source tree's, else\n"
+            "                        the installed share/amp/pytorch_reference.py)\n");
 }
 
 /* Splits a comma list; each item through parse_one, which returns false for a bad item. */
@@ -153,11 +157,28 @@ static bool parse_format(const char *arg, bench_args *a) {
     return false;
 }
 
+/* The PyTorch script: the source tree's where it is there (a build), else the one installed
+ * beside this program (bin/../share/amp/). */
+static const char *default_torch_script(void) {
+    static char path[4096 + 64];
+    const char *source = AMP_BENCH_SOURCE_DIR "/bench/pytorch_reference.py";
+    if (access(source, R_OK) == 0) return source;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return source;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return source;
+    *slash = 0;
+    snprintf(path, sizeof path, "%s/%s", exe, AMP_BENCH_INSTALLED_SCRIPT);
+    return access(path, R_OK) == 0 ? path : source;
+}
+
 static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.models = {"mlp"}, .n_models = 1, .levels = {AMP_O0, AMP_O1, AMP_O2, AMP_O3},
                       .n_levels = 4, .halves = {AMP_HALF_BF16}, .n_halves = 1, .batches = {128},
                       .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5, .repeat = 1,
-                      .torch = {.script = AMP_BENCH_SOURCE_DIR "/bench/pytorch_reference.py",
+                      .torch = {.script = default_torch_script(),
                                 .python = getenv("PYTHON") ? getenv("PYTHON") : "python3"}};
     a->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 1; i < argc; i++) {

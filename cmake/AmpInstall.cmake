@@ -1,6 +1,7 @@
-# `cmake --install` puts headers, both libraries and a package config, so a user's project can
-# find_package(amp) and link amp::amp (shared) or amp::amp_static (tests/install builds such a
-# project against a scratch prefix).
+# `cmake --install` puts headers, both libraries, amp-train and amp-bench, a package config and a
+# pkg-config file, so a user's project can find_package(amp) and link amp::amp (shared) or
+# amp::amp_static, or take `pkg-config --cflags --libs amp` (tests/install builds such projects
+# against a scratch prefix).
 include(CMakePackageConfigHelpers)
 
 # The installed shared library must still find the libraries it was linked against when they live
@@ -14,18 +15,25 @@ if(AMP_HAVE_CUDA)
   target_link_libraries(amp_static PRIVATE stdc++)
 endif()
 
-install(TARGETS amp amp_static EXPORT ampTargets
+# Two export sets: the shared library's needs nothing from a consumer (its dependencies are its
+# DT_NEEDED entries and its run path), the static library's names its dependencies as imported
+# targets, which only exist after their find_package: the package config loads it only when
+# those are found (ampConfig.cmake.in).
+install(TARGETS amp EXPORT ampTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS amp_static EXPORT ampStaticTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/amp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT ampTargets NAMESPACE amp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/amp)
+install(EXPORT ampStaticTargets NAMESPACE amp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/amp)
 
 # amp::amp_static's exported INTERFACE_LINK_LIBRARIES name the imported targets of its private
-# dependencies ($<LINK_ONLY:DNNL::dnnl>, ...), which exist in a user's project only after the
-# matching find_package. Derive the find_dependency calls from AMP_PRIVATE_LIBS so the config
-# follows cmake/AmpDependencies.cmake. Plain names (m) and absolute paths (cuDNN, NCCL) need none.
+# dependencies ($<LINK_ONLY:DNNL::dnnl>, ...). Derive the find_package arguments from
+# AMP_PRIVATE_LIBS so the config follows cmake/AmpDependencies.cmake. Plain names (m) and
+# absolute paths (jansson, cuDNN, NCCL) need none.
 set(AMP_CONFIG_DEPENDENCIES "")
 set(amp_dep_seen "")
 foreach(lib IN LISTS AMP_PRIVATE_LIBS)
@@ -38,19 +46,19 @@ foreach(lib IN LISTS AMP_PRIVATE_LIBS)
   endif()
   list(APPEND amp_dep_seen ${ns})
   if(ns STREQUAL "DNNL")
-    set(call "find_dependency(dnnl CONFIG)")
+    set(call "_amp_static_dependency(dnnl dnnl CONFIG)")
   elseif(ns STREQUAL "ZLIB")
-    set(call "find_dependency(ZLIB)")
+    set(call "_amp_static_dependency(ZLIB ZLIB)")
   elseif(ns STREQUAL "OpenMP")
-    set(call "find_dependency(OpenMP COMPONENTS C)")
+    set(call "_amp_static_dependency(OpenMP OpenMP COMPONENTS C)")
   elseif(ns STREQUAL "Threads")
-    set(call "find_dependency(Threads)")
+    set(call "_amp_static_dependency(Threads Threads)")
   elseif(ns STREQUAL "CUDA")
-    set(call "find_dependency(CUDAToolkit)")
+    set(call "_amp_static_dependency(CUDAToolkit CUDAToolkit)")
   elseif(ns STREQUAL "MPI")
-    set(call "find_dependency(MPI COMPONENTS C)")
+    set(call "_amp_static_dependency(MPI MPI COMPONENTS C)")
   else()
-    message(FATAL_ERROR "cmake/AmpInstall.cmake: no find_dependency known for ${lib}; add one")
+    message(FATAL_ERROR "cmake/AmpInstall.cmake: no find_package known for ${lib}; add one")
   endif()
   string(APPEND AMP_CONFIG_DEPENDENCIES "${call}\n")
 endforeach()
@@ -61,3 +69,48 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/ampConfigVersion.cm
   COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/ampConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/ampConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/amp)
+
+# pkg-config: `pkg-config --cflags --libs amp` links the shared library; --static adds what the
+# archive needs, as the libraries this build found (Libs.private). The prefix is found from the
+# file's own place, so the installed tree can move.
+set(AMP_PC_PRIVATE "")
+foreach(lib IN LISTS AMP_PRIVATE_LIBS)
+  set(flags "")
+  if(lib STREQUAL "OpenMP::OpenMP_C")
+    set(flags ${OpenMP_C_FLAGS})
+  elseif(lib STREQUAL "Threads::Threads")
+    set(flags -pthread)
+  elseif(lib STREQUAL "MPI::MPI_C")
+    set(flags ${MPI_C_LIBRARIES})
+  elseif(lib STREQUAL "ZLIB::ZLIB")
+    set(flags ${ZLIB_LIBRARIES})
+  elseif(TARGET ${lib})
+    get_target_property(loc ${lib} IMPORTED_LOCATION_RELWITHDEBINFO)
+    foreach(cfg RELEASE NOCONFIG "")
+      if(NOT loc)
+        if(cfg)
+          get_target_property(loc ${lib} IMPORTED_LOCATION_${cfg})
+        else()
+          get_target_property(loc ${lib} IMPORTED_LOCATION)
+        endif()
+      endif()
+    endforeach()
+    if(NOT loc)
+      message(FATAL_ERROR "cmake/AmpInstall.cmake: no library file for ${lib} (pkg-config)")
+    endif()
+    set(flags ${loc})
+  elseif(IS_ABSOLUTE "${lib}")
+    set(flags ${lib})
+  else()
+    set(flags -l${lib})
+  endif()
+  list(APPEND AMP_PC_PRIVATE ${flags})
+endforeach()
+if(AMP_HAVE_CUDA)
+  list(APPEND AMP_PC_PRIVATE -lstdc++)
+endif()
+list(JOIN AMP_PC_PRIVATE " " AMP_PC_PRIVATE)
+file(RELATIVE_PATH AMP_PC_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" AMP_PC_TO_PREFIX "${AMP_PC_TO_PREFIX}")
+configure_file(cmake/amp.pc.in ${CMAKE_CURRENT_BINARY_DIR}/amp.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/amp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
