@@ -49,12 +49,16 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Where the text goes: stdout, or stderr under --json, whose stdout holds JSON lines only (so
+ * that `amp-train --json | jq` works). */
+static FILE *g_text;
+
 static void progress(int epoch, int64_t batch, int64_t n_batches, float loss) {
     int width = 30, filled = (int)(width * (batch + 1) / n_batches);
-    printf("\repoch %d [%.*s%*s] %lld/%lld loss %.4f", epoch, filled,
-           "==============================", width - filled, "", (long long)(batch + 1),
-           (long long)n_batches, (double)loss);
-    fflush(stdout);
+    fprintf(g_text, "\repoch %d [%.*s%*s] %lld/%lld loss %.4f", epoch, filled,
+            "==============================", width - filled, "", (long long)(batch + 1),
+            (long long)n_batches, (double)loss);
+    fflush(g_text);
 }
 
 /* Copies a host batch into device tensors, re-made only when the batch size changes. */
@@ -139,7 +143,7 @@ static amp_status log_step_line(amp_optimizer *opt, int64_t step, float loss, bo
     amp_scaler_state sc;
     amp_status s = amp_scaler_get_state(opt, 0, &sc);
     if (s != AMP_OK) return s;
-    if (tty) printf("\n");
+    if (tty) fprintf(g_text, "\n");
     if (json)
         printf("{\"step\": %lld, \"loss\": %.9g, \"loss_scale\": %.9g, \"skipped\": %s}\n",
                (long long)step, (double)loss, (double)sc.scale, skipped ? "true" : "false");
@@ -165,7 +169,8 @@ int main(int argc, char **argv) {
     amp_comm *comm = NULL;       /* the world of mpirun/srun; alone, a world of one */
     amp_ddp *ddp = NULL;
     int exit_code = 1;
-    bool tty = isatty(STDOUT_FILENO);
+    g_text = a.json ? stderr : stdout;
+    bool tty = isatty(fileno(g_text));
     amp_mnist_opts norm = {.mean = AMP_FASHION_MNIST_MEAN, .std = AMP_FASHION_MNIST_STD};
 
     TRY(amp_comm_create(&comm));
@@ -174,6 +179,7 @@ int main(int argc, char **argv) {
     /* Only rank 0 prints: what it prints is made global below (the loss averaged over the ranks,
      * the samples/s of all). The others keep stderr for their errors. */
     if (g_rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    if (g_rank != 0) g_text = stdout;
     if (g_rank != 0) tty = false;
     /* The cores of a machine are shared by the processes on it (else each would take them all). */
     int threads = a.threads;
@@ -239,19 +245,20 @@ int main(int argc, char **argv) {
     const char *half = amp_opts.cast_model_type != AMP_CAST_HALF && amp_opts.autocast != AMP_OPT_TRUE
                            ? NULL
                            : amp_opts.half_type == AMP_HALF_BF16 ? "bf16" : "fp16";
-    printf("amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d%s%s, backend %s\n",
-           a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
+    fprintf(g_text, "amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d%s%s, "
+           "backend %s\n", a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
            (long long)a.batch_size, a.opt_level, half ? " " : "", half ? half : "",
            amp_ctx_backend_name(ctx));
     if (world > 1)
-        printf("amp-train: %d processes (DDP, %d bucket(s)%s%s), %d thread(s) each, a global batch "
-               "of %lld (%lld each)\n", world, amp_ddp_n_buckets(ddp),
+        fprintf(g_text, "amp-train: %d processes (DDP, %d bucket(s)%s%s), %d thread(s) each, a "
+               "global batch of %lld (%lld each)\n", world, amp_ddp_n_buckets(ddp),
                a.sync_bn ? ", SyncBatchNorm" : "", a.allreduce_fp32 ? ", f32 all-reduce" : "",
                threads, (long long)(batch * world * a.accumulate), (long long)batch);
 
     int64_t steps = 0, samples = 0, saved_at = -1;
     uint64_t allocs_warm = 0, allocs_end = 0; /* system allocations after the first 3 steps, end */
     double train_seconds = 0, accuracy = 0, epoch_loss = 0, global_samples = 0;
+    bool accuracy_known = false; /* the last epoch was evaluated (not --no-eval, not stopped) */
     int epochs_run = 0, first_epoch = 1;
     amp_checkpoint_opts ckpt = {.loader = loader, .keep = a.keep};
     char ckpt_path[4096];
@@ -263,8 +270,8 @@ int main(int argc, char **argv) {
         TRY(amp_loader_get_state(loader, &ls));
         first_epoch = (int)ls.epoch + 1;
         saved_at = steps;
-        printf("amp-train: resumed from %s at step %lld (epoch %d)\n", from, (long long)steps,
-               first_epoch);
+        fprintf(g_text, "amp-train: resumed from %s at step %lld (epoch %d)\n", from,
+                (long long)steps, first_epoch);
     }
     struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
     sigaction(SIGTERM, &stop, NULL);
@@ -338,29 +345,36 @@ int main(int argc, char **argv) {
             }
         }
         /* A step cut short by the epoch's end still ran its backwards: the loader's end mark was
-         * read by the inner loop, so the epoch is over either way. */
-        if (g_stop) break; /* saved below; no evaluation of a partial epoch */
+         * read by the inner loop, so the epoch is over either way. A stopped epoch (a signal) is
+         * summed as far as it went, and not evaluated; it is saved below. */
         float sum = 0.0f; /* the read waits for the epoch's last step: timed with it */
         TRY(amp_tensor_item(loss_sum, &sum));
         /* Global figures: the loss summed over every rank's steps, and every rank's samples. */
         double totals[3] = {sum, (double)n_loss, (double)samples};
         TRY(amp_comm_allreduce_sum_f64(comm, totals, 3));
         train_seconds += now_seconds() - t0;
-        if (tty) printf("\n");
-        if (!a.no_eval) TRY(evaluate(model, test, &accuracy));
+        if (tty) fprintf(g_text, "\n");
+        bool evaluated = !a.no_eval && !g_stop;
+        if (evaluated) TRY(evaluate(model, test, &accuracy));
+        accuracy_known = evaluated;
         epoch_loss = totals[1] > 0 ? totals[0] / totals[1] : 0; /* a step: its micro-batches */
         global_samples = totals[2];
         epochs_run = epoch;
-        printf("epoch %d: train loss %.9g, test accuracy %.2f %%, %.1f samples/s\n", epoch,
-               epoch_loss, 100.0 * accuracy, global_samples / train_seconds);
-        fflush(stdout);
+        char acc[64];
+        if (evaluated) snprintf(acc, sizeof acc, "test accuracy %.2f %%", 100.0 * accuracy);
+        else snprintf(acc, sizeof acc, "test accuracy skipped (%s)", g_stop ? "stopped" : "--no-eval");
+        fprintf(g_text, "epoch %d%s: train loss %.9g, %s, %.1f samples/s\n", epoch,
+                g_stop ? " (stopped by a signal)" : "", epoch_loss, acc,
+                global_samples / train_seconds);
+        fflush(g_text);
+        if (g_stop) break;
     }
     if (a.checkpoint_dir && saved_at != steps) {
         TRY(ddp ? amp_ddp_checkpoint_save(ddp, a.checkpoint_dir, steps, &ckpt, ckpt_path,
                                           sizeof ckpt_path)
                 : amp_checkpoint_save(a.checkpoint_dir, steps, model, opt, &ckpt, ckpt_path,
                                       sizeof ckpt_path));
-        printf("amp-train: saved %s%s\n", ckpt_path, g_stop ? " (stopped by a signal)" : "");
+        fprintf(g_text, "amp-train: saved %s%s\n", ckpt_path, g_stop ? " (stopped by a signal)" : "");
     }
     amp_scaler_state sc;
     TRY(amp_scaler_get_state(opt, 0, &sc));
@@ -374,23 +388,26 @@ int main(int argc, char **argv) {
         char scale[32];
         if (amp_opts.loss_scale == AMP_LOSS_SCALE_DYNAMIC) snprintf(scale, sizeof scale, "\"dynamic\"");
         else snprintf(scale, sizeof scale, "%g", (double)amp_opts.loss_scale);
+        char acc[32];
+        if (accuracy_known) snprintf(acc, sizeof acc, "%.6f", accuracy);
+        else snprintf(acc, sizeof acc, "null");
         printf("{\"model\": \"%s\", \"optimizer\": \"%s\", \"epochs\": %d, \"steps\": %lld, "
                "\"batch_size\": %lld, \"lr\": %g, \"seed\": %llu, \"train_loss\": %.9g, "
-               "\"test_accuracy\": %.6f, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
+               "\"test_accuracy\": %s, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
                "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
                "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
                "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\", "
                "\"system_allocs_steady\": %lld, \"world_size\": %d, \"accumulate\": %lld, "
-               "\"sync_bn\": %s}\n",
+               "\"sync_bn\": %s, \"stopped\": %s}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
-               (double)a.lr, (unsigned long long)a.seed, epoch_loss, accuracy,
+               (double)a.lr, (unsigned long long)a.seed, epoch_loss, acc,
                train_seconds > 0 ? global_samples / train_seconds : 0.0, a.opt_level,
                half ? half : "none", scale, (double)sc.scale, (long long)sc.skipped_steps,
                peak_arena, (double)usage.ru_maxrss / 1024.0, (double)peak_backend / 1048576.0,
                amp_opts.skip_nonfinite == AMP_OPT_TRUE ? "true" : "false",
                amp_ctx_backend_name(ctx),
                steps > 3 ? (long long)(allocs_end - allocs_warm) : -1LL, world,
-               (long long)a.accumulate, a.sync_bn ? "true" : "false");
+               (long long)a.accumulate, a.sync_bn ? "true" : "false", g_stop ? "true" : "false");
     }
     exit_code = 0;
 fail:
