@@ -120,9 +120,11 @@ typedef struct amp_pool_desc {
 } amp_pool_desc;
 
 typedef enum amp_unary_op {
-    AMP_UNARY_RELU,  /* y = max(x, 0) */
-    AMP_UNARY_SCALE, /* y = alpha * x */
-    AMP_UNARY_COPY,  /* y = x */
+    AMP_UNARY_RELU,       /* y = max(x, 0) */
+    AMP_UNARY_SCALE,      /* y = alpha * x */
+    AMP_UNARY_COPY,       /* y = x */
+    AMP_UNARY_ADD_SCALAR, /* y = x + alpha */
+    AMP_UNARY_DIV_SCALAR, /* y = x / alpha (a true division, as PyTorch's x / s) */
 } amp_unary_op;
 
 typedef enum amp_binary_op {

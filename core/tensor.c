@@ -227,6 +227,33 @@ amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbyte
     return AMP_OK;
 }
 
+amp_status amp_tensor_argmax_rows(const amp_tensor *t, int32_t *idx, int64_t n_rows) {
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
+    AMP_CHECK_ARG(idx);
+    if (n_rows != t->shape[0]) {
+        char shape[96];
+        return amp_fail(AMP_ERR_SHAPE, "%s: n_rows %lld for a tensor of shape %s (want its first "
+                        "dimension)", __func__, (long long)n_rows, amp_shape_str(t, shape, sizeof shape));
+    }
+    int64_t cols = t->numel / n_rows;
+    if (cols > INT32_MAX)
+        return amp_fail(AMP_ERR_SHAPE, "%s: rows of %lld elements do not fit int32 positions",
+                        __func__, (long long)cols);
+    size_t nbytes = (size_t)t->numel * sizeof(float);
+    float *v = malloc(nbytes);
+    if (!v) return amp_fail(AMP_ERR_OOM, "%s: %zu bytes for the host copy", __func__, nbytes);
+    amp_status s = amp_tensor_to_host_f32(t, v, nbytes);
+    for (int64_t r = 0; s == AMP_OK && r < n_rows; r++) {
+        const float *row = v + r * cols;
+        int64_t best = 0;
+        for (int64_t j = 1; j < cols && row[best] == row[best]; j++)
+            if (row[j] > row[best] || row[j] != row[j]) best = j;
+        idx[r] = (int32_t)best;
+    }
+    free(v);
+    return s;
+}
+
 amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes) {
     AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_TRY(amp_tensor_check_writable(__func__, "t", t));

@@ -80,9 +80,9 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     amp_ctx *ctx = amp_model_ctx(m);
     amp_loader *ld = NULL;
     amp_tensor *x = NULL, *y = NULL;
-    float *logits = malloc(sizeof(float) * EVAL_BATCH * 10);
+    int32_t pred[EVAL_BATCH];
     int64_t correct = 0, seen = 0;
-    amp_status s = logits ? AMP_OK : AMP_ERR_OOM;
+    amp_status s = AMP_OK;
     bool grad = amp_set_grad_enabled(ctx, false);
     amp_model_train(m, false);
     if (s == AMP_OK)
@@ -92,14 +92,8 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
         amp_tensor *out;
         s = upload_batch(ctx, &b, &x, &y);
         if (s == AMP_OK) s = amp_model_forward(m, x, &out);
-        if (s == AMP_OK) s = amp_cast(out, AMP_F32, &out); /* O1 logits come out of a half GEMM */
-        if (s == AMP_OK) s = amp_tensor_to_host(out, logits, sizeof(float) * (size_t)b.n * 10);
-        for (int64_t i = 0; s == AMP_OK && i < b.n; i++) {
-            int best = 0;
-            for (int k = 1; k < 10; k++)
-                if (logits[i * 10 + k] > logits[i * 10 + best]) best = k;
-            correct += best == b.y[i];
-        }
+        if (s == AMP_OK) s = amp_tensor_argmax_rows(out, pred, b.n);
+        for (int64_t i = 0; s == AMP_OK && i < b.n; i++) correct += pred[i] == b.y[i];
         seen += b.n;
         amp_ctx_reset_step(ctx);
     }
@@ -108,7 +102,6 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     amp_tensor_free(x);
     amp_tensor_free(y);
     amp_loader_free(ld);
-    free(logits);
     *accuracy = seen ? (double)correct / (double)seen : 0.0;
     return s;
 }
@@ -165,7 +158,6 @@ int main(int argc, char **argv) {
     amp_optimizer *opt = NULL;
     amp_stager *stager = NULL; /* training batches: copied in while the previous step computes */
     amp_tensor *loss_sum = NULL; /* the epoch's losses, summed on the device */
-    amp_tensor *inv_accumulate = NULL; /* 1 / --accumulate, multiplying each micro-batch's loss */
     amp_comm *comm = NULL;       /* the world of mpirun/srun; alone, a world of one */
     amp_ddp *ddp = NULL;
     int exit_code = 1;
@@ -303,14 +295,7 @@ int main(int argc, char **argv) {
                 TRY(amp_stager_put(stager, &b, &bx, &by));
                 TRY(amp_model_forward(model, bx, &logits));
                 TRY(amp_cross_entropy(logits, by, &loss));
-                if (a.accumulate > 1) {
-                    if (!inv_accumulate) {
-                        const float inv = 1.0f / (float)a.accumulate;
-                        TRY(amp_tensor_from_host(ctx, AMP_F32, loss->ndim, loss->shape, &inv,
-                                                 &inv_accumulate));
-                    }
-                    TRY(amp_mul(loss, inv_accumulate, &loss));
-                }
+                if (a.accumulate > 1) TRY(amp_div_scalar(loss, (float)a.accumulate, &loss));
                 TRY(amp_backward(loss));
                 TRY(amp_accumulate(loss_sum, loss));
                 samples += b.n;
@@ -412,7 +397,6 @@ int main(int argc, char **argv) {
     exit_code = 0;
 fail:
     if (exit_code && world_failed(comm)) amp_comm_abort(comm, exit_code); /* peers would wait */
-    amp_tensor_free(inv_accumulate);
     amp_ddp_free(ddp);
     amp_tensor_free(loss_sum);
     amp_stager_free(stager);

@@ -46,7 +46,9 @@ amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **s
     amp_state *st = opt->ctx ? opt->ctx->amp : NULL;
     amp_opt_state *os = amp_opt_state_find(st, opt);
     if (!os)
-        return amp_fail(AMP_ERR_STATE, "%s: amp_initialize was not called for this optimizer", who);
+        return amp_fail(AMP_ERR_STATE, "%s: amp_initialize was not called for this optimizer (for "
+                        "plain f32 training with the same loop, amp_initialize(model, opt, AMP_O0): "
+                        "torch's GradScaler(enabled=False))", who);
     *st_out = st;
     if (os_out) *os_out = os;
     return AMP_OK;

@@ -59,6 +59,12 @@ amp_status amp_flatten(amp_tensor *x, amp_tensor **out);
 /* Elementwise, same shapes. */
 amp_status amp_add(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 amp_status amp_mul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+/* x * s, x + s, x / s with a number s (PyTorch's `loss / accumulation_steps`): x's dtype kept (a
+ * scalar does not promote, as in PyTorch), computed in f32 with one rounding; x / s is a true
+ * division, as is its gradient dy / s. */
+amp_status amp_mul_scalar(amp_tensor *x, float s, amp_tensor **out);
+amp_status amp_add_scalar(amp_tensor *x, float s, amp_tensor **out);
+amp_status amp_div_scalar(amp_tensor *x, float s, amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 /* Fused log-softmax + NLL, mean over rows: logits [n, classes], labels i32 [n]. */

@@ -118,6 +118,11 @@ amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes);
  * widened exactly, i32 converted. What a loss, logits or a half model's weights are read with. */
 amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbytes);
 amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nbytes);
+/* For a tensor of [rows, ...] of any dtype (logits): idx[r] = the position of the largest element
+ * of row r, its trailing dimensions flattened, the first on ties, a NaN counting as the largest
+ * (torch.argmax(x, 1)); n_rows must be the first dimension. The accuracy of a batch is the share of
+ * idx that equals its labels. Reads the tensor to the host (one wait for the device). */
+amp_status amp_tensor_argmax_rows(const amp_tensor *t, int32_t *idx, int64_t n_rows);
 /* Reads element 0 as float (any dtype): the usual way to print a loss. */
 amp_status amp_tensor_item(const amp_tensor *t, float *out);
 size_t amp_tensor_nbytes(const amp_tensor *t);

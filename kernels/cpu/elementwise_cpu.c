@@ -28,6 +28,12 @@ static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, 
     case AMP_UNARY_COPY:
         memmove(y, x, (size_t)n * sizeof *y);
         break;
+    case AMP_UNARY_ADD_SCALAR:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_add_scalar(x[i], alpha);
+        break;
+    case AMP_UNARY_DIV_SCALAR:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_div_scalar(x[i], alpha);
+        break;
     }
 }
 
@@ -117,7 +123,7 @@ static void relu_half_run(amp_dtype dt, int64_t n, const void *a, const void *b,
 
 amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
                          void *y) {
-    if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
+    if ((int)op < 0 || (int)op > (int)AMP_UNARY_DIV_SCALAR)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
     if (op == AMP_UNARY_COPY) {
         /* A copy keeps every bit (NaN payloads too), in any dtype, as torch.Tensor.copy_. */

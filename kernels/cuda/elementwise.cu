@@ -27,7 +27,12 @@
 
 template <amp_unary_op OP>
 static __device__ inline float unary_elem(float x, float alpha) {
-    return OP == AMP_UNARY_RELU ? amp_relu(x) : amp_scale(x, alpha);
+    switch (OP) {
+    case AMP_UNARY_RELU: return amp_relu(x);
+    case AMP_UNARY_ADD_SCALAR: return amp_add_scalar(x, alpha);
+    case AMP_UNARY_DIV_SCALAR: return amp_div_scalar(x, alpha);
+    default: return amp_scale(x, alpha);
+    }
 }
 
 template <amp_binary_op OP>
@@ -70,10 +75,20 @@ template <amp_dtype D>
 static void unary_dt_launch(amp_unary_op op, int64_t n, const void *x, float alpha, void *y,
                             cudaStream_t stream) {
     unsigned grid = grid_for(n);
-    if (op == AMP_UNARY_RELU)
+    switch (op) {
+    case AMP_UNARY_RELU:
         unary_kernel<D, AMP_UNARY_RELU><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
-    else
+        break;
+    case AMP_UNARY_ADD_SCALAR:
+        unary_kernel<D, AMP_UNARY_ADD_SCALAR><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
+        break;
+    case AMP_UNARY_DIV_SCALAR:
+        unary_kernel<D, AMP_UNARY_DIV_SCALAR><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
+        break;
+    default:
         unary_kernel<D, AMP_UNARY_SCALE><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
+        break;
+    }
 }
 
 template <amp_dtype D>
@@ -96,7 +111,7 @@ static void binary_dt_launch(amp_binary_op op, int64_t n, const void *a, const v
     }
 }
 
-/* relu or scale of n >= 1 elements of a float dtype (validated by the caller). */
+/* relu, scale, + or / a scalar of n >= 1 elements of a float dtype (validated by the caller). */
 extern "C" amp_status amp_cuda_unary_launch(amp_unary_op op, amp_dtype dt, int64_t n,
                                             const void *x, float alpha, void *y,
                                             cudaStream_t stream) {
@@ -141,7 +156,7 @@ extern "C" amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha,
 
 extern "C" amp_status amp_cuda_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x,
                                      float alpha, void *y) {
-    if (op != AMP_UNARY_RELU && op != AMP_UNARY_SCALE && op != AMP_UNARY_COPY)
+    if ((int)op < 0 || (int)op > (int)AMP_UNARY_DIV_SCALAR)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op %d", (int)op);
     if (op != AMP_UNARY_COPY || dt != AMP_I32) AMP_TRY(amp_backend_check_float("amp_cuda_unary", dt));
     AMP_TRY(amp_backend_check_n("amp_cuda_unary", n));

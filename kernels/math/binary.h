@@ -9,6 +9,8 @@ AMP_HD static inline float amp_add(float a, float b) { return a + b; }
 AMP_HD static inline float amp_sub(float a, float b) { return a - b; }
 AMP_HD static inline float amp_mul(float a, float b) { return a * b; }
 AMP_HD static inline float amp_scale(float x, float alpha) { return alpha * x; }
+AMP_HD static inline float amp_add_scalar(float x, float alpha) { return x + alpha; }
+AMP_HD static inline float amp_div_scalar(float x, float alpha) { return x / alpha; }
 
 /* a * b rounded on its own, never fused with an add that follows. The C files build with
  * -ffp-contract=off, but nvcc contracts a * b + c into one fma by default: __fmul_rn is the

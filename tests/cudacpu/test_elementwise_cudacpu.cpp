@@ -13,6 +13,8 @@
 
 static float ref_unary(amp_unary_op op, float x, float alpha) {
     if (op == AMP_UNARY_RELU) return std::isnan(x) ? x : (x < 0.0f ? 0.0f : x); /* -0 stays */
+    if (op == AMP_UNARY_ADD_SCALAR) return x + alpha;
+    if (op == AMP_UNARY_DIV_SCALAR) return x / alpha;
     return alpha * x;
 }
 
@@ -37,7 +39,8 @@ static int64_t count_wrong(const dev_buf &y, amp_dtype dt, int64_t n,
 static const int64_t sizes[] = {1, 255, 1000, BIG_N};
 
 static void test_unary(void) {
-    const amp_unary_op ops[] = {AMP_UNARY_RELU, AMP_UNARY_SCALE};
+    const amp_unary_op ops[] = {AMP_UNARY_RELU, AMP_UNARY_SCALE, AMP_UNARY_ADD_SCALAR,
+                                AMP_UNARY_DIV_SCALAR};
     for (amp_dtype dt : float_dts)
         for (int64_t n : sizes)
             for (amp_unary_op op : ops) {

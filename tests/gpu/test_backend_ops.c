@@ -586,6 +586,10 @@ static const op_row rows[] = {
     {"unary_relu_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"unary_scale_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_SCALE, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"unary_scale_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_SCALE, .f = {1.0f / 65536}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_add_scalar_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_ADD_SCALAR, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_add_scalar_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_ADD_SCALAR, .f = {3.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_div_scalar_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_DIV_SCALAR, .f = {3.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_div_scalar_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_DIV_SCALAR, .f = {-7.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"unary_copy_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"unary_copy_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     /* Binary: add/sub/mul are one rounding each; relu_bwd selects. */

@@ -30,6 +30,8 @@ static int close_to(float got, double want, double mag, amp_dtype dt, double ulp
 typedef double (*ref_fn)(double a, double b, double alpha);
 static double ref_relu(double a, double b, double al) { return a < 0 ? 0 : a; }
 static double ref_scale(double a, double b, double al) { return al * a; }
+static double ref_add_scalar(double a, double b, double al) { return a + al; }
+static double ref_div_scalar(double a, double b, double al) { return a / al; }
 static double ref_add(double a, double b, double al) { return a + b; }
 static double ref_sub(double a, double b, double al) { return a - b; }
 static double ref_mul(double a, double b, double al) { return a * b; }
@@ -79,6 +81,8 @@ static void test_ops_random(void) {
             double one = dt == AMP_F32 ? 0.5 : 1.0; /* exact ops: half an ulp in f32 */
             check_op("relu", KIND_UNARY, AMP_UNARY_RELU, ref_relu, dt, ns[k], 0.0);
             check_op("scale", KIND_UNARY, AMP_UNARY_SCALE, ref_scale, dt, ns[k], one);
+            check_op("add_scalar", KIND_UNARY, AMP_UNARY_ADD_SCALAR, ref_add_scalar, dt, ns[k], one);
+            check_op("div_scalar", KIND_UNARY, AMP_UNARY_DIV_SCALAR, ref_div_scalar, dt, ns[k], one);
             check_op("add", KIND_BINARY, AMP_BINARY_ADD, ref_add, dt, ns[k], one);
             check_op("sub", KIND_BINARY, AMP_BINARY_SUB, ref_sub, dt, ns[k], one);
             check_op("mul", KIND_BINARY, AMP_BINARY_MUL, ref_mul, dt, ns[k], one);

@@ -85,6 +85,17 @@ static void ref_reshape_add_c(const gc_case *c, double *y) {
     for (int64_t i = 0; i < c->in[0].numel; i++) y[i] = 2.0 * V(0)[i];
 }
 
+/* (x * 2.5 + 1.25) / -3: the three scalar ops in one chain. */
+static amp_status lib_scalars(gc_case *c, amp_tensor **y) {
+    amp_tensor *a = NULL, *b = NULL;
+    amp_status s = amp_mul_scalar(T(0), 2.5f, &a);
+    if (s == AMP_OK) s = amp_add_scalar(a, 1.25f, &b);
+    return s == AMP_OK ? amp_div_scalar(b, -3.0f, y) : s;
+}
+static void ref_scalars_c(const gc_case *c, double *y) {
+    for (int64_t i = 0; i < c->in[0].numel; i++) y[i] = (V(0)[i] * 2.5 + 1.25) / -3.0;
+}
+
 static amp_status lib_add(gc_case *c, amp_tensor **y) { return amp_add(T(0), T(1), y); }
 static void ref_add_c(const gc_case *c, double *y) {
     for (int64_t i = 0; i < c->in[0].numel; i++) y[i] = V(0)[i] + V(1)[i];
@@ -227,6 +238,7 @@ static gc_case gc_cases[] = {
     {OP("add", lib_add, ref_add_c), .in = {X_("a", 2, 3, 5), X_("b", 2, 3, 5)}, OUT(2, 3, 5)},
     {OP("mul", lib_mul, ref_mul_c), .in = {X_("a", 3, 2, 3, 4), X_("b", 3, 2, 3, 4)}, OUT(3, 2, 3, 4)},
     {OP("mul(x, x)", lib_mul_self, ref_mul_self_c), .in = {X_("x", 1, 7)}, OUT(1, 7)},
+    {OP("(x * s + s) / s", lib_scalars, ref_scalars_c), .in = {X_("x", 2, 3, 4)}, OUT(2, 3, 4)},
     {OP("add(relu(x), x)", lib_add_relu_self, ref_add_relu_self_c),
      .in = {IN("x", 1, GC_AWAY0, 0.05, 1, true, 10)}, OUT(1, 10)},
     {OP("mean", lib_mean, ref_mean_c), .in = {X_("x", 2, 3, 7)}, OUT(1, 1)},
