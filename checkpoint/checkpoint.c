@@ -54,6 +54,7 @@ amp_status amp_checkpoint_save(const char *dir, int64_t step, amp_model *m, amp_
                                const amp_checkpoint_opts *opts, char *path_out, size_t path_size) {
     AMP_CHECK_ARG(dir);
     AMP_CHECK_ARG(m);
+    if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_save", opt));
     const amp_checkpoint_opts *o = opts ? opts : &amp_ckpt_no_opts;
     if (opt && opt->model != m)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_save: the optimizer was not created "
@@ -113,6 +114,7 @@ amp_status amp_checkpoint_load(const char *path, amp_model *m, amp_optimizer *op
                                const amp_checkpoint_opts *opts, int64_t *step_out) {
     AMP_CHECK_ARG(path);
     AMP_CHECK_ARG(m);
+    if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_load", opt));
     const amp_checkpoint_opts *o = opts ? opts : &amp_ckpt_no_opts;
     char folder[AMP_CKPT_PATH_MAX];
     AMP_TRY(amp_ckpt_resolve(path, folder, sizeof folder));
@@ -152,6 +154,7 @@ amp_status amp_checkpoint_user_meta(const char *path, const char *key, char *out
 amp_status amp_model_load_weights(amp_model *m, amp_optimizer *opt, const char *path) {
     AMP_CHECK_ARG(m);
     AMP_CHECK_ARG(path);
+    if (opt) AMP_TRY(amp_optimizer_check_usable("amp_model_load_weights", opt));
     if (opt && opt->model != m)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_load_weights: the optimizer was not "
                         "created for this model");

@@ -66,7 +66,12 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
 }
 
 void amp_ctx_free(amp_ctx *ctx) {
-    if (!ctx) return;
+    if (!ctx || ctx->released) return;
+    ctx->released = true;
+    if (ctx->n_holders == 0) amp_ctx_destroy(ctx);
+}
+
+void amp_ctx_destroy(amp_ctx *ctx) {
     if (ctx->amp_hooks) ctx->amp_hooks->free(ctx->amp);
     if (ctx->collective && ctx->collective->release) ctx->collective->release(ctx->collective_user);
     amp_cast_shadows_free(ctx);
@@ -75,11 +80,19 @@ void amp_ctx_free(amp_ctx *ctx) {
     amp_arena_destroy(&ctx->data_arena);
     amp_ledger_destroy(ctx); /* last: the amp layer and the arena free through it */
     free(ctx->tape);
+    free(ctx->listeners);
     free(ctx);
 }
 
-amp_device amp_ctx_device(const amp_ctx *ctx) { return ctx->backend->device; }
-const char *amp_ctx_backend_name(const amp_ctx *ctx) { return ctx->backend->name; }
+amp_device amp_ctx_device(const amp_ctx *ctx) {
+    AMP_CHECK_ARG_OR(ctx, AMP_DEVICE_AUTO);
+    return ctx->backend->device;
+}
+
+const char *amp_ctx_backend_name(const amp_ctx *ctx) {
+    AMP_CHECK_ARG_OR(ctx, "none");
+    return ctx->backend->name;
+}
 
 void amp_ctx_reset_step(amp_ctx *ctx) {
     if (!ctx) return;
@@ -92,6 +105,8 @@ void amp_ctx_reset_step(amp_ctx *ctx) {
 }
 
 size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak) {
+    if (peak) *peak = 0;
+    AMP_CHECK_ARG_OR(ctx, 0);
     const amp_arena *h = ctx->host_arenas;
     if (peak) *peak = h[0].peak + h[1].peak + ctx->data_arena.peak;
     return h[0].in_use + h[1].in_use + ctx->data_arena.in_use;

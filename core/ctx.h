@@ -30,6 +30,14 @@ typedef struct amp_autocast_state {
     int n_shadows;
 } amp_autocast_state;
 
+/* Called on an object that holds another object of the context when that one is freed (an
+ * optimizer hears of its model, DDP of its model and optimizer): it must stop using it. */
+typedef void (*amp_forget_fn)(void *listener, const void *freed);
+typedef struct amp_ctx_listener {
+    void *who;
+    amp_forget_fn fn;
+} amp_ctx_listener;
+
 /* Called for every op with its inputs and output (AMP_TRACE, tests). */
 typedef void (*amp_trace_fn)(void *user, const char *op, const amp_tensor *const *in, int n_in,
                              const amp_tensor *out);
@@ -62,6 +70,13 @@ struct amp_ctx {
      * batchnorm); NULL: a world of one, the op's local path. */
     const struct amp_collective *collective;
     void *collective_user;
+    /* Lifetimes (core/ctx_lifetime.c): the public objects made on the context (models,
+     * optimizers, caller-owned tensors, stagers, DDP) hold it; amp_ctx_free marks it released and
+     * it goes with the last of them, in whatever order the caller frees them. */
+    int n_holders;
+    bool released;
+    amp_ctx_listener *listeners;
+    int n_listeners, cap_listeners;
     void *amp;                      /* the amp layer's state after amp_initialize (precision/amp_state.h) */
     const struct amp_layer_hooks *amp_hooks; /* set with it; NULL without */
 };
@@ -107,6 +122,17 @@ typedef struct amp_collective {
     amp_status (*allreduce_sum_i64)(void *user, int64_t *host, int n);
     void (*release)(void *user); /* amp_ctx_free, or another collective replacing this one */
 } amp_collective;
+
+/* Lifetimes (core/ctx_lifetime.c). hold/drop: a public object made on ctx, and its free (the
+ * last drop of a released context destroys it). listen/unlisten: who hears amp_ctx_forget(ctx,
+ * freed), which an object's free calls before it goes. */
+void amp_ctx_hold(amp_ctx *ctx);
+void amp_ctx_drop(amp_ctx *ctx);
+amp_status amp_ctx_listen(amp_ctx *ctx, void *who, amp_forget_fn fn);
+void amp_ctx_unlisten(amp_ctx *ctx, void *who);
+void amp_ctx_forget(amp_ctx *ctx, const void *freed);
+/* The context's own teardown (core/ctx.c), when nothing holds it any more. */
+void amp_ctx_destroy(amp_ctx *ctx);
 
 /* Memory for a step object (struct, node) that reset releases. Zero-filled. */
 amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out);

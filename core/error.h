@@ -36,4 +36,14 @@ amp_status amp_fail_context(amp_status s, const char *fmt, ...) AMP_PRINTF(2, 3)
         if (!(p)) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", __func__, #p); \
     } while (0)
 
+/* The same for a call that returns a value rather than a status (an accessor): returns `value`
+ * and leaves the message in amp_last_error. */
+#define AMP_CHECK_ARG_OR(p, value)                                                                 \
+    do {                                                                                           \
+        if (!(p)) {                                                                                \
+            (void)amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", __func__, #p);        \
+            return value;                                                                          \
+        }                                                                                          \
+    } while (0)
+
 #endif

@@ -82,6 +82,7 @@ amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t
         return amp_fail_context(s, "amp_tensor_create");
     }
     t->flags = AMP_TENSOR_OWNED;
+    amp_ctx_hold(ctx);
     *out = t;
     return AMP_OK;
 }
@@ -151,10 +152,14 @@ amp_status amp_tensor_check_writable(const char *who, const char *arg, const amp
 
 void amp_tensor_free(amp_tensor *t) {
     if (!t || (t->flags & AMP_TENSOR_STEP)) return;
+    amp_ctx *ctx = t->ctx;
+    bool owned = t->flags & AMP_TENSOR_OWNED;
+    if (owned) amp_ctx_forget(ctx, t); /* an optimizer made over it stops using it */
     amp_cast_shadow_forget(t);
-    if (t->flags & AMP_TENSOR_OWNED) amp_ledger_free(t->ctx, t->data);
+    if (owned) amp_ledger_free(ctx, t->data);
     if (t->grad && t->grad != t && !(t->grad->flags & AMP_TENSOR_STEP)) amp_tensor_free(t->grad);
     free(t);
+    if (owned) amp_ctx_drop(ctx);
 }
 
 size_t amp_block_layout(const int64_t *numel, int n, size_t elem_size, size_t align,
@@ -175,7 +180,10 @@ amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_ten
                     "amp_ctx_reset_step released it); recompute it in this step", who, arg);
 }
 
-size_t amp_tensor_nbytes(const amp_tensor *t) { return (size_t)t->numel * amp_dtype_size(t->dtype); }
+size_t amp_tensor_nbytes(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, 0);
+    return (size_t)t->numel * amp_dtype_size(t->dtype);
+}
 
 static amp_status amp_nbytes_check(const char *who, const amp_tensor *t, size_t nbytes) {
     if (nbytes != amp_tensor_nbytes(t)) {

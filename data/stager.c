@@ -35,6 +35,7 @@ amp_status amp_stager_create(amp_ctx *ctx, amp_stager **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) return amp_fail(AMP_ERR_OOM, "amp_stager_create: out of memory");
     (*out)->ctx = ctx;
+    amp_ctx_hold(ctx);
     return AMP_OK;
 }
 
@@ -46,7 +47,9 @@ void amp_stager_free(amp_stager *s) {
         amp_tensor_free(s->y[k]);
         if (be->event_free) be->event_free(s->mark[k]);
     }
+    amp_ctx *ctx = s->ctx;
     free(s);
+    amp_ctx_drop(ctx);
 }
 
 /* Whether t has the shape (ndim, shape) and dtype dt. */

@@ -134,6 +134,7 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
 }
 
 bool amp_set_grad_enabled(amp_ctx *ctx, bool enabled) {
+    AMP_CHECK_ARG_OR(ctx, false);
     bool prev = ctx->grad_enabled;
     ctx->grad_enabled = enabled;
     return prev;

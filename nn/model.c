@@ -96,7 +96,9 @@ amp_status amp_model_build(amp_model *m) {
 
 void amp_model_free(amp_model *m) {
     if (!m) return;
-    if (m->ctx->amp_hooks) m->ctx->amp_hooks->forget(m->ctx->amp, m);
+    amp_ctx *ctx = m->ctx;
+    amp_ctx_forget(ctx, m); /* its optimizers and DDP stop using it */
+    if (ctx->amp_hooks) ctx->amp_hooks->forget(ctx->amp, m);
     for (int i = 0; i < m->n_params; i++) amp_tensor_free(m->params[i].t);
     for (int i = 0; i < m->n_buffers; i++) amp_tensor_free(m->buffers[i].t);
     amp_ledger_free(m->ctx, m->param_block);
@@ -106,25 +108,50 @@ void amp_model_free(amp_model *m) {
     free(m->buffers);
     free(m->layers);
     free(m);
+    amp_ctx_drop(ctx);
 }
 
-void amp_model_train(amp_model *m, bool training) { m->training = training; }
-bool amp_model_is_training(const amp_model *m) { return m->training; }
-amp_ctx *amp_model_ctx(const amp_model *m) { return m->ctx; }
+/* The accessors answer NULL with 0, false or NULL and leave the message in amp_last_error. */
+amp_status amp_model_train(amp_model *m, bool training) {
+    AMP_CHECK_ARG(m);
+    m->training = training;
+    return AMP_OK;
+}
 
-int amp_model_n_params(const amp_model *m) { return m->n_params; }
-int amp_model_n_buffers(const amp_model *m) { return m->n_buffers; }
+bool amp_model_is_training(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, false);
+    return m->training;
+}
+
+amp_ctx *amp_model_ctx(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, NULL);
+    return m->ctx;
+}
+
+int amp_model_n_params(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, 0);
+    return m->n_params;
+}
+
+int amp_model_n_buffers(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, 0);
+    return m->n_buffers;
+}
 
 amp_tensor *amp_model_param(const amp_model *m, int i) {
+    AMP_CHECK_ARG_OR(m, NULL);
     return i >= 0 && i < m->n_params ? m->params[i].t : NULL;
 }
 const char *amp_model_param_name(const amp_model *m, int i) {
+    AMP_CHECK_ARG_OR(m, NULL);
     return i >= 0 && i < m->n_params ? m->params[i].name : NULL;
 }
 amp_tensor *amp_model_buffer(const amp_model *m, int i) {
+    AMP_CHECK_ARG_OR(m, NULL);
     return i >= 0 && i < m->n_buffers ? m->buffers[i].t : NULL;
 }
 const char *amp_model_buffer_name(const amp_model *m, int i) {
+    AMP_CHECK_ARG_OR(m, NULL);
     return i >= 0 && i < m->n_buffers ? m->buffers[i].name : NULL;
 }
 
@@ -142,6 +169,7 @@ amp_status amp_model_find(const amp_model *m, const char *name, amp_tensor **out
 }
 
 int64_t amp_model_numel(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, 0);
     int64_t n = 0;
     for (int i = 0; i < m->n_params; i++) {
         int64_t k = 1;

@@ -20,6 +20,7 @@ amp_status amp_seq_create(amp_ctx *ctx, amp_model **out) {
     m->ctx = ctx;
     m->training = true;
     m->in_dtype = m->out_dtype = AMP_I32;
+    amp_ctx_hold(ctx);
     *out = m;
     return AMP_OK;
 }

@@ -105,6 +105,31 @@ amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, am
     return AMP_OK;
 }
 
+/* Hears of frees on the context (core/ctx_lifetime.c): its model, or a parameter that a caller
+ * owned (an optimizer made from a tensor list). */
+static void amp_optimizer_hear(void *who, const void *freed) {
+    amp_optimizer *opt = who;
+    if (opt->lost) return;
+    if (opt->model && freed == (const void *)opt->model) {
+        opt->lost = "model";
+        return;
+    }
+    for (int i = 0; i < opt->n_params; i++)
+        if (freed == (const void *)opt->params[i]) {
+            opt->lost = "parameter tensor";
+            return;
+        }
+}
+
+amp_status amp_optimizer_check_usable(const char *who, const amp_optimizer *opt) {
+    if (!opt) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'opt' is NULL", who);
+    if (opt->lost)
+        return amp_fail(AMP_ERR_STATE, "%s: the optimizer's %s was freed; free the optimizer too "
+                        "(amp_optimizer_free: free an optimizer before its model), or make a new "
+                        "one over a live model", who, opt->lost);
+    return AMP_OK;
+}
+
 amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
                                        amp_tensor *const *params, const char *const *names, int n,
                                        int n_state, amp_optimizer **out) {
@@ -117,6 +142,13 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
     opt->kind = kind;
     opt->ctx = params[0]->ctx;
     opt->backend = params[0]->backend;
+    amp_ctx_hold(opt->ctx);
+    amp_status listening = amp_ctx_listen(opt->ctx, opt, amp_optimizer_hear);
+    if (listening != AMP_OK) {
+        amp_ctx_drop(opt->ctx);
+        free(opt);
+        return listening;
+    }
     opt->n_params = n;
     opt->n_state = n_state;
     opt->half_grad_scale = 1.0f;
@@ -152,7 +184,10 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
 
 void amp_optimizer_free(amp_optimizer *opt) {
     if (!opt) return;
-    if (opt->ctx && opt->ctx->amp_hooks) opt->ctx->amp_hooks->forget(opt->ctx->amp, opt);
+    amp_ctx *ctx = opt->ctx;
+    amp_ctx_unlisten(ctx, opt);
+    amp_ctx_forget(ctx, opt);
+    if (ctx->amp_hooks) ctx->amp_hooks->forget(ctx->amp, opt);
     amp_optimizer_free_views(opt, opt->n_state, opt->state_data, opt->state);
     amp_optimizer_free_views(opt, 1, opt->master_data, opt->master_views);
     amp_optimizer_free_views(opt, 1, opt->master_grad_data, opt->master_grads);
@@ -160,8 +195,9 @@ void amp_optimizer_free(amp_optimizer *opt) {
     free(opt->names);
     free(opt->has_state);
     free(opt->param_steps);
-    amp_ledger_free(opt->ctx, opt->dev_steps);
+    amp_ledger_free(ctx, opt->dev_steps);
     free(opt);
+    amp_ctx_drop(ctx);
 }
 
 amp_status amp_optimizer_refresh(amp_optimizer *opt) {
@@ -272,7 +308,7 @@ void amp_optimizer_step_done(amp_optimizer *opt) {
 }
 
 amp_status amp_optimizer_step(amp_optimizer *opt) {
-    AMP_CHECK_ARG(opt);
+    AMP_TRY(amp_optimizer_check_usable(__func__, opt));
     /* After amp_initialize the gradients are scaled (or their unscaled copies are the master
      * gradients): Apex patches optimizer.step so that the plain call does amp's step; so do we. */
     if (opt->ctx->amp_hooks) {
@@ -284,7 +320,7 @@ amp_status amp_optimizer_step(amp_optimizer *opt) {
 }
 
 amp_status amp_optimizer_zero_grad(amp_optimizer *opt) {
-    AMP_CHECK_ARG(opt);
+    AMP_TRY(amp_optimizer_check_usable(__func__, opt));
     /* No memset: the next backward overwrites a gradient whose grad_written is false. */
     for (int i = 0; i < opt->n_params; i++) opt->params[i]->grad_written = false;
     amp_optimizer_step_done(opt);
@@ -293,6 +329,7 @@ amp_status amp_optimizer_zero_grad(amp_optimizer *opt) {
 }
 
 amp_status amp_zero_grad(amp_optimizer *opt) {
+    AMP_TRY(amp_optimizer_check_usable(__func__, opt));
     AMP_TRY(amp_optimizer_zero_grad(opt));
     amp_ctx_reset_step(opt->ctx);
     return AMP_OK;

@@ -76,7 +76,13 @@ struct amp_optimizer {
      * still-scaled half gradient is multiplied by (replaces half_grad_scale). */
     const float *dev_found_inf;
     const float *dev_half_grad_scale;
+    /* What it held was freed under it ("its model", "a parameter tensor"): every later call is
+     * refused (amp_optimizer_check_usable), nothing reads the freed memory. */
+    const char *lost;
 };
+
+/* AMP_OK when opt is there and holds nothing that was freed; else the error for `who`. */
+amp_status amp_optimizer_check_usable(const char *who, const amp_optimizer *opt);
 
 /* An optimizer over n f32 parameters (borrowed; they must outlive it), all on one backend.
  * names[i] (or names NULL) labels parameter i in messages. The model-based creators of

@@ -177,6 +177,31 @@ static amp_status amp_ddp_init(amp_ddp *d, const amp_ddp_opts *o) {
     return AMP_OK;
 }
 
+/* Stops watching backward for the context: the observer's place is freed. */
+static void amp_ddp_detach(amp_ddp *d) {
+    if (d->ctx->bw_observer_user == d) {
+        d->ctx->bw_observer = NULL;
+        d->ctx->bw_observer_user = NULL;
+    }
+}
+
+/* Hears of frees on the context (core/ctx_lifetime.c): its model or optimizer. */
+static void amp_ddp_hear(void *who, const void *freed) {
+    amp_ddp *d = who;
+    if (d->lost) return;
+    if (freed == (const void *)d->model) d->lost = "model";
+    else if (d->opt && freed == (const void *)d->opt) d->lost = "optimizer";
+    if (d->lost) amp_ddp_detach(d);
+}
+
+amp_status amp_ddp_check_usable(const char *who, const amp_ddp *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", who);
+    if (d->lost)
+        return amp_fail(AMP_ERR_STATE, "%s: the DDP's %s was freed; free the DDP first "
+                        "(amp_ddp_free, then the optimizer, then the model)", who, d->lost);
+    return AMP_OK;
+}
+
 amp_status amp_ddp_create(amp_model *m, amp_optimizer *opt, const amp_ddp_opts *opts,
                           amp_ddp **out) {
     AMP_CHECK_ARG(m);
@@ -193,12 +218,15 @@ amp_status amp_ddp_create(amp_model *m, amp_optimizer *opt, const amp_ddp_opts *
     if (opt && opt->ctx != m->ctx)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_ddp_create: the optimizer belongs to another "
                         "context than the model");
+    if (opt) AMP_TRY(amp_optimizer_check_usable("amp_ddp_create", opt));
     amp_ddp *d = calloc(1, sizeof *d);
     if (!d) return amp_fail(AMP_ERR_OOM, "amp_ddp_create: out of memory");
     d->model = m;
     d->opt = opt;
     d->ctx = m->ctx;
-    amp_status s = amp_ddp_init(d, &o);
+    amp_ctx_hold(d->ctx);
+    amp_status s = amp_ctx_listen(d->ctx, d, amp_ddp_hear);
+    if (s == AMP_OK) s = amp_ddp_init(d, &o);
     if (s != AMP_OK) {
         amp_ddp_free(d);
         return s;
@@ -209,13 +237,13 @@ amp_status amp_ddp_create(amp_model *m, amp_optimizer *opt, const amp_ddp_opts *
 
 void amp_ddp_free(amp_ddp *d) {
     if (!d) return;
-    if (d->ctx->bw_observer_user == d) {
-        d->ctx->bw_observer = NULL;
-        d->ctx->bw_observer_user = NULL;
-    }
+    amp_ctx *ctx = d->ctx;
+    amp_ctx_unlisten(ctx, d);
+    amp_ddp_detach(d);
     if (d->buckets || d->sorted) amp_ddp_buckets_free(d);
     if (d->owns_comm) amp_comm_free(d->comm);
     free(d);
+    amp_ctx_drop(ctx);
 }
 
 amp_status amp_ddp_set_sync(amp_ddp *d, bool sync) {

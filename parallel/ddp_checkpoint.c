@@ -102,7 +102,7 @@ static amp_status amp_ddp_check_loaders(amp_ddp *d, amp_loader *ld) {
 amp_status amp_ddp_checkpoint_save(amp_ddp *d, const char *dir, int64_t step,
                                    const amp_checkpoint_opts *opts, char *path_out,
                                    size_t path_size) {
-    AMP_CHECK_ARG(d);
+    AMP_TRY(amp_ddp_check_usable(__func__, d));
     amp_checkpoint_opts o = opts ? *opts : (amp_checkpoint_opts){0};
     AMP_TRY(amp_ddp_check_loaders(d, o.loader));
     /* The world size and the generators go with the user metadata: a copy of the caller's
@@ -150,7 +150,7 @@ amp_status amp_ddp_checkpoint_save(amp_ddp *d, const char *dir, int64_t step,
 
 amp_status amp_ddp_checkpoint_load(amp_ddp *d, const char *path, const amp_checkpoint_opts *opts,
                                    int64_t *step_out) {
-    AMP_CHECK_ARG(d);
+    AMP_TRY(amp_ddp_check_usable(__func__, d));
     AMP_CHECK_ARG(path);
     char folder[4096], world[32] = "";
     amp_status s = amp_checkpoint_latest(path, folder, sizeof folder);

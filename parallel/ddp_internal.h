@@ -49,7 +49,11 @@ struct amp_ddp {
     int nodes_left;          /* tape nodes backward has still to run */
     int launched_early;      /* buckets launched while nodes were left: hidden behind backward */
     amp_ddp_stats stats;
+    const char *lost; /* "model" or "optimizer": freed under it; it no longer watches backward */
 };
+
+/* AMP_OK when d is there and its model and optimizer are not freed; else the error for `who`. */
+amp_status amp_ddp_check_usable(const char *who, const amp_ddp *d);
 
 /* parallel/ddp.c: the backend's communicator for the DDP's ranks (NCCL on CUDA), bootstrapped
  * over MPI. */

@@ -42,7 +42,7 @@ static amp_opt_state *amp_opt_state_find(amp_state *st, const amp_optimizer *opt
 
 amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **st_out,
                         amp_opt_state **os_out) {
-    if (!opt) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'opt' is NULL", who);
+    AMP_TRY(amp_optimizer_check_usable(who, opt));
     amp_state *st = opt->ctx ? opt->ctx->amp : NULL;
     amp_opt_state *os = amp_opt_state_find(st, opt);
     if (!os)
@@ -183,6 +183,7 @@ static amp_status amp_check_lists(amp_model *const *models, int n_models,
     }
     for (int i = 0; i < n_opts; i++) {
         if (!opts[i]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: optimizer #%d is NULL", who, i);
+        AMP_TRY(amp_optimizer_check_usable(who, opts[i]));
         bool found = false;
         for (int k = 0; k < n_models; k++) found |= opts[i]->model == models[k];
         if (!found)

@@ -118,7 +118,7 @@ amp_status amp_model_convnet_mnist(amp_ctx *ctx, amp_model **out);
 amp_status amp_model_mlp_mnist(amp_ctx *ctx, amp_model **out);
 
 amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out);
-void amp_model_train(amp_model *m, bool training); /* training mode (default) or eval */
+amp_status amp_model_train(amp_model *m, bool training); /* training mode (default) or eval */
 bool amp_model_is_training(const amp_model *m);
 amp_ctx *amp_model_ctx(const amp_model *m);
 void amp_model_free(amp_model *m); /* NULL is a no-op */

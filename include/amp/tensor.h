@@ -75,7 +75,9 @@ typedef struct amp_ctx_opts {
 } amp_ctx_opts;
 
 amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out);
-/* NULL is a no-op. Free the context's tensors, models and optimizers first. */
+/* NULL is a no-op. The usual order frees the context last (DDP, optimizers, models, tensors,
+ * then the context); any order is safe: the tensors, models, optimizers, stagers and DDP made on
+ * a context hold it, and it goes with the last of them (until then they work as before). */
 void amp_ctx_free(amp_ctx *ctx);
 amp_device amp_ctx_device(const amp_ctx *ctx);
 const char *amp_ctx_backend_name(const amp_ctx *ctx);
@@ -109,8 +111,9 @@ amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t
 /* A caller-owned tensor with a copy of host data (n elements of dt must match the shape). */
 amp_status amp_tensor_from_host(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
                                 const void *host, amp_tensor **out);
-/* NULL is a no-op; step tensors are ignored. Before its context's amp_ctx_free, as models and
- * optimizers (the context's memory ledger, amp/memory.h, records the release). */
+/* NULL is a no-op; step tensors are ignored (their step releases them). An optimizer made over
+ * the tensor refuses every later call (the context's memory ledger, amp/memory.h, records the
+ * release). */
 void amp_tensor_free(amp_tensor *t);
 /* Copies the tensor into host memory of nbytes (must equal numel * dtype size), as stored. */
 amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes);
