@@ -55,7 +55,8 @@ amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out) {
     }
     size_t last = a->n_chunks ? a->chunks[a->n_chunks - 1].size : 0;
     size_t size = need > 2 * last ? need : 2 * last;
-    if (size < AMP_ARENA_MIN_CHUNK) size = AMP_ARENA_MIN_CHUNK;
+    size_t min_chunk = a->min_chunk ? a->min_chunk : AMP_ARENA_MIN_CHUNK;
+    if (size < min_chunk) size = min_chunk;
     AMP_TRY(amp_arena_add_chunk(a, size));
     a->current = a->n_chunks - 1;
     return amp_arena_alloc(a, nbytes, out);
@@ -69,7 +70,8 @@ void amp_arena_reset(amp_arena *a) {
         for (int i = 0; i < a->n_chunks; i++) amp_chunk_free(a, a->chunks[i].base);
         a->n_chunks = 0;
         void *base = NULL;
-        size_t size = a->step_peak < AMP_ARENA_MIN_CHUNK ? AMP_ARENA_MIN_CHUNK : a->step_peak;
+        size_t min_chunk = a->min_chunk ? a->min_chunk : AMP_ARENA_MIN_CHUNK;
+        size_t size = a->step_peak < min_chunk ? min_chunk : a->step_peak;
         if (amp_chunk_alloc(a, size, &base) == AMP_OK) {
             a->chunks[0] = (amp_arena_chunk){.base = base, .size = size};
             a->n_chunks = 1;
@@ -79,6 +81,27 @@ void amp_arena_reset(amp_arena *a) {
     a->current = 0;
     a->in_use = 0;
     a->step_peak = 0;
+}
+
+amp_arena_mark amp_arena_get_mark(const amp_arena *a) {
+    if (a->current >= a->n_chunks) return (amp_arena_mark){a->n_chunks, 0, a->in_use};
+    return (amp_arena_mark){a->current, a->chunks[a->current].used, a->in_use};
+}
+
+void amp_arena_reset_to(amp_arena *a, amp_arena_mark m) {
+    for (int i = m.chunk; i < a->n_chunks; i++) a->chunks[i].used = i == m.chunk ? m.used : 0;
+    a->current = m.chunk;
+    a->in_use = m.in_use;
+}
+
+bool amp_arena_holds_since(const amp_arena *a, amp_arena_mark m, const void *p) {
+    const char *q = p;
+    for (int i = m.chunk; i < a->n_chunks; i++) {
+        const char *base = a->chunks[i].base;
+        size_t from = i == m.chunk ? m.used : 0;
+        if (q >= base + from && q < base + a->chunks[i].used) return true;
+    }
+    return false;
 }
 
 void amp_arena_release(amp_arena *a) {

@@ -7,6 +7,7 @@
 #ifndef AMP_CORE_ARENA_H
 #define AMP_CORE_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "amp/status.h"
@@ -30,7 +31,14 @@ typedef struct amp_arena {
     int n_chunks, cap_chunks, current;
     size_t in_use, peak;
     size_t step_peak; /* the largest in_use since the last reset */
+    size_t min_chunk; /* 0: AMP_ARENA_MIN_CHUNK (small arenas set less) */
 } amp_arena;
+
+/* A position in an arena: what was allocated before it stays when the arena is reset to it. */
+typedef struct amp_arena_mark {
+    int chunk;
+    size_t used, in_use;
+} amp_arena_mark;
 
 void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *));
 void amp_arena_init_user(amp_arena *a, amp_status (*alloc)(void *, size_t, void **),
@@ -38,6 +46,11 @@ void amp_arena_init_user(amp_arena *a, amp_status (*alloc)(void *, size_t, void 
 /* Aligned memory for nbytes (>= 1), valid until reset. */
 amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out);
 void amp_arena_reset(amp_arena *a);
+/* The position of the next allocation; reset_to frees what came after it (the chunks stay). */
+amp_arena_mark amp_arena_get_mark(const amp_arena *a);
+void amp_arena_reset_to(amp_arena *a, amp_arena_mark m);
+/* Whether p points into memory allocated at or after m. */
+bool amp_arena_holds_since(const amp_arena *a, amp_arena_mark m, const void *p);
 /* As reset, but every chunk goes back to the free function: the arena holds nothing and grows
  * again from its next allocation (peak, since creation, stays). */
 void amp_arena_release(amp_arena *a);

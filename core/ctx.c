@@ -58,6 +58,7 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     amp_arena_init(&ctx->host_arenas[0], amp_host_alloc, free);
     amp_arena_init(&ctx->host_arenas[1], amp_host_alloc, free);
     amp_arena_init_user(&ctx->data_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
+    amp_ctx_regions_init(ctx);
     if (o.n_threads > 0) omp_set_num_threads(o.n_threads);
     const char *trace = getenv("AMP_TRACE");
     if (trace && strcmp(trace, "0") != 0 && *trace) amp_trace_enable(ctx, true);
@@ -78,6 +79,7 @@ void amp_ctx_destroy(amp_ctx *ctx) {
     amp_arena_destroy(&ctx->host_arenas[0]);
     amp_arena_destroy(&ctx->host_arenas[1]);
     amp_arena_destroy(&ctx->data_arena);
+    amp_ctx_regions_destroy(ctx);
     amp_ledger_destroy(ctx); /* last: the amp layer and the arena free through it */
     free(ctx->tape);
     free(ctx->listeners);
@@ -102,6 +104,7 @@ void amp_ctx_reset_step(amp_ctx *ctx) {
     ctx->step_gen++;
     amp_arena_reset(&ctx->host_arenas[ctx->step_gen & 1]); /* the step before last's structs */
     amp_arena_reset(&ctx->data_arena);
+    amp_ctx_regions_step_end(ctx);
 }
 
 size_t amp_ctx_arena_bytes(const amp_ctx *ctx, size_t *peak) {
@@ -159,6 +162,11 @@ amp_status amp_ctx_memory_trim(amp_ctx *ctx) {
     AMP_CHECK_ARG(ctx);
     amp_ctx_reset_step(ctx);
     amp_arena_release(&ctx->data_arena);
+    amp_arena_release(&ctx->kept_arena);
+    amp_arena_release(&ctx->carry_arenas[0]);
+    amp_arena_release(&ctx->carry_arenas[1]);
+    amp_arena_release(&ctx->sink_arena);
+    ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
     if (ctx->backend->memory_trim) ctx->backend->memory_trim();
     return AMP_OK;
 }

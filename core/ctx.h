@@ -50,6 +50,19 @@ struct amp_ctx {
     amp_arena host_arenas[2];
     uint32_t step_gen; /* steps ended so far; host_arenas[step_gen & 1] is the current one */
     amp_arena data_arena; /* tensor data of the step, in backend memory (chunks: the ledger's) */
+    /* Release points within a step (core/step_regions.c): the step tensors made since
+     * region_mark in the data arena are region_gen's; a release frees their data but for the
+     * kept tensors (moved into kept_arena until the step ends) and a carried one (moved into
+     * carry_arenas[region_gen & 1], readable until the next release). */
+    uint32_t region_gen;
+    amp_arena_mark region_mark;
+    amp_arena kept_arena, carry_arenas[2];
+    struct amp_tensor **kept; /* kept this step, whichever region they were made in */
+    int n_kept, cap_kept;
+    /* The temporaries of a leaf's later gradient contributions (nn/autograd.c), reset when none
+     * is open, at release points and at the step's end. */
+    amp_arena sink_arena;
+    int n_open_sinks;
     /* Every backend block allocated for this context, by kind (core/mem_ledger.h). */
     amp_mem_ledger ledger;
     struct amp_tape_node **tape; /* nodes in execution order: a topological order */
@@ -133,6 +146,15 @@ void amp_ctx_unlisten(amp_ctx *ctx, void *who);
 void amp_ctx_forget(amp_ctx *ctx, const void *freed);
 /* The context's own teardown (core/ctx.c), when nothing holds it any more. */
 void amp_ctx_destroy(amp_ctx *ctx);
+
+/* Release points (core/step_regions.c). release_region frees the data of the step tensors made
+ * since the last release point, but for the kept ones (amp_tensor_keep) and `keep` (kept too:
+ * the loss of a backward), and moves `carry` into memory that lasts until the next release
+ * (the output of a no-grad forward); either may be NULL. step_end: the step is over. */
+amp_status amp_ctx_release_region(amp_ctx *ctx, struct amp_tensor *keep, struct amp_tensor *carry);
+void amp_ctx_regions_step_end(amp_ctx *ctx);
+void amp_ctx_regions_init(amp_ctx *ctx);
+void amp_ctx_regions_destroy(amp_ctx *ctx);
 
 /* Memory for a step object (struct, node) that reset releases. Zero-filled. */
 amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out);

@@ -122,6 +122,7 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
     AMP_TRY(amp_arena_alloc(&ctx->data_arena, (size_t)numel * amp_dtype_size(dt), &t->data));
     t->flags = AMP_TENSOR_STEP;
     t->step_gen = ctx->step_gen;
+    t->region = ctx->region_gen;
     *out = t;
     return AMP_OK;
 }
@@ -130,16 +131,24 @@ amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor
     return amp_tensor_step(like->ctx, dt, like->ndim, like->shape, out);
 }
 
-amp_status amp_tensor_step_shared(const amp_tensor *like, amp_dtype dt, void *data,
-                                  amp_tensor **out) {
+amp_status amp_tensor_step_over(const amp_tensor *like, amp_dtype dt, void *data,
+                                amp_tensor **out) {
     amp_ctx *ctx = like->ctx;
     amp_tensor *t;
     AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *t, (void **)&t));
     amp_tensor_fill_header(t, ctx, dt, like->ndim, like->shape, like->numel);
     t->data = data;
-    t->flags = AMP_TENSOR_STEP | AMP_TENSOR_SHARED;
+    t->flags = AMP_TENSOR_STEP;
     t->step_gen = ctx->step_gen;
+    t->region = ctx->region_gen;
     *out = t;
+    return AMP_OK;
+}
+
+amp_status amp_tensor_step_shared(const amp_tensor *like, amp_dtype dt, void *data,
+                                  amp_tensor **out) {
+    AMP_TRY(amp_tensor_step_over(like, dt, data, out));
+    (*out)->flags |= AMP_TENSOR_SHARED;
     return AMP_OK;
 }
 
@@ -175,9 +184,16 @@ size_t amp_block_layout(const int64_t *numel, int n, size_t elem_size, size_t al
 
 amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_tensor *t) {
     if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", who, arg);
-    if (!(t->flags & AMP_TENSOR_STEP) || t->step_gen == t->ctx->step_gen) return AMP_OK;
-    return amp_fail(AMP_ERR_STATE, "%s: %s was made in a step that has ended (amp_zero_grad or "
-                    "amp_ctx_reset_step released it); recompute it in this step", who, arg);
+    if (!(t->flags & AMP_TENSOR_STEP)) return AMP_OK;
+    if (t->step_gen != t->ctx->step_gen)
+        return amp_fail(AMP_ERR_STATE, "%s: %s was made in a step that has ended (amp_zero_grad or "
+                        "amp_ctx_reset_step released it); recompute it in this step", who, arg);
+    if (t->region != t->ctx->region_gen && !(t->flags & AMP_TENSOR_KEPT))
+        return amp_fail(AMP_ERR_STATE, "%s: %s was released by a release point of the step (an "
+                        "amp_backward, or the next amp_model_forward with gradients disabled, "
+                        "frees what was made before it); amp_tensor_keep it before then to read "
+                        "it until the step ends", who, arg);
+    return AMP_OK;
 }
 
 size_t amp_tensor_nbytes(const amp_tensor *t) {

@@ -12,6 +12,7 @@ enum {
     AMP_TENSOR_VIEW = 4,  /* heap struct over memory owned by someone else */
     AMP_TENSOR_SHARED = 8, /* a step tensor over a kept cast (core/cast_shadow.h): read-only */
     AMP_TENSOR_PARAM = 16, /* a model's parameter: the only tensors whose casts are kept */
+    AMP_TENSOR_KEPT = 32,  /* a step tensor kept past release points (amp_tensor_keep) */
 };
 
 /* A step tensor with uninitialised data. */
@@ -19,8 +20,12 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
                            amp_tensor **out);
 /* A step tensor of the same shape as `like`, in dtype dt. */
 amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out);
-/* A step tensor (struct in the step arena) of `like`'s shape in dtype dt over `data`, a kept
- * cast that later steps read too: AMP_TENSOR_SHARED, refused by every write. */
+/* A step tensor (struct in the step arena) of `like`'s shape in dtype dt over `data`, memory
+ * someone else manages (a gradient temporary in the sink arena). */
+amp_status amp_tensor_step_over(const amp_tensor *like, amp_dtype dt, void *data,
+                                amp_tensor **out);
+/* The same over a kept cast that later steps read too: AMP_TENSOR_SHARED, refused by every
+ * write. */
 amp_status amp_tensor_step_shared(const amp_tensor *like, amp_dtype dt, void *data,
                                   amp_tensor **out);
 /* AMP_ERR_STATE naming `who` when t is such a shared tensor (a write to it would change a

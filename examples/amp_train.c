@@ -94,8 +94,7 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
         if (s == AMP_OK) s = amp_model_forward(m, x, &out);
         if (s == AMP_OK) s = amp_tensor_argmax_rows(out, pred, b.n);
         for (int64_t i = 0; s == AMP_OK && i < b.n; i++) correct += pred[i] == b.y[i];
-        seen += b.n;
-        amp_ctx_reset_step(ctx);
+        seen += b.n; /* the next no-grad forward frees this batch's tensors */
     }
     amp_model_train(m, true);
     amp_set_grad_enabled(ctx, grad);

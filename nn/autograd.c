@@ -37,12 +37,25 @@ static amp_status amp_grad_ensure(amp_tensor *t) {
     return amp_tensor_create(t->ctx, t->dtype, t->ndim, t->shape, &t->grad);
 }
 
+/* A leaf's temporary (a parameter's later gradient contribution, added at once) is scratch that
+ * goes when no such temporary is open any more, so that accumulating over micro-batches or uses
+ * holds one of them at a time; an intermediate tensor's is step memory of the region. */
 amp_status amp_grad_begin(amp_tensor *t, amp_grad_sink *s) {
     *s = (amp_grad_sink){.t = t};
     if (!t || !t->requires_grad) return AMP_OK;
     AMP_TRY(amp_grad_ensure(t));
-    if (!t->grad_written) s->buf = t->grad;
-    else AMP_TRY(amp_tensor_step_like(t, t->dtype, &s->buf));
+    if (!t->grad_written) {
+        s->buf = t->grad;
+    } else if (t->flags & AMP_TENSOR_STEP) {
+        AMP_TRY(amp_tensor_step_like(t, t->dtype, &s->buf));
+    } else {
+        amp_ctx *ctx = t->ctx;
+        void *data;
+        AMP_TRY(amp_arena_alloc(&ctx->sink_arena, amp_tensor_nbytes(t), &data));
+        AMP_TRY(amp_tensor_step_over(t, t->dtype, data, &s->buf));
+        s->scratch = true;
+        ctx->n_open_sinks++;
+    }
     return AMP_OK;
 }
 
@@ -52,6 +65,8 @@ amp_status amp_grad_end(amp_grad_sink *s) {
     if (s->buf != t->grad)
         AMP_TRY(AMP_BE(t->backend, axpy, t->dtype, t->numel, 1.0f, s->buf->data, t->grad->data));
     t->grad_written = true;
+    if (s->scratch && --t->ctx->n_open_sinks == 0) amp_arena_reset_to(&t->ctx->sink_arena,
+                                                                     (amp_arena_mark){0, 0, 0});
     return AMP_OK;
 }
 
@@ -130,7 +145,9 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
     for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->node = NULL;
     ctx->n_tape = 0; /* a second backward through the same graph is an error, as in PyTorch */
     ctx->autocast.n_cache = 0; /* cached casts belonged to that graph */
-    return s;
+    /* A release point (core/step_regions.c): the graph's memory goes, the loss stays. */
+    amp_status r = amp_ctx_release_region(ctx, loss, NULL);
+    return s == AMP_OK ? r : s;
 }
 
 bool amp_set_grad_enabled(amp_ctx *ctx, bool enabled) {

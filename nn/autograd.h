@@ -46,7 +46,8 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
 /* Where one gradient contribution for `t` goes. buf is NULL when t needs no gradient. */
 typedef struct amp_grad_sink {
     amp_tensor *t;
-    amp_tensor *buf; /* t->grad itself (first write of the step) or a step temporary */
+    amp_tensor *buf; /* t->grad itself (first write of the step) or a temporary */
+    bool scratch;    /* buf is a leaf's temporary in the context's sink arena */
 } amp_grad_sink;
 
 amp_status amp_grad_begin(amp_tensor *t, amp_grad_sink *s);

@@ -34,6 +34,12 @@ static amp_status amp_gemm(const amp_backend *be, bool ta, bool tb, int64_t m, i
 static amp_status amp_gemm_grad(const amp_backend *be, amp_gemm_desc d, amp_tensor *t, bool *wrote) {
     *wrote = false;
     amp_tensor *src = amp_cast_f32_source(t);
+    /* An f32 leaf (a parameter at O0 and O1, an input) takes the GEMM's output in place too, with
+     * beta 1 after an earlier contribution: the bits of a temporary added to it (the GEMM sums
+     * in f32 either way, and the f32 sum is rounded once), without the temporary, which
+     * accumulation over micro-batches would otherwise need for every weight. */
+    if (!src && t && t->requires_grad && t->dtype == AMP_F32 && !(t->flags & AMP_TENSOR_STEP))
+        src = t;
     if (src) {
         amp_tensor *g;
         AMP_TRY(amp_grad_target(src, &g, &d.beta));

@@ -29,6 +29,7 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
     /* The struct is step memory; the data stays x's (read-only if x is a kept cast). */
     y->flags = AMP_TENSOR_STEP | (x->flags & AMP_TENSOR_SHARED);
     y->step_gen = x->ctx->step_gen;
+    y->region = x->ctx->region_gen;
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "reshape", amp_reshape_bwd, 1, &x, 0, &node));
     *out = y;

@@ -181,9 +181,9 @@ amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out) {
         bool then_relu = i + 1 < m->n_layers && m->layers[i + 1].kind == AMP_LAYER_RELU;
         if (then_relu &&
             (l->kind == AMP_LAYER_LINEAR || l->kind == AMP_LAYER_BATCHNORM2D)) {
-            /* Linear then ReLU: one GEMM with the bias and ReLU in its epilogue (cuBLASLt's
-             * RELU_BIAS; kernels/cuda/gemm_cublaslt.c says what it saves). Batch norm then ReLU:
-             * the ReLU in the normalising pass, no tensor between them. Same gradients. */
+            /* Linear then ReLU: one GEMM with the bias in its epilogue and the ReLU in place on
+             * its output (kernels/cuda/gemm_cublaslt.c says what it saves). Batch norm then
+             * ReLU: the ReLU in the normalising pass, no tensor between them. Same gradients. */
             if (l->kind == AMP_LAYER_LINEAR)
                 s = amp_linear_relu(h, amp_param_or_null(m, l->weight),
                                     amp_param_or_null(m, l->bias_param), &next);
@@ -199,6 +199,10 @@ amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out) {
         h = next;
     }
     if (m->out_dtype != AMP_I32) AMP_TRY(amp_cast(h, m->out_dtype, &h));
+    /* A forward without gradients and with no graph pending (an evaluation batch) is a release
+     * point (core/step_regions.c): what it and the batch before made goes, its output stays. */
+    amp_ctx *ctx = m->ctx;
+    if (!ctx->grad_enabled && ctx->n_tape == 0) AMP_TRY(amp_ctx_release_region(ctx, NULL, h));
     *out = h;
     return AMP_OK;
 }

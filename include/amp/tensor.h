@@ -48,6 +48,7 @@ typedef struct amp_tensor {
     bool grad_written; /* internal: grad holds a value this step (else the next write overwrites) */
     uint8_t flags;     /* internal: AMP_TENSOR_* ownership bits */
     uint32_t step_gen; /* internal: the context's step a step tensor was made in */
+    uint32_t region;   /* internal: the release region of the step it was made in */
     struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
 } amp_tensor;
 
@@ -126,6 +127,13 @@ amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nby
  * (torch.argmax(x, 1)); n_rows must be the first dimension. The accuracy of a batch is the share of
  * idx that equals its labels. Reads the tensor to the host (one wait for the device). */
 amp_status amp_tensor_argmax_rows(const amp_tensor *t, int32_t *idx, int64_t n_rows);
+/* Keeps a step tensor (an op's result) readable until the step ends (amp_zero_grad or
+ * amp_ctx_reset_step), past the release points that free the step's memory earlier:
+ * amp_backward frees everything made since the last release point but its loss (logits kept for
+ * an accuracy after backward need this), and amp_model_forward with gradients disabled frees
+ * what was made before it but its output, which lasts until the next one. A released tensor is
+ * refused with an error naming this call. Caller-owned tensors need no keeping. */
+amp_status amp_tensor_keep(amp_tensor *t);
 /* Reads element 0 as float (any dtype): the usual way to print a loss. */
 amp_status amp_tensor_item(const amp_tensor *t, float *out);
 size_t amp_tensor_nbytes(const amp_tensor *t);

@@ -434,6 +434,7 @@ static void test_convnet(void) {
         for (int64_t j = 0; j < t->numel; j++) buf[i][j] = tmp[j];
     }
     CHECK_OK(amp_model_forward(m, x, &logits));
+    CHECK_OK(amp_tensor_keep(logits)); /* read after the backward */
     CHECK_OK(amp_cross_entropy(logits, lab, &loss));
     CHECK_OK(amp_backward(loss));
     float lf[N * 10];
@@ -514,6 +515,7 @@ static void test_cast_grad(amp_ctx *ctx) {
     CHECK_OK(amp_cast(h, AMP_F32, &z));
     CHECK_OK(amp_mul(z, r, &zr));
     CHECK_OK(amp_mean(zr, &loss));
+    CHECK_OK(amp_tensor_keep(z)); /* read after the backward */
     CHECK_OK(amp_backward(loss));
     CHECK_OK(amp_tensor_get_grad(x, &g));
     float gv[N], zv[N];

@@ -1,0 +1,122 @@
+/* Release points within a step: memory follows what a user of PyTorch expects without counting
+ * references. The step tensors made since the last release point form a region of the data
+ * arena; a release point frees the region's data at once:
+ *  - amp_backward (without retain_graph), when it returns: the graph it consumed, its saved
+ *    activations, masks and statistics, its gradient temporaries, and whatever else was made
+ *    since the last release point; the loss is kept (readable until the step ends);
+ *  - amp_model_forward with gradients disabled and no graph pending, when it returns: its own
+ *    intermediate tensors and what was made before it since the last release point; its output
+ *    is carried (readable until the next release point, the next such forward: an evaluation
+ *    loop holds one batch's logits at a time).
+ * amp_tensor_keep keeps any other step tensor readable until the step ends (amp_zero_grad or
+ * amp_ctx_reset_step). A tensor used after its region was released is refused with an error that
+ * says so (amp_tensor_check_live): its struct stays until the step ends, its data does not.
+ * Kept and carried data move into arenas of their own (kept_arena until the step ends,
+ * carry_arenas[r & 1] for the tensors carried into region r), so the data arena is reset to the
+ * region's start: a loop of micro-batches or evaluation batches reuses the same memory. */
+#include <stdlib.h>
+
+#include "core/ctx.h"
+#include "core/error.h"
+#include "core/mem_ledger.h"
+#include "core/tensor_internal.h"
+
+/* Small: they hold losses, logits and what a user keeps, not activations. */
+#define AMP_KEPT_MIN_CHUNK ((size_t)64 << 10)
+
+void amp_ctx_regions_init(amp_ctx *ctx) {
+    amp_arena_init_user(&ctx->kept_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
+    ctx->kept_arena.min_chunk = AMP_KEPT_MIN_CHUNK;
+    for (int k = 0; k < 2; k++) {
+        amp_arena_init_user(&ctx->carry_arenas[k], amp_ledger_arena_alloc, amp_ledger_arena_free,
+                            ctx);
+        ctx->carry_arenas[k].min_chunk = AMP_KEPT_MIN_CHUNK;
+    }
+    amp_arena_init_user(&ctx->sink_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
+    ctx->sink_arena.min_chunk = AMP_KEPT_MIN_CHUNK;
+    ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
+}
+
+void amp_ctx_regions_destroy(amp_ctx *ctx) {
+    amp_arena_destroy(&ctx->sink_arena);
+    amp_arena_destroy(&ctx->kept_arena);
+    amp_arena_destroy(&ctx->carry_arenas[0]);
+    amp_arena_destroy(&ctx->carry_arenas[1]);
+    free(ctx->kept);
+    ctx->kept = NULL;
+    ctx->n_kept = ctx->cap_kept = 0;
+}
+
+void amp_ctx_regions_step_end(amp_ctx *ctx) {
+    amp_arena_reset(&ctx->sink_arena);
+    ctx->n_open_sinks = 0;
+    amp_arena_reset(&ctx->kept_arena);
+    amp_arena_reset(&ctx->carry_arenas[0]);
+    amp_arena_reset(&ctx->carry_arenas[1]);
+    ctx->n_kept = 0;
+    ctx->region_gen++;
+    ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
+}
+
+/* Whether t's data goes away at this release point: in the region of the data arena, or in a
+ * carry arena (the one reset now, or the one reset at the next release). */
+static bool amp_data_goes(const amp_ctx *ctx, const amp_tensor *t) {
+    static const amp_arena_mark all = {0, 0, 0};
+    return amp_arena_holds_since(&ctx->data_arena, ctx->region_mark, t->data) ||
+           amp_arena_holds_since(&ctx->carry_arenas[0], all, t->data) ||
+           amp_arena_holds_since(&ctx->carry_arenas[1], all, t->data);
+}
+
+static amp_status amp_move_data(amp_tensor *t, amp_arena *to) {
+    size_t nbytes = amp_tensor_nbytes(t);
+    void *dst;
+    AMP_TRY(amp_arena_alloc(to, nbytes, &dst));
+    AMP_TRY(AMP_BE(t->backend, copy, dst, t->data, nbytes));
+    t->data = dst;
+    return AMP_OK;
+}
+
+static amp_status amp_kept_add(amp_ctx *ctx, amp_tensor *t) {
+    if (!(t->flags & AMP_TENSOR_STEP) || (t->flags & AMP_TENSOR_KEPT)) return AMP_OK;
+    if (ctx->n_kept == ctx->cap_kept) {
+        int cap = ctx->cap_kept ? 2 * ctx->cap_kept : 16;
+        amp_tensor **k = realloc(ctx->kept, (size_t)cap * sizeof *k);
+        if (!k) return amp_fail(AMP_ERR_OOM, "amp_tensor_keep: out of memory");
+        ctx->kept = k;
+        ctx->cap_kept = cap;
+    }
+    ctx->kept[ctx->n_kept++] = t;
+    t->flags |= AMP_TENSOR_KEPT;
+    return AMP_OK;
+}
+
+amp_status amp_tensor_keep(amp_tensor *t) {
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
+    return amp_kept_add(t->ctx, t);
+}
+
+amp_status amp_ctx_release_region(amp_ctx *ctx, amp_tensor *keep, amp_tensor *carry) {
+    if (keep) AMP_TRY(amp_kept_add(ctx, keep));
+    /* The kept tensors' gradients stay with them (a loss's, an intermediate's). */
+    for (int i = 0; i < ctx->n_kept; i++) {
+        amp_tensor *g = ctx->kept[i]->grad;
+        if (g && g->step_gen == ctx->step_gen) AMP_TRY(amp_kept_add(ctx, g));
+    }
+    for (int i = 0; i < ctx->n_kept; i++)
+        if (amp_data_goes(ctx, ctx->kept[i])) AMP_TRY(amp_move_data(ctx->kept[i], &ctx->kept_arena));
+    uint32_t next = ctx->region_gen + 1;
+    amp_arena *carry_to = &ctx->carry_arenas[next & 1];
+    amp_arena_reset(carry_to); /* what was carried into the region before last */
+    if (carry && (carry->flags & AMP_TENSOR_STEP) && !(carry->flags & AMP_TENSOR_KEPT)) {
+        static const amp_arena_mark all = {0, 0, 0};
+        if (amp_arena_holds_since(&ctx->data_arena, ctx->region_mark, carry->data) ||
+            amp_arena_holds_since(&ctx->carry_arenas[ctx->region_gen & 1], all, carry->data))
+            AMP_TRY(amp_move_data(carry, carry_to));
+        carry->region = next;
+    }
+    amp_arena_reset_to(&ctx->data_arena, ctx->region_mark);
+    amp_arena_reset_to(&ctx->sink_arena, (amp_arena_mark){0, 0, 0}); /* none open across it */
+    ctx->n_open_sinks = 0;
+    ctx->region_gen = next;
+    return AMP_OK;
+}
