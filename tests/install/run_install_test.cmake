@@ -25,11 +25,13 @@ endfunction()
 
 step("cmake --install" ${CMAKE_COMMAND} --install ${AMP_BUILD_DIR} --prefix ${prefix}
   --config ${AMP_BUILD_TYPE})
-include(GNUInstallDirs)
-set(libdir ${prefix}/${CMAKE_INSTALL_LIBDIR})
+if(NOT AMP_LIBDIR)
+  set(AMP_LIBDIR lib)
+endif()
+set(libdir ${prefix}/${AMP_LIBDIR})
 foreach(f include/amp/amp.h bin/amp-train bin/amp-bench share/amp/pytorch_reference.py
-    ${CMAKE_INSTALL_LIBDIR}/pkgconfig/amp.pc ${CMAKE_INSTALL_LIBDIR}/cmake/amp/ampConfig.cmake
-    ${CMAKE_INSTALL_LIBDIR}/cmake/amp/ampStaticTargets.cmake)
+    ${AMP_LIBDIR}/pkgconfig/amp.pc ${AMP_LIBDIR}/cmake/amp/ampConfig.cmake
+    ${AMP_LIBDIR}/cmake/amp/ampStaticTargets.cmake)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "install_consumer: ${prefix}/${f} was not installed")
   endif()
@@ -98,8 +100,10 @@ if(PKG_CONFIG)
       list(TRANSFORM flags REPLACE "^-lamp$" "${libdir}/libamp.a")
     endif()
     set(exe ${AMP_WORK_DIR}/consumer_pc_${mode})
-    step("cc with pkg-config ${args}" ${AMP_C_COMPILER} ${AMP_CONSUMER_SOURCE}/main.c ${flags}
-      -Wl,-rpath,${libdir} -o ${exe})
+    # A sanitized build's library needs the sanitizer runtimes in what links it (the package
+    # config carries them; a pkg-config file for an installed library should not).
+    step("cc with pkg-config ${args}" ${AMP_C_COMPILER} ${AMP_EXTRA_LINK_FLAGS}
+      ${AMP_CONSUMER_SOURCE}/main.c ${flags} -Wl,-rpath,${libdir} -o ${exe})
     run_exe(${exe})
   endforeach()
 else()
