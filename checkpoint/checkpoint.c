@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
+#include "precision/amp_state.h"
 
 static const amp_checkpoint_opts amp_ckpt_no_opts;
 
@@ -115,6 +116,9 @@ amp_status amp_checkpoint_load(const char *path, amp_model *m, amp_optimizer *op
     AMP_CHECK_ARG(path);
     AMP_CHECK_ARG(m);
     if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_load", opt));
+    /* Between a backward and its step the load would change the weights under gradients made
+     * for the old ones and then be refused at the scaler: refused first, nothing changed. */
+    if (opt) AMP_TRY(amp_scaler_state_settable("amp_checkpoint_load", opt));
     const amp_checkpoint_opts *o = opts ? opts : &amp_ckpt_no_opts;
     char folder[AMP_CKPT_PATH_MAX];
     AMP_TRY(amp_ckpt_resolve(path, folder, sizeof folder));

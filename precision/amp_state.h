@@ -64,6 +64,11 @@ typedef struct amp_state {
 } amp_state;
 
 /* precision/options.c */
+/* opt's state in st, or NULL (st NULL, or opt not under amp). */
+amp_opt_state *amp_opt_state_find(amp_state *st, const struct amp_optimizer *opt);
+/* Whether amp_scaler_set_state would take a state now (not between a backward and its step);
+ * AMP_OK for an optimizer without amp. A checkpoint load asks before it changes anything. */
+amp_status amp_scaler_state_settable(const char *who, const struct amp_optimizer *opt);
 /* The options block amp_initialize logs (Apex's), into buf; returns the length it needed. */
 size_t amp_options_describe(const amp_options *o, char *buf, size_t size);
 void amp_options_log(const amp_options *o);

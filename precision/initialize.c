@@ -34,7 +34,7 @@ static void amp_state_free(void *p) {
     free(st);
 }
 
-static amp_opt_state *amp_opt_state_find(amp_state *st, const amp_optimizer *opt) {
+amp_opt_state *amp_opt_state_find(amp_state *st, const amp_optimizer *opt) {
     for (int i = 0; st && i < st->n_opts; i++)
         if (st->opts_state[i].opt == opt) return &st->opts_state[i];
     return NULL;

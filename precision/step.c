@@ -324,6 +324,19 @@ amp_status amp_scaler_get_state(const amp_optimizer *opt, int loss_id, amp_scale
     return AMP_OK;
 }
 
+/* Whether a scaler state may be set now (amp_scaler_set_state's rule, for the checkpoint load to
+ * ask before it changes anything); AMP_OK without amp_initialize (nothing to set). */
+amp_status amp_scaler_state_settable(const char *who, const amp_optimizer *opt) {
+    amp_state *st = opt && opt->ctx ? opt->ctx->amp : NULL;
+    if (!st || !amp_opt_state_find(st, opt)) return AMP_OK;
+    if (!st->at_each_backward && st->backward_seen[0])
+        return amp_fail(AMP_ERR_STATE, "%s: called between amp_backward and its amp_step; the "
+                        "step would unscale with the new scale instead of the one its backward "
+                        "used. Call it outside a step: before amp_backward, or after amp_step "
+                        "or amp_zero_grad", who);
+    return AMP_OK;
+}
+
 amp_status amp_scaler_set_state(amp_optimizer *opt, int loss_id, const amp_scaler_state *state) {
     AMP_CHECK_ARG(state);
     amp_state *st;
@@ -338,11 +351,7 @@ amp_status amp_scaler_set_state(amp_optimizer *opt, int loss_id, const amp_scale
      * unscale right, but its update would then move the state just set, so what the caller
      * restored would not be what the next step sees. With Apex's order (several losses or
      * optimizers) each backward has already unscaled and moved its scaler: nothing is in flight. */
-    if (!st->at_each_backward && st->backward_seen[0])
-        return amp_fail(AMP_ERR_STATE, "%s: called between amp_backward and its amp_step; the "
-                        "step would unscale with the new scale instead of the one its backward "
-                        "used. Call it outside a step: before amp_backward, or after amp_step "
-                        "or amp_zero_grad", __func__);
+    AMP_TRY(amp_scaler_state_settable(__func__, opt));
     AMP_TRY(amp_scaler_dev_pull(st, loss_id)); /* what the device did counts before it goes */
     AMP_TRY(amp_scaler_set(st->scalers[loss_id], state));
     return st->device_scaler ? amp_scaler_dev_push(st, loss_id) : AMP_OK;

@@ -3,8 +3,9 @@
  * weight rules (O2 -> O2 exact, O0 -> O2 masters from the weights, O2 -> O0 weights from the
  * masters); loads that do not fit (another model, optimizer kind, number of losses, loader) fail
  * naming the culprits and change nothing; corrupt files and pointers are refused; keep, latest,
- * a second save of one step, user metadata; weights-only files. (Across processes and under
- * SIGKILL: tests/e2e.) */
+ * a second save of one step, user metadata; weights-only files; a load between a backward and its
+ * step is refused with nothing changed, the step then the same as a twin's that never tried it.
+ * (Across processes and under SIGKILL: tests/e2e.) */
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -301,6 +302,35 @@ static void test_folders_and_weights(void) {
     rig_free(&b);
 }
 
+/* Between amp_backward and amp_step: refused before anything moves (the weights were once
+ * applied, then the scaler refused), and the step that follows is the twin's. */
+static void test_load_inside_step(void) {
+    rig a, b;
+    amp_options o = {.opt_level = AMP_O2};
+    if (rig_make(&a, TINY, true, &o, 61) && rig_make(&b, TINY, true, &o, 61)) {
+        const char *dir = fresh_dir("inside-step");
+        CHECK(train_steps(&a, 2) && train_steps(&b, 2));
+        CHECK_OK(amp_checkpoint_save(dir, 2, a.m, a.opt, NULL, NULL, 0));
+        CHECK(train_steps(&a, 1) && train_steps(&b, 1)); /* the weights move past the save */
+        CHECK(forward_backward(&a) && forward_backward(&b));
+        size_t n0, n1;
+        uint8_t *s0 = snapshot(&a, &n0);
+        CHECK_FAILS(amp_checkpoint_load(dir, a.m, a.opt, NULL, NULL), AMP_ERR_STATE,
+                    "between amp_backward and its amp_step");
+        uint8_t *s1 = snapshot(&a, &n1);
+        CHECK_MSG(s0 && s1 && n0 == n1 && !memcmp(s0, s1, n0), "a refused load changed the state");
+        free(s0);
+        free(s1);
+        CHECK_OK(amp_step(a.opt, NULL));
+        CHECK_OK(amp_step(b.opt, NULL));
+        CHECK_MSG(same_state(&a, &b), "the step after a refused load differs from the twin's");
+        CHECK_OK(amp_zero_grad(a.opt));
+        CHECK_OK(amp_checkpoint_load(dir, a.m, a.opt, NULL, NULL)); /* between steps: taken */
+    }
+    rig_free(&a);
+    rig_free(&b);
+}
+
 int main(void) {
     test_resume_exact(AMP_O0, AMP_HALF_F16, false);
     test_resume_exact(AMP_O1, AMP_HALF_F16, false);
@@ -311,5 +341,6 @@ int main(void) {
     test_mismatches();
     test_corrupt();
     test_folders_and_weights();
+    test_load_inside_step();
     return test_summary("test_checkpoint");
 }
