@@ -39,6 +39,8 @@ typedef struct amp_arena_mark {
     int chunk;
     size_t used, in_use;
 } amp_arena_mark;
+/* The mark before the first allocation: reset_to it frees all, keeping the chunks. */
+#define AMP_ARENA_START ((amp_arena_mark){0, 0, 0})
 
 void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *));
 void amp_arena_init_user(amp_arena *a, amp_status (*alloc)(void *, size_t, void **),

@@ -138,7 +138,8 @@ typedef struct amp_collective {
 
 /* Lifetimes (core/ctx_lifetime.c). hold/drop: a public object made on ctx, and its free (the
  * last drop of a released context destroys it). listen/unlisten: who hears amp_ctx_forget(ctx,
- * freed), which an object's free calls before it goes. */
+ * freed), which an object's free calls before it goes; a listener hearing must not listen or
+ * unlisten. */
 void amp_ctx_hold(amp_ctx *ctx);
 void amp_ctx_drop(amp_ctx *ctx);
 amp_status amp_ctx_listen(amp_ctx *ctx, void *who, amp_forget_fn fn);

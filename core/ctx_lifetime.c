@@ -33,18 +33,8 @@ void amp_ctx_unlisten(amp_ctx *ctx, void *who) {
         else i++;
 }
 
+/* A listener only marks itself (amp_optimizer_hear, amp_ddp_hear): it never listens or unlistens
+ * while it hears, so the list holds still during the walk. */
 void amp_ctx_forget(amp_ctx *ctx, const void *freed) {
-    /* A listener may unlisten itself or others while it hears: walk a copy. */
-    int n = ctx->n_listeners;
-    amp_ctx_listener stack[16], *copy = n <= 16 ? stack : malloc((size_t)n * sizeof *copy);
-    if (!copy) { /* out of memory: tell them in place, from the end (removal swaps from there) */
-        for (int i = ctx->n_listeners - 1; i >= 0; i--)
-            if (i < ctx->n_listeners && ctx->listeners[i].who != freed)
-                ctx->listeners[i].fn(ctx->listeners[i].who, freed);
-        return;
-    }
-    for (int i = 0; i < n; i++) copy[i] = ctx->listeners[i];
-    for (int i = 0; i < n; i++)
-        if (copy[i].who != freed) copy[i].fn(copy[i].who, freed);
-    if (copy != stack) free(copy);
+    for (int i = 0; i < ctx->n_listeners; i++) ctx->listeners[i].fn(ctx->listeners[i].who, freed);
 }

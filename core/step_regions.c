@@ -61,10 +61,9 @@ void amp_ctx_regions_step_end(amp_ctx *ctx) {
 /* Whether t's data goes away at this release point: in the region of the data arena, or in a
  * carry arena (the one reset now, or the one reset at the next release). */
 static bool amp_data_goes(const amp_ctx *ctx, const amp_tensor *t) {
-    static const amp_arena_mark all = {0, 0, 0};
     return amp_arena_holds_since(&ctx->data_arena, ctx->region_mark, t->data) ||
-           amp_arena_holds_since(&ctx->carry_arenas[0], all, t->data) ||
-           amp_arena_holds_since(&ctx->carry_arenas[1], all, t->data);
+           amp_arena_holds_since(&ctx->carry_arenas[0], AMP_ARENA_START, t->data) ||
+           amp_arena_holds_since(&ctx->carry_arenas[1], AMP_ARENA_START, t->data);
 }
 
 static amp_status amp_move_data(amp_tensor *t, amp_arena *to) {
@@ -108,14 +107,11 @@ amp_status amp_ctx_release_region(amp_ctx *ctx, amp_tensor *keep, amp_tensor *ca
     amp_arena *carry_to = &ctx->carry_arenas[next & 1];
     amp_arena_reset(carry_to); /* what was carried into the region before last */
     if (carry && (carry->flags & AMP_TENSOR_STEP) && !(carry->flags & AMP_TENSOR_KEPT)) {
-        static const amp_arena_mark all = {0, 0, 0};
-        if (amp_arena_holds_since(&ctx->data_arena, ctx->region_mark, carry->data) ||
-            amp_arena_holds_since(&ctx->carry_arenas[ctx->region_gen & 1], all, carry->data))
-            AMP_TRY(amp_move_data(carry, carry_to));
+        if (amp_data_goes(ctx, carry)) AMP_TRY(amp_move_data(carry, carry_to));
         carry->region = next;
     }
     amp_arena_reset_to(&ctx->data_arena, ctx->region_mark);
-    amp_arena_reset_to(&ctx->sink_arena, (amp_arena_mark){0, 0, 0}); /* none open across it */
+    amp_arena_reset_to(&ctx->sink_arena, AMP_ARENA_START); /* none open across it */
     ctx->n_open_sinks = 0;
     ctx->region_gen = next;
     return AMP_OK;

@@ -223,6 +223,20 @@ amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes) {
     return t->backend->copy_to_host(host, t->data, nbytes);
 }
 
+/* Element i of raw host bytes of dtype dt as a float. Read through memcpy: raw may lie inside
+ * the float buffer being written (amp_tensor_to_host_f32), so no typed pointer may alias it. */
+static float amp_widen_raw(const unsigned char *raw, amp_dtype dt, size_t i) {
+    uint16_t h;
+    int32_t v;
+    float f;
+    switch (dt) {
+    case AMP_F16: memcpy(&h, raw + 2 * i, 2); return amp_f16_bits_to_f32(h);
+    case AMP_BF16: memcpy(&h, raw + 2 * i, 2); return amp_bf16_bits_to_f32(h);
+    case AMP_I32: memcpy(&v, raw + 4 * i, 4); return (float)v;
+    default: memcpy(&f, raw + 4 * i, 4); return f;
+    }
+}
+
 amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbytes) {
     AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_CHECK_ARG(host);
@@ -239,15 +253,7 @@ amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbyte
     size_t es = amp_dtype_size(t->dtype);
     unsigned char *raw = (unsigned char *)host + nbytes - n * es;
     AMP_TRY(t->backend->copy_to_host(raw, t->data, n * es));
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        int32_t v;
-        switch (t->dtype) {
-        case AMP_F16: memcpy(&h, raw + 2 * i, 2); host[i] = amp_f16_bits_to_f32(h); break;
-        case AMP_BF16: memcpy(&h, raw + 2 * i, 2); host[i] = amp_bf16_bits_to_f32(h); break;
-        default: memcpy(&v, raw + 4 * i, 4); host[i] = (float)v; break;
-        }
-    }
+    for (size_t i = 0; i < n; i++) host[i] = amp_widen_raw(raw, t->dtype, i);
     return AMP_OK;
 }
 
@@ -292,15 +298,7 @@ amp_status amp_tensor_item(const amp_tensor *t, float *out) {
     AMP_CHECK_ARG(out);
     unsigned char raw[4]; /* element 0 only: a host copy and a widening, no kernel */
     AMP_TRY(t->backend->copy_to_host(raw, t->data, amp_dtype_size(t->dtype)));
-    uint16_t h;
-    memcpy(&h, raw, sizeof h);
-    int32_t i;
-    switch (t->dtype) {
-    case AMP_F16: *out = amp_f16_bits_to_f32(h); break;
-    case AMP_BF16: *out = amp_bf16_bits_to_f32(h); break;
-    case AMP_I32: memcpy(&i, raw, 4); *out = (float)i; break;
-    default: memcpy(out, raw, 4); break;
-    }
+    *out = amp_widen_raw(raw, t->dtype, 0);
     return AMP_OK;
 }
 

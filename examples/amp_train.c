@@ -82,11 +82,9 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     amp_tensor *x = NULL, *y = NULL;
     int32_t pred[EVAL_BATCH];
     int64_t correct = 0, seen = 0;
-    amp_status s = AMP_OK;
     bool grad = amp_set_grad_enabled(ctx, false);
     amp_model_train(m, false);
-    if (s == AMP_OK)
-        s = amp_loader_create(test, &(amp_loader_opts){.batch_size = EVAL_BATCH}, &ld);
+    amp_status s = amp_loader_create(test, &(amp_loader_opts){.batch_size = EVAL_BATCH}, &ld);
     amp_batch b;
     while (s == AMP_OK && (s = amp_loader_next(ld, &b)) == AMP_OK && b.n > 0) {
         amp_tensor *out;
@@ -232,10 +230,10 @@ int main(int argc, char **argv) {
                                                        .allreduce_always_fp32 = a.allreduce_fp32},
                            &ddp));
     TRY(amp_get_options(opt, &amp_opts));
-    /* A level that uses no half type (O0) names none. */
-    const char *half = amp_opts.cast_model_type != AMP_CAST_HALF && amp_opts.autocast != AMP_OPT_TRUE
-                           ? NULL
-                           : amp_opts.half_type == AMP_HALF_BF16 ? "bf16" : "fp16";
+    /* A level that uses no half type (O0) names none, as amp_initialize's options block. */
+    bool uses_half = amp_opts.cast_model_type == AMP_CAST_HALF || amp_opts.autocast == AMP_OPT_TRUE ||
+                     amp_opts.cast_model_outputs == AMP_CAST_HALF;
+    const char *half = !uses_half ? NULL : amp_opts.half_type == AMP_HALF_BF16 ? "bf16" : "fp16";
     fprintf(g_text, "amp-train: %s, %lld parameters, %s optimizer, lr %g, batch %lld, O%d%s%s, "
            "backend %s\n", a.model, (long long)amp_model_numel(model), a.optimizer, (double)a.lr,
            (long long)a.batch_size, a.opt_level, half ? " " : "", half ? half : "",

@@ -65,8 +65,8 @@ amp_status amp_grad_end(amp_grad_sink *s) {
     if (s->buf != t->grad)
         AMP_TRY(AMP_BE(t->backend, axpy, t->dtype, t->numel, 1.0f, s->buf->data, t->grad->data));
     t->grad_written = true;
-    if (s->scratch && --t->ctx->n_open_sinks == 0) amp_arena_reset_to(&t->ctx->sink_arena,
-                                                                     (amp_arena_mark){0, 0, 0});
+    if (s->scratch && --t->ctx->n_open_sinks == 0)
+        amp_arena_reset_to(&t->ctx->sink_arena, AMP_ARENA_START);
     return AMP_OK;
 }
 

@@ -223,6 +223,12 @@ bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i) {
     return p->grad && p->grad_written;
 }
 
+bool amp_optimizer_any_grad_written(const amp_optimizer *opt) {
+    for (int i = 0; i < opt->n_params; i++)
+        if (opt->params[i]->grad && opt->params[i]->grad_written) return true;
+    return false;
+}
+
 static bool amp_optim_is_float(amp_dtype dt) {
     return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
 }

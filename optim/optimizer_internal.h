@@ -176,6 +176,9 @@ typedef struct amp_optim_target {
 amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i);
 /* Whether parameter i takes part in this step (PyTorch: its .grad is not None). */
 bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i);
+/* Whether a backward wrote a gradient of any of its parameters since they were last consumed
+ * (its own .grad, written and not yet read by a step or cleared by zero_grad). */
+bool amp_optimizer_any_grad_written(const amp_optimizer *opt);
 /* Checks, before anything moves, what the master-weight path needs of parameter i (dtype,
  * shape, storage, backend entries); `label` names it. */
 amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const char *label);

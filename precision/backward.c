@@ -120,8 +120,7 @@ static amp_status amp_backward_device(amp_state *st, amp_tensor *loss, float cap
  * wrote a gradient of one of its parameters. */
 static void amp_mark_fresh(amp_state *st) {
     amp_opt_state *os = &st->opts_state[0];
-    for (int i = 0; i < os->opt->n_params && !os->fresh; i++)
-        os->fresh = os->opt->params[i]->grad && os->opt->params[i]->grad_written;
+    os->fresh = os->fresh || amp_optimizer_any_grad_written(os->opt);
 }
 
 amp_status amp_backward_with(amp_tensor *loss, const amp_backward_opts *opts) {

@@ -250,11 +250,8 @@ static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *steppe
 }
 
 /* Nothing to step on: no backward since the last step reached this optimizer. */
-static amp_status amp_step_refuse(amp_optimizer *opt) {
-    bool grads = false;
-    for (int i = 0; i < opt->n_params && !grads; i++)
-        grads = opt->params[i]->grad && opt->params[i]->grad_written;
-    if (grads)
+static amp_status amp_step_refuse(const amp_optimizer *opt) {
+    if (amp_optimizer_any_grad_written(opt))
         return amp_fail(AMP_ERR_STATE, "amp_step: the optimizer has stepped on these gradients "
                         "already (no amp_backward since its last amp_step): a second step would "
                         "apply them twice. Call amp_zero_grad, then a forward and amp_backward");
