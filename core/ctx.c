@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/ctx.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -60,8 +61,7 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     amp_arena_init_user(&ctx->data_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
     amp_ctx_regions_init(ctx);
     if (o.n_threads > 0) omp_set_num_threads(o.n_threads);
-    const char *trace = getenv("AMP_TRACE");
-    if (trace && strcmp(trace, "0") != 0 && *trace) amp_trace_enable(ctx, true);
+    if (amp_env_flag("AMP_TRACE")) amp_trace_enable(ctx, true);
     *out = ctx;
     return AMP_OK;
 }

@@ -26,10 +26,10 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -68,10 +68,7 @@ static uint64_t g_mallocs; /* cudaMalloc calls, for the steady-state check */
 /* AMP_CUDA_NO_CACHING set to anything but "" or "0"; read once (callers hold g_lock). */
 static bool no_caching_locked(void) {
     static int set = -1;
-    if (set < 0) {
-        const char *v = getenv("AMP_CUDA_NO_CACHING");
-        set = v && *v && strcmp(v, "0") != 0;
-    }
+    if (set < 0) set = amp_env_flag("AMP_CUDA_NO_CACHING");
     return set;
 }
 

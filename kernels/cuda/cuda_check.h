@@ -8,9 +8,7 @@
 #ifndef AMP_KERNELS_CUDA_CHECK_H
 #define AMP_KERNELS_CUDA_CHECK_H
 
-#include <stdlib.h>
-#include <string.h>
-
+#include "core/env.h"
 #include "core/error.h"
 
 /* A cudaError_t call; also the launch check (AMP_CUDA_TRY(cudaGetLastError())), which clears the
@@ -26,14 +24,10 @@
 /* After a kernel launch on `stream`: the launch's own error (cleared, reported once) and, when
  * the environment has AMP_CUDA_SYNC_DEBUG=1, a wait for the stream, so that a fault of the kernel
  * on the device is reported by the op that launched it instead of by a later, unrelated call
- * (PyTorch's CUDA_LAUNCH_BLOCKING=1). Read once per translation unit. Needs cuda_runtime_api.h,
- * <stdlib.h> and <string.h>. */
+ * (PyTorch's CUDA_LAUNCH_BLOCKING=1). Read once per translation unit. Needs cuda_runtime_api.h. */
 static inline int amp_cuda_sync_debug(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("AMP_CUDA_SYNC_DEBUG");
-        on = v && strcmp(v, "0") != 0 && *v;
-    }
+    if (on < 0) on = amp_env_flag("AMP_CUDA_SYNC_DEBUG");
     return on;
 }
 #define AMP_CUDA_LAUNCHED(stream)                                                                  \
