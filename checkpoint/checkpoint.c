@@ -55,6 +55,7 @@ amp_status amp_checkpoint_save(const char *dir, int64_t step, amp_model *m, amp_
                                const amp_checkpoint_opts *opts, char *path_out, size_t path_size) {
     AMP_CHECK_ARG(dir);
     AMP_CHECK_ARG(m);
+    AMP_TRY(amp_model_check_root("amp_checkpoint_save", m));
     if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_save", opt));
     const amp_checkpoint_opts *o = opts ? opts : &amp_ckpt_no_opts;
     if (opt && opt->model != m)
@@ -115,6 +116,7 @@ amp_status amp_checkpoint_load(const char *path, amp_model *m, amp_optimizer *op
                                const amp_checkpoint_opts *opts, int64_t *step_out) {
     AMP_CHECK_ARG(path);
     AMP_CHECK_ARG(m);
+    AMP_TRY(amp_model_check_root("amp_checkpoint_load", m));
     if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_load", opt));
     /* Between a backward and its step the load would change the weights under gradients made
      * for the old ones and then be refused at the scaler: refused first, nothing changed. */
@@ -158,6 +160,7 @@ amp_status amp_checkpoint_user_meta(const char *path, const char *key, char *out
 amp_status amp_model_load_weights(amp_model *m, amp_optimizer *opt, const char *path) {
     AMP_CHECK_ARG(m);
     AMP_CHECK_ARG(path);
+    AMP_TRY(amp_model_check_root("amp_model_load_weights", m));
     if (opt) AMP_TRY(amp_optimizer_check_usable("amp_model_load_weights", opt));
     if (opt && opt->model != m)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_load_weights: the optimizer was not "
@@ -180,6 +183,7 @@ static amp_status amp_ckpt_add_weights(amp_st_writer *w, amp_ckpt_bufs *b, void 
 amp_status amp_model_save_weights(amp_model *m, const char *path) {
     AMP_CHECK_ARG(m);
     AMP_CHECK_ARG(path);
+    AMP_TRY(amp_model_check_root("amp_model_save_weights", m));
     char dir[AMP_CKPT_PATH_MAX], tmp[AMP_CKPT_PATH_MAX];
     if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_save_weights: path too long");

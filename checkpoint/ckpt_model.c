@@ -1,6 +1,7 @@
 /* Model weights in and out of a safetensors file, PyTorch's state_dict layout. PyTorch's batch
- * norm has a third buffer, num_batches_tracked (int64, shape []); libamp counts it per layer, and
- * it is written and read here so that `load_state_dict(strict=True)` finds every key. */
+ * norm has a third buffer, num_batches_tracked (int64, shape []); libamp counts it per module (the
+ * model's counters), and it is written and read here so that `load_state_dict(strict=True)` finds
+ * every key. */
 #include "checkpoint/ckpt_model.h"
 
 #include <stdio.h>
@@ -12,22 +13,14 @@
 
 enum { ISSUE_MISSING, ISSUE_SHAPE, ISSUE_UNEXPECTED, ISSUE_DTYPE };
 
-static void amp_ckpt_counter_name(const amp_layer *l, char *out, size_t size) {
-    snprintf(out, size, "%s.num_batches_tracked", l->name);
-}
-
 amp_status amp_ckpt_model_add(amp_st_writer *w, amp_ckpt_bufs *b, amp_model *m) {
     AMP_TRY(amp_model_build(m));
     for (int i = 0; i < m->n_params; i++)
         AMP_TRY(amp_ckpt_add_tensor(w, b, m->params[i].name, m->params[i].t));
     for (int i = 0; i < m->n_buffers; i++)
         AMP_TRY(amp_ckpt_add_tensor(w, b, m->buffers[i].name, m->buffers[i].t));
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != AMP_LAYER_BATCHNORM2D) continue;
-        char name[AMP_NAME_MAX + 32];
-        amp_ckpt_counter_name(&m->layers[l], name, sizeof name);
-        AMP_TRY(amp_ckpt_add_i64(w, b, name, m->layers[l].num_batches_tracked));
-    }
+    for (int i = 0; i < m->n_counters; i++)
+        AMP_TRY(amp_ckpt_add_i64(w, b, m->counters[i].name, *m->counters[i].value));
     return AMP_OK;
 }
 
@@ -55,12 +48,8 @@ static bool amp_ckpt_model_knows(const amp_model *m, const char *name) {
         if (!strcmp(m->params[i].name, name)) return true;
     for (int i = 0; i < m->n_buffers; i++)
         if (!strcmp(m->buffers[i].name, name)) return true;
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != AMP_LAYER_BATCHNORM2D) continue;
-        char c[AMP_NAME_MAX + 32];
-        amp_ckpt_counter_name(&m->layers[l], c, sizeof c);
-        if (!strcmp(c, name)) return true;
-    }
+    for (int i = 0; i < m->n_counters; i++)
+        if (!strcmp(m->counters[i].name, name)) return true;
     return false;
 }
 
@@ -68,10 +57,8 @@ amp_status amp_ckpt_model_check(const amp_st_reader *r, const amp_model *m) {
     amp_ckpt_issues is = {.group = {"missing", "mis-shaped", "unexpected", "not float"}};
     for (int i = 0; i < m->n_params; i++) amp_ckpt_check_tensor(r, &m->params[i], &is);
     for (int i = 0; i < m->n_buffers; i++) amp_ckpt_check_tensor(r, &m->buffers[i], &is);
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != AMP_LAYER_BATCHNORM2D) continue;
-        char name[AMP_NAME_MAX + 32];
-        amp_ckpt_counter_name(&m->layers[l], name, sizeof name);
+    for (int c = 0; c < m->n_counters; c++) {
+        const char *name = m->counters[c].name;
         int64_t v;
         if (!amp_ckpt_find(r, name, &(amp_st_tensor){0})) amp_ckpt_issue(&is, ISSUE_MISSING, "%s", name);
         else if (amp_ckpt_get_i64(r, name, &v) != AMP_OK || v < 0)
@@ -98,11 +85,7 @@ amp_status amp_ckpt_model_apply(const amp_st_reader *r, amp_model *m, bool skip_
         if (!amp_ckpt_find(r, m->buffers[i].name, &f)) continue;
         AMP_TRY(amp_ckpt_load_into(&f, m->buffers[i].t));
     }
-    for (int l = 0; l < m->n_layers; l++) {
-        if (m->layers[l].kind != AMP_LAYER_BATCHNORM2D) continue;
-        char name[AMP_NAME_MAX + 32];
-        amp_ckpt_counter_name(&m->layers[l], name, sizeof name);
-        AMP_TRY(amp_ckpt_get_i64(r, name, &m->layers[l].num_batches_tracked));
-    }
+    for (int i = 0; i < m->n_counters; i++)
+        AMP_TRY(amp_ckpt_get_i64(r, m->counters[i].name, m->counters[i].value));
     return AMP_OK;
 }

@@ -5,6 +5,7 @@
  * value comes back with its exact bits. */
 #include "checkpoint/ckpt_state.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tensor_internal.h"
 #include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
 
@@ -39,13 +41,19 @@ static const char *amp_ckpt_kind_name(const amp_optimizer *opt) {
 /* The parameter names, one per line: how a load checks that index i means the same tensor. */
 static amp_status amp_ckpt_param_list(const amp_optimizer *opt, char **out) {
     size_t len = 1;
-    for (int i = 0; i < opt->n_params; i++) len += strlen(opt->names[i] ? opt->names[i] : "") + 1;
+    for (int i = 0; i < opt->n_params; i++)
+        len += strlen(opt->names[i] ? opt->names[i] : "") + 8;
     char *s = malloc(len);
     if (!s) return amp_fail(AMP_ERR_OOM, "checkpoint: out of memory");
     s[0] = '\0';
+    size_t n = 0;
     for (int i = 0; i < opt->n_params; i++) {
-        strcat(s, opt->names[i] ? opt->names[i] : "");
-        strcat(s, "\n");
+        /* A parameter outside group 0 carries "@<group>": the lists of optimizers grouped
+         * differently differ, and an ungrouped one's list is as it always was. */
+        int g = amp_optimizer_param_group(opt, i);
+        const char *name = opt->names[i] ? opt->names[i] : "";
+        n += (size_t)(g > 0 ? snprintf(s + n, len - n, "%s@%d\n", name, g)
+                            : snprintf(s + n, len - n, "%s\n", name));
     }
     *out = s;
     return AMP_OK;
@@ -61,6 +69,12 @@ static amp_status amp_ckpt_add_optimizer(amp_st_writer *w, amp_ckpt_bufs *b, amp
     AMP_TRY(amp_optimizer_refresh(opt)); /* step counts the device moved */
     AMP_TRY(amp_ckpt_add_i64(w, b, "optimizer.n_steps", amp_optimizer_step_count(opt)));
     AMP_TRY(amp_ckpt_add_f32(w, b, "optimizer.lr", amp_optimizer_lr(opt)));
+    for (int g = 1; g < amp_optimizer_n_groups(opt); g++) {
+        snprintf(name, sizeof name, "optimizer.param_groups.%d.lr", g);
+        AMP_TRY(amp_ckpt_add_f32(w, b, name, amp_optimizer_group_lr(opt, g)));
+        snprintf(name, sizeof name, "optimizer.param_groups.%d.weight_decay", g);
+        AMP_TRY(amp_ckpt_add_f32(w, b, name, amp_optimizer_group_weight_decay(opt, g)));
+    }
     for (int i = 0; i < opt->n_params; i++) {
         if (!amp_optimizer_has_state(opt, i)) continue;
         for (int j = 0; j < amp_optimizer_n_state(opt); j++) {
@@ -220,8 +234,8 @@ static void amp_ckpt_check_optimizer(const amp_st_reader *r, const amp_optimizer
                        amp_ckpt_kind_name(opt));
     char *mine = NULL;
     if (amp_ckpt_param_list(opt, &mine) == AMP_OK && (!names || strcmp(names, mine)))
-        amp_ckpt_issue(is, ISSUE_OTHER, "the optimizer's parameter list differs (another model "
-                       "or another parameter order)");
+        amp_ckpt_issue(is, ISSUE_OTHER, "the optimizer's parameter list differs (another model, "
+                       "another parameter order or other parameter groups)");
     free(mine);
     int64_t v;
     float lr;
@@ -229,6 +243,19 @@ static void amp_ckpt_check_optimizer(const amp_st_reader *r, const amp_optimizer
         amp_ckpt_issue(is, ISSUE_MISSING, "optimizer.n_steps");
     if (amp_ckpt_get_f32(r, "optimizer.lr", &lr) != AMP_OK || !(lr >= 0))
         amp_ckpt_issue(is, ISSUE_MISSING, "optimizer.lr");
+    for (int g = 1; g < amp_optimizer_n_groups(opt); g++) {
+        char name[96];
+        float wd;
+        snprintf(name, sizeof name, "optimizer.param_groups.%d.lr", g);
+        if (amp_ckpt_get_f32(r, name, &lr) != AMP_OK || !(lr >= 0) || !isfinite(lr))
+            amp_ckpt_issue(is, ISSUE_MISSING, "%s", name);
+        snprintf(name, sizeof name, "optimizer.param_groups.%d.weight_decay", g);
+        if (amp_ckpt_get_f32(r, name, &wd) != AMP_OK)
+            amp_ckpt_issue(is, ISSUE_MISSING, "%s", name);
+        else if (wd != amp_optimizer_group_weight_decay(opt, g))
+            amp_ckpt_issue(is, ISSUE_OTHER, "group %d's weight_decay is %g in the file, %g here",
+                           g, (double)wd, (double)amp_optimizer_group_weight_decay(opt, g));
+    }
     for (int i = 0; i < opt->n_params; i++) amp_ckpt_check_param_state(r, opt, i, is);
     if (amp_ckpt_has_masters(r))
         for (int i = 0; i < opt->n_params; i++) {
@@ -356,7 +383,13 @@ static amp_status amp_ckpt_apply_optimizer(const amp_st_reader *r, amp_optimizer
     AMP_TRY(amp_ckpt_get_i64(r, "optimizer.n_steps", &n_steps));
     AMP_TRY(amp_ckpt_get_f32(r, "optimizer.lr", &lr));
     AMP_TRY(amp_optimizer_set_step_count(opt, n_steps));
-    return amp_optimizer_set_lr(opt, lr);
+    AMP_TRY(amp_optimizer_set_group_lr(opt, 0, lr));
+    for (int g = 1; g < amp_optimizer_n_groups(opt); g++) {
+        snprintf(name, sizeof name, "optimizer.param_groups.%d.lr", g);
+        AMP_TRY(amp_ckpt_get_f32(r, name, &lr));
+        AMP_TRY(amp_optimizer_set_group_lr(opt, g, lr));
+    }
+    return AMP_OK;
 }
 
 /* Every scaler, or none: the old states come back if one is refused. */

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/tensor_internal.h"
 
 void amp_ckpt_bufs_free(amp_ckpt_bufs *b) {
     for (int i = 0; i < b->n; i++) free(b->p[i]);

@@ -5,6 +5,7 @@
 
 #include "core/ctx.h"
 #include "core/error.h"
+#include "core/tensor_internal.h"
 
 amp_cast_shadow *amp_cast_shadow_find(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt) {
     amp_autocast_state *ac = &ctx->autocast;

@@ -320,3 +320,38 @@ bool amp_same_shape(const amp_tensor *a, const amp_tensor *b) {
 amp_status amp_backend_missing(const amp_backend *be, const char *entry) {
     return amp_fail(AMP_ERR_UNSUPPORTED, "backend %s has no '%s' kernel", be->name, entry);
 }
+
+amp_dtype amp_tensor_dtype(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, AMP_F32);
+    return t->dtype;
+}
+
+int amp_tensor_ndim(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, 0);
+    return t->ndim;
+}
+
+int64_t amp_tensor_dim(const amp_tensor *t, int d) {
+    AMP_CHECK_ARG_OR(t, -1);
+    return d >= 0 && d < t->ndim ? t->shape[d] : -1;
+}
+
+const int64_t *amp_tensor_shape(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, NULL);
+    return t->shape;
+}
+
+int64_t amp_tensor_numel(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, 0);
+    return t->numel;
+}
+
+amp_ctx *amp_tensor_ctx(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, NULL);
+    return t->ctx;
+}
+
+bool amp_tensor_requires_grad(const amp_tensor *t) {
+    AMP_CHECK_ARG_OR(t, false);
+    return t->requires_grad;
+}

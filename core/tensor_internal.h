@@ -6,6 +6,24 @@
 #include "core/backend.h"
 #include "core/profile.h"
 
+/* The tensor behind the public handle (amp/tensor.h). */
+struct amp_tensor {
+    amp_dtype dtype;
+    int ndim;
+    int64_t shape[AMP_MAX_DIMS];
+    int64_t numel;
+    void *data; /* backend memory: host memory on the CPU backend */
+    amp_ctx *ctx;
+    const struct amp_backend *backend;
+    struct amp_tensor *grad; /* gradient, same shape and dtype; NULL until backward reaches it */
+    bool requires_grad;
+    bool grad_written; /* internal: grad holds a value this step (else the next write overwrites) */
+    uint8_t flags;     /* internal: AMP_TENSOR_* ownership bits */
+    uint32_t step_gen; /* internal: the context's step a step tensor was made in */
+    uint32_t region;   /* internal: the release region of the step it was made in */
+    struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
+};
+
 enum {
     AMP_TENSOR_OWNED = 1, /* struct and data allocated by amp_tensor_create */
     AMP_TENSOR_STEP = 2,  /* struct and data in the step arena */

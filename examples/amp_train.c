@@ -63,7 +63,7 @@ static void progress(int epoch, int64_t batch, int64_t n_batches, float loss) {
 
 /* Copies a host batch into device tensors, re-made only when the batch size changes. */
 static amp_status upload_batch(amp_ctx *ctx, const amp_batch *b, amp_tensor **x, amp_tensor **y) {
-    if (!*x || (*x)->shape[0] != b->n) {
+    if (!*x || amp_tensor_dim(*x, 0) != b->n) {
         amp_tensor_free(*x);
         amp_tensor_free(*y);
         *x = *y = NULL;

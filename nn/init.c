@@ -1,4 +1,6 @@
-/* PyTorch's default initialisation, drawn from the context's RNG on the host:
+/* Initial values of a model's parameters and buffers, each by its registration's amp_init (the
+ * kinds in amp/nn.h), drawn on the host from the context's RNG in the flat order (torch's
+ * named_parameters order, then buffers). PyTorch's defaults for the library's modules:
  *  - Linear and Conv2d weights: kaiming_uniform_(a = sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in));
  *    biases: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch/nn/modules/linear.py, conv.py reset_parameters);
  *  - BatchNorm: weight 1, bias 0, running_mean 0, running_var 1. */
@@ -11,33 +13,50 @@
 #include "core/tensor_internal.h"
 #include "nn/model_internal.h"
 
-static amp_status amp_init_uniform(amp_model *m, amp_tensor *t, float bound) {
+/* A weight's fan_in: every dimension but the first (out features or out channels). */
+static int64_t amp_init_fan_in(const amp_named_tensor *e) {
+    if (e->init.fan_in > 0) return e->init.fan_in;
+    int64_t n = 1;
+    for (int d = 1; d < e->ndim; d++) n *= e->shape[d];
+    return n;
+}
+
+static amp_status amp_init_drawn(amp_model *m, const amp_named_tensor *e) {
+    amp_tensor *t = e->t;
     float *host = malloc((size_t)t->numel * sizeof *host);
-    if (!host) return amp_fail(AMP_ERR_OOM, "init: out of memory");
-    for (int64_t i = 0; i < t->numel; i++) host[i] = amp_rng_uniform(&m->ctx->rng, -bound, bound);
+    if (!host) return amp_fail(AMP_ERR_OOM, "amp_model_build: out of memory initialising '%s'",
+                               e->name);
+    amp_rng_state *rng = &m->ctx->rng;
+    float bound = e->init.kind == AMP_INIT_TORCH_DEFAULT
+                      ? 1.0f / sqrtf((float)amp_init_fan_in(e)) : 0.0f;
+    for (int64_t i = 0; i < t->numel; i++) {
+        switch (e->init.kind) {
+        case AMP_INIT_TORCH_DEFAULT: host[i] = amp_rng_uniform(rng, -bound, bound); break;
+        case AMP_INIT_UNIFORM: host[i] = amp_rng_uniform(rng, e->init.a, e->init.b); break;
+        default: host[i] = amp_rng_normal(rng, e->init.a, e->init.b); break;
+        }
+    }
     amp_status s = amp_tensor_copy_from_host(t, host, (size_t)t->numel * sizeof *host);
     free(host);
     return s;
 }
 
-static amp_status amp_init_const(amp_tensor *t, float v) {
-    return AMP_BE(t->backend, fill, t->data, t->dtype, t->numel, v);
+static amp_status amp_init_entry(amp_model *m, const amp_named_tensor *e) {
+    amp_tensor *t = e->t;
+    switch (e->init.kind) {
+    case AMP_INIT_ZEROS:
+    case AMP_INIT_CALLER: return AMP_OK; /* the blocks start zeroed */
+    case AMP_INIT_ONES: return AMP_BE(t->backend, fill, t->data, t->dtype, t->numel, 1.0f);
+    case AMP_INIT_TORCH_DEFAULT:
+    case AMP_INIT_NORMAL:
+    case AMP_INIT_UNIFORM: return amp_init_drawn(m, e);
+    }
+    return amp_fail(AMP_ERR_STATE, "amp_model_build: '%s' has initialiser kind %d", e->name,
+                    (int)e->init.kind);
 }
 
 amp_status amp_model_init_params(amp_model *m) {
-    for (int i = 0; i < m->n_layers; i++) {
-        const amp_layer *l = &m->layers[i];
-        if (l->kind == AMP_LAYER_LINEAR || l->kind == AMP_LAYER_CONV2D) {
-            int64_t fan_in = l->kind == AMP_LAYER_LINEAR ? l->in : l->in * l->kernel * l->kernel;
-            float bound = 1.0f / sqrtf((float)fan_in);
-            AMP_TRY(amp_init_uniform(m, m->params[l->weight].t, bound));
-            if (l->bias_param >= 0) AMP_TRY(amp_init_uniform(m, m->params[l->bias_param].t, bound));
-        } else if (l->kind == AMP_LAYER_BATCHNORM2D) {
-            AMP_TRY(amp_init_const(m->params[l->weight].t, 1.0f));
-            AMP_TRY(amp_init_const(m->params[l->bias_param].t, 0.0f));
-            AMP_TRY(amp_init_const(m->buffers[l->running_mean].t, 0.0f));
-            AMP_TRY(amp_init_const(m->buffers[l->running_var].t, 1.0f));
-        }
-    }
+    for (int i = 0; i < m->n_params; i++) AMP_TRY(amp_init_entry(m, &m->params[i]));
+    for (int i = 0; i < m->n_buffers; i++) AMP_TRY(amp_init_entry(m, &m->buffers[i]));
     return AMP_OK;
 }

@@ -16,13 +16,7 @@ static size_t amp_aligned_bytes(const amp_tensor *t, amp_dtype dt) {
     return (n + AMP_CAST_ALIGN - 1) / AMP_CAST_ALIGN * AMP_CAST_ALIGN;
 }
 
-bool amp_model_param_is_norm(const amp_model *m, int i) {
-    for (int l = 0; l < m->n_layers; l++)
-        if (m->layers[l].kind == AMP_LAYER_BATCHNORM2D &&
-            (m->layers[l].weight == i || m->layers[l].bias_param == i))
-            return true;
-    return false;
-}
+bool amp_model_param_is_norm(const amp_model *m, int i) { return m->params[i].norm; }
 
 void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype) {
     m->in_dtype = in_dtype;
@@ -108,8 +102,8 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
     amp_dtype *param_dts = dts, *buffer_dts = dts + m->n_params;
     for (int i = 0; i < m->n_params; i++)
         param_dts[i] = keep_norm_f32 && amp_model_param_is_norm(m, i) ? AMP_F32 : half;
-    /* Every buffer today is a batch-norm running statistic. */
-    for (int i = 0; i < m->n_buffers; i++) buffer_dts[i] = keep_norm_f32 ? AMP_F32 : half;
+    for (int i = 0; i < m->n_buffers; i++)
+        buffer_dts[i] = keep_norm_f32 && m->buffers[i].norm ? AMP_F32 : half;
 
     amp_cast_block pb, bb = {0};
     amp_status s = amp_cast_fill(m->ctx, m->params, m->n_params, param_dts, true, &pb);

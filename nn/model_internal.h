@@ -1,59 +1,106 @@
-/* A model: layers in order, and the named parameters and buffers they own. Parameters live in
- * one allocation (and their gradients in another), carved into views: multi-tensor kernels,
- * gradient buckets and checkpoints see one flat block. */
+/* A model is a tree of modules (PyTorch's nn.Module): each node has its own named parameters and
+ * buffers, named children, and a forward. The root owns the storage: on build it walks the tree
+ * (a node's own parameters, then its children in order: torch's named_parameters order), gives
+ * every entry its dotted name ("layer1.0.conv1.weight"), and carves parameters, gradients and
+ * buffers out of one block each, so multi-tensor kernels, gradient buckets and checkpoints see
+ * one flat list. After the build every node's params/buffers are its slice of the root's lists:
+ * its own entries first, then its children's. */
 #ifndef AMP_NN_MODEL_INTERNAL_H
 #define AMP_NN_MODEL_INTERNAL_H
 
 #include "amp/nn.h"
 
-#define AMP_NAME_MAX 64
+#define AMP_NAME_MAX 64       /* a child's, parameter's or buffer's own name */
+#define AMP_FULL_NAME_MAX 160 /* a dotted name from the root */
 
-typedef enum amp_layer_kind {
-    AMP_LAYER_LINEAR, AMP_LAYER_CONV2D, AMP_LAYER_BATCHNORM2D, AMP_LAYER_RELU, AMP_LAYER_MAXPOOL2D,
-    AMP_LAYER_FLATTEN, AMP_LAYER_DROPOUT
-} amp_layer_kind;
+/* The library's own modules, which Sequential fuses with the ReLU that follows them and
+ * SyncBatchNorm conversion finds; a hand-written module is AMP_MODULE_USER. */
+typedef enum amp_module_kind {
+    AMP_MODULE_USER, AMP_MODULE_SEQUENTIAL, AMP_MODULE_LINEAR, AMP_MODULE_CONV2D,
+    AMP_MODULE_BATCHNORM2D, AMP_MODULE_RELU, AMP_MODULE_MAXPOOL2D, AMP_MODULE_FLATTEN,
+    AMP_MODULE_DROPOUT
+} amp_module_kind;
 
-typedef struct amp_layer {
-    amp_layer_kind kind;
-    char name[AMP_NAME_MAX];
-    int64_t in, out;          /* features (linear) or channels (conv, batch norm) */
+/* The settings of a library module. */
+typedef struct amp_module_cfg {
+    int64_t in, out; /* features (linear) or channels (conv, batch norm) */
     int kernel, stride, padding;
-    float p;                  /* dropout */
+    float p;         /* dropout */
     bool bias;
-    int weight, bias_param;   /* parameter indices, -1 when absent */
-    int running_mean, running_var; /* buffer indices */
-    int64_t num_batches_tracked;   /* batch norm: training forwards so far (PyTorch's buffer of
-                                      that name, an int64 scalar: checkpoints carry it) */
-    bool sync;                     /* batch norm: synchronised over the ranks (SyncBatchNorm) */
-} amp_layer;
+    bool sync;       /* batch norm: synchronised over the ranks (SyncBatchNorm) */
+    int64_t num_batches_tracked; /* batch norm: training forwards so far (PyTorch's buffer of that
+                                    name, an int64 scalar: checkpoints carry it) */
+} amp_module_cfg;
 
-typedef struct amp_named_tensor {
-    char name[AMP_NAME_MAX + 16];
+/* One registration: the node's own name for it, its shape and initialiser. */
+typedef struct amp_decl {
+    char name[AMP_NAME_MAX];
     int ndim;
     int64_t shape[AMP_MAX_DIMS];
+    amp_init init;
+} amp_decl;
+
+/* An entry of the root's flat lists. */
+typedef struct amp_named_tensor {
+    char name[AMP_FULL_NAME_MAX];
+    int ndim;
+    int64_t shape[AMP_MAX_DIMS];
+    amp_init init;
+    bool norm;     /* owned by a normalisation module: kept f32 by keep_batchnorm_fp32 */
     amp_tensor *t; /* NULL until built */
 } amp_named_tensor;
 
+/* An int64 counter a checkpoint carries beside the tensors (num_batches_tracked). */
+typedef struct amp_named_counter {
+    char name[AMP_FULL_NAME_MAX];
+    int64_t *value;
+} amp_named_counter;
+
 struct amp_model {
     amp_ctx *ctx;
-    amp_layer *layers;
-    int n_layers, cap_layers;
+    amp_model *parent, *root; /* root == this for a model that is no one's child */
+    char name[AMP_NAME_MAX];  /* under its parent */
+    amp_forward_fn forward;
+    void *user;
+    void (*free_user)(void *user);
+    amp_module_kind kind;
+    amp_module_cfg cfg;
+    bool norm;
+    amp_decl *own_params, *own_buffers;
+    int n_own_params, cap_own_params, n_own_buffers, cap_own_buffers;
+    amp_model **children;
+    int n_children, cap_children;
+    /* Built: the slice of the root's lists this node's subtree has (the root owns them). */
     amp_named_tensor *params, *buffers;
-    int n_params, cap_params, n_buffers, cap_buffers;
-    void *param_block, *grad_block, *buffer_block; /* backend memory */
+    int n_params, n_buffers;
+    amp_named_counter *counters; /* root only */
+    int n_counters;
+    void *param_block, *grad_block, *buffer_block; /* root only: backend memory */
     bool built, training;
     /* Casts at the model boundary (Apex O2/O3): float inputs to in_dtype, the output to
-     * out_dtype; AMP_I32 means none. */
+     * out_dtype; AMP_I32 means none. Root only. */
     amp_dtype in_dtype, out_dtype;
 };
 
-/* Registers a parameter or buffer of the layer being added; returns its index. */
-amp_status amp_model_add_param(amp_model *m, const char *layer, const char *what, int ndim,
-                               const int64_t *shape, int *index);
-amp_status amp_model_add_buffer(amp_model *m, const char *layer, const char *what, int ndim,
-                                const int64_t *shape, int *index);
-/* Converts parameters and buffers to `half` (f16/bf16), except batch norm's when keep_norm_f32,
- * re-carving the blocks (nn/model_cast.c). Gradients follow their parameters' dtype. */
+/* A node of the given kind with no entries (the library modules' constructor). */
+amp_status amp_module_new(amp_ctx *ctx, const char *who, amp_module_kind kind,
+                          amp_forward_fn forward, amp_model **out);
+/* A library batch norm's forward, with the ReLU after it fused in when `relu` (Sequential). */
+amp_status amp_module_batchnorm_run(amp_model *m, bool relu, amp_tensor *x, amp_tensor **y);
+/* AMP_ERR_INVALID_ARG naming `who` when m is a child of another model: optimizers, amp,
+ * DDP and checkpoints take the root, which owns the storage. */
+amp_status amp_model_check_root(const char *who, const amp_model *m);
+/* Calls fn on every node of m's subtree, m first. */
+void amp_model_walk(amp_model *m, void (*fn)(amp_model *node, void *arg), void *arg);
+/* Lays the tree out into the root's flat lists (names, shapes, initialisers, norm flags,
+ * counters) without storage (nn/model_build.c). */
+amp_status amp_model_flatten(amp_model *root);
+/* Draws every parameter's and buffer's initial value (nn/init.c). */
+amp_status amp_model_init_params(amp_model *m);
+
+/* Converts parameters and buffers to `half` (f16/bf16), except normalisation modules' when
+ * keep_norm_f32, re-carving the blocks (nn/model_cast.c). Gradients follow their parameters'
+ * dtype. */
 amp_status amp_model_cast(amp_model *m, amp_dtype half, bool keep_norm_f32);
 /* The same in two halves: prepare allocates and fills the new blocks without touching the model
  * (on failure nothing stays allocated); then exactly one of commit (rebinds, frees the old
@@ -68,10 +115,7 @@ void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan);
 void amp_model_cast_abort(amp_model *m, amp_model_cast_plan *plan);
 /* Sets the boundary casts (AMP_I32: none). */
 void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype);
-/* Whether parameter i belongs to a normalisation layer. */
+/* Whether parameter i belongs to a normalisation module. */
 bool amp_model_param_is_norm(const amp_model *m, int i);
-
-/* PyTorch's default initialisation of every layer (nn/init.c). */
-amp_status amp_model_init_params(amp_model *m);
 
 #endif

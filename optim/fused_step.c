@@ -27,12 +27,13 @@ typedef struct amp_fused_key {
     bool in_place;        /* no f32 target: the half parameter itself */
     amp_dtype half_dtype; /* AMP_F32: no half copy */
     bool half_scaled;     /* a still-scaled half gradient */
+    int group;            /* the parameter group: its lr and weight decay */
 } amp_fused_key;
 
 static bool amp_fused_key_eq(const amp_fused_key *a, const amp_fused_key *b) {
     return a->grad_dtype == b->grad_dtype && a->grad_scale == b->grad_scale &&
            a->in_place == b->in_place && a->half_dtype == b->half_dtype &&
-           a->half_scaled == b->half_scaled;
+           a->half_scaled == b->half_scaled && a->group == b->group;
 }
 
 /* One call's arrays, as long as the parameter list: a parameter outside the call has numel 0,
@@ -67,8 +68,10 @@ static amp_status amp_fused_lists_alloc(amp_fused_lists *l, int n) {
     return amp_fail(AMP_ERR_OOM, "amp_optimizer_step: out of host memory for %d parameters", n);
 }
 
-static amp_fused_key amp_fused_key_of(const amp_optim_target *t) {
+static amp_fused_key amp_fused_key_of(const amp_optimizer *opt, int i,
+                                      const amp_optim_target *t) {
     return (amp_fused_key){
+        .group = opt->group_of[i],
         .grad_dtype = t->grad_dtype,
         .grad_scale = t->grad_scale,
         .in_place = t->param == NULL,
@@ -98,21 +101,28 @@ static amp_status amp_fused_run(amp_optimizer *opt, const amp_fused_key *k,
         .grad_scale = k->half_scaled ? opt->dev_half_grad_scale : NULL,
     };
     const amp_step_scalars *scalars = sc.found_inf || sc.grad_scale ? &sc : NULL;
+    amp_param_group_opts g = amp_optimizer_group_hparams(opt, k->group);
     switch (opt->kind) {
     case AMP_OPTIM_SGD: {
         amp_sgd_desc d = amp_sgd_make_desc(opt, false);
+        d.lr = g.lr;
+        d.weight_decay = g.weight_decay;
         d.grad_scale = k->grad_scale;
         d.half_dtype = k->half_dtype;
         return AMP_BE(be, sgd_multi, &d, &t, scalars);
     }
     case AMP_OPTIM_ADAM: {
         amp_adam_desc d = amp_adam_make_desc(opt, 0);
+        d.lr = g.lr;
+        d.weight_decay = g.weight_decay;
         d.grad_scale = k->grad_scale;
         d.half_dtype = k->half_dtype;
         return AMP_BE(be, adam_multi, &d, &t, scalars);
     }
     case AMP_OPTIM_LAMB: {
         amp_lamb_desc d = amp_lamb_make_desc(opt, 0);
+        d.lr = g.lr;
+        d.weight_decay = g.weight_decay;
         d.grad_scale = k->grad_scale;
         return AMP_BE(be, lamb_multi, &d, &t, scalars);
     }
@@ -125,7 +135,7 @@ static amp_status amp_fused_run(amp_optimizer *opt, const amp_fused_key *k,
 static void amp_fused_fill(const amp_optimizer *opt, const amp_fused_key *k,
                            const amp_optim_target *target, const bool *skip, amp_fused_lists *l) {
     for (int i = 0; i < opt->n_params; i++) {
-        amp_fused_key ki = amp_fused_key_of(&target[i]);
+        amp_fused_key ki = amp_fused_key_of(opt, i, &target[i]);
         bool member = !skip[i] && amp_fused_key_eq(k, &ki);
         const amp_optim_target *t = &target[i];
         l->numel[i] = member ? opt->params[i]->numel : 0;
@@ -193,10 +203,10 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
         if (skip[i]) continue;
         s = amp_optimizer_update_begin(opt, i, &target[i]);
         stepped++;
-        amp_fused_key ki = amp_fused_key_of(&target[i]);
+        amp_fused_key ki = amp_fused_key_of(opt, i, &target[i]);
         bool seen = false;
         for (int c = 0; c < n_calls && !seen; c++) {
-            amp_fused_key kc = amp_fused_key_of(&target[lead[c]]);
+            amp_fused_key kc = amp_fused_key_of(opt, lead[c], &target[lead[c]]);
             seen = amp_fused_key_eq(&ki, &kc);
         }
         if (!seen) lead[n_calls++] = i;
@@ -206,17 +216,18 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
         n_calls > 1)
         s = amp_fail(AMP_ERR_UNSUPPORTED,
                      "amp_optimizer_step: LAMB's max_grad_norm clips the norm of all "
-                     "gradients together, and this step's parameters differ in gradient "
-                     "dtype (O3 with keep_batchnorm_fp32); set max_grad_norm = 0 and clip "
-                     "with amp_clip_grad_norm instead");
+                     "gradients together in one call, and this step's parameters need %d "
+                     "(parameter groups, or gradient dtypes that differ: O3 with "
+                     "keep_batchnorm_fp32); set max_grad_norm = 0 and clip with "
+                     "amp_clip_grad_norm instead", n_calls);
     /* Every call checked before any runs; then one call per key. */
     for (int c = 0; s == AMP_OK && c < n_calls; c++) {
-        amp_fused_key k = amp_fused_key_of(&target[lead[c]]);
+        amp_fused_key k = amp_fused_key_of(opt, lead[c], &target[lead[c]]);
         amp_fused_fill(opt, &k, target, skip, &l);
         s = amp_fused_check(opt, &k, &l, lead[c]);
     }
     for (int c = 0; s == AMP_OK && c < n_calls; c++) {
-        amp_fused_key k = amp_fused_key_of(&target[lead[c]]);
+        amp_fused_key k = amp_fused_key_of(opt, lead[c], &target[lead[c]]);
         amp_fused_fill(opt, &k, target, skip, &l);
         s = amp_fused_run(opt, &k, &l);
     }

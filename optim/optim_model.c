@@ -3,7 +3,9 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
+#include "core/tensor_internal.h"
 
 /* A model's parameter tensors and names, as the *_create_params creators take them. */
 typedef struct amp_model_params {
@@ -20,6 +22,7 @@ static amp_status amp_optim_model_params(const char *who, amp_model *m, amp_opti
     if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", who);
     *out = NULL;
     if (!m) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'm' is NULL", who);
+    AMP_TRY(amp_model_check_root(who, m));
     bool built = amp_model_n_params(m) > 0;
     for (int i = 0; built && i < amp_model_n_params(m); i++)
         built = amp_model_param(m, i) && amp_model_param(m, i)->data;

@@ -156,8 +156,10 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
     opt->names = calloc((size_t)n, sizeof *opt->names);
     opt->has_state = calloc((size_t)n, sizeof *opt->has_state);
     opt->param_steps = calloc((size_t)n, sizeof *opt->param_steps);
+    opt->group_of = calloc((size_t)n, sizeof *opt->group_of);
+    opt->n_groups = 1;
     amp_status s = AMP_OK;
-    if (!opt->params || !opt->names || !opt->has_state || !opt->param_steps)
+    if (!opt->params || !opt->names || !opt->has_state || !opt->param_steps || !opt->group_of)
         s = amp_fail(AMP_ERR_OOM, "%s: out of memory", who);
     if (s == AMP_OK) {
         for (int i = 0; i < n; i++) {
@@ -195,6 +197,7 @@ void amp_optimizer_free(amp_optimizer *opt) {
     free(opt->names);
     free(opt->has_state);
     free(opt->param_steps);
+    free(opt->group_of);
     amp_ledger_free(ctx, opt->dev_steps);
     free(opt);
     amp_ctx_drop(ctx);
@@ -338,25 +341,6 @@ amp_status amp_zero_grad(amp_optimizer *opt) {
     AMP_TRY(amp_optimizer_check_usable(__func__, opt));
     AMP_TRY(amp_optimizer_zero_grad(opt));
     amp_ctx_reset_step(opt->ctx);
-    return AMP_OK;
-}
-
-float amp_optimizer_lr(const amp_optimizer *opt) {
-    if (!opt) return 0.0f;
-    return opt->kind == AMP_OPTIM_SGD    ? opt->sgd.lr
-           : opt->kind == AMP_OPTIM_LAMB ? opt->lamb.lr
-                                         : opt->adam.lr;
-}
-
-amp_status amp_optimizer_set_lr(amp_optimizer *opt, float lr) {
-    AMP_CHECK_ARG(opt);
-    /* torch takes lr >= 0 (schedules start or end at 0); finite, as at creation. */
-    if (!(lr >= 0.0f) || !isfinite(lr))
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_optimizer_set_lr: lr = %g must be >= 0 and finite", (double)lr);
-    if (opt->kind == AMP_OPTIM_SGD) opt->sgd.lr = lr;
-    else if (opt->kind == AMP_OPTIM_LAMB) opt->lamb.lr = lr;
-    else opt->adam.lr = lr;
     return AMP_OK;
 }
 

@@ -76,6 +76,11 @@ struct amp_optimizer {
      * still-scaled half gradient is multiplied by (replaces half_grad_scale). */
     const float *dev_found_inf;
     const float *dev_half_grad_scale;
+    /* Parameter groups (optim/param_groups.c): groups[g] for g >= 1, group 0 being the
+     * options' own lr and weight decay; group_of[i] is parameter i's group. */
+    int n_groups;
+    amp_param_group_opts groups[AMP_OPTIM_MAX_GROUPS];
+    int *group_of;
     /* What it held was freed under it ("its model", "a parameter tensor"): every later call is
      * refused (amp_optimizer_check_usable), nothing reads the freed memory. */
     const char *lost;
@@ -99,6 +104,8 @@ amp_status amp_lamb_create_params(amp_tensor *const *params, const char *const *
 amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
                                        amp_tensor *const *params, const char *const *names, int n,
                                        int n_state, amp_optimizer **out);
+/* Group g's learning rate and weight decay (group 0: the options'). */
+amp_param_group_opts amp_optimizer_group_hparams(const amp_optimizer *opt, int g);
 /* "'fc.weight'" or "#3": how messages name parameter i. */
 const char *amp_optimizer_param_label(const amp_optimizer *opt, int i, char *buf, size_t size);
 /* The descriptors of one fused update (optim/fused_step.c fills in the per-list fields). */

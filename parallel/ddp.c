@@ -20,7 +20,7 @@ static amp_status amp_ddp_describe(const amp_model *m, char **out, size_t *len) 
     int total = m->n_params + m->n_buffers;
     for (int i = 0; i < total; i++) {
         const amp_named_tensor *t = i < m->n_params ? &m->params[i] : &m->buffers[i - m->n_params];
-        char line[AMP_NAME_MAX + 128];
+        char line[AMP_FULL_NAME_MAX + 128];
         int k = snprintf(line, sizeof line, "%s %s ", t->name, amp_dtype_name(t->t->dtype));
         for (int d = 0; d < t->t->ndim; d++)
             k += snprintf(line + k, sizeof line - (size_t)k, d ? "x%lld" : "%lld",
@@ -208,6 +208,7 @@ amp_status amp_ddp_create(amp_model *m, amp_optimizer *opt, const amp_ddp_opts *
     AMP_CHECK_ARG(out);
     *out = NULL;
     amp_ddp_opts o = opts ? *opts : (amp_ddp_opts){0};
+    AMP_TRY(amp_model_check_root("amp_ddp_create", m));
     AMP_TRY(amp_ddp_check_opts(&o));
     if (!m->built)
         return amp_fail(AMP_ERR_STATE, "amp_ddp_create: the model is not built (amp_model_build "

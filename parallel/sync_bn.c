@@ -73,6 +73,12 @@ static const amp_collective sync_bn_collective = {
     .release = sync_bn_release,
 };
 
+/* torch.nn.SyncBatchNorm.convert_sync_batchnorm: every library batch norm of the tree. */
+static void amp_sync_bn_mark(amp_model *node, void *unused) {
+    (void)unused;
+    if (node->kind == AMP_MODULE_BATCHNORM2D) node->cfg.sync = true;
+}
+
 amp_status amp_model_convert_sync_batchnorm(amp_model *m, amp_comm *comm) {
     AMP_CHECK_ARG(m);
     amp_ctx *ctx = m->ctx;
@@ -93,8 +99,7 @@ amp_status amp_model_convert_sync_batchnorm(amp_model *m, amp_comm *comm) {
             return amp_fail_context(s, "%s", __func__);
         }
     }
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].kind == AMP_LAYER_BATCHNORM2D) m->layers[i].sync = true;
+    amp_model_walk(m, amp_sync_bn_mark, NULL);
     /* The context's collective serves every model of the context: the last conversion's
      * communicator is the one used. A world of one needs no collective at all. */
     if (ctx->collective && ctx->collective->release) ctx->collective->release(ctx->collective_user);

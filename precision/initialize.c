@@ -174,6 +174,7 @@ static amp_status amp_check_lists(amp_model *const *models, int n_models,
                         AMP_MAX_OPTIMIZERS);
     for (int i = 0; i < n_models; i++) {
         if (!models[i]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: model #%d is NULL", who, i);
+        AMP_TRY(amp_model_check_root(who, models[i]));
         if (amp_model_ctx(models[i]) != amp_model_ctx(models[0]))
             return amp_fail(AMP_ERR_INVALID_ARG, "%s: model #%d is on another context than model "
                             "#0; every model of one amp_initialize shares one context", who, i);

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "optim/optimizer_internal.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define DYN AMP_LOSS_SCALE_DYNAMIC
 #define BATCH 4

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "amp/amp.h"
+#include "core/tensor_internal.h"
 #include "gradcheck_ref.h"
 #include "test_util.h"
 

@@ -93,13 +93,87 @@ amp_status amp_tensor_get_grad(const amp_tensor *t, amp_tensor **out);
 /* Forgets a leaf's gradient: the next backward overwrites instead of accumulating. */
 void amp_tensor_zero_grad(amp_tensor *t);
 
-/* ---- models: named parameters and buffers plus a forward ---- */
+/* ---- models: PyTorch's nn.Module in C ----
+ * A model is named parameters, buffers and children plus a forward the user writes with the ops
+ * above. Parameters and buffers are registered before the model is built; the build (first
+ * forward, amp_model_build, or anything that needs the storage: an optimizer, amp_initialize,
+ * DDP, a checkpoint) gives the whole tree one block of parameters, one of gradients and one of
+ * buffers, names every entry by its dotted path as PyTorch's state_dict does
+ * ("layer1.0.conv1.weight": a node's own entries first, then its children's in the order they
+ * were added), and draws the initial values from the context's RNG in that order. Optimizers,
+ * amp_initialize, DDP, SyncBatchNorm conversion, checkpoints and amp-bench take any model. */
 typedef struct amp_model amp_model;
 
-/* An empty sequential model; layers are added in order, then parameters are allocated as one
- * block (on first forward or amp_model_build). `name` is the layer's dotted prefix
- * ("layer1.0"); NULL names it by its index. */
+/* The forward: self is the model being run; inputs as given to amp_model_forward(_n). It reads
+ * its parameters with amp_model_param(self, index) (the index its registration returned) and
+ * runs its children with amp_model_forward. */
+typedef amp_status (*amp_forward_fn)(amp_model *self, amp_tensor *const *inputs, int n_inputs,
+                                     amp_tensor **out);
+
+/* How a parameter or buffer starts (drawn from the context's RNG, in registration order). */
+typedef enum amp_init_kind {
+    AMP_INIT_ZEROS = 0,
+    AMP_INIT_ONES,
+    /* PyTorch's Linear/Conv default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming_uniform_ with
+     * a = sqrt(5) for weights; the same bound for their biases). fan_in: .fan_in, or when 0 the
+     * tensor's shape[1] * shape[2] * ... (a weight's). */
+    AMP_INIT_TORCH_DEFAULT,
+    AMP_INIT_NORMAL,  /* N(a, b^2): mean a, standard deviation b (GPT-2's normal(0, 0.02)) */
+    AMP_INIT_UNIFORM, /* U(a, b) */
+    AMP_INIT_CALLER,  /* zeros; the caller writes it after amp_model_build (copy from host) */
+} amp_init_kind;
+typedef struct amp_init {
+    amp_init_kind kind;
+    float a, b;
+    int64_t fan_in;
+} amp_init;
+#define AMP_INIT_ZERO_VALUES ((amp_init){.kind = AMP_INIT_ZEROS})
+#define AMP_INIT_ONE_VALUES ((amp_init){.kind = AMP_INIT_ONES})
+#define AMP_INIT_NORMAL_OF(mean, std) ((amp_init){.kind = AMP_INIT_NORMAL, .a = (mean), .b = (std)})
+#define AMP_INIT_UNIFORM_OF(lo, hi) ((amp_init){.kind = AMP_INIT_UNIFORM, .a = (lo), .b = (hi)})
+#define AMP_INIT_TORCH_FAN_IN(n) ((amp_init){.kind = AMP_INIT_TORCH_DEFAULT, .fan_in = (n)})
+
+/* A model with no entries. forward may be NULL for a container whose parent runs its children
+ * itself (forwarding it is then an error). user is handed back by amp_model_user; free_user (may
+ * be NULL) is called with it when the model goes. */
+amp_status amp_model_create(amp_ctx *ctx, amp_forward_fn forward, void *user,
+                            void (*free_user)(void *user), amp_model **out);
+void *amp_model_user(const amp_model *m);
+/* Registers a parameter (trainable, with a gradient) or a buffer (state such as running
+ * statistics: saved, broadcast by DDP, never stepped) of m itself; *index (may be NULL) is what
+ * amp_model_param / amp_model_buffer take in m's forward. Names: 1..63 characters, unique
+ * among m's parameters, buffers and children. Before the model is built only. */
+amp_status amp_model_register_param(amp_model *m, const char *name, int ndim,
+                                    const int64_t *shape, amp_init init, int *index);
+amp_status amp_model_register_buffer(amp_model *m, const char *name, int ndim,
+                                     const int64_t *shape, amp_init init, int *index);
+/* Makes child a part of parent under `name` (its entries become "name.<entry>"). The parent owns
+ * it from then on: amp_model_free(parent) frees it, and the child alone cannot be freed,
+ * optimised or saved. Both unbuilt, on one context; a child belongs to one parent. */
+amp_status amp_model_add_child(amp_model *parent, const char *name, amp_model *child);
+int amp_model_n_children(const amp_model *m);
+amp_model *amp_model_child(const amp_model *m, int i);
+const char *amp_model_name(const amp_model *m); /* its name under its parent ("" for a root) */
+/* Marks m as a normalisation module (BatchNorm, LayerNorm, RMSNorm): its parameters and buffers
+ * stay f32 where keep_batchnorm_fp32 holds (O2, O3), as the library's batch norm does. */
+amp_status amp_model_set_norm(amp_model *m, bool norm);
+
+/* The library's modules, each a model of the API above (torch.nn's names and defaults). */
+amp_status amp_module_linear(amp_ctx *ctx, int64_t in, int64_t out, bool bias, amp_model **m);
+amp_status amp_module_conv2d(amp_ctx *ctx, int64_t c_in, int64_t c_out, int kernel, int stride,
+                             int padding, bool bias, amp_model **m);
+/* weight 1, bias 0, running_mean 0, running_var 1; momentum 0.1, eps 1e-5. */
+amp_status amp_module_batchnorm2d(amp_ctx *ctx, int64_t c, amp_model **m);
+amp_status amp_module_relu(amp_ctx *ctx, amp_model **m);
+amp_status amp_module_maxpool2d(amp_ctx *ctx, int kernel, int stride, amp_model **m);
+amp_status amp_module_flatten(amp_ctx *ctx, amp_model **m);
+amp_status amp_module_dropout(amp_ctx *ctx, float p, amp_model **m);
+
+/* Sequential: a model whose forward runs its children in order (a Linear or BatchNorm2d
+ * directly followed by a ReLU runs as the fused op). amp_seq_add adds any model as the next
+ * child; `name` NULL names it by its index. The amp_seq_add_<layer> calls add a library module. */
 amp_status amp_seq_create(amp_ctx *ctx, amp_model **out);
+amp_status amp_seq_add(amp_model *seq, const char *name, amp_model *child);
 amp_status amp_seq_add_linear(amp_model *m, const char *name, int64_t in, int64_t out, bool bias);
 amp_status amp_seq_add_conv2d(amp_model *m, const char *name, int64_t c_in, int64_t c_out,
                               int kernel, int stride, int padding, bool bias);
@@ -108,7 +182,8 @@ amp_status amp_seq_add_relu(amp_model *m, const char *name);
 amp_status amp_seq_add_maxpool2d(amp_model *m, const char *name, int kernel, int stride);
 amp_status amp_seq_add_flatten(amp_model *m, const char *name);
 amp_status amp_seq_add_dropout(amp_model *m, const char *name, float p);
-/* Allocates and initialises parameters (PyTorch's defaults: Kaiming-uniform) from the ctx RNG. */
+/* Allocates and initialises the parameters and buffers of the whole tree (see above). A child
+ * is built by building its root. */
 amp_status amp_model_build(amp_model *m);
 
 /* The Apex tutorial ConvNet for 1x28x28 inputs: layer1 = Conv(1->16, k5, p2) + BN + ReLU +
@@ -117,13 +192,21 @@ amp_status amp_model_convnet_mnist(amp_ctx *ctx, amp_model **out);
 /* MLP 784-2048-2048-10 with ReLU (flattens its input). */
 amp_status amp_model_mlp_mnist(amp_ctx *ctx, amp_model **out);
 
+/* Runs m's forward (building the tree first when needed). On a root it also applies the
+ * boundary casts of O2/O3 (float inputs to the model's dtype, the output to f32). */
 amp_status amp_model_forward(amp_model *m, amp_tensor *x, amp_tensor **out);
-amp_status amp_model_train(amp_model *m, bool training); /* training mode (default) or eval */
+amp_status amp_model_forward_n(amp_model *m, amp_tensor *const *inputs, int n_inputs,
+                               amp_tensor **out);
+/* Training mode (default) or eval, for m and every model below it (torch's module.train()). */
+amp_status amp_model_train(amp_model *m, bool training);
 bool amp_model_is_training(const amp_model *m);
 amp_ctx *amp_model_ctx(const amp_model *m);
 void amp_model_free(amp_model *m); /* NULL is a no-op */
 
-/* Parameters (trainable, with .grad) and buffers (running statistics), in registration order. */
+/* Parameters (trainable, with .grad) and buffers (running statistics) of m's subtree: m's own
+ * in registration order, then its children's, as torch's named_parameters(). Names are dotted
+ * from m (a child's "conv1.weight", its root's "layer1.0.conv1.weight"). Tensors are NULL, and
+ * counts those registered so far, until the model is built. */
 int amp_model_n_params(const amp_model *m);
 amp_tensor *amp_model_param(const amp_model *m, int i);
 const char *amp_model_param_name(const amp_model *m, int i);

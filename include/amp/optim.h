@@ -106,6 +106,33 @@ float amp_optimizer_lr(const amp_optimizer *opt);
  * is AMP_ERR_INVALID_ARG and leaves the rate as it was. */
 amp_status amp_optimizer_set_lr(amp_optimizer *opt, float lr);
 int64_t amp_optimizer_step_count(const amp_optimizer *opt);
+
+/* ---- parameter groups (torch.optim's param_groups) ----
+ * Every parameter starts in group 0, whose lr and weight decay are the options'. A group added
+ * takes the parameters its match function accepts (or those it names) out of whatever group held
+ * them, with its own lr and weight_decay; the rest of the update (momentum, betas, eps,
+ * decoupling) is the optimizer's. nanoGPT's AdamW decays only the 2-D tensors: add a group of
+ * those with fewer dimensions and weight_decay 0. Groups are added before the first step, at most
+ * AMP_OPTIM_MAX_GROUPS in all; a group that would be empty, a name the optimizer does not have, an
+ * lr or weight_decay below 0 or not finite is refused with nothing changed. Checkpoints carry each
+ * group's lr and check that the groups hold the same parameters. amp_optimizer_lr reads group 0's
+ * rate, amp_optimizer_set_lr sets every group's (a schedule over one base rate, as nanoGPT's);
+ * amp_optimizer_set_group_lr sets one. LAMB's max_grad_norm clips within one fused call, so LAMB
+ * with clipping takes one group (else the step says to clip with amp_clip_grad_norm). */
+#define AMP_OPTIM_MAX_GROUPS 16
+typedef struct amp_param_group_opts {
+    float lr, weight_decay;
+} amp_param_group_opts;
+typedef bool (*amp_param_match_fn)(const char *name, const amp_tensor *param, void *user);
+amp_status amp_optimizer_add_group(amp_optimizer *opt, amp_param_match_fn match, void *user,
+                                   const amp_param_group_opts *g, int *group);
+amp_status amp_optimizer_add_group_named(amp_optimizer *opt, const char *const *names, int n_names,
+                                         const amp_param_group_opts *g, int *group);
+int amp_optimizer_n_groups(const amp_optimizer *opt);
+int amp_optimizer_param_group(const amp_optimizer *opt, int i); /* -1 when i is out of range */
+float amp_optimizer_group_lr(const amp_optimizer *opt, int group);
+float amp_optimizer_group_weight_decay(const amp_optimizer *opt, int group);
+amp_status amp_optimizer_set_group_lr(amp_optimizer *opt, int group, float lr);
 amp_model *amp_optimizer_model(const amp_optimizer *opt);
 
 #ifdef __cplusplus

@@ -31,26 +31,9 @@ typedef enum amp_device {
 } amp_device;
 
 typedef struct amp_ctx amp_ctx;
-struct amp_backend;
-struct amp_tape_node;
 
-/* Fields are read-only for users; change a tensor only through the API. */
-typedef struct amp_tensor {
-    amp_dtype dtype;
-    int ndim;
-    int64_t shape[AMP_MAX_DIMS];
-    int64_t numel;
-    void *data; /* backend memory: host memory on the CPU backend */
-    amp_ctx *ctx;
-    const struct amp_backend *backend;
-    struct amp_tensor *grad; /* gradient, same shape and dtype; NULL until backward reaches it */
-    bool requires_grad;
-    bool grad_written; /* internal: grad holds a value this step (else the next write overwrites) */
-    uint8_t flags;     /* internal: AMP_TENSOR_* ownership bits */
-    uint32_t step_gen; /* internal: the context's step a step tensor was made in */
-    uint32_t region;   /* internal: the release region of the step it was made in */
-    struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
-} amp_tensor;
+/* Opaque: read a tensor through the accessors below, change it only through the API. */
+typedef struct amp_tensor amp_tensor;
 
 typedef struct amp_ctx_opts {
     amp_device device; /* AMP_DEVICE_AUTO by default (zero) */
@@ -137,6 +120,14 @@ amp_status amp_tensor_keep(amp_tensor *t);
 /* Reads element 0 as float (any dtype): the usual way to print a loss. */
 amp_status amp_tensor_item(const amp_tensor *t, float *out);
 size_t amp_tensor_nbytes(const amp_tensor *t);
+/* What a tensor is (NULL answers 0, AMP_F32 or NULL with the message in amp_last_error). */
+amp_dtype amp_tensor_dtype(const amp_tensor *t);
+int amp_tensor_ndim(const amp_tensor *t);
+int64_t amp_tensor_dim(const amp_tensor *t, int d); /* extent of dimension d; -1 when out of range */
+const int64_t *amp_tensor_shape(const amp_tensor *t); /* amp_tensor_ndim(t) extents */
+int64_t amp_tensor_numel(const amp_tensor *t);
+amp_ctx *amp_tensor_ctx(const amp_tensor *t);
+bool amp_tensor_requires_grad(const amp_tensor *t);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include "amp/amp.h"
 #include "core/half.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define PER_RANK 64
 #define IMG (28 * 28)

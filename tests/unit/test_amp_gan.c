@@ -14,6 +14,7 @@
 #include "amp_rig.h"
 #include "core/ctx.h"
 #include "flaky_backend.h"
+#include "core/tensor_internal.h"
 
 #define ZDIM 4
 #define XDIM 8

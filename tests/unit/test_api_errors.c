@@ -10,6 +10,7 @@
 #include "core/ctx.h"
 #include "core/half.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 /* Tensors made by mk(), freed at the end. */
 static amp_tensor *owned[512];

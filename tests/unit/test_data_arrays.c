@@ -14,6 +14,7 @@
 #include "amp/amp.h"
 #include "test_devices.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define NAME "test_data_arrays"
 enum { N = 96, F = 10, T = 2 };

@@ -14,6 +14,7 @@
 #include "amp/amp.h"
 #include "core/half.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define NAME "test_loop_helpers"
 

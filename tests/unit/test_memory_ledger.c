@@ -13,6 +13,7 @@
 #include "core/mem_ledger.h"
 #include "kernels/math/scaler.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define BATCH 16
 #define STEPS 3

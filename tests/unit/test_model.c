@@ -33,6 +33,7 @@
 #include "gradcheck_ref.h"
 #include "flaky_backend.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define TORCH_CONVNET_NUMEL 29034
 #define TORCH_MLP_NUMEL 5824522

@@ -28,6 +28,7 @@
 #include "core/half.h"
 #include "optim/optimizer_internal.h"
 #include "test_util.h"
+#include "core/tensor_internal.h"
 
 #define F32 AMP_F32
 #define F16 AMP_F16
