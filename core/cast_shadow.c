@@ -3,6 +3,8 @@
  * (src NULL) and freed when the step ends. */
 #include "core/cast_shadow.h"
 
+#include <stdlib.h>
+
 #include "core/ctx.h"
 #include "core/error.h"
 #include "core/tensor_internal.h"
@@ -18,7 +20,14 @@ amp_status amp_cast_shadow_add(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt
                                amp_cast_shadow **out) {
     *out = amp_cast_shadow_find(ctx, src, dt);
     amp_autocast_state *ac = &ctx->autocast;
-    if (*out || ac->n_shadows == AMP_CAST_SHADOW_MAX) return AMP_OK;
+    if (*out) return AMP_OK;
+    if (ac->n_shadows == ac->cap_shadows) {
+        int cap = ac->cap_shadows ? 2 * ac->cap_shadows : 64;
+        amp_cast_shadow *t = realloc(ac->shadows, (size_t)cap * sizeof *t);
+        if (!t) return amp_fail(AMP_ERR_OOM, "autocast: out of host memory for %d kept casts", cap);
+        ac->shadows = t;
+        ac->cap_shadows = cap;
+    }
     void *data = NULL;
     AMP_TRY(amp_ledger_alloc(ctx, AMP_MEM_PARAMS, (size_t)src->numel * amp_dtype_size(dt), &data));
     ac->shadows[ac->n_shadows] = (amp_cast_shadow){.src = src, .data = data, .dtype = dt};
@@ -30,22 +39,13 @@ bool amp_cast_shadow_in_use(const amp_ctx *ctx, const amp_cast_shadow *sh) {
     return sh->read_in == ctx->step_gen + 1u;
 }
 
-/* Whether a's and b's data overlap (a view of a parameter, a reshape of it). */
-static bool amp_overlap(const amp_tensor *a, const amp_tensor *b) {
-    const char *pa = a->data, *pb = b->data;
-    return pa && pb && pa < pb + amp_tensor_nbytes(b) && pb < pa + amp_tensor_nbytes(a);
+bool amp_cast_shadow_current(const amp_cast_shadow *sh) {
+    return sh->src && sh->filled && sh->version == *sh->src->version;
 }
 
-void amp_cast_shadow_stale(const amp_tensor *t) {
-    if (!t || !t->ctx) return;
-    amp_autocast_state *ac = &t->ctx->autocast;
-    for (int i = 0; i < ac->n_shadows; i++)
-        if (ac->shadows[i].src && (ac->shadows[i].src == t || amp_overlap(ac->shadows[i].src, t)))
-            ac->shadows[i].current = false;
-}
-
-void amp_cast_shadows_stale_all(amp_ctx *ctx) {
-    for (int i = 0; ctx && i < ctx->autocast.n_shadows; i++) ctx->autocast.shadows[i].current = false;
+void amp_cast_shadow_set_current(amp_cast_shadow *sh) {
+    sh->filled = sh->src != NULL;
+    if (sh->src) sh->version = *sh->src->version;
 }
 
 /* Entry i freed; the last entry takes its place. */
@@ -64,7 +64,7 @@ static void amp_cast_shadow_drop(amp_ctx *ctx, int i, bool *removed) {
         return;
     }
     sh->src = NULL;
-    sh->current = false;
+    sh->filled = false;
 }
 
 void amp_cast_shadow_forget(const amp_tensor *t) {
@@ -97,4 +97,9 @@ void amp_cast_shadows_free(amp_ctx *ctx) {
     for (int i = 0; i < ctx->autocast.n_shadows; i++)
         amp_ledger_free(ctx, ctx->autocast.shadows[i].data);
     ctx->autocast.n_shadows = 0;
+    free(ctx->autocast.shadows);
+    free(ctx->autocast.cache);
+    ctx->autocast.shadows = NULL;
+    ctx->autocast.cache = NULL;
+    ctx->autocast.cap_shadows = ctx->autocast.cap_cache = ctx->autocast.n_cache = 0;
 }

@@ -10,24 +10,23 @@
 #include "core/mem_ledger.h"
 
 /* Autocast: what the amp layer switches and the op dispatcher in nn/ obeys (nn/autocast.c). */
-#define AMP_CAST_CACHE_MAX 64
 typedef struct amp_cast_cache_entry {
     const amp_tensor *src;
     amp_tensor *cast;
+    uint64_t version; /* src's version when cast: a write since makes the entry miss */
 } amp_cast_cache_entry;
-
-#define AMP_CAST_SHADOW_MAX 64
 
 typedef struct amp_autocast_state {
     bool enabled;
     amp_dtype half; /* AMP_F16 or AMP_BF16 */
     /* Casts of parameters made this step, reused by every op that needs them (PyTorch's autocast
      * weight cache); emptied by amp_ctx_reset_step and by backward. */
-    amp_cast_cache_entry cache[AMP_CAST_CACHE_MAX];
-    int n_cache;
-    /* The casts of parameters kept from step to step (core/cast_shadow.h). */
-    amp_cast_shadow shadows[AMP_CAST_SHADOW_MAX];
-    int n_shadows;
+    amp_cast_cache_entry *cache;
+    int n_cache, cap_cache;
+    /* The casts of parameters kept from step to step (core/cast_shadow.h), as many as the
+     * parameters autocast casts (each table grows once, in the first steps). */
+    amp_cast_shadow *shadows;
+    int n_shadows, cap_shadows;
 } amp_autocast_state;
 
 /* Called on an object that holds another object of the context when that one is freed (an

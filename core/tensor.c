@@ -60,6 +60,8 @@ static void amp_tensor_fill_header(amp_tensor *t, amp_ctx *ctx, amp_dtype dt, in
     t->numel = numel;
     t->ctx = ctx;
     t->backend = ctx->backend;
+    t->version_own = 0;
+    t->version = &t->version_own;
 }
 
 amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
@@ -289,7 +291,7 @@ amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nby
     AMP_TRY(amp_tensor_check_writable(__func__, "t", t));
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
-    amp_cast_shadow_stale(t);
+    amp_tensor_mark_written(t);
     return t->backend->copy_from_host(t->data, host, nbytes);
 }
 

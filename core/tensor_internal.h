@@ -22,6 +22,11 @@ struct amp_tensor {
     uint32_t step_gen; /* internal: the context's step a step tensor was made in */
     uint32_t region;   /* internal: the release region of the step it was made in */
     struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
+    /* How many times the data was written in place: PyTorch's _version. A reshape shares its
+     * base's counter (version points at it); amp_tensor_mark_written is the one place that
+     * moves it, and caches of the data (core/cast_shadow.h) compare it. */
+    uint64_t version_own;
+    uint64_t *version;
 };
 
 enum {
@@ -32,6 +37,11 @@ enum {
     AMP_TENSOR_PARAM = 16, /* a model's parameter: the only tensors whose casts are kept */
     AMP_TENSOR_KEPT = 32,  /* a step tensor kept past release points (amp_tensor_keep) */
 };
+
+/* t's data is being written in place (a copy from the host, a load, a broadcast, an optimizer's
+ * update, a model cast, an in-place op): its version moves, and with it that of every view
+ * sharing its counter, so every cache of the old values knows it is stale. */
+static inline void amp_tensor_mark_written(amp_tensor *t) { (*t->version)++; }
 
 /* A step tensor with uninitialised data. */
 amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,

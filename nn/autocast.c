@@ -2,6 +2,7 @@
 #include "nn/autocast.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 
@@ -26,7 +27,9 @@ amp_tensor *amp_cast_f32_source(const amp_tensor *t) {
 static amp_tensor **amp_cast_cache_find(amp_ctx *ctx, const amp_tensor *x, amp_dtype dt) {
     amp_autocast_state *ac = &ctx->autocast;
     for (int i = 0; i < ac->n_cache; i++)
-        if (ac->cache[i].src == x && ac->cache[i].cast->dtype == dt) return &ac->cache[i].cast;
+        if (ac->cache[i].src == x && ac->cache[i].cast->dtype == dt &&
+            ac->cache[i].version == *x->version)
+            return &ac->cache[i].cast;
     return NULL;
 }
 
@@ -42,11 +45,11 @@ static amp_status amp_cast_kept(amp_tensor *x, amp_dtype dt, bool cacheable, amp
     if (cacheable && x->dtype == AMP_F32 && (x->flags & AMP_TENSOR_PARAM) &&
         amp_cast_shadow_add(ctx, x, dt, &sh) != AMP_OK)
         sh = NULL;
-    if (sh && !sh->current && !amp_cast_shadow_in_use(ctx, sh)) {
+    if (sh && !amp_cast_shadow_current(sh) && !amp_cast_shadow_in_use(ctx, sh)) {
         AMP_TRY(AMP_BE(x->backend, cast, sh->data, dt, x->data, x->dtype, x->numel));
-        sh->current = true;
+        amp_cast_shadow_set_current(sh);
     }
-    if (sh && sh->current) {
+    if (sh && amp_cast_shadow_current(sh)) {
         sh->read_in = ctx->step_gen + 1u;
         return amp_tensor_step_shared(x, dt, sh->data, y);
     }
@@ -81,8 +84,14 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
     amp_autocast_state *ac = &ctx->autocast;
-    if (cache_new && ac->n_cache < AMP_CAST_CACHE_MAX)
-        ac->cache[ac->n_cache++] = (amp_cast_cache_entry){.src = x, .cast = y};
+    if (cache_new && ac->n_cache == ac->cap_cache) {
+        /* Grows in the first step only; without room the cast is simply not reused. */
+        int cap = ac->cap_cache ? 2 * ac->cap_cache : 64;
+        amp_cast_cache_entry *c = realloc(ac->cache, (size_t)cap * sizeof *c);
+        if (c) ac->cache = c, ac->cap_cache = cap;
+    }
+    if (cache_new && ac->n_cache < ac->cap_cache)
+        ac->cache[ac->n_cache++] = (amp_cast_cache_entry){.src = x, .cast = y, .version = *x->version};
     *out = y;
     return AMP_OK;
 }

@@ -67,6 +67,7 @@ static void amp_cast_rebind(amp_ctx *ctx, amp_named_tensor *list, int n,
         amp_tensor *t = list[i].t;
         t->data = (char *)b->data + off;
         t->dtype = dts[i];
+        amp_tensor_mark_written(t); /* new storage, maybe a new dtype: caches of it are stale */
         if (b->grads && t->grad) {
             t->grad->data = (char *)b->grads + off;
             t->grad->dtype = dts[i];
@@ -119,7 +120,6 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
 }
 
 void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan) {
-    amp_cast_shadows_stale_all(m->ctx); /* the parameters' dtypes and storage change */
     amp_cast_block pb = {plan->params, plan->grads}, bb = {plan->buffers, NULL};
     amp_cast_rebind(m->ctx, m->params, m->n_params, plan->dts, &pb, &m->param_block,
                     &m->grad_block);

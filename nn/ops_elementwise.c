@@ -147,6 +147,6 @@ amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x) {
     if (acc->backend != x->backend)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: acc is on backend %s, x on %s", op,
                         acc->backend->name, x->backend->name);
-    amp_cast_shadow_stale(acc);
+    amp_tensor_mark_written((amp_tensor *)acc);
     return AMP_BE(x->backend, axpy, x->dtype, x->numel, 1.0f, x->data, acc->data);
 }

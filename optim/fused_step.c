@@ -226,6 +226,7 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
         amp_fused_fill(opt, &k, target, skip, &l);
         s = amp_fused_check(opt, &k, &l, lead[c]);
     }
+    bool ran = s == AMP_OK && n_calls > 0;
     for (int c = 0; s == AMP_OK && c < n_calls; c++) {
         amp_fused_key k = amp_fused_key_of(opt, lead[c], &target[lead[c]]);
         amp_fused_fill(opt, &k, target, skip, &l);
@@ -235,8 +236,12 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
      * call's arguments were checked above, so that is a device fault (or the device out of
      * memory for a launch's workspace), reported as such. */
     if (stepped) opt->steps_stale = true;
+    /* Every parameter the calls wrote (all of them were given to one, failed or not) has a
+     * new version; then, after calls that succeeded, the copies they wrote too. */
+    for (int i = 0; ran && i < n; i++)
+        if (!skip[i]) amp_tensor_mark_written(opt->params[i]);
     for (int i = 0; s == AMP_OK && i < n; i++)
-        if (!skip[i]) s = amp_optimizer_update_end(opt, i);
+        if (!skip[i]) s = amp_optimizer_update_end(opt, i, &target[i]);
     amp_fused_lists_free(&l);
     free(target);
     free(skip);

@@ -92,7 +92,7 @@ float *amp_optimizer_master_grad(amp_optimizer *opt, int i) {
 static amp_status amp_optim_master_to_param(amp_optimizer *opt, int i) {
     amp_tensor *p = opt->params[i];
     const amp_tensor *m = opt->master_views[i];
-    amp_cast_shadow_stale(p);
+    amp_tensor_mark_written(p);
     if (p->dtype == AMP_F32)
         return AMP_BE(opt->backend, copy, p->data, m->data, amp_tensor_nbytes(m));
     return AMP_BE(opt->backend, cast, p->data, p->dtype, m->data, AMP_F32, m->numel);
@@ -142,18 +142,15 @@ static void amp_optim_keep_cast_current(const amp_optimizer *opt, const amp_tens
     amp_ctx *ctx = p->ctx;
     amp_cast_shadow *sh = amp_cast_shadow_find(ctx, p, ctx->autocast.half);
     amp_dtype other = ctx->autocast.half == AMP_F16 ? AMP_BF16 : AMP_F16;
-    amp_cast_shadow *stale = amp_cast_shadow_find(ctx, p, other);
-    if (stale) stale->current = false;
+    (void)other; /* a copy in the other half dtype goes stale with the write's version */
     if (!sh) return;
     /* LAMB's clipping needs the step in one fused call, which parameters with and without a
      * kept copy would split (amp_optimizer_apply): those copies are recast instead. So is a copy
      * that a graph kept for another backward (retain_graph) still reads. */
     bool kept_graph = amp_cast_shadow_in_use(ctx, sh) && ctx->n_tape > 0;
-    if (!sh->current || kept_graph ||
-        (opt->kind == AMP_OPTIM_LAMB && opt->lamb.max_grad_norm > 0.0f)) {
-        sh->current = false;
-        return;
-    }
+    if (!amp_cast_shadow_current(sh) || kept_graph ||
+        (opt->kind == AMP_OPTIM_LAMB && opt->lamb.max_grad_norm > 0.0f))
+        return; /* the update's write leaves it stale */
     t->half_copy = sh->data;
     t->half_dtype = sh->dtype;
 }
@@ -192,9 +189,15 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_targe
     return AMP_OK;
 }
 
-amp_status amp_optimizer_update_end(amp_optimizer *opt, int i) {
-    const amp_tensor *p = opt->params[i];
-    if (opt->masters != AMP_OPTIM_MASTERS_PERSISTENT || p->dtype != AMP_F32) return AMP_OK;
-    amp_cast_shadow_stale(p);
-    return opt->backend->copy(p->data, opt->master_views[i]->data, amp_tensor_nbytes(p));
+amp_status amp_optimizer_update_end(amp_optimizer *opt, int i, const amp_optim_target *t) {
+    amp_tensor *p = opt->params[i];
+    if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT && p->dtype == AMP_F32) {
+        amp_tensor_mark_written(p);
+        return opt->backend->copy(p->data, opt->master_views[i]->data, amp_tensor_nbytes(p));
+    }
+    /* The kept copy the update wrote in the same pass holds the new values as well. */
+    amp_cast_shadow *sh = t->half_copy && opt->masters == AMP_OPTIM_MASTERS_NONE && p->dtype == AMP_F32
+                              ? amp_cast_shadow_find(p->ctx, p, t->half_dtype) : NULL;
+    if (sh && sh->data == t->half_copy) amp_cast_shadow_set_current(sh);
+    return AMP_OK;
 }

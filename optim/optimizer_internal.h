@@ -191,8 +191,10 @@ bool amp_optimizer_any_grad_written(const amp_optimizer *opt);
 amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const char *label);
 /* Sets up parameter i's target. */
 amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t);
-/* After the kernel: copies an f32 parameter's new master into it (O2). */
-amp_status amp_optimizer_update_end(amp_optimizer *opt, int i);
+/* After the kernels succeeded (the parameter's version already moved): copies an f32
+ * parameter's new master into it (O2), or marks the O1 kept copy the update wrote in its pass
+ * as holding the new version. */
+amp_status amp_optimizer_update_end(amp_optimizer *opt, int i, const amp_optim_target *t);
 
 /* ---- accessors for checkpoints ---- */
 amp_optim_kind amp_optimizer_kind(const amp_optimizer *opt);

@@ -87,7 +87,7 @@ static amp_status amp_ddp_check_models(amp_ddp *d) {
 
 /* Rank 0's tensor values to every rank: MPI on host memory, else the backend's broadcast. */
 static amp_status amp_ddp_bcast_tensor(amp_ddp *d, amp_tensor *t, const char *what) {
-    amp_cast_shadow_stale(t);
+    amp_tensor_mark_written(t);
     if (!d->coll) return amp_comm_bcast_bytes(d->comm, t->data, amp_tensor_nbytes(t), what);
     const amp_backend *be = d->ctx->backend;
     AMP_TRY(be->coll_broadcast(d->coll, t->data, amp_tensor_nbytes(t), 0));

@@ -16,6 +16,9 @@
  *  - Only model parameters get copies: a tensor marked requires_grad for one step and freed
  *    gets none (a later tensor at the same address would have read it).
  *  - A model freed in the middle of a step keeps its handed-out copies until the step ends.
+ *  - Every public write path (host copy, load, DDP broadcast, step, model cast, in-place ops)
+ *    moves the weight's version, and the next forward casts what the weight holds now.
+ *  - No cap: 100 weights keep 100 copies.
  * On the CPU, and on CUDA where a device answers (the CUDA backend under ../shared/cudacpu). */
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +31,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor_internal.h"
+#include "nn/model_internal.h"
 #include "test_devices.h"
 #include "test_util.h"
 
@@ -167,9 +171,9 @@ static void test_training(optim_kind kind, amp_half_type ht) {
             CHECK_MSG(sh != NULL, "%s %s: weight %d has no kept copy", name, half, j);
             if (!sh) continue;
             /* LAMB's clipping keeps the step in one call: its copies are recast instead. */
-            CHECK_MSG(sh->current == (kind != OPT_LAMB_CLIP), "%s %s step %d: weight %d's copy "
-                      "%s after the update", name, half, step, j, sh->current ? "current" : "stale");
-            if (sh->current)
+            CHECK_MSG(amp_cast_shadow_current(sh) == (kind != OPT_LAMB_CLIP), "%s %s step %d: weight %d's copy "
+                      "%s after the update", name, half, step, j, amp_cast_shadow_current(sh) ? "current" : "stale");
+            if (amp_cast_shadow_current(sh))
                 CHECK_MSG(holds_rounded(&kept, w, sh->data), "%s %s step %d: weight %d's copy "
                           "is not the updated weight rounded", name, half, step, j);
         }
@@ -215,7 +219,7 @@ static void test_skipped_step(void) {
     CHECK_OK(amp_tensor_to_host(w, after, sizeof after));
     CHECK(memcmp(before, after, sizeof before) == 0);
     amp_cast_shadow *sh = amp_cast_shadow_find(r.ctx, w, AMP_F16);
-    CHECK(sh && sh->current && holds_rounded(&r, w, sh->data));
+    CHECK(sh && amp_cast_shadow_current(sh) && holds_rounded(&r, w, sh->data));
     rig_close(&r);
 }
 
@@ -234,7 +238,7 @@ static void test_other_writes(void) {
     CHECK_OK(amp_cast(w, AMP_BF16, &c1)); /* handed out in this step */
     CHECK_OK(amp_tensor_copy_from_host(w, v, sizeof v));
     amp_cast_shadow *sh = amp_cast_shadow_find(r.ctx, w, AMP_BF16);
-    CHECK(sh && !sh->current);
+    CHECK(sh && !amp_cast_shadow_current(sh));
     amp_ctx_reset_step(r.ctx); /* the per-step cache would return c1 again */
     CHECK_OK(amp_cast(w, AMP_BF16, &c2));
     CHECK(c2 && sh && c2->data == sh->data && holds_rounded(&r, w, c2->data));
@@ -264,9 +268,9 @@ static void test_other_writes(void) {
     float saved[HID * IN];
     CHECK_OK(amp_tensor_to_host(w, saved, sizeof saved));
     CHECK_OK(train_step(&r, &loss, &stepped));
-    CHECK(sh && sh->current);
+    CHECK(sh && amp_cast_shadow_current(sh));
     CHECK_OK(amp_checkpoint_load(path, r.m, r.opt, NULL, NULL));
-    CHECK(sh && !sh->current);
+    CHECK(sh && !amp_cast_shadow_current(sh));
     amp_tensor *c4 = NULL;
     CHECK_OK(amp_cast(w, AMP_BF16, &c4));
     float now[HID * IN];
@@ -285,7 +289,7 @@ static void test_edges(void) {
     CHECK_OK(train_step(&r, &loss, &stepped));
     amp_tensor *w = weight(&r, 0), *c = NULL, *cv = NULL, *wv = NULL;
     amp_cast_shadow *sh = amp_cast_shadow_find(r.ctx, w, AMP_BF16);
-    CHECK(sh && sh->current);
+    CHECK(sh && amp_cast_shadow_current(sh));
     /* Through a reshape: the copy stays read-only, and a write to the weight stales it. */
     CHECK_OK(amp_cast(w, AMP_BF16, &c));
     CHECK_OK(amp_reshape(c, 1, (int64_t[]){HID * IN}, &cv));
@@ -294,7 +298,7 @@ static void test_edges(void) {
     for (int i = 0; i < HID * IN; i++) v[i] = 0.25f * (float)(i % 13) - 1.0f;
     CHECK_OK(amp_reshape(w, 1, (int64_t[]){HID * IN}, &wv));
     if (wv) CHECK_OK(amp_tensor_copy_from_host(wv, v, sizeof v));
-    CHECK(sh && !sh->current);
+    CHECK(sh && !amp_cast_shadow_current(sh));
     amp_ctx_reset_step(r.ctx);
     CHECK_OK(amp_cast(w, AMP_BF16, &c));
     CHECK(c && holds_rounded(&r, w, c->data));
@@ -308,13 +312,13 @@ static void test_edges(void) {
     read_back(&r, sh->data, sizeof before, before);
     CHECK_OK(amp_backward_with(l, &(amp_backward_opts){.retain_graph = true}));
     CHECK_OK(amp_step(r.opt, &stepped));
-    CHECK_MSG(sh && !sh->current, "the optimizer wrote a copy a kept graph still reads");
+    CHECK_MSG(sh && !amp_cast_shadow_current(sh), "the optimizer wrote a copy a kept graph still reads");
     read_back(&r, sh->data, sizeof after, after);
     CHECK(memcmp(before, after, sizeof before) == 0);
     CHECK_OK(amp_backward_with(l, &(amp_backward_opts){0}));
     CHECK_OK(amp_zero_grad(r.opt));
     CHECK_OK(train_step(&r, &loss, &stepped));
-    CHECK(sh && sh->current && holds_rounded(&r, w, sh->data));
+    CHECK(sh && amp_cast_shadow_current(sh) && holds_rounded(&r, w, sh->data));
 
     /* A leaf marked requires_grad for one step: no copy, so no stale read at a reused address. */
     for (int it = 0; it < 4; it++) {
@@ -349,6 +353,126 @@ static void test_edges(void) {
     rig_close(&r);
 }
 
+/* Every public way to write a weight, each after a step left its kept copy current: a copy from
+ * the host, a checkpoint load, DDP's broadcast of rank 0's weights, an optimizer step, a model
+ * cast, an in-place op on the weight and on a reshape of it. Afterwards the weight's version has
+ * moved, the next cast holds the weight as it is now (rounded), and the forward's logits are
+ * those of the same model whose copies were dropped (a fresh cast). No writer calls anything of
+ * the cache: the version does it. */
+typedef enum write_path {
+    W_HOST, W_LOAD, W_DDP, W_STEP, W_MODEL_CAST, W_ACCUMULATE, W_RESHAPED, W_N
+} write_path;
+
+static void write_weight(rig *r, write_path path, const char *ckpt) {
+    amp_tensor *w = weight(r, 0), *wv = NULL, *d = NULL;
+    float v[HID * IN];
+    for (int i = 0; i < HID * IN; i++) v[i] = 0.01f * (float)(i % 29) - 0.1f;
+    float loss;
+    bool stepped;
+    switch (path) {
+    case W_HOST: CHECK_OK(amp_tensor_copy_from_host(w, v, sizeof v)); break;
+    case W_LOAD: CHECK_OK(amp_checkpoint_load(ckpt, r->m, r->opt, NULL, NULL)); break;
+    case W_DDP: {
+        amp_ddp *ddp = NULL;
+        CHECK_OK(amp_ddp_create(r->m, r->opt, NULL, &ddp));
+        amp_ddp_free(ddp);
+        break;
+    }
+    case W_STEP: CHECK_OK(train_step(r, &loss, &stepped)); break;
+    case W_MODEL_CAST: CHECK_OK(amp_model_cast(r->m, AMP_F32, false)); break;
+    case W_ACCUMULATE:
+    case W_RESHAPED:
+        CHECK_OK(amp_tensor_from_host(r->ctx, AMP_F32, 2, (int64_t[]){HID, IN}, v, &d));
+        if (path == W_RESHAPED) {
+            CHECK_OK(amp_reshape(w, 1, (int64_t[]){HID * IN}, &wv));
+            amp_tensor *dv = NULL;
+            CHECK_OK(amp_reshape(d, 1, (int64_t[]){HID * IN}, &dv));
+            if (wv && dv) CHECK_OK(amp_accumulate(wv, dv));
+        } else if (d) {
+            CHECK_OK(amp_accumulate(w, d));
+        }
+        amp_tensor_free(d);
+        break;
+    case W_N: break;
+    }
+}
+
+static void test_write_paths(void) {
+    static const char *names[W_N] = {"copy from host", "checkpoint load", "DDP broadcast",
+                                     "optimizer step", "model cast", "amp_accumulate",
+                                     "amp_accumulate on a reshape"};
+    const char *tmp = getenv("AMP_TEST_TMP");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/o1_write_paths_%d", tmp ? tmp : "/tmp", (int)g_device);
+    for (int p = 0; p < W_N; p++) {
+        rig r;
+        if (!rig_open(&r, OPT_SGD, AMP_HALF_BF16, 1.0f)) return;
+        float loss;
+        bool stepped;
+        CHECK_OK(train_step(&r, &loss, &stepped));
+        if (p == W_LOAD) CHECK_OK(amp_checkpoint_save(dir, 1, r.m, r.opt, NULL, path, sizeof path));
+        CHECK_OK(train_step(&r, &loss, &stepped)); /* the weights move past the saved ones */
+        amp_tensor *w = weight(&r, 0);
+        amp_cast_shadow *sh = amp_cast_shadow_find(r.ctx, w, AMP_BF16);
+        CHECK_MSG(sh && amp_cast_shadow_current(sh), "%s: no current copy before the write", names[p]);
+        uint64_t version = *w->version;
+        write_weight(&r, (write_path)p, path);
+        CHECK_MSG(*w->version > version, "%s: the weight's version did not move", names[p]);
+        amp_ctx_reset_step(r.ctx);
+        amp_tensor *c = NULL, *kept = NULL, *fresh = NULL;
+        CHECK_OK(amp_cast(w, AMP_BF16, &c));
+        CHECK_MSG(c && holds_rounded(&r, w, c->data), "%s: the cast after the write holds other "
+                  "values than the weight's", names[p]);
+        amp_ctx_reset_step(r.ctx);
+        float lk[B * OUT], lf[B * OUT];
+        CHECK_OK(amp_model_forward(r.m, r.x, &kept));
+        CHECK_OK(amp_tensor_to_host_f32(kept, lk, sizeof lk));
+        amp_ctx_reset_step(r.ctx);
+        for (int j = 0; j < 2; j++) amp_cast_shadow_forget(weight(&r, j));
+        CHECK_OK(amp_model_forward(r.m, r.x, &fresh));
+        CHECK_OK(amp_tensor_to_host_f32(fresh, lf, sizeof lf));
+        CHECK_MSG(memcmp(lk, lf, sizeof lk) == 0, "%s: logits through the kept copies differ from "
+                  "a fresh cast's", names[p]);
+        amp_ctx_reset_step(r.ctx);
+        rig_close(&r);
+    }
+}
+
+/* No cap on the kept copies (GPT-2 medium has 98 weight matrices): 100 linear layers, every
+ * weight gets its copy, and the second step casts none of them afresh. */
+static void test_many_weights(void) {
+    amp_ctx *ctx = NULL;
+    amp_model *m = NULL;
+    amp_optimizer *opt = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = g_device, .seed = 3}, &ctx));
+    CHECK_OK(amp_seq_create(ctx, &m));
+    for (int l = 0; l < 100; l++) CHECK_OK(amp_seq_add_linear(m, NULL, 8, 8, false));
+    CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.01f}, &opt));
+    CHECK_OK(amp_initialize_ex(m, opt, &(amp_options){.opt_level = AMP_O1,
+                                                      .half_type = AMP_HALF_BF16, .quiet = true}));
+    amp_tensor *x = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (int64_t[]){4, 8}, &x));
+    for (int step = 0; step < 2; step++) {
+        amp_tensor *y, *loss;
+        CHECK_OK(amp_model_forward(m, x, &y));
+        CHECK_OK(amp_mean(y, &loss));
+        CHECK_OK(amp_backward(loss));
+        CHECK_OK(amp_step(opt, NULL));
+        CHECK_OK(amp_zero_grad(opt));
+    }
+    int current = 0;
+    for (int i = 0; i < amp_model_n_params(m); i++) {
+        amp_cast_shadow *sh = amp_cast_shadow_find(ctx, amp_model_param(m, i), AMP_BF16);
+        current += sh && amp_cast_shadow_current(sh);
+    }
+    CHECK_MSG(ctx->autocast.n_shadows == 100 && current == 100, "%d kept copies, %d current, of "
+              "100 weights", ctx->autocast.n_shadows, current);
+    amp_tensor_free(x);
+    amp_optimizer_free(opt);
+    amp_model_free(m);
+    amp_ctx_free(ctx);
+}
+
 static void run_on(amp_device device) {
     g_device = device;
     for (optim_kind k = OPT_SGD; k <= OPT_LAMB_CLIP; k++) {
@@ -358,6 +482,8 @@ static void run_on(amp_device device) {
     test_skipped_step();
     test_other_writes();
     test_edges();
+    test_write_paths();
+    test_many_weights();
 }
 
 int main(void) {
