@@ -81,8 +81,8 @@ static amp_fused_key amp_fused_key_of(const amp_optimizer *opt, int i,
 }
 
 /* One backend call over the parameters whose key is k (the others at numel 0). */
-static amp_status amp_fused_run(amp_optimizer *opt, const amp_fused_key *k,
-                                const amp_fused_lists *l) {
+static amp_status amp_fused_run(amp_optimizer *opt, const amp_optim_inputs *in,
+                                const amp_fused_key *k, const amp_fused_lists *l) {
     amp_opt_tensors t = {
         .n = opt->n_params,
         .numel = l->numel,
@@ -97,8 +97,8 @@ static amp_status amp_fused_run(amp_optimizer *opt, const amp_fused_key *k,
     };
     const amp_backend *be = opt->backend;
     amp_step_scalars sc = {
-        .found_inf = opt->dev_found_inf,
-        .grad_scale = k->half_scaled ? opt->dev_half_grad_scale : NULL,
+        .found_inf = in->dev_found_inf,
+        .grad_scale = k->half_scaled ? in->dev_half_grad_scale : NULL,
     };
     const amp_step_scalars *scalars = sc.found_inf || sc.grad_scale ? &sc : NULL;
     amp_param_group_opts g = amp_optimizer_group_hparams(opt, k->group);
@@ -184,11 +184,12 @@ static amp_status amp_fused_check(const amp_optimizer *opt, const amp_fused_key 
     return AMP_OK;
 }
 
-amp_status amp_optimizer_apply(amp_optimizer *opt) {
+amp_status amp_optimizer_apply(amp_optimizer *opt, const amp_optim_inputs *in) {
     AMP_CHECK_ARG(opt);
+    AMP_CHECK_ARG(in);
     int n = opt->n_params;
     for (int i = 0; i < n; i++)
-        if (amp_optimizer_param_stepped(opt, i)) AMP_TRY(amp_optimizer_check_grad(opt, i));
+        if (amp_optimizer_param_stepped(opt, in, i)) AMP_TRY(amp_optimizer_check_grad(opt, in, i));
     size_t m = n > 0 ? (size_t)n : 1;
     amp_optim_target *target = calloc(m, sizeof *target);
     bool *skip = calloc(m, sizeof *skip);
@@ -199,9 +200,9 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
                                                      "host memory for %d parameters", n);
     int stepped = 0, n_calls = 0;
     for (int i = 0; s == AMP_OK && i < n; i++) {
-        skip[i] = !amp_optimizer_param_stepped(opt, i);
+        skip[i] = !amp_optimizer_param_stepped(opt, in, i);
         if (skip[i]) continue;
-        s = amp_optimizer_update_begin(opt, i, &target[i]);
+        s = amp_optimizer_update_begin(opt, in, i, &target[i]);
         stepped++;
         amp_fused_key ki = amp_fused_key_of(opt, i, &target[i]);
         bool seen = false;
@@ -230,7 +231,7 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
     for (int c = 0; s == AMP_OK && c < n_calls; c++) {
         amp_fused_key k = amp_fused_key_of(opt, lead[c], &target[lead[c]]);
         amp_fused_fill(opt, &k, target, skip, &l);
-        s = amp_fused_run(opt, &k, &l);
+        s = amp_fused_run(opt, in, &k, &l);
     }
     /* A backend error past the first call leaves the earlier calls' parameters updated: every
      * call's arguments were checked above, so that is a device fault (or the device out of
@@ -246,6 +247,6 @@ amp_status amp_optimizer_apply(amp_optimizer *opt) {
     free(target);
     free(skip);
     free(lead);
-    if (s == AMP_OK && !opt->outcome_on_device) opt->n_steps++;
+    if (s == AMP_OK && !in->outcome_on_device) opt->n_steps++;
     return s;
 }

@@ -155,7 +155,8 @@ static void amp_optim_keep_cast_current(const amp_optimizer *opt, const amp_tens
     t->half_dtype = sh->dtype;
 }
 
-amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t) {
+amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs *in, int i,
+                                      amp_optim_target *t) {
     amp_tensor *p = opt->params[i];
     *t = (amp_optim_target){.half_dtype = AMP_F32, .grad_scale = 1.0f};
     if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT) {
@@ -168,14 +169,14 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_targe
         }
         return AMP_OK;
     }
-    if (opt->grad_source && opt->grad_source[i]) {
-        t->grad = opt->grad_source[i];
+    if (in->grad_source && in->grad_source[i]) {
+        t->grad = in->grad_source[i];
         t->grad_dtype = AMP_F32;
     } else {
         t->grad = p->grad->data;
         t->grad_dtype = p->grad->dtype;
         if (amp_optim_is_half(t->grad_dtype)) {
-            t->grad_scale = opt->half_grad_scale;
+            t->grad_scale = in->half_grad_scale;
             t->half_scaled = true;
         }
     }

@@ -151,7 +151,6 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
     }
     opt->n_params = n;
     opt->n_state = n_state;
-    opt->half_grad_scale = 1.0f;
     opt->params = malloc((size_t)n * sizeof *opt->params);
     opt->names = calloc((size_t)n, sizeof *opt->names);
     opt->has_state = calloc((size_t)n, sizeof *opt->has_state);
@@ -217,11 +216,15 @@ amp_status amp_optimizer_refresh(amp_optimizer *opt) {
 }
 
 /* PyTorch steps a parameter only when its .grad is not None; here that is a gradient written
- * since the last amp_zero_grad. With master weights (or a grad_source) the gradient read is the
+ * since the last amp_zero_grad. With master weights (or an input's grad_source) the gradient read is the
  * amp layer's f32 one, which it fills for every parameter whose grad_written is set. */
-bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i) {
+static bool amp_optim_has_source(const amp_optim_inputs *in, int i) {
+    return in->grad_source && in->grad_source[i];
+}
+
+bool amp_optimizer_param_stepped(const amp_optimizer *opt, const amp_optim_inputs *in, int i) {
     const amp_tensor *p = opt->params[i];
-    if (opt->masters != AMP_OPTIM_MASTERS_NONE || (opt->grad_source && opt->grad_source[i]))
+    if (opt->masters != AMP_OPTIM_MASTERS_NONE || amp_optim_has_source(in, i))
         return p->grad_written;
     return p->grad && p->grad_written;
 }
@@ -238,7 +241,8 @@ static bool amp_optim_is_float(amp_dtype dt) {
 
 /* Parameter i's own .grad, read when there are no master weights. An f16/bf16 parameter is
  * updated in place through f32 (O3, or a half model without amp). */
-static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, int i, const char *label) {
+static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, const amp_optim_inputs *in,
+                                             int i, const char *label) {
     const amp_tensor *p = opt->params[i], *g = p->grad;
     if (!amp_optim_is_float(p->dtype))
         return amp_fail(AMP_ERR_DTYPE, "amp_optimizer_step: parameter %s is %s, want f32, f16 or "
@@ -248,7 +252,7 @@ static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, int i, co
     if (p->backend != opt->backend)
         return amp_fail(AMP_ERR_STATE, "amp_optimizer_step: parameter %s left backend %s", label,
                         opt->backend->name);
-    if (opt->grad_source && opt->grad_source[i]) return AMP_OK; /* the amp layer's f32 sums */
+    if (amp_optim_has_source(in, i)) return AMP_OK; /* the amp layer's f32 sums */
     if (g->numel != p->numel || !amp_same_shape(g, p)) {
         char ps[64], gs[64];
         return amp_fail(AMP_ERR_SHAPE, "amp_optimizer_step: parameter %s is %s, its grad %s",
@@ -269,7 +273,7 @@ static amp_status amp_optim_check_param_grad(const amp_optimizer *opt, int i, co
 
 /* Everything that could make a parameter's update fail, checked for all parameters before any
  * is touched: a bad gradient leaves parameters and state as they were. */
-amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i) {
+amp_status amp_optimizer_check_grad(const amp_optimizer *opt, const amp_optim_inputs *in, int i) {
     char label[160];
     amp_optimizer_param_label(opt, i, label, sizeof label);
     bool masters = opt->masters != AMP_OPTIM_MASTERS_NONE;
@@ -277,9 +281,9 @@ amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i) {
         amp_status s = amp_optimizer_masters_check(opt, i, label);
         if (s != AMP_OK) return amp_fail_context(s, "amp_optimizer_step");
     } else {
-        AMP_TRY(amp_optim_check_param_grad(opt, i, label));
+        AMP_TRY(amp_optim_check_param_grad(opt, in, i, label));
     }
-    bool f32_source = masters || (opt->grad_source && opt->grad_source[i]);
+    bool f32_source = masters || amp_optim_has_source(in, i);
     amp_dtype g_dt = f32_source ? AMP_F32 : opt->params[i]->grad->dtype;
     amp_be_op op = opt->kind == AMP_OPTIM_SGD    ? AMP_BE_SGD
                    : opt->kind == AMP_OPTIM_LAMB ? AMP_BE_LAMB
@@ -308,14 +312,6 @@ amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i) {
     return AMP_OK;
 }
 
-void amp_optimizer_step_done(amp_optimizer *opt) {
-    opt->grad_source = NULL;
-    opt->half_grad_scale = 1.0f;
-    opt->dev_found_inf = NULL;
-    opt->dev_half_grad_scale = NULL;
-    opt->outcome_on_device = false;
-}
-
 amp_status amp_optimizer_step(amp_optimizer *opt) {
     AMP_TRY(amp_optimizer_check_usable(__func__, opt));
     /* After amp_initialize the gradients are scaled (or their unscaled copies are the master
@@ -325,14 +321,13 @@ amp_status amp_optimizer_step(amp_optimizer *opt) {
         amp_status s = opt->ctx->amp_hooks->optimizer_step(opt->ctx->amp, opt, &handled);
         if (handled) return s;
     }
-    return amp_optimizer_apply(opt);
+    return amp_optimizer_apply(opt, &AMP_OPTIM_INPUTS_NONE);
 }
 
 amp_status amp_optimizer_zero_grad(amp_optimizer *opt) {
     AMP_TRY(amp_optimizer_check_usable(__func__, opt));
     /* No memset: the next backward overwrites a gradient whose grad_written is false. */
     for (int i = 0; i < opt->n_params; i++) opt->params[i]->grad_written = false;
-    amp_optimizer_step_done(opt);
     if (opt->ctx->amp_hooks) opt->ctx->amp_hooks->optimizer_zero_grad(opt->ctx->amp, opt);
     return AMP_OK;
 }

@@ -36,6 +36,23 @@ typedef enum amp_optim_masters {
     AMP_OPTIM_MASTERS_PERSISTENT = 1, /* O2: f32 masters are the weights; the model holds copies */
 } amp_optim_masters;
 
+/* What one update reads besides the parameters' own gradients: the amp layer's inputs of the
+ * step, passed to amp_optimizer_apply (AMP_OPTIM_INPUTS_NONE: a plain step). */
+typedef struct amp_optim_inputs {
+    float *const *grad_source;  /* NULL, or n_params f32 gradients read instead of .grad (the
+                                   sums of several backwards, each unscaled at once); an entry
+                                   may be NULL */
+    float half_grad_scale;      /* multiplies an f16/bf16 gradient read without masters (O3:
+                                   unscaled by the update as it loads it; 1 = as is) */
+    /* A sync-free step (backend scalars, NULL: not used): the overflow flag the fused kernels
+     * read (set: they write nothing), and the factor a still-scaled half gradient is multiplied
+     * by (replaces half_grad_scale). */
+    const float *dev_found_inf;
+    const float *dev_half_grad_scale;
+    bool outcome_on_device;     /* found_inf decides on the device: apply does not count it */
+} amp_optim_inputs;
+#define AMP_OPTIM_INPUTS_NONE ((amp_optim_inputs){.half_grad_scale = 1.0f})
+
 /* Fields are for the files of optim/; other modules use the functions below. */
 struct amp_optimizer {
     amp_optim_kind kind;
@@ -59,23 +76,11 @@ struct amp_optimizer {
     bool steps_stale;     /* dev_steps moved since the mirror was read */
     int64_t n_steps;      /* amp_optimizer_step calls that succeeded (settled by the amp layer
                              where the device decided) */
-    bool outcome_on_device; /* set by the amp layer for one apply: found_inf decides on the
-                               device, so apply does not count the step */
     amp_optim_masters masters;  /* NONE until amp_optimizer_make_masters */
     void *master_data;          /* one block behind every master view */
     void *master_grad_data;     /* one block behind every master-gradient view */
     amp_tensor **master_views;  /* n_params f32 views shaped like the parameters */
     amp_tensor **master_grads;  /* n_params f32 views */
-    /* Set by the amp layer for one step, cleared by amp_optimizer_step_done: */
-    float **grad_source;        /* NULL, or n_params f32 gradients read instead of .grad (the
-                                   sums of several backwards, each unscaled at once) */
-    float half_grad_scale;      /* multiplies an f16/bf16 gradient read without masters (O3:
-                                   unscaled by the update as it loads it; 1 = as is) */
-    /* A sync-free step (set by the amp layer for one apply; backend scalars, NULL: not used):
-     * the overflow flag the fused kernels read (set: they write nothing), and the factor a
-     * still-scaled half gradient is multiplied by (replaces half_grad_scale). */
-    const float *dev_found_inf;
-    const float *dev_half_grad_scale;
     /* Parameter groups (optim/param_groups.c): groups[g] for g >= 1, group 0 being the
      * options' own lr and weight decay; group_of[i] is parameter i's group. */
     int n_groups;
@@ -159,12 +164,10 @@ amp_status amp_optimizer_masters_to_params(amp_optimizer *opt);
 /* The update of every parameter with a gradient (optim/fused_step.c), validated first (a bad parameter leaves every
  * parameter and the state as they were). amp_optimizer_step calls it, or amp_step for an
  * optimizer the amp layer manages. */
-amp_status amp_optimizer_apply(amp_optimizer *opt);
+amp_status amp_optimizer_apply(amp_optimizer *opt, const amp_optim_inputs *in);
 /* Reads the device's step counts into the host mirror (param_steps, has_state) when they moved,
  * and lets the amp layer settle n_steps: before anything reports or saves them. */
 amp_status amp_optimizer_refresh(amp_optimizer *opt);
-/* Ends the amp layer's per-step settings (grad_source, half_grad_scale). */
-void amp_optimizer_step_done(amp_optimizer *opt);
 
 /* What one parameter's update kernel reads and writes. */
 typedef struct amp_optim_target {
@@ -180,9 +183,9 @@ typedef struct amp_optim_target {
 
 /* Everything that could make parameter i's update fail (optimizer.c), checked for all before any
  * is touched. */
-amp_status amp_optimizer_check_grad(const amp_optimizer *opt, int i);
+amp_status amp_optimizer_check_grad(const amp_optimizer *opt, const amp_optim_inputs *in, int i);
 /* Whether parameter i takes part in this step (PyTorch: its .grad is not None). */
-bool amp_optimizer_param_stepped(const amp_optimizer *opt, int i);
+bool amp_optimizer_param_stepped(const amp_optimizer *opt, const amp_optim_inputs *in, int i);
 /* Whether a backward wrote a gradient of any of its parameters since they were last consumed
  * (its own .grad, written and not yet read by a step or cleared by zero_grad). */
 bool amp_optimizer_any_grad_written(const amp_optimizer *opt);
@@ -190,7 +193,8 @@ bool amp_optimizer_any_grad_written(const amp_optimizer *opt);
  * shape, storage, backend entries); `label` names it. */
 amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const char *label);
 /* Sets up parameter i's target. */
-amp_status amp_optimizer_update_begin(amp_optimizer *opt, int i, amp_optim_target *t);
+amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs *in, int i,
+                                      amp_optim_target *t);
 /* After the kernels succeeded (the parameter's version already moved): copies an f32
  * parameter's new master into it (O2), or marks the O1 kept copy the update wrote in its pass
  * as holding the new version. */

@@ -15,6 +15,7 @@
 
 #include "amp/mixed_precision.h"
 #include "core/ctx.h"
+#include "optim/optimizer_internal.h"
 #include "precision/scaler.h"
 
 #define AMP_MAX_LOSSES 16
@@ -35,6 +36,7 @@ typedef struct amp_opt_state {
     void *accum_block;
     float **accum;
     bool *accum_has;   /* parameter i has a sum this step */
+    amp_optim_inputs in; /* what this step hands the optimizer (amp_optimizer_apply) */
 } amp_opt_state;
 
 typedef struct amp_state {

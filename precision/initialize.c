@@ -57,7 +57,7 @@ amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **s
 void amp_opt_state_reset(amp_state *st, amp_opt_state *os) {
     os->unscaled = os->skip = os->reached = os->fresh = false;
     if (os->accum_has) memset(os->accum_has, 0, (size_t)os->opt->n_params * sizeof *os->accum_has);
-    amp_optimizer_step_done(os->opt);
+    os->in = AMP_OPTIM_INPUTS_NONE;
     if (!st->at_each_backward) st->backward_seen[0] = false; /* one loss, one optimizer */
 }
 
@@ -203,6 +203,7 @@ static amp_status amp_state_build(amp_state *st, amp_optimizer *const *opts, int
     st->masters = half_model && st->opts.master_weights == AMP_OPT_TRUE;
     for (int i = 0; i < n_opts; i++) {
         st->opts_state[i].opt = opts[i];
+        st->opts_state[i].in = AMP_OPTIM_INPUTS_NONE;
         st->n_opts = i + 1;
         /* Masters first, from the f32 weights (Apex copies them from the already-cast model,
          * which rounds them to half once for nothing). */
@@ -335,7 +336,6 @@ amp_status amp_deinitialize(amp_ctx *ctx) {
     if (amp_cast_dtype(st->opts.cast_model_type, st->opts.half_type) != AMP_I32)
         AMP_TRY(amp_models_uncast(st));
     for (int i = 0; i < st->n_models; i++) amp_model_set_io_cast(st->models[i], AMP_I32, AMP_I32);
-    for (int i = 0; i < st->n_opts; i++) amp_optimizer_step_done(st->opts_state[i].opt);
     ctx->autocast.enabled = false;
     ctx->autocast.n_cache = 0;
     amp_cast_shadows_release(ctx);

@@ -52,7 +52,7 @@ static amp_status amp_unscale_deferred(amp_state *st, amp_opt_state *os) {
             s = amp_grad_lists_add(&unscale, g_dt, p->numel, p->grad->data, p->grad->data);
         else if (check)
             s = amp_grad_lists_add(&nonfinite, g_dt, p->numel, p->grad->data, NULL);
-        if (!st->masters && amp_is_half(g_dt)) opt->half_grad_scale = inv;
+        if (!st->masters && amp_is_half(g_dt)) os->in.half_grad_scale = inv;
     }
     for (int k = 0; s == AMP_OK && k < 3; k++) {
         const amp_grad_list *u = &unscale.list[k], *c = &nonfinite.list[k];
@@ -74,7 +74,7 @@ amp_status amp_unscale(amp_optimizer *opt) {
     if (os->unscaled) return AMP_OK;
     if (st->at_each_backward) { /* every backward was unscaled at once: hand the sums over */
         for (int i = 0; i < opt->n_params; i++) opt->params[i]->grad_written = os->accum_has[i];
-        if (!st->masters) opt->grad_source = os->accum;
+        if (!st->masters) os->in.grad_source = os->accum;
     } else if (st->backward_seen[0]) {
         AMP_TRY(amp_unscale_deferred(st, os));
         AMP_TRY(amp_found_inf_agree(st, 0));
@@ -84,29 +84,31 @@ amp_status amp_unscale(amp_optimizer *opt) {
 }
 
 /* Where parameter i's unscaled gradient is after amp_unscale: f32 (writable) or a half gradient
- * that the optimizer will multiply by half_grad_scale. */
+ * that the optimizer will multiply by the step's half_grad_scale. */
 typedef struct amp_grad_view {
     void *data;
     amp_dtype dtype;
     float factor; /* what the stored values still need multiplying by */
 } amp_grad_view;
 
-static amp_grad_view amp_grad_view_of(amp_optimizer *opt, int i) {
+static amp_grad_view amp_grad_view_of(amp_opt_state *os, int i) {
+    amp_optimizer *opt = os->opt;
     amp_tensor *p = opt->params[i];
     if (amp_optimizer_has_masters(opt))
         return (amp_grad_view){amp_optimizer_master_grad(opt, i), AMP_F32, 1.0f};
-    if (opt->grad_source && opt->grad_source[i])
-        return (amp_grad_view){opt->grad_source[i], AMP_F32, 1.0f};
+    if (os->in.grad_source && os->in.grad_source[i])
+        return (amp_grad_view){os->in.grad_source[i], AMP_F32, 1.0f};
     amp_dtype dt = p->grad->dtype;
-    return (amp_grad_view){p->grad->data, dt, amp_is_half(dt) ? opt->half_grad_scale : 1.0f};
+    return (amp_grad_view){p->grad->data, dt, amp_is_half(dt) ? os->in.half_grad_scale : 1.0f};
 }
 
 /* The device mode's clip: the sums of squares, the norm and the coefficient stay on the device
  * (scaler_clip); the f32 gradients are multiplied by the coefficient in one fused pass (by 1
  * when it does not clip: the same bits, and no host decision); the half ones get it through the
  * factor the optimizer applies. norm_out costs one 4-byte read. */
-static amp_status amp_clip_device(amp_state *st, amp_optimizer *opt, float max_norm,
+static amp_status amp_clip_device(amp_state *st, amp_opt_state *os, float max_norm,
                                   float *norm_out) {
+    amp_optimizer *opt = os->opt;
     const amp_backend *be = st->ctx->backend;
     amp_scaler_dev *dev = &st->scaler_dev[0];
     amp_tensor *sq;
@@ -117,8 +119,8 @@ static amp_status amp_clip_device(amp_state *st, amp_optimizer *opt, float max_n
     AMP_TRY(amp_grad_lists_init(&lists, opt->n_params));
     amp_status s = AMP_OK;
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
-        if (!amp_optimizer_param_stepped(opt, i)) continue;
-        amp_grad_view g = amp_grad_view_of(opt, i);
+        if (!amp_optimizer_param_stepped(opt, &os->in, i)) continue;
+        amp_grad_view g = amp_grad_view_of(os, i);
         s = amp_grad_lists_add(&lists, g.dtype, opt->params[i]->numel, g.data, (float *)g.data);
     }
     const amp_grad_list *f32 = &lists.list[0], *f16 = &lists.list[1], *bf16 = &lists.list[2];
@@ -148,12 +150,13 @@ static amp_status amp_clip_device(amp_state *st, amp_optimizer *opt, float max_n
 
 amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_out) {
     amp_state *st;
-    AMP_TRY(amp_state_of(__func__, opt, &st, NULL));
+    amp_opt_state *os;
+    AMP_TRY(amp_state_of(__func__, opt, &st, &os));
     if (!(max_norm > 0) || !isfinite(max_norm))
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_clip_grad_norm: max_norm %g must be finite and "
                         "> 0", (double)max_norm);
     AMP_TRY(amp_unscale(opt));
-    if (st->device_scaler) return amp_clip_device(st, opt, max_norm, norm_out);
+    if (st->device_scaler) return amp_clip_device(st, os, max_norm, norm_out);
     const amp_backend *be = st->ctx->backend;
     amp_tensor *sq;
     int64_t one = 1;
@@ -165,8 +168,8 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
     amp_status s = AMP_OK;
     float half_factor = 1.0f;
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
-        if (!amp_optimizer_param_stepped(opt, i)) continue;
-        amp_grad_view g = amp_grad_view_of(opt, i);
+        if (!amp_optimizer_param_stepped(opt, &os->in, i)) continue;
+        amp_grad_view g = amp_grad_view_of(os, i);
         if (g.dtype != AMP_F32) half_factor = g.factor;
         s = amp_grad_lists_add(&lists, g.dtype, opt->params[i]->numel, g.data, NULL);
     }
@@ -192,8 +195,8 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
     AMP_TRY(amp_grad_lists_init(&lists, opt->n_params));
     bool half_scaled = false;
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
-        if (!amp_optimizer_param_stepped(opt, i)) continue;
-        amp_grad_view g = amp_grad_view_of(opt, i);
+        if (!amp_optimizer_param_stepped(opt, &os->in, i)) continue;
+        amp_grad_view g = amp_grad_view_of(os, i);
         if (g.dtype != AMP_F32) half_scaled = true;
         else s = amp_grad_lists_add(&lists, AMP_F32, opt->params[i]->numel, g.data, g.data);
     }
@@ -206,7 +209,7 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
     }
     amp_grad_lists_free(&lists);
     AMP_TRY(s);
-    if (half_scaled) opt->half_grad_scale *= coef;
+    if (half_scaled) os->in.half_grad_scale *= coef;
     return AMP_OK;
 }
 
@@ -228,15 +231,13 @@ static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *steppe
     const amp_backend *be = st->ctx->backend;
     amp_scaler_dev *dev = &st->scaler_dev[0];
     bool checks = amp_loss_checks(st, 0); /* a backward was seen: amp_step checked */
-    opt->dev_found_inf = checks ? st->found_inf : NULL;
-    opt->dev_half_grad_scale = &dev->half_grad_scale;
-    opt->outcome_on_device = true;
+    amp_optim_inputs in = os->in;
+    in.dev_found_inf = checks ? st->found_inf : NULL;
+    in.dev_half_grad_scale = &dev->half_grad_scale;
+    in.outcome_on_device = true;
     /* The optimizer first: if it fails, nothing has moved (it validates every parameter before
      * touching one), and the scaler, the flag and the unscaled gradients wait for a retry. */
-    amp_status s = amp_optimizer_apply(opt);
-    opt->dev_found_inf = opt->dev_half_grad_scale = NULL;
-    opt->outcome_on_device = false;
-    AMP_TRY(s);
+    AMP_TRY(amp_optimizer_apply(opt, &in));
     amp_scaler_params p = amp_scaler_params_of(st->scalers[0]);
     AMP_TRY(AMP_BE(be, scaler_update, dev, &p, st->found_inf, checks, false));
     st->scaler_dev_stale[0] = true;
@@ -281,7 +282,7 @@ amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     }
     /* The optimizer first: if it fails, nothing has moved (it validates every parameter before
      * touching one), and the scaler, the flags and the unscaled gradients wait for a retry. */
-    if (!skip) AMP_TRY(amp_optimizer_apply(opt));
+    if (!skip) AMP_TRY(amp_optimizer_apply(opt, &os->in));
     if (deferred && seen) {
         amp_scaler_update(st->scalers[0], found, skip);
         if (found) AMP_TRY(st->ctx->backend->memset_zero(st->found_inf, sizeof(float)));

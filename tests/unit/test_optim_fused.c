@@ -68,18 +68,18 @@ static void test_second_call_refused(bool adam) {
     if (!opt) goto done;
     /* The f16 gradients' factor (what the amp layer sets for O3's still-scaled half gradients)
      * is one no backend takes: the f16 call, the second, is refused. */
-    opt->half_grad_scale = INFINITY;
+    amp_optim_inputs in = AMP_OPTIM_INPUTS_NONE;
+    in.half_grad_scale = INFINITY;
     float before[64], after[64];
     int n = snapshot(opt, p, before);
-    CHECK_FAILS(amp_optimizer_step(opt), AMP_ERR_INVALID_ARG, "'b.weight'");
+    CHECK_FAILS(amp_optimizer_apply(opt, &in), AMP_ERR_INVALID_ARG, "'b.weight'");
     snapshot(opt, p, after);
     CHECK_MSG(memcmp(before, after, (size_t)n * sizeof(float)) == 0,
               "%s: a step refused by its second fused call changed the first call's parameters "
               "or state", adam ? "Adam" : "SGD");
     CHECK(amp_optimizer_step_count(opt) == 0);
     CHECK(!amp_optimizer_has_state(opt, 0) && !amp_optimizer_has_state(opt, 1));
-    opt->half_grad_scale = 1.0f;
-    CHECK_OK(amp_optimizer_step(opt));
+    CHECK_OK(amp_optimizer_step(opt)); /* AMP_OPTIM_INPUTS_NONE: the factor 1 */
     snapshot(opt, p, after);
     CHECK(after[0] != before[0] && after[g_numel[0] * (1 + amp_optimizer_n_state(opt))] !=
                                        before[g_numel[0] * (1 + amp_optimizer_n_state(opt))]);
