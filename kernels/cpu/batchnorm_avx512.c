@@ -1,8 +1,8 @@
 /* Batch norm's channel loops (both batch norms' sums, the forward's normalising pass, the
  * backward's dx) in AVX-512 intrinsics, for f32, bf16 and f16 storage, each widened in the
  * registers (bf16 a shift, f16 vcvtph2ps: exact), so f16 needs none of the generic loops' f32
- * copies of a channel (batchnorm_cpu.c): the f16 ConvNet's batch norm at O1, batch 128, took
- * 5.7-6.3 ms a step through the copies and 2.6 in place (Intel Xeon SPR, 2 threads). They visit
+ * copies of a channel (batchnorm_cpu.c), which cost the f16 ConvNet's batch norm twice its time
+ * (bench/RESULTS.md, "Figures behind decisions in the code", batchnorm_avx512.c). They visit
  * a channel in batchnorm_tiles.h's order and do its arithmetic in its order (eight double lanes
  * per tile, lane j taking the elements k + j, the tail and the lane tree by the same inline
  * functions), so the bits are the generic loops': the cudacpu tests hold both against the CUDA
@@ -11,9 +11,7 @@
  * Why not the generic loops' AVX-512 clones: GCC 12 lowers their f32 -> double conversions
  * (__builtin_convertvector of eight lanes) piecewise, two 128-bit halves with extracts and
  * inserts, and the widening of bf16 four lanes at a time; two thirds of the sums' instructions
- * were those shuffles, all on one port. On the ConvNet's first layer (128x16x28x28, Intel Xeon
- * SPR, 2 threads) the training forward took 0.56 ms in f32 and 1.09 in bf16, the backward 0.64
- * and 1.14. */
+ * were those shuffles, all on one port (the same section). */
 #include <stdint.h>
 #include <string.h>
 

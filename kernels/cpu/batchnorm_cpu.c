@@ -12,9 +12,8 @@
  * and sum as the f32 path's. Training with f16 storage widens each channel once into the
  * thread's f32 arena (its planes in order, so the tiles, and every sum, are the f32 path's) and
  * runs the passes on that copy: widening per pass (F16C) cost the forward's three passes and the
- * backward's two a third of their time. On the ConvNet's first layer at batch 256 (Intel Xeon
- * SPR, 2 threads) bf16 through the arena took 2.0 ms forward and 4.3 backward, more than f32's
- * 1.7 and 3.3: the f32 copies pass through the cache four times. On CPUs with AVX-512 the loops
+ * backward's two a third of their time, and the copies still cost more than f32 (bench/RESULTS.md, "Figures behind decisions in the code",
+ * batchnorm_cpu.c). On CPUs with AVX-512 the loops
  * run as batchnorm_avx512.c's intrinsics (the same bits), which read f16 in place too: no copies. */
 #include <stdbool.h>
 #include <string.h>
@@ -178,8 +177,8 @@ AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, c
 }
 
 /* channel_widen of the f16 dy masked by ReLU's backward on y, on the bits (as the binary entry's
- * AMP_BINARY_RELU_BWD does it) a tile at a time, then widened: a widening of y per element took
- * 5 ms a step on the ConvNet. `one` (the copy's descriptor) visits the copy in the tiles in which
+ * AMP_BINARY_RELU_BWD does it) a tile at a time, then widened: a widening of y per element cost
+ * several ms a step on the ConvNet (the same section). `one` (the copy's descriptor) visits the copy in the tiles in which
  * d visits channel ch. */
 AMP_CPU_CLONES static void channel_widen_relu_f16(const amp_bn_desc *d, const amp_bn_desc *one,
                                                   const void *dy, const void *y, int64_t ch,

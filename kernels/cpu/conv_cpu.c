@@ -3,29 +3,24 @@
  * Tensors arrive plain (NCHW activations, OIHW weights). oneDNN's direct kernels want channel-
  * blocked layouts (nChw16c, OIhw16i16o, ...), so each plan lets oneDNN choose its layouts
  * (format_tag_any) and reorders the operands in and the result out through the thread's scratch
- * arena. Measured on the MNIST ConvNet layers at batch 128 with 2 threads (bench/RESULTS.md),
- * the blocked kernel plus reorders is 2.5-20x faster than oneDNN's plain-layout kernel (im2col +
- * GEMM), except backward data with very few input channels: the blocked diff_src pads C to a
- * block of 16 and spends most of its time on padding (1 channel, f32: 2.0 ms plain vs 6.4 ms
- * blocked). Below CONV_BLOCKED_MIN_C_IN input channels backward data therefore stays plain.
- * Backward weight with as few input channels runs channels-last instead (NHWC activations,
- * oneDNN's weight layout): the ConvNet's first layer (1 input channel) takes 2.5 ms against 5.5
- * blocked in a training step, while its second (16) is slower so (6.5 vs 5.5 ms; AMD EPYC,
- * AVX2, 2 threads, f32, batch 128). A CPU where oneDNN has only its reference kernel for it
- * falls back to the blocked layout. In bf16 that layer's backward weight is slow in every layout
- * (oneDNN 2.6's AMX kernel: 3.4 ms blocked or channels-last, where f32 takes 0.9-1.3; Intel Xeon
- * SPR, 2 threads, batch 256), so half backward weights with few input channels run widened to
- * f32: the products of half values are exact in f32 and both accumulate in f32, so nothing is
- * lost; widening dy costs about 0.3 ms there.
+ * arena: the blocked kernel plus reorders beats oneDNN's plain-layout kernel (im2col + GEMM),
+ * except backward data with very few input channels, where the blocked diff_src pads C to a
+ * block of 16 and spends most of its time on padding: below CONV_BLOCKED_MIN_C_IN input channels
+ * backward data stays plain. Backward weight with as few input channels runs channels-last
+ * instead (NHWC activations, oneDNN's weight layout), the faster for 1 input channel and the
+ * slower for 16. A CPU where oneDNN has only its reference kernel for it falls back to the
+ * blocked layout. In bf16 that layer's backward weight is slow in every layout (oneDNN 2.6's AMX
+ * kernel), so half backward weights with few input channels run widened to f32: the products of
+ * half values are exact in f32 and both accumulate in f32, so nothing is lost. The figures:
+ * bench/RESULTS.md, "Figures behind decisions in the code", conv_cpu.c.
  *
  * Outputs are overwritten; dbias (f32) is the sum of dy over N, H, W. x, w, y share one dtype:
  * f32, or bf16 (AVX512-BF16/AMX kernels, f32 accumulation; bias/dbias stay f32). Where oneDNN
  * has no kernel for the dtype on this CPU (f16: oneDNN 2.6 has no f16 CPU kernels) the operands
  * are widened to f32 and the result rounded back, through the f32 plan: an activation whose f32
  * layout keeps 16 channels together is widened into it and rounded back from it in one pass
- * (channel_blocks_avx512.c) instead of a widening pass plus a reorder. The ConvNet's two f16
- * layers, forward and backward, batch 128: 10.3-17.0 ms a step before, 8.2-9.1 after, f32's
- * 7.1-9.7 (Intel Xeon SPR, AVX-512 FP16, 2 threads; best of 30, three noisy runs each).
+ * (channel_blocks_avx512.c) instead of a widening pass plus a reorder (figures: the same
+ * section).
  *
  * The descriptor's allow_tf32 and allow_nondeterministic are ignored: this CPU has no TF32
  * arithmetic, and every algorithm here is deterministic.
@@ -41,8 +36,7 @@
 #include "kernels/cpu/dnnl_util.h"
 
 /* Input channels from which backward data uses the blocked layouts (see the header comment;
- * N=64, 32x32, 3x3 -> 32 channels, f32, 2 threads: 3 input channels take 2.4 ms plain vs 4.2 ms
- * blocked, 8 take 5.3 ms plain vs 4.1 ms blocked). */
+ * 8 is where blocked overtook plain in the measurement there). */
 #define CONV_BLOCKED_MIN_C_IN 8
 
 typedef enum conv_op { CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHT } conv_op;

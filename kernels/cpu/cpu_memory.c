@@ -12,9 +12,8 @@
  *  - on CPUs with AVX-512 (amp_cpu_avx512_kernels) both run sixteen lanes at a time through
  *    avx512_lanes.h, the tail masked, NaN lanes patched only in a vector that has one. In L1 (the
  *    optimizer rounds each 4096-element chunk into its half copy while the chunk is there) that
- *    is 2.4-2.8x the F16C loops for f16 and 1.6x the AVX2 loop for f32 -> bf16 (f16 widen 0.16
- *    -> 0.06 ns an element, narrow 0.11 -> 0.04, bf16 narrow 0.17 -> 0.11; Intel Xeon SPR, one
- *    thread); a 2048x2048 matrix in DRAM converts at memory speed either way (0.42-0.49 ms).
+ *    beats the F16C and AVX2 loops; a matrix in DRAM converts at memory speed either way
+ *    (bench/RESULTS.md, "Figures behind decisions in the code", cpu_memory.c).
  * The x86 paths are chosen at run time, so one binary runs everywhere. */
 #include <malloc.h>
 #include <stdatomic.h>

@@ -157,15 +157,13 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, void *
 
 /* A row-major f32 B (not transposed) whose row stride is a multiple of 4 KiB puts every row of
  * a column panel in the same cache sets. oneDNN 2.6 reads such a B in place when it is 64-byte
- * aligned (and packs it when it is not), and the set conflicts halve its speed: the MLP's
- * dX = dY W at 128x2048x2048 ran at 66-88 GFLOP/s against 150 packed (AMD EPYC, AVX2, 2
- * threads; bench/RESULTS.md). Such a B, when it outgrows L2 and m is large enough to pay for
+ * aligned (and packs it when it is not), and the set conflicts halve its speed (the MLP's
+ * dX = dY W; bench/RESULTS.md, "Figures behind decisions in the code", gemm_cpu.c). Such a B, when it outgrows L2 and m is large enough to pay for
  * one pass over it, is copied into scratch with a row stride padded by one cache line (the
  * choice depends on the shape alone). A half B never is. Every bf16 kernel (AMX and AVX512-BF16
  * brgemm, the gemm kernel) regroups B into pairs along k anyway, so its stride never reaches the
  * inner loop, and the copy only costs a pass and sends oneDNN from its AMX brgemm kernel to
- * the gemm kernel: dX at 128x2048x2048 in bf16 took 1.15-1.88 ms in place against 1.70-2.63
- * copied (Intel Xeon SPR, 2 threads, best of 37 alternating in one process). An f16 B has no
+ * the slower gemm kernel (the same section). An f16 B has no
  * oneDNN kernel here: gemm_widened widens it into f32, and that copy follows the f32 rule. */
 #define GEMM_PAD_MIN_BYTES ((int64_t)1 << 20)
 #define GEMM_PAD_MIN_M 32

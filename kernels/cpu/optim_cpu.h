@@ -12,10 +12,10 @@
 #include "kernels/cpu/multi_tensor_cpu.h"
 
 /* The element loops are also built for FMA-capable x86-64 and picked at load time (ifunc): with
- * the instruction, fmaf inlines instead of calling libm and the loop vectorises. Measured on 5.8M
- * f32 parameters, one thread: SGD 40 -> 3.5 ms; Adam 56 -> 24 ms, and 4 ms when the file is built
- * with -fno-math-errno (sqrtf's errno path otherwise blocks vectorisation). fmaf, sqrtf and
- * division are exactly rounded in every build, so all builds give the same bits. */
+ * the instruction, fmaf inlines instead of calling libm and the loop vectorises; the file is
+ * built with -fno-math-errno (sqrtf's errno path otherwise blocks vectorisation) (figures:
+ * bench/RESULTS.md, "Figures behind decisions in the code", optim_cpu.h). fmaf, sqrtf and division are exactly rounded in every build, so
+ * all builds give the same bits. */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define AMP_OPTIM_CLONES __attribute__((target_clones("fma", "default")))

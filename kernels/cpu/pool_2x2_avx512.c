@@ -9,9 +9,8 @@
  *
  * f16 and bf16 are widened in registers and stored back exactly (every value stored is one of
  * the inputs, or 0 + dy, so rounding keeps it); NaN is stored as 0x7fff, as core/half.h's
- * conversions do (avx512_lanes.h). The scalar scan widened each plane into an f32 copy and back:
- * on the ConvNet (batch 128, 28x28 and 14x14 planes; Intel Xeon SPR, 2 threads) forward and
- * backward took 0.7 and 1.6 ms a step in f32, 1.3 and 2.5 ms in bf16. */
+ * conversions do (avx512_lanes.h). The scalar scan it replaces widened each plane into an f32
+ * copy and back (bench/RESULTS.md, "Figures behind decisions in the code", pool_2x2_avx512.c). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>

@@ -67,7 +67,7 @@ static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int
 
 /* The common 2x2 window with stride 2 and no padding (every window in bounds): the same four
  * candidates in the same row-major order as amp_pool_argmax, with selects instead of the
- * generic window loops, which took 10 ns an output (5.8 of the ConvNet's 36 ms step). */
+ * generic window loops, which took a sixth of the ConvNet's step (bench/RESULTS.md, "Figures behind decisions in the code", pool_cpu.c). */
 static inline void pool_take(float v, int32_t i, float *best, int32_t *best_i) {
     int takes = amp_maxpool_takes(v, *best);
     *best = takes ? v : *best;
@@ -95,9 +95,8 @@ static void pool_plane_fwd_2x2(const amp_pool_desc *d, const float *x, float *y,
 }
 
 /* The forward's 2x2 stride-2 maxima without indices (the forward keeps none): the same scan as
- * pool_plane_fwd_2x2, as a chain of selects. f32 on the ConvNet's first pooling 0.33-0.50 ->
- * 0.22-0.31 ms (Intel Xeon SPR, 2 threads). Not built for AVX-512 (kernels/cpu/cpu_clones.h):
- * with rows of 7 and 14 outputs that clone ran 3-5 times slower. */
+ * pool_plane_fwd_2x2, as a chain of selects. Not built for AVX-512 (kernels/cpu/cpu_clones.h):
+ * with rows of 7 and 14 outputs that clone ran slower (the same section). */
 static inline float pool_best(float v, float best) {
     return amp_maxpool_takes(v, best) ? v : best;
 }
