@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
-#include "precision/amp_state.h"
+#include "amp/state_internal.h"
 
 static const amp_checkpoint_opts amp_ckpt_no_opts;
 

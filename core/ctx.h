@@ -78,7 +78,7 @@ struct amp_ctx {
     const struct amp_backward_observer *bw_observer;
     void *bw_observer_user;
     /* Collectives among the ranks of a job for ops that need them in the middle of a pass (sync
-     * batch norm's statistics, nn/ops_sync_norm.c), set by parallel/ (amp_model_convert_sync_
+     * batch norm's statistics, nn/ops_sync_batchnorm.c), set by parallel/ (amp_model_convert_sync_
      * batchnorm); NULL: a world of one, the op's local path. */
     const struct amp_collective *collective;
     void *collective_user;
@@ -89,7 +89,7 @@ struct amp_ctx {
     bool released;
     amp_ctx_listener *listeners;
     int n_listeners, cap_listeners;
-    void *amp;                      /* the amp layer's state after amp_initialize (precision/amp_state.h) */
+    void *amp;                      /* the amp layer's state after amp_initialize (amp/state_internal.h) */
     const struct amp_layer_hooks *amp_hooks; /* set with it; NULL without */
 };
 

@@ -1,4 +1,4 @@
-/* What batch norm (nn/ops_norm.c) shares with synchronised batch norm (nn/ops_sync_norm.c): the
+/* What batch norm (nn/ops_norm.c) shares with synchronised batch norm (nn/ops_sync_batchnorm.c): the
  * argument checks and the f32 views of half parameters and running statistics. */
 #ifndef AMP_NN_NORM_INTERNAL_H
 #define AMP_NN_NORM_INTERNAL_H

@@ -18,7 +18,7 @@ static amp_status amp_seq_forward(amp_model *m, amp_tensor *const *in, int n_in,
         bool then_relu = i + 1 < m->n_children && m->children[i + 1]->kind == AMP_MODULE_RELU;
         if (then_relu && (l->kind == AMP_MODULE_LINEAR || l->kind == AMP_MODULE_BATCHNORM2D)) {
             /* Linear then ReLU: one GEMM with the bias in its epilogue and the ReLU in place on
-             * its output (kernels/cuda/gemm_cublaslt.c says what it saves). Batch norm then
+             * its output (kernels/cuda/gemm.c says what it saves). Batch norm then
              * ReLU: the ReLU in the normalising pass, no tensor between them. Same gradients. */
             if (l->kind == AMP_MODULE_LINEAR)
                 s = amp_linear_relu(h, l->params[0].t, l->cfg.bias ? l->params[1].t : NULL, &next);

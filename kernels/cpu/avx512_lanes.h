@@ -1,6 +1,6 @@
 /* Sixteen-lane loads and stores of f32, f16 and bf16 for the CPU backend's hand-vectorised
  * AVX-512 kernels (pool_2x2_avx512.c, batchnorm_avx512.c, channel_blocks_avx512.c, the casts of
- * cpu_memory.c): half values are widened in registers
+ * memory.c): half values are widened in registers
  * and rounded back as core/half.h's conversions round them (to nearest even; NaN as 0x7fff).
  * x86-64 with GCC or Clang only; the functions are built for AVX-512 F, BW and VL, which the
  * caller checks at run time (amp_cpu_avx512_kernels). */

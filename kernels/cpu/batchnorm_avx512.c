@@ -1,7 +1,7 @@
 /* Batch norm's channel loops (both batch norms' sums, the forward's normalising pass, the
  * backward's dx) in AVX-512 intrinsics, for f32, bf16 and f16 storage, each widened in the
  * registers (bf16 a shift, f16 vcvtph2ps: exact), so f16 needs none of the generic loops' f32
- * copies of a channel (batchnorm_cpu.c), which cost the f16 ConvNet's batch norm twice its time
+ * copies of a channel (batchnorm.c), which cost the f16 ConvNet's batch norm twice its time
  * (bench/RESULTS.md, "Figures behind decisions in the code", batchnorm_avx512.c). They visit
  * a channel in batchnorm_tiles.h's order and do its arithmetic in its order (eight double lanes
  * per tile, lane j taking the elements k + j, the tail and the lane tree by the same inline

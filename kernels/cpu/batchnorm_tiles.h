@@ -1,5 +1,5 @@
-/* The order in which the CPU backend's batch norm entries visit a channel (batchnorm_cpu.c,
- * batchnorm_sync_cpu.c; batchnorm.cu and batchnorm_sync.cu copy it on the device): one order for
+/* The order in which the CPU backend's batch norm entries visit a channel (batchnorm.c,
+ * sync_batchnorm.c; batchnorm.cu and sync_batchnorm.cu copy it on the device): one order for
  * every sum, so a channel's statistics do not depend on the loop, thread or backend. */
 #ifndef AMP_KERNELS_CPU_BATCHNORM_TILES_H
 #define AMP_KERNELS_CPU_BATCHNORM_TILES_H
@@ -84,7 +84,7 @@ AMP_CPU_CLONE_INLINE void bn_load8(const void *p, amp_dtype dt, int64_t i, bn_v8
  * double): x (batch norm's mean); (x - c)^2 (its variance); x - c and (x - c)^2 (synchronised
  * batch norm's statistics about a centre); dy and (x - c) dy (both backwards; with y given, dy
  * masked by ReLU's backward on y first, kernels/math/relu.h's amp_relu_bwd). The formulas are
- * kernels/math/batchnorm.h's and batchnorm_sync.h's, in the same order of operations. */
+ * kernels/math/batchnorm.h's and sync_batchnorm.h's, in the same order of operations. */
 typedef enum bn_sum_kind { BN_SUM_X, BN_SUM_SQ_DEV, BN_SUM_CENTERED, BN_SUM_DY } bn_sum_kind;
 
 /* Element i of dy, masked by ReLU's backward on y[i] when y is given. */
@@ -205,7 +205,7 @@ AMP_CPU_CLONE_INLINE void channel_sums(const amp_bn_desc *d, bn_sum_kind kind, c
 }
 
 /* Whether d's passes run on f32 copies of each channel: f16 where the AVX-512 loops do not run
- * (batchnorm_cpu.c's training entries, widening each channel once). */
+ * (batchnorm.c's training entries, widening each channel once). */
 static inline bool bn_through_f32_copies(const amp_bn_desc *d) {
     return d->dtype == AMP_F16 && !amp_cpu_bn_vectorised(d);
 }

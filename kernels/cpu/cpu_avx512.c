@@ -1,5 +1,5 @@
 /* Whether the CPU backend's hand-vectorised AVX-512 kernels run (pool_2x2_avx512.c,
- * batchnorm_avx512.c, channel_blocks_avx512.c, cpu_memory.c's casts): on CPUs with AVX-512 F, BW and VL, unless AMP_CPU_GENERIC is set in the
+ * batchnorm_avx512.c, channel_blocks_avx512.c, memory.c's casts): on CPUs with AVX-512 F, BW and VL, unless AMP_CPU_GENERIC is set in the
  * environment, which keeps the generic loops that other CPUs run (the tests run both on a CPU
  * that has it). Decided once per process. */
 #include <stdlib.h>

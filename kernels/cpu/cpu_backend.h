@@ -1,8 +1,8 @@
 /* The CPU backend's kernels, one per entry of amp_backend (core/backend.h states each contract).
- * cpu_backend.c gathers them into the table. Files: cpu_memory.c (memory, cast, fill),
- * gemm_cpu.c and conv_cpu.c (oneDNN), elementwise_cpu.c, reduce_cpu.c, batchnorm_cpu.c,
- * pool_cpu.c, loss_cpu.c, dropout_cpu.c, optim_cpu.c (SGD, Adam), lamb_cpu.c, amp_cpu.c and
- * unscale_multi_cpu.c (loss scaler); multi_tensor_cpu.c runs core/multi_tensor.h's plans. */
+ * cpu_backend.c gathers them into the table. Files: memory.c (memory, cast, fill),
+ * gemm.c and conv.c (oneDNN), elementwise.c, reduce.c, batchnorm.c,
+ * pool.c, loss.c, dropout.c, optim.c (SGD, Adam), optim_lamb.c, unscale.c and
+ * unscale_multi.c (loss scaler); multi_tensor_apply.c runs core/multi_tensor.h's plans. */
 #ifndef AMP_KERNELS_CPU_BACKEND_H
 #define AMP_KERNELS_CPU_BACKEND_H
 
@@ -23,11 +23,11 @@ void amp_cpu_memory_stats(size_t *in_use, size_t *peak);
 void amp_cpu_memory_count(size_t add, size_t sub);
 void amp_cpu_memory_reset_peak(void);
 uint64_t amp_cpu_system_allocs(void);
-/* Batch uploads (upload_cpu.c): a copy at the call, no events. */
+/* Batch uploads (upload.c): a copy at the call, no events. */
 amp_status amp_cpu_upload_async(void *dst, const void *host, size_t nbytes, void *after);
 amp_status amp_cpu_mark(void **event);
 void amp_cpu_event_free(void *event);
-/* The loss scaler's entries (scaler_cpu.c): kernels/math/scaler.h in place. */
+/* The loss scaler's entries (scaler.c): kernels/math/scaler.h in place. */
 amp_status amp_cpu_scaler_seed(amp_scaler_dev *s, float cap);
 amp_status amp_cpu_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
                                const float *sumsq_half, float max_norm);
@@ -118,7 +118,7 @@ amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, co
                               amp_dtype g_dt, float *momentum_buf);
 amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
                                amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
-/* Multi-tensor optimizer passes (optim_cpu.c, lamb_cpu.c). Each validates the whole list before
+/* Multi-tensor optimizer passes (optim.c, optim_lamb.c). Each validates the whole list before
  * it writes anything; a set scalars->found_inf makes it write nothing. */
 amp_status amp_cpu_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
                              const amp_step_scalars *scalars);
@@ -127,18 +127,18 @@ amp_status amp_cpu_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
 amp_status amp_cpu_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
                               const amp_step_scalars *scalars);
 
-/* Loss scaler (amp_cpu.c: unscale; reduce_cpu.c: sum_squares). */
+/* Loss scaler (unscale.c: unscale; reduce.c: sum_squares). */
 amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                            float *out, float *found_inf);
 amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
-/* One piece of len elements of the two passes above (amp_cpu.c), shared with their multi-tensor
- * entries (unscale_multi_cpu.c) so both give the same bits: the return is 1 when an input was
+/* One piece of len elements of the two passes above (unscale.c), shared with their multi-tensor
+ * entries (unscale_multi.c) so both give the same bits: the return is 1 when an input was
  * inf/NaN; unscale widens a half piece into out first. */
 uint32_t amp_cpu_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale, float *out,
                                int64_t len);
 uint32_t amp_cpu_nonfinite_piece(amp_dtype dt, const void *x, int64_t len);
-/* The same over a list of tensors (unscale_multi_cpu.c). */
+/* The same over a list of tensors (unscale_multi.c). */
 amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
                                  const void *const *grad, float inv_scale, float *const *out,
                                  float *found_inf, const amp_step_scalars *scalars);

@@ -1,4 +1,4 @@
-/* oneDNN glue shared by the CPU GEMM and convolution kernels (gemm_cpu.c, conv_cpu.c).
+/* oneDNN glue shared by the CPU GEMM and convolution kernels (gemm.c, conv.c).
  *
  *  - One CPU engine for the process, made on first use (pthread_once); one stream per calling
  *    thread, because oneDNN does not promise that a stream may be shared between threads.

@@ -1,5 +1,5 @@
-/* What the CPU optimizer files share (optim_cpu.c: SGD and Adam, per tensor and multi-tensor;
- * lamb_cpu.c: LAMB): the gradient loads, the build attribute of the element loops, the chunk's
+/* What the CPU optimizer files share (optim.c: SGD and Adam, per tensor and multi-tensor;
+ * optim_lamb.c: LAMB): the gradient loads, the build attribute of the element loops, the chunk's
  * f32 values and its half copy, and the checks of a multi-tensor list. */
 #ifndef AMP_KERNELS_CPU_OPTIM_CPU_H
 #define AMP_KERNELS_CPU_OPTIM_CPU_H
@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "core/half.h"
-#include "kernels/cpu/multi_tensor_cpu.h"
+#include "kernels/cpu/multi_tensor_apply.h"
 
 /* The element loops are also built for FMA-capable x86-64 and picked at load time (ifunc): with
  * the instruction, fmaf inlines instead of calling libm and the loop vectorises; the file is
@@ -27,7 +27,7 @@
 
 /* Elements per range call: long enough to vectorise, short enough to share evenly among threads
  * and for the chunk's f32 values to be still in L1 when the half copy is written. It is also the
- * multi-tensor entries' piece (multi_tensor_cpu.h), so both run the same spans. */
+ * multi-tensor entries' piece (multi_tensor_apply.h), so both run the same spans. */
 #define AMP_CPU_OPTIM_CHUNK AMP_CPU_MT_PIECE
 
 static inline float amp_ld_f32(const void *g, int64_t i) { return ((const float *)g)[i]; }

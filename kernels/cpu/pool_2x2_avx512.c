@@ -2,8 +2,8 @@
  * per AVX-512 vector. Row-wise: two input rows give a row of outputs; their even and odd columns
  * are split into four candidate vectors by two permutes per row, and the candidates are taken in
  * the window's row-major order with PyTorch's rule (strictly greater or NaN, kernels/math/pool.h),
- * so values and argmax are those of pool_cpu.c's scalar scan, bit for bit. The backward finds the
- * argmax again the same way (no index tensor, as pool_cpu.c) and writes dx row by row: 0 + dy at
+ * so values and argmax are those of pool.c's scalar scan, bit for bit. The backward finds the
+ * argmax again the same way (no index tensor, as pool.c) and writes dx row by row: 0 + dy at
  * the argmax, +0 elsewhere and in the rows and columns no window reads; windows do not overlap,
  * so there is nothing to accumulate.
  *
@@ -120,7 +120,7 @@ void amp_cpu_pool2x2_bwd_plane(const amp_pool_desc *d, const void *x, const void
     pool2x2_bwd_plane(d, x, dy, dx);
 }
 
-#else /* not x86-64 with GCC or Clang: pool_cpu.c's scalar scan, and these are never called */
+#else /* not x86-64 with GCC or Clang: pool.c's scalar scan, and these are never called */
 
 bool amp_cpu_pool2x2_vectorised(const amp_pool_desc *d) {
     (void)d;

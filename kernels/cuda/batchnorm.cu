@@ -1,7 +1,7 @@
 /* Batch norm on the device: the CUDA side of the table's bn_fwd_train, bn_fwd_eval and bn_bwd over
  * an [n, c, hw] tensor (x, y, dy, dx in f32, f16 or bf16; every per-channel vector f32).
  *
- * Numerics are the CPU backend's (kernels/cpu/batchnorm_cpu.c), bit for bit: the same per-element
+ * Numerics are the CPU backend's (kernels/cpu/batchnorm.c), bit for bit: the same per-element
  * and per-channel math (kernels/math/batchnorm.h, whose products are rounded on their own so that
  * nvcc fuses nothing the CPU does not), and the same order for every sum. A channel is cut into
  * tiles as the CPU cuts it (the n planes in order, each in pieces of AMP_CPU_REDUCE_CHUNK); a tile

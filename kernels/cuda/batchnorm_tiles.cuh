@@ -1,5 +1,5 @@
 /* The tiling shared by batch norm's kernels (batchnorm.cu) and synchronised batch norm's
- * (batchnorm_sync.cu): a channel's sums are bit-identical to the CPU backend's
+ * (sync_batchnorm.cu): a channel's sums are bit-identical to the CPU backend's
  * (kernels/cpu/batchnorm_tiles.h) only with its tile length and lane count, so both files take
  * them, and the grids over them, from here. */
 #ifndef AMP_KERNELS_CUDA_BATCHNORM_TILES_CUH

@@ -1,4 +1,4 @@
-/* The convolution's bias on the device, around cuDNN (conv_cudnn.c): our bias and its gradient
+/* The convolution's bias on the device, around cuDNN (conv.c): our bias and its gradient
  * are f32 whatever the activations' dtype, and cuDNN's cudnnAddTensor/ConvolutionBackwardBias want
  * them in the tensor's dtype, so both are done here. Tensors are [n, c, hw] (NCHW, hw = h * w).
  *

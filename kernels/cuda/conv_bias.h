@@ -2,7 +2,7 @@
  *  - conv_bias.cu: the f32 bias and its gradient on [n, c, hw] tensors (NCHW with hw = h * w).
  *    cuDNN's cudnnAddTensor and cudnnConvolutionBackwardBias want the bias in the tensor's dtype,
  *    and ours stays f32 whatever the activations' dtype, so these two are our own kernels;
- *  - conv_cudnn.c: counters of its algorithm cache (tests check that a shape is searched once).
+ *  - conv.c: counters of its algorithm cache (tests check that a shape is searched once).
  * Launchers take an explicit stream, checked sizes (n, c, hw >= 1) and non-NULL pointers, and
  * check their launches. */
 #ifndef AMP_KERNELS_CUDA_CONV_BIAS_H
@@ -27,7 +27,7 @@ amp_status amp_cuda_conv_bias_fill_launch(amp_dtype dt, int64_t n, int64_t c, in
 amp_status amp_cuda_conv_bias_grad_launch(amp_dtype dt, int64_t n, int64_t c, int64_t hw,
                                           const void *dy, float *dbias, cudaStream_t stream);
 
-/* The algorithm cache of conv_cudnn.c, process-wide. */
+/* The algorithm cache of conv.c, process-wide. */
 typedef struct amp_cuda_conv_stats {
     int64_t algo_searches; /* calls of cudnnGetConvolution*Algorithm_v7: one per new plan */
     /* The cuDNN algorithm of the latest call of each entry (cudnnConvolutionFwdAlgo_t,

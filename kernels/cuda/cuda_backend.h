@@ -1,7 +1,7 @@
 /* The CUDA backend's internals: the entries of its amp_backend table (core/backend.h states each
  * contract) and the launchers they share. cuda_backend.c gathers the table.
  * Files: cuda_backend.c (device probe, stream, copies, table), cuda_alloc.c (caching allocator),
- * cast.cu (cast, fill, strided cast with bias), gemm_cublaslt.c (GEMM through cuBLASLt),
+ * cast.cu (cast, fill, strided cast with bias), gemm.c (GEMM through cuBLASLt),
  * elementwise.cu, reduce.cu, loss.cu, dropout.cu (their entries below), block_reduce.cuh (the
  * deterministic block reductions of reduce.cu and loss.cu).
  *
@@ -92,7 +92,7 @@ amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, c
                                      float scale, const float *bias, bool relu,
                                      cudaStream_t stream);
 
-/* GEMM (gemm_cublaslt.c). init creates the cuBLASLt handle; the first GEMM takes its workspace
+/* GEMM (gemm.c). init creates the cuBLASLt handle; the first GEMM takes its workspace
  * from the allocator. */
 amp_status amp_cuda_gemm_init(void);
 amp_status amp_cuda_gemm(const amp_gemm_desc *d);
@@ -178,7 +178,7 @@ amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const void *dy,
                                        const uint8_t *mask, float p, void *dx,
                                        cudaStream_t stream);
 
-/* Convolution (conv_cudnn.c over cuDNN's convolution API; conv_bias.cu for the f32 bias and its
+/* Convolution (conv.c over cuDNN's convolution API; conv_bias.cu for the f32 bias and its
  * gradient, our own deterministic kernels); same contracts as the table's conv2d_*. */
 amp_status amp_cuda_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
                                const float *bias, void *y);
@@ -199,7 +199,7 @@ amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float
 amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
                            const float *gamma, const float *save_mean, const float *save_invstd,
                            void *dx, float *dgamma, float *dbeta);
-/* Synchronised batch norm (batchnorm_sync.cu); same contracts as the table's entries. */
+/* Synchronised batch norm (sync_batchnorm.cu); same contracts as the table's entries. */
 amp_status amp_cuda_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
                                     const void *dy, float *out1, float *out2);
 amp_status amp_cuda_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,

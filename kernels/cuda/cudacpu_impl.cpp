@@ -1,7 +1,7 @@
 /* The AMP_CUDACPU build's one translation unit that defines ../shared/cudacpu's runtime (the
  * CUDA runtime API, streams, the launcher and the guard on device memory) and the library
- * emulations the CUDA backend calls in place of NVIDIA's: cuBLASLt (gemm_cublaslt.c), cuDNN
- * (conv_cudnn.c) and NCCL over MPI (collectives.c); cmake/AmpCudacpu.cmake defines
+ * emulations the CUDA backend calls in place of NVIDIA's: cuBLASLt (gemm.c), cuDNN
+ * (conv.c) and NCCL over MPI (collectives.c); cmake/AmpCudacpu.cmake defines
  * CUDACPU_CUBLASLT, CUDACPU_CUDNN and CUDACPU_NCCL here. cudacpu allows exactly one such unit per program, so no test or program
  * that links libamp in this build may define CUDACPU_IMPLEMENTATION itself. Compiled only when
  * AMP_CUDACPU=ON; the real-CUDA build links libcudart, cuBLASLt, cuDNN and NCCL instead. */

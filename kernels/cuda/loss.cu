@@ -1,7 +1,7 @@
 /* Losses on the device: the CUDA side of the table's xent_fwd/xent_bwd (softmax cross-entropy with
  * saved log-softmax, mean over rows) and mse_fwd/mse_bwd (mean squared error).
  *
- * Numerics follow the CPU backend (kernels/cpu/loss_cpu.c) through the same per-element functions
+ * Numerics follow the CPU backend (kernels/cpu/loss.c) through the same per-element functions
  * (kernels/math/xent.h, mse.h):
  *  - xent_fwd: one block per row (grid-stride over rows). The row's maximum is the sequential
  *    scan's (amp_block_max_first: the first of equal maxima, so a zero maximum has the scan's

@@ -314,7 +314,7 @@ static amp_status amp_mt_with_store(amp_mt_store s, F &&f) {
 }
 
 /* The checks every optimizer entry makes on its lists and scalars before anything else, in the
- * CPU backend's order and with its statuses (kernels/cpu/optim_cpu.c): no per-tensor half_copy
+ * CPU backend's order and with its statuses (kernels/cpu/optim.c): no per-tensor half_copy
  * in the descriptor (a list's copies are t->half), grad_scale 0 or finite > 0, t set, n in
  * 0..2^31 - 1, gradient dtype f32/f16/bf16, the half dtype f16/bf16 when a half list is given,
  * a parameter list (param or half, even for n = 0), and with n > 0 the arrays that must be there

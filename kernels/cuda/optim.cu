@@ -305,7 +305,7 @@ static void one_tensor_make(one_tensor *o, int64_t n, float *param, const void *
     o->t.state2 = &o->state2;
 }
 
-/* The per-tensor entries' checks, the CPU backend's (kernels/cpu/optim_cpu.c) in its order;
+/* The per-tensor entries' checks, the CPU backend's (kernels/cpu/optim.c) in its order;
  * *done is set when there is nothing to do (n == 0). */
 static amp_status check_one(const char *fn, int64_t n, amp_dtype g_dt, const void *half_copy,
                             amp_dtype half_dt, float grad_scale, const float *param,

@@ -3,7 +3,7 @@
  * the backward takes the forward's input x and finds each window's maximum again, as cuDNN's
  * cudnnPoolingBackward does (core/backend.h).
  *
- * Numerics are the CPU backend's (kernels/cpu/pool_cpu.c), bit for bit:
+ * Numerics are the CPU backend's (kernels/cpu/pool.c), bit for bit:
  *  - forward: one thread per output element scans its window with amp_pool_argmax
  *    (kernels/math/pool.h): row-major from -inf with the argmax on the first in-bounds element;
  *    a value wins when strictly greater or NaN, so ties keep the first maximum and the last NaN

@@ -1,5 +1,5 @@
 /* One element of torch.optim.Adam / AdamW's update (amsgrad=False, maximize=False), shared by
- * the CPU loop (kernels/cpu/optim_cpu.c) and the CUDA fused optimizer kernel.
+ * the CPU loop (kernels/cpu/optim.c) and the CUDA fused optimizer kernel.
  *
  * Bit-for-bit what torch's single-tensor Adam computes on the CPU (torch/optim/adam.py,
  * _single_tensor_adam, capturable=False), op by op:

@@ -1,7 +1,7 @@
 /* The dynamic loss scaler's state and update rule in backend memory, shared by the host's
- * scaler (precision/scaler.c), the CPU backend's scaler entries and the CUDA backend's one-thread
+ * scaler (amp/scaler.c), the CPU backend's scaler entries and the CUDA backend's one-thread
  * kernels, so that a step needs no host synchronisation and both paths move the scale alike.
- * precision/scaler.h states the algorithm and its sources (torch.amp.GradScaler's update with
+ * amp/scaler_internal.h states the algorithm and its sources (torch.amp.GradScaler's update with
  * Apex's bounds and DeepSpeed's hysteresis); these functions are its arithmetic. */
 #ifndef AMP_KERNELS_MATH_SCALER_H
 #define AMP_KERNELS_MATH_SCALER_H
@@ -34,7 +34,7 @@ typedef struct amp_scaler_dev {
     int64_t taken_steps;   /* steps the optimizer took through this scaler */
 } amp_scaler_dev;
 
-/* The resolved configuration the update reads (precision/scaler.c fills it). */
+/* The resolved configuration the update reads (amp/scaler.c fills it). */
 typedef struct amp_scaler_params {
     float growth_factor, backoff_factor;
     float floor;     /* max(min_scale, 2^-126) */

@@ -1,5 +1,5 @@
 /* One element of torch.optim.SGD's update (maximize=False), shared by the CPU loop
- * (kernels/cpu/optim_cpu.c) and the CUDA fused optimizer kernel.
+ * (kernels/cpu/optim.c) and the CUDA fused optimizer kernel.
  *
  * Bit-for-bit what torch's single-tensor SGD computes on the CPU, op by op:
  *   d = grad.add(param, alpha=wd)            -> fmaf(p, wd, g)          (only when wd != 0)

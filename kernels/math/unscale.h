@@ -1,5 +1,5 @@
 /* Per-element math of the loss scaler: the unscale-and-check pass and the squares of the
- * gradient-norm reduction, shared by the CPU loops (kernels/cpu/amp_cpu.c) and the CUDA kernels
+ * gradient-norm reduction, shared by the CPU loops (kernels/cpu/unscale.c) and the CUDA kernels
  * (kernels/cuda/unscale.cu).
  *
  * Unscale follows torch's _amp_foreach_non_finite_check_and_unscale_ (ATen

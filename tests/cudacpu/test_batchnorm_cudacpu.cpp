@@ -1,5 +1,5 @@
 /* Runs kernels/cuda/batchnorm.cu on the CPU under ../shared/cudacpu and checks it two ways:
- *  - against the CPU backend's own batch norm (kernels/cpu/batchnorm_cpu.c, linked in): y,
+ *  - against the CPU backend's own batch norm (kernels/cpu/batchnorm.c, linked in): y,
  *    save_mean/save_invstd, the running stats, dx, dgamma and dbeta bit for bit (both sum every
  *    channel in the same order and round every product on its own);
  *  - against a plain double reference written here from the contract in core/backend.h (batch
@@ -20,7 +20,7 @@
 #include "ops_ref.h"
 
 /* The CPU backend's batch norm and the functions it needs from the rest of that backend,
- * written here over NVIDIA's conversions (round to nearest even, as cpu_memory.c's). */
+ * written here over NVIDIA's conversions (round to nearest even, as memory.c's). */
 extern "C" {
 amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
                                 const float *beta, void *y, float *save_mean, float *save_invstd,

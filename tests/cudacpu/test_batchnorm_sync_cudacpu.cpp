@@ -1,6 +1,6 @@
-/* Runs kernels/cuda/batchnorm_sync.cu (synchronised batch norm: bn_channel_sums, bn_sync_stats,
+/* Runs kernels/cuda/sync_batchnorm.cu (synchronised batch norm: bn_channel_sums, bn_sync_stats,
  * bn_bwd_elemt) on the CPU under ../shared/cudacpu and checks it two ways:
- *  - against the CPU backend's own entries (kernels/cpu/batchnorm_sync_cpu.c, linked in): every
+ *  - against the CPU backend's own entries (kernels/cpu/sync_batchnorm.c, linked in): every
  *    output bit for bit (both sum a channel in batch norm's tile/lane order in double and round
  *    to f32 once, and round every product on its own);
  *  - against a plain long double reference written here from the contract in core/backend.h
@@ -25,7 +25,7 @@
 #include "ops_ref.h"
 
 /* The CPU backend's entries and the one function they need from the rest of that backend,
- * written here over NVIDIA's conversions (round to nearest even, as cpu_memory.c's). */
+ * written here over NVIDIA's conversions (round to nearest even, as memory.c's). */
 extern "C" {
 amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
                                    const void *dy, float *out1, float *out2);

@@ -1,4 +1,4 @@
-/* Runs the CUDA convolution (kernels/cuda/conv_cudnn.c over cuDNN, conv_bias.cu for the f32 bias)
+/* Runs the CUDA convolution (kernels/cuda/conv.c over cuDNN, conv_bias.cu for the f32 bias)
  * on the CPU under ../shared/cudacpu, cuDNN emulated, against float64 direct loops written here
  * from the contract in core/backend.h (NCHW x OIHW cross-correlation, symmetric zero padding):
  *  - forward with and without bias, backward data, backward weight and the bias gradient on

@@ -1,5 +1,5 @@
 /* Runs kernels/cuda/dropout.cu on the CPU under ../shared/cudacpu and checks it two ways:
- *  - against the CPU backend's own dropout (kernels/cpu/dropout_cpu.c, linked in): the mask and
+ *  - against the CPU backend's own dropout (kernels/cpu/dropout.c, linked in): the mask and
  *    the output bit for bit, forward and backward, for the same (seed, offset);
  *  - against the contract written out here independently: a Philox4x32-10 of its own (checked
  *    against the Random123 known-answer vectors), element i kept when the top 24 bits of the first
@@ -17,9 +17,9 @@
 
 #include "ops_ref.h"
 
-/* The CPU backend's dropout (kernels/cpu/dropout_cpu.c) and the two functions it needs from the
+/* The CPU backend's dropout (kernels/cpu/dropout.c) and the two functions it needs from the
  * rest of that backend, written here over NVIDIA's conversions (round to nearest even, as
- * cpu_memory.c's). */
+ * memory.c's). */
 extern "C" {
 amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
                                uint64_t offset, void *y, uint8_t *mask);

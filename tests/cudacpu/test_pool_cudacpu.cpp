@@ -1,5 +1,5 @@
 /* Runs kernels/cuda/pool.cu on the CPU under ../shared/cudacpu and checks it two ways:
- *  - against the CPU backend's own max pooling (kernels/cpu/pool_cpu.c, linked in): y and dx bit
+ *  - against the CPU backend's own max pooling (kernels/cpu/pool.c, linked in): y and dx bit
  *    for bit;
  *  - against a plain reference written here from the contract (PyTorch's max_pool2d): y is the
  *    window's maximum, the argmax (h * w_in + w in the input plane) the first maximum in row-major
@@ -21,7 +21,7 @@
 #include "ops_ref.h"
 
 /* The CPU backend's max pooling and the one function it needs from the rest of that backend,
- * written here over NVIDIA's conversions (round to nearest even, as cpu_memory.c's). */
+ * written here over NVIDIA's conversions (round to nearest even, as memory.c's). */
 extern "C" {
 amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y);
 amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x, void *dx);

@@ -4,7 +4,7 @@
  *
  * Every row is EXACT: core/backend.h promises the same bits on both backends (each channel summed
  * in batch norm's tile/lane order in double and rounded to f32 once; the statistics and dx from
- * kernels/math/batchnorm_sync.h with every product rounded on its own). Rows with specials are
+ * kernels/math/sync_batchnorm.h with every product rounded on its own). Rows with specials are
  * TOL(0, 0), the same values with NaN only in place: which NaN a sum of several propagates, and
  * its sign, is the hardware's (x86 keeps an operand's payload, a GPU gives its canonical NaN). The sums that
  * bn_sync_stats and bn_bwd_elemt take are drawn as all-reduced sums over `count` values would

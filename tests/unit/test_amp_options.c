@@ -17,7 +17,7 @@
 #include "amp/amp.h"
 #include "core/half.h"
 #include "optim/optimizer_internal.h"
-#include "precision/amp_state.h"
+#include "amp/state_internal.h"
 #include "test_util.h"
 
 #include "amp_rig.h"

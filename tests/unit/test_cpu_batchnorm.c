@@ -1,4 +1,4 @@
-/* CPU batch norm (batchnorm_cpu.c) against a plain double reference written here from the
+/* CPU batch norm (batchnorm.c) against a plain double reference written here from the
  * textbook formulas (Ioffe & Szegedy 2015; PyTorch's running-stat update with the unbiased
  * variance), on random data in f32, f16 and bf16 storage; the backward reference is the
  * closed form dx = gamma * invstd / N * (N dy - sum(dy) - xhat sum(dy xhat)), a different

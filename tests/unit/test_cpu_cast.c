@@ -1,4 +1,4 @@
-/* CPU backend memory, cast and fill (kernels/cpu/cpu_memory.c).
+/* CPU backend memory, cast and fill (kernels/cpu/memory.c).
  *
  * The casts must give exactly the bits of core/half.h's scalar functions (themselves checked
  * against double references in test_half.c), whichever path runs (AVX-512, F16C/AVX2 under

@@ -2,7 +2,7 @@
  * bit for bit against amp_cpu_cast followed by a scalar reorder written here: every f16 and bf16
  * bit pattern widened (NaN, infinities, subnormals, signed zeros), f32 values at and around
  * every rounding boundary narrowed, plane sizes with and without a remainder of 16 positions,
- * nChw16c and channels-last layouts. Then the half convolutions that use them (conv_cpu.c): f16
+ * nChw16c and channels-last layouts. Then the half convolutions that use them (conv.c): f16
  * forward, backward data and backward weight give the bits of the f32 convolution of the
  * widened operands rounded back, which is what the widening pass and oneDNN's reorder gave. */
 #include <string.h>

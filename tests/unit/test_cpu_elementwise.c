@@ -1,4 +1,4 @@
-/* CPU backend elementwise ops and dropout (elementwise_cpu.c, dropout_cpu.c) against plain
+/* CPU backend elementwise ops and dropout (elementwise.c, dropout.c) against plain
  * references computed here in double on the widened inputs.
  *
  * f32: add, sub, mul and scale are single IEEE operations, so the double result rounded to f32

@@ -171,7 +171,7 @@ static void test_gemm_f32(void) {
 }
 
 /* A row-major f32 B whose row stride is a multiple of 4 KiB is copied to a padded stride first
- * (gemm_cpu.c): that path, with B narrower than its stride, B exactly its stride, and the f16 B
+ * (gemm.c): that path, with B narrower than its stride, B exactly its stride, and the f16 B
  * widened to a dense 1024-wide f32 copy; a 2048-wide bf16 B (a 4 KiB stride, 2 MiB), which is
  * read in place. */
 static void test_gemm_padded_b(void) {

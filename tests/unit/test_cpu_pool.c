@@ -1,4 +1,4 @@
-/* CPU max pooling (pool_cpu.c) against a naive reference written here with PyTorch's rules
+/* CPU max pooling (pool.c) against a naive reference written here with PyTorch's rules
  * (padding never wins; the first maximum in row-major window order holds the argmax; NaN wins),
  * in f32, f16 and bf16; the backward, which finds the argmax again from x, with overlapping
  * windows (stride < k) against a double accumulation, and each rule seen through it (a one-hot
@@ -107,7 +107,7 @@ static void test_rules(void) {
     CHECK(total == 25.0f && dx[0] == 3.0f);
 }
 
-/* The same rules through the 2x2 stride-2 path (pool_cpu.c's fast path), on a 4x5 plane whose
+/* The same rules through the 2x2 stride-2 path (pool.c's fast path), on a 4x5 plane whose
  * last column no window reads. */
 static void test_rules_2x2(void) {
     amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 5, 2, 2, 0); /* 2 x 2 output */

@@ -1,4 +1,4 @@
-/* CPU backend reductions and losses (reduce_cpu.c, loss_cpu.c): sum, sum_rows, MSE and
+/* CPU backend reductions and losses (reduce.c, loss.c): sum, sum_rows, MSE and
  * softmax cross-entropy against plain references computed here in double (long double sums),
  * on random data in f32, f16 and bf16 storage; bit-identical results with 1 and 2 threads; the
  * label check of cross-entropy. */

@@ -1,5 +1,5 @@
 /* The fields of amp_gemm_desc after the plain GEMM (epilogue, bias_grad, allow_tf32) and the
- * direct half output with a bias, on the CUDA backend (kernels/cuda/gemm_cublaslt.c) through its
+ * direct half output with a bias, on the CUDA backend (kernels/cuda/gemm.c) through its
  * table, against plain double references written here and against the CPU backend:
  *  - allow_tf32: an f32 GEMM gives the product of its inputs rounded to TF32 (to nearest even at
  *    10 explicit mantissa bits, written here with frexp/ldexp), accumulated in f32, which is not
@@ -8,7 +8,7 @@
  *  - what was fused (amp_cuda_gemm_stats): the epilogue cuBLASLt ran (bias, the bias gradient:
  *    BGRADB for an f32 C with true-f32 inputs and alpha = 1, else none; never its ReLU), whether
  *    it wrote C itself (f32 C, or C of the inputs' dtype) and the compute type (TF32 for f32
- *    inputs with allow_tf32), as gemm_cublaslt.c's header states the routes;
+ *    inputs with allow_tf32), as gemm.c's header states the routes;
  *  - the ReLU epilogue on every route of the GEMM (f32 C, half C written directly, the f32
  *    scratch of a half C of the other dtype, mixed operands widened), with bias, alpha and beta;
  *    a NaN before the epilogue stays NaN (cuBLASLt's own ReLU would make it +0) and -0 becomes
@@ -219,7 +219,7 @@ static int bg_errors(const gcase *g, const gdata *d, int r) {
 
 static const char *dn(amp_dtype dt) { return amp_dtype_name(dt); }
 
-/* The route gemm_cublaslt.c takes for g (its header comment): what the stats must show. */
+/* The route gemm.c takes for g (its header comment): what the stats must show. */
 static void check_fused(const gcase *g) {
     amp_dtype ab = g->a_dt == g->b_dt ? g->a_dt : AMP_F32;
     bool tf32 = g->tf32 && ab == AMP_F32;

@@ -1,4 +1,4 @@
-/* The fused batch norm + ReLU (nn/ops_norm.c, nn/ops_sync_norm.c: the ReLU applied in the
+/* The fused batch norm + ReLU (nn/ops_norm.c, nn/ops_sync_batchnorm.c: the ReLU applied in the
  * normalising pass, amp_bn_desc.relu) and the sequential model's use of it (nn/sequential.c), on
  * the CPU backend and, when one answers (the cudacpu build, a GPU), on the CUDA backend:
  *  - gradient check with tests/gradcheck_run.h against a float64 reference (batch norm, then

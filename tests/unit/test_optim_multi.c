@@ -1,4 +1,4 @@
-/* The CPU backend's multi-tensor entries (optim_cpu.c, lamb_cpu.c, unscale_multi_cpu.c).
+/* The CPU backend's multi-tensor entries (optim.c, optim_lamb.c, unscale_multi.c).
  *
  * SGD and Adam/AdamW: one multi call over a list gives, for every tensor, the bits of the
  * per-tensor entry (whose numerics test_optim.c checks against torch), for f32/f16/bf16

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "precision/scaler.h"
+#include "amp/scaler_internal.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/scaler.h"
 #include "ref/scaler_ref.h"

@@ -1,4 +1,4 @@
-/* CPU backend's loss-scaler passes (amp_cpu.c): unscale and sum_squares against plain references
+/* CPU backend's loss-scaler passes (unscale.c): unscale and sum_squares against plain references
  * written here, for f32, f16 and bf16 gradients.
  *
  * unscale: every output equals the reference product (float)g * inv_scale bit for bit (g itself

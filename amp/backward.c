@@ -1,14 +1,14 @@
 /* The loss-scaled backward: seeds the backward with the loss's scale (no extra multiply) and,
  * when the state unscales at each backward (several losses or optimizers, Apex's order),
  * unscales that backward's gradients into per-parameter f32 sums and settles its loss's scaler
- * right away (precision/amp_state.h). */
+ * right away (amp/state_internal.h). */
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tensor_internal.h"
 #include "kernels/math/scaler.h"
 #include "nn/autograd.h"
 #include "optim/optimizer_internal.h"
-#include "precision/amp_state.h"
+#include "amp/state_internal.h"
 
 /* The largest power of two a loss of this dtype holds: its backward is seeded with at most this
  * scale. An f16 loss seeded with the default 65536 would hold inf (f16's largest finite value is

@@ -1,8 +1,8 @@
 /* CPU backend: the loss scaler's passes over a list of tensors in one call (unscale_multi,
  * nonfinite_multi, sum_squares_multi; core/backend.h states the contracts), planned by
- * core/multi_tensor.h and run as multi_tensor_cpu.h runs a launch.
+ * core/multi_tensor.h and run as multi_tensor_apply.h runs a launch.
  *
- * unscale and nonfinite are the per-tensor entries of amp_cpu.c piece by piece (the same test on
+ * unscale and nonfinite are the per-tensor entries of unscale.c piece by piece (the same test on
  * the input, the same product, a half piece widened into out and unscaled there while in L1):
  * each piece ORs its own flag and OpenMP combines them, and the caller's flag is written once,
  * after the last launch, and only when an inf/NaN was seen (never cleared). As in Apex's
@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_tile.h"
-#include "kernels/cpu/multi_tensor_cpu.h"
+#include "kernels/cpu/multi_tensor_apply.h"
 #include "kernels/math/unscale.h"
 
 /* ---- Checks. -------------------------------------------------------------------------------- */

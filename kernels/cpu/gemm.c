@@ -158,7 +158,7 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, void *
 /* A row-major f32 B (not transposed) whose row stride is a multiple of 4 KiB puts every row of
  * a column panel in the same cache sets. oneDNN 2.6 reads such a B in place when it is 64-byte
  * aligned (and packs it when it is not), and the set conflicts halve its speed (the MLP's
- * dX = dY W; bench/RESULTS.md, "Figures behind decisions in the code", gemm_cpu.c). Such a B, when it outgrows L2 and m is large enough to pay for
+ * dX = dY W; bench/RESULTS.md, "Figures behind decisions in the code", gemm.c). Such a B, when it outgrows L2 and m is large enough to pay for
  * one pass over it, is copied into scratch with a row stride padded by one cache line (the
  * choice depends on the shape alone). A half B never is. Every bf16 kernel (AMX and AVX512-BF16
  * brgemm, the gemm kernel) regroups B into pairs along k anyway, so its stride never reaches the

@@ -1,5 +1,5 @@
-/* Helpers of the CPU backend's multi-tensor entries (kernels/cpu/multi_tensor_cpu.h). */
-#include "kernels/cpu/multi_tensor_cpu.h"
+/* Helpers of the CPU backend's multi-tensor entries (kernels/cpu/multi_tensor_apply.h). */
+#include "kernels/cpu/multi_tensor_apply.h"
 
 #include <stdlib.h>
 

@@ -31,8 +31,8 @@
  * cannot flood the log. quiet silences it (Apex's verbosity=0).
  *
  * Not thread-safe: one scaler belongs to one training loop. */
-#ifndef AMP_PRECISION_SCALER_H
-#define AMP_PRECISION_SCALER_H
+#ifndef AMP_AMP_SCALER_INTERNAL_H
+#define AMP_AMP_SCALER_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>

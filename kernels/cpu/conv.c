@@ -12,7 +12,7 @@
  * blocked layout. In bf16 that layer's backward weight is slow in every layout (oneDNN 2.6's AMX
  * kernel), so half backward weights with few input channels run widened to f32: the products of
  * half values are exact in f32 and both accumulate in f32, so nothing is lost. The figures:
- * bench/RESULTS.md, "Figures behind decisions in the code", conv_cpu.c.
+ * bench/RESULTS.md, "Figures behind decisions in the code", conv.c.
  *
  * Outputs are overwritten; dbias (f32) is the sum of dy over N, H, W. x, w, y share one dtype:
  * f32, or bf16 (AVX512-BF16/AMX kernels, f32 accumulation; bias/dbias stay f32). Where oneDNN

@@ -4,8 +4,8 @@
  * The channel sums visit a channel in batch norm's order (kernels/cpu/batchnorm_tiles.h: planes in
  * order, tiles of AMP_CPU_REDUCE_CHUNK, 8 double lanes joined by a fixed tree), accumulate in
  * double and round to f32 once: the bits do not depend on the thread count, and
- * kernels/cuda/batchnorm_sync.cu reproduces them. One channel per OpenMP task; outputs are
- * overwritten. The per-channel and per-element math is kernels/math/batchnorm_sync.h's. */
+ * kernels/cuda/sync_batchnorm.cu reproduces them. One channel per OpenMP task; outputs are
+ * overwritten. The per-channel and per-element math is kernels/math/sync_batchnorm.h's. */
 #include <string.h>
 
 #include "core/error.h"
@@ -13,7 +13,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
-#include "kernels/math/batchnorm_sync.h"
+#include "kernels/math/sync_batchnorm.h"
 
 /* Channel ch's two sums (see the entry), in double, for f16 (through f32 tiles); lane j takes
  * the elements k + j, as batchnorm_tiles.h's channel_sums does for f32 and bf16. */

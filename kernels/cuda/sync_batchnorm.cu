@@ -3,13 +3,13 @@
  * f32, f16 or bf16; every per-channel vector f32). The all-reduce between the sums and the
  * statistics is the caller's (parallel/).
  *
- * Numerics are the CPU backend's (kernels/cpu/batchnorm_sync_cpu.c), bit for bit, by the scheme of
+ * Numerics are the CPU backend's (kernels/cpu/sync_batchnorm.c), bit for bit, by the scheme of
  * batchnorm.cu: a channel is cut into tiles as the CPU cuts it (the n planes in order, each in
  * pieces of AMP_CPU_REDUCE_CHUNK); a tile is summed in double in 8 lanes (lane j takes elements
  * j, j + 8, ... in order), one thread per lane, joined by three warp butterflies (xor 1, 2, 4 give
  * the CPU's lanes_total tree; IEEE addition commutes); the tile totals go to a workspace and one
  * thread per channel adds them in tile order from 0 and rounds to f32 once. The terms and the
- * per-channel and per-element math are kernels/math/batchnorm_sync.h's and batchnorm.h's, whose
+ * per-channel and per-element math are kernels/math/sync_batchnorm.h's and batchnorm.h's, whose
  * products are rounded on their own, so nvcc fuses nothing that the CPU (-ffp-contract=off) does
  * not. No float atomics: the bits depend on the data and the shape only.
  *  - channel_sums: with dy NULL, sum(x - center) and sum((x - center)^2); with dy, sum(dy) and
@@ -29,7 +29,7 @@
 #include "kernels/cuda/batchnorm_tiles.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/math/batchnorm_sync.h"
+#include "kernels/math/sync_batchnorm.h"
 #include "kernels/math/load_store.h"
 
 /* tot_a[t * c + ch], tot_b[t * c + ch] = the two totals of tile t of channel ch (the terms of

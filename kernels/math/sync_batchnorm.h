@@ -1,5 +1,5 @@
 /* Synchronised batch norm (torch.nn.SyncBatchNorm) per element and per channel, shared by the CPU
- * backend (kernels/cpu/batchnorm_sync_cpu.c) and the CUDA one (kernels/cuda/batchnorm_sync.cu).
+ * backend (kernels/cpu/sync_batchnorm.c) and the CUDA one (kernels/cuda/sync_batchnorm.cu).
  *
  * The statistics come from sums that every rank computes over its own batch and the ranks
  * all-reduce: first sum(x) for a provisional mean, then the sums centred on it, sum(x - c) and

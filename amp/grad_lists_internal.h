@@ -1,8 +1,8 @@
-/* The step's gradients as multi-tensor lists, one per dtype (precision/grad_lists.c): what the
+/* The step's gradients as multi-tensor lists, one per dtype (amp/grad_lists.c): what the
  * backends' unscale_multi, nonfinite_multi and sum_squares_multi take, so that a pass over every
  * gradient is one fused call per dtype instead of a call per parameter. */
-#ifndef AMP_PRECISION_GRAD_LISTS_H
-#define AMP_PRECISION_GRAD_LISTS_H
+#ifndef AMP_AMP_GRAD_LISTS_INTERNAL_H
+#define AMP_AMP_GRAD_LISTS_INTERNAL_H
 
 #include "amp/tensor.h"
 

@@ -9,7 +9,7 @@
 #include "core/tensor_internal.h"
 #include "nn/model_internal.h"
 #include "optim/optimizer_internal.h"
-#include "precision/amp_state.h"
+#include "amp/state_internal.h"
 
 static amp_dtype amp_half_dtype(amp_half_type h) { return h == AMP_HALF_BF16 ? AMP_BF16 : AMP_F16; }
 

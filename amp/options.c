@@ -1,6 +1,6 @@
 /* Opt levels as data (Apex's O0-O3 presets, property for property), the resolution of overrides,
  * the consistency checks Apex makes in its Properties setters, and the options log block. */
-#include "precision/amp_state.h"
+#include "amp/state_internal.h"
 
 #include <math.h>
 #include <stdio.h>

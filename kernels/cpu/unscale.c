@@ -9,7 +9,7 @@
  * nonfinite is the same test without the writes, on the stored bits: a half is inf/NaN exactly
  * when its exponent field is all ones, so it needs no widening.
  *
- * The scaler's other pass, sum_squares, is a reduction: it lives in reduce_cpu.c and shares the
+ * The scaler's other pass, sum_squares, is a reduction: it lives in reduce.c and shares the
  * deterministic chunked driver of sum there. */
 #include <math.h>
 #include <stdint.h>

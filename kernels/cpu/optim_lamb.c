@@ -1,6 +1,6 @@
 /* CPU LAMB over a list of tensors (lamb_multi): Apex's FusedLAMB (csrc/multi_tensor_lamb.cu) as
  * kernels/math/lamb.h states it, run as multi-tensor apply (core/multi_tensor.h planned,
- * multi_tensor_cpu.h run). Three passes over the list, each one plan:
+ * multi_tensor_apply.h run). Three passes over the list, each one plan:
  *   1. with max_grad_norm > 0, the global norm G of the gradients as the update sees them
  *      (each multiplied by the grad scale), and the clip divisor from it;
  *   2. stage 1 on every element: moments m and v written, the direction u formed and dropped;

@@ -94,7 +94,7 @@ static void ew_run(const ew_op *f, amp_dtype dt, int64_t n, const void *a, const
 
 /* ReLU and its backward on f16/bf16 storage work on the bits (kernels/math/relu.h: the bits of
  * widening, the f32 function and rounding), with no widening and narrowing tiles, which cost
- * a ReLU a pass each way (bench/RESULTS.md, "Figures behind decisions in the code", elementwise_cpu.c). */
+ * a ReLU a pass each way (bench/RESULTS.md, "Figures behind decisions in the code", elementwise.c). */
 AMP_CPU_CLONES static void relu_half_range(int64_t n, const uint16_t *x, uint16_t *y,
                                            uint16_t inf_bits) {
     for (int64_t i = 0; i < n; i++) y[i] = amp_relu_half_bits(x[i], inf_bits);

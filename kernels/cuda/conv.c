@@ -23,7 +23,7 @@
  *
  * Plans: the descriptors and the algorithm of each problem (shape, dtype, direction, the
  * descriptor's allow_tf32 and allow_nondeterministic) are made once and cached in a small table,
- * as gemm_cublaslt.c caches its heuristic's choice. The algorithm is the first that
+ * as gemm.c caches its heuristic's choice. The algorithm is the first that
  * cudnnGetConvolution*Algorithm_v7 (cuDNN's heuristics, no timing runs, best expected time first)
  * reports as runnable, within AMP_CONV_MAX_WORKSPACE; unless the descriptor allows
  * nondeterministic algorithms (off by default: core/backend.h promises the same bits for the same

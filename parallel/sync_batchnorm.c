@@ -1,5 +1,5 @@
 /* SyncBatchNorm's side in parallel/: torch.nn.SyncBatchNorm.convert_sync_batchnorm for a model,
- * and the collective that nn/ops_sync_norm.c calls through ctx->collective (nn/ does not know
+ * and the collective that nn/ops_sync_batchnorm.c calls through ctx->collective (nn/ does not know
  * parallel/).
  *
  * The all-reduce of the statistics gathers every rank's sums (MPI_Iallgather, waited on with the

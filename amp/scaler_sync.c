@@ -1,4 +1,4 @@
-/* The device mode's scaler (precision/amp_state.h): its state lives in backend memory, where the
+/* The device mode's scaler (amp/state_internal.h): its state lives in backend memory, where the
  * backward's seed, the unscale, the clip, the optimizer and the scale update read and write it,
  * so that amp_step(opt, NULL) issues no host synchronisation. The host reads it back only when
  * asked: the scaler's state or counters, whether a step was taken, the optimizer's step count, a
@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "kernels/math/scaler.h"
 #include "optim/optimizer_internal.h"
-#include "precision/amp_state.h"
+#include "amp/state_internal.h"
 
 amp_status amp_scalers_dev_create(amp_state *st) {
     size_t nbytes = sizeof(amp_scaler_dev) * (size_t)st->opts.num_losses;

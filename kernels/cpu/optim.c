@@ -1,7 +1,7 @@
 /* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h, for
  * one tensor (sgd_update, adam_update) and for a list of tensors in one pass (sgd_multi,
  * adam_multi: Apex's multi_tensor_apply, planned by core/multi_tensor.h and run as in
- * multi_tensor_cpu.h).
+ * multi_tensor_apply.h).
  * Parameters and state are f32; the gradient is f32, f16 or bf16, widened exactly on load and
  * multiplied by grad_scale (the unscale, fused). The gradient dtype is chosen once per call,
  * outside the element loop. Each element is independent, so the result depends neither on the
@@ -206,7 +206,7 @@ amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, 
     return AMP_OK;
 }
 
-/* ---- The checks of a multi-tensor list (shared with lamb_cpu.c). ---------------------------- */
+/* ---- The checks of a multi-tensor list (shared with optim_lamb.c). ---------------------------- */
 
 /* Each entry of array `arr` of a non-empty tensor must be set; `name` names the array. A macro:
  * the arrays' element types differ (float *, void *). */

@@ -1,8 +1,8 @@
-/* Gradient lists by dtype (precision/grad_lists.h). */
+/* Gradient lists by dtype (amp/grad_lists_internal.h). */
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "precision/grad_lists.h"
+#include "amp/grad_lists_internal.h"
 
 static const amp_dtype amp_grad_list_dtypes[3] = {AMP_F32, AMP_F16, AMP_BF16};
 

@@ -14,8 +14,8 @@
 #include "core/tensor_internal.h"
 #include "kernels/math/scaler.h"
 #include "optim/optimizer_internal.h"
-#include "precision/amp_state.h"
-#include "precision/grad_lists.h"
+#include "amp/state_internal.h"
+#include "amp/grad_lists_internal.h"
 
 static bool amp_is_half(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16; }
 

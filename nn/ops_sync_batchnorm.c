@@ -4,7 +4,7 @@
  * Training forward: each rank sums its batch per channel (bn_channel_sums), the ranks all-reduce
  * the sums and the count of values (ranks may hold different batch sizes), and every rank forms
  * the same statistics (bn_sync_stats): sum(x) gives a provisional mean, the sums centred on it
- * give the mean and the biased variance of the global batch (kernels/math/batchnorm_sync.h says
+ * give the mean and the biased variance of the global batch (kernels/math/sync_batchnorm.h says
  * why two rounds). The running statistics take the global unbiased variance with the momentum, as
  * PyTorch; y is batch norm's eval normalisation with the global mean and variance.
  * Backward: sum(dy) and sum(dy * (x - mean)) per channel; gamma's and beta's gradients are this

@@ -13,7 +13,7 @@
  * thread's f32 arena (its planes in order, so the tiles, and every sum, are the f32 path's) and
  * runs the passes on that copy: widening per pass (F16C) cost the forward's three passes and the
  * backward's two a third of their time, and the copies still cost more than f32 (bench/RESULTS.md, "Figures behind decisions in the code",
- * batchnorm_cpu.c). On CPUs with AVX-512 the loops
+ * batchnorm.c). On CPUs with AVX-512 the loops
  * run as batchnorm_avx512.c's intrinsics (the same bits), which read f16 in place too: no copies. */
 #include <stdbool.h>
 #include <string.h>

@@ -13,7 +13,7 @@
  *    avx512_lanes.h, the tail masked, NaN lanes patched only in a vector that has one. In L1 (the
  *    optimizer rounds each 4096-element chunk into its half copy while the chunk is there) that
  *    beats the F16C and AVX2 loops; a matrix in DRAM converts at memory speed either way
- *    (bench/RESULTS.md, "Figures behind decisions in the code", cpu_memory.c).
+ *    (bench/RESULTS.md, "Figures behind decisions in the code", memory.c).
  * The x86 paths are chosen at run time, so one binary runs everywhere. */
 #include <malloc.h>
 #include <stdatomic.h>

@@ -1,5 +1,5 @@
 /* The CPU side of multi-tensor apply (core/multi_tensor.h is the planner; this is how the CPU
- * backend runs one of its launches), shared by optim_cpu.c, lamb_cpu.c and unscale_multi_cpu.c.
+ * backend runs one of its launches), shared by optim.c, optim_lamb.c and unscale_multi.c.
  *
  * A launch's blocks are Apex's chunks of 65536 elements. On the CPU a block is cut further into
  * pieces of AMP_CPU_MT_PIECE elements, and the pieces of all blocks of a launch are what OpenMP

@@ -10,13 +10,13 @@
  *    unscaled at once with the scale it used and summed into f32 per-parameter sums, its loss's
  *    scaler is updated right away from its own overflow flag, and an overflow marks every
  *    optimizer whose gradients it reached to skip its next step (Apex's patched step). */
-#ifndef AMP_PRECISION_AMP_STATE_H
-#define AMP_PRECISION_AMP_STATE_H
+#ifndef AMP_AMP_STATE_INTERNAL_H
+#define AMP_AMP_STATE_INTERNAL_H
 
 #include "amp/mixed_precision.h"
 #include "core/ctx.h"
 #include "optim/optimizer_internal.h"
-#include "precision/scaler.h"
+#include "amp/scaler_internal.h"
 
 #define AMP_MAX_LOSSES 16
 #define AMP_MAX_MODELS 8     /* Apex's lists are short: a GAN has two of each */
@@ -53,7 +53,7 @@ typedef struct amp_state {
     float used_scale[AMP_MAX_LOSSES]; /* the scale each loss's backward used this step (host
                                          mode) */
     /* The device mode (one loss, one optimizer): the scaler lives in backend memory and a step
-     * never waits for the host (precision/scaler_sync.c). The host's amp_scaler is then a mirror
+     * never waits for the host (amp/scaler_sync.c). The host's amp_scaler is then a mirror
      * read when someone asks (stale until then), and the optimizer's step count is settled from
      * the device's count of taken steps. */
     bool device_scaler;
@@ -65,7 +65,7 @@ typedef struct amp_state {
     int64_t nonfinite_skips;      /* steps skipped by skip_nonfinite alone (log rate limit) */
 } amp_state;
 
-/* precision/options.c */
+/* amp/options.c */
 /* opt's state in st, or NULL (st NULL, or opt not under amp). */
 amp_opt_state *amp_opt_state_find(amp_state *st, const struct amp_optimizer *opt);
 /* Whether amp_scaler_set_state would take a state now (not between a backward and its step);
@@ -75,14 +75,14 @@ amp_status amp_scaler_state_settable(const char *who, const struct amp_optimizer
 size_t amp_options_describe(const amp_options *o, char *buf, size_t size);
 void amp_options_log(const amp_options *o);
 
-/* precision/initialize.c: the state of the optimizer's context and the optimizer's entry in it,
+/* amp/initialize.c: the state of the optimizer's context and the optimizer's entry in it,
  * or AMP_ERR_STATE naming `who` when amp_initialize was not called for this optimizer. */
 amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **st,
                         amp_opt_state **os);
 /* Drops an optimizer's per-step state (amp_zero_grad, and after each amp_step). */
 void amp_opt_state_reset(amp_state *st, amp_opt_state *os);
 
-/* precision/backward.c: the overflow flag of loss_id, read back (peek), or read and cleared. */
+/* amp/backward.c: the overflow flag of loss_id, read back (peek), or read and cleared. */
 amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found);
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);
 /* Makes loss_id's flag the same on every rank (the maximum) when a DDP watches the context. */
@@ -90,7 +90,7 @@ amp_status amp_found_inf_agree(amp_state *st, int loss_id);
 /* Whether an inf/NaN skips the step for loss_id: its scaler checks overflow, or skip_nonfinite. */
 bool amp_loss_checks(const amp_state *st, int loss_id);
 
-/* precision/scaler_sync.c: the device scaler of the device mode. create allocates and fills it
+/* amp/scaler_sync.c: the device scaler of the device mode. create allocates and fills it
  * from the host scalers; push writes a host scaler's state to it (a state restore); pull reads it
  * into the host mirror when it moved (logging what the device saw) and settles the optimizer's
  * step count. */
@@ -99,7 +99,7 @@ amp_status amp_scaler_dev_push(amp_state *st, int loss_id);
 amp_status amp_scaler_dev_pull(amp_state *st, int loss_id);
 amp_status amp_optimizer_settle_hook(void *amp, amp_optimizer *opt);
 
-/* precision/step.c */
+/* amp/step.c */
 amp_status amp_step_hook(void *amp, amp_optimizer *opt, bool *handled);
 
 #endif

@@ -67,7 +67,7 @@ static void pool_plane_fwd(const amp_pool_desc *d, const float *x, float *y, int
 
 /* The common 2x2 window with stride 2 and no padding (every window in bounds): the same four
  * candidates in the same row-major order as amp_pool_argmax, with selects instead of the
- * generic window loops, which took a sixth of the ConvNet's step (bench/RESULTS.md, "Figures behind decisions in the code", pool_cpu.c). */
+ * generic window loops, which took a sixth of the ConvNet's step (bench/RESULTS.md, "Figures behind decisions in the code", pool.c). */
 static inline void pool_take(float v, int32_t i, float *best, int32_t *best_i) {
     int takes = amp_maxpool_takes(v, *best);
     *best = takes ? v : *best;

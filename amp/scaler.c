@@ -1,5 +1,5 @@
 /* The loss scaler's state machine (amp/scaler.h states the algorithm and its sources). */
-#include "precision/scaler.h"
+#include "amp/scaler_internal.h"
 
 #include <float.h>
 #include <math.h>
