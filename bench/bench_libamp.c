@@ -199,19 +199,18 @@ amp_status bench_libamp_run(const bench_cfg *c, bench_row *row) {
 /* GFLOP/s of an n x n x n GEMM of dt inputs into a c_dt output: the best of `reps` calls after
  * one warm-up. */
 static double gemm_gflops(const amp_backend *be, amp_dtype dt, amp_dtype c_dt, int64_t n, int reps) {
-    if (!be->supports(AMP_BE_GEMM, dt)) return NAN;
     size_t bytes = (size_t)(n * n) * amp_dtype_size(dt), c_bytes = (size_t)(n * n) * amp_dtype_size(c_dt);
     void *a = NULL, *b = NULL, *c = NULL;
     double best = NAN;
     if (be->alloc(bytes, &a) != AMP_OK || be->alloc(bytes, &b) != AMP_OK ||
         be->alloc(c_bytes, &c) != AMP_OK)
         goto out;
-    if (be->fill(a, dt, n * n, 0.5f) != AMP_OK || be->fill(b, dt, n * n, 0.25f) != AMP_OK) goto out;
+    if (be->k.fill(a, dt, n * n, 0.5f) != AMP_OK || be->k.fill(b, dt, n * n, 0.25f) != AMP_OK) goto out;
     amp_gemm_desc d = {.m = n, .n = n, .k = n, .alpha = 1.0f, .a = a, .a_dtype = dt, .lda = n,
                        .b = b, .b_dtype = dt, .ldb = n, .c = c, .c_dtype = c_dt, .ldc = n};
     for (int r = 0; r <= reps; r++) {
         double t0 = now_seconds();
-        if (be->gemm(&d) != AMP_OK || be->sync() != AMP_OK) {
+        if (be->k.gemm(&d) != AMP_OK || be->sync() != AMP_OK) {
             best = NAN;
             break;
         }

@@ -85,16 +85,16 @@ static void optim_once(void *p) {
     optim_run *r = p;
     if (r->kind == 0) {
         amp_sgd_desc d = {.lr = 1e-3f, .momentum = 0.9f, .half_dtype = AMP_F16};
-        AK(r->be->sgd_multi(&d, &r->t, NULL));
+        AK(r->be->k.sgd_multi(&d, &r->t, NULL));
     } else if (r->kind == 1) {
         amp_adam_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                            .decoupled = true, .weight_decay = 0.01f, .half_dtype = AMP_F16};
-        AK(r->be->adam_multi(&d, &r->t, NULL));
+        AK(r->be->k.adam_multi(&d, &r->t, NULL));
     } else {
         amp_lamb_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f,
                            .weight_decay = 0.01f, .decoupled = true, .bias_correction = true,
                            .grad_averaging = true, .max_grad_norm = 1.0f};
-        AK(r->be->lamb_multi(&d, &r->t, NULL));
+        AK(r->be->k.lamb_multi(&d, &r->t, NULL));
     }
 }
 
@@ -165,7 +165,7 @@ typedef struct gemm_run {
 
 static void gemm_once(void *p) {
     gemm_run *r = p;
-    AK(r->be->gemm(&r->d));
+    AK(r->be->k.gemm(&r->d));
 }
 
 static void bench_gemm(const amp_backend *be, int64_t batch, peak pk, bool json, int reps) {

@@ -1,8 +1,15 @@
-/* The backend interface: one table of function pointers per device (CPU, CUDA).
+/* The backend interface: one table per device (CPU, CUDA), split by concern after ggml's
+ * device/backend split: the device (memory, copies, streams, events, uploads, statistics: the
+ * table's own fields), the kernels (`k`, generated from the one list of compute entries in
+ * core/backend_kernels.def) and the optional collectives (`coll`, NULL where the device's memory
+ * is host memory that parallel/ hands to MPI: the CPU).
  *
- * An op never asks which device it runs on; it calls its tensor's backend through the amp_be_*
- * wrappers below, which return AMP_ERR_UNSUPPORTED (with a message naming op and backend) for an
- * entry the backend leaves NULL or for a dtype its supports() refuses.
+ * An op never asks which device it runs on: it calls its tensor's backend through
+ * AMP_BE(be, entry, ...) (core/tensor_internal.h), which fails with AMP_ERR_UNSUPPORTED naming
+ * the entry and the backend when the backend leaves the entry NULL, and goes through the entry's
+ * counting function while an op profile runs. What an entry refuses (a dtype, a shape, a NULL
+ * pointer) it refuses itself, with an error naming the culprit; every entry of both backends
+ * takes f32, f16 and bf16 storage (cast also i32 <-> f32).
  *
  * Conventions for every entry:
  *  - pointers are backend memory; tensors are contiguous, row-major (NCHW for images, OIHW for
@@ -30,12 +37,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum amp_be_op {
-    AMP_BE_CAST, AMP_BE_GEMM, AMP_BE_CONV2D, AMP_BE_BATCHNORM, AMP_BE_MAXPOOL, AMP_BE_UNARY,
-    AMP_BE_BINARY, AMP_BE_REDUCE, AMP_BE_XENT, AMP_BE_MSE, AMP_BE_DROPOUT, AMP_BE_SGD, AMP_BE_ADAM,
-    AMP_BE_UNSCALE, AMP_BE_LAMB, AMP_BE_N_OPS
-} amp_be_op;
 
 /* What a GEMM applies to its result before the one rounding to C's dtype (cuBLASLt's epilogues). */
 typedef enum amp_gemm_epilogue {
@@ -223,10 +224,40 @@ typedef enum amp_coll_op { AMP_COLL_SUM = 0, AMP_COLL_MAX = 1 } amp_coll_op;
 typedef struct amp_scaler_dev amp_scaler_dev;
 typedef struct amp_scaler_params amp_scaler_params;
 
+/* AMP_KERNEL(...)'s parameter list with the backend first (the counting wrappers'). */
+#define AMP_PREPEND_BE(...) (const amp_backend *be, __VA_ARGS__)
+#define AMP_UNPAREN(...) __VA_ARGS__
+
+/* The compute entries, one slot per line of core/backend_kernels.def (what each computes is
+ * said there). */
+typedef struct amp_kernels {
+#define AMP_KERNEL(name, category, flops, params, args) amp_status(*name) params;
+#include "core/backend_kernels.def"
+#undef AMP_KERNEL
+} amp_kernels;
+
+typedef struct amp_collectives {
+    /* Collectives among the processes of a job over this backend's memory (DDP's gradient
+     * buckets, the scaler's overflow flag, SyncBatchNorm's sums), for a backend whose memory MPI
+     * cannot read (CUDA: NCCL). id writes a fresh id (AMP_COLL_ID_BYTES) on one rank, which the
+     * caller broadcasts; create is collective over the `size` ranks given that id; free with
+     * abort when a peer is lost (a plain free would wait for it). allreduce (in place) and
+     * broadcast are queued after the compute work queued so far, on a stream of their own, and
+     * return at once; join makes later compute wait for every collective queued so far (no host
+     * wait); poll says whether some are still running, and returns an error when one failed (a
+     * peer died). */
+    amp_status (*id)(void *id);
+    amp_status (*create)(const void *id, int rank, int size, void **comm);
+    void (*free)(void *comm, bool abort);
+    amp_status (*allreduce)(void *comm, void *buf, amp_dtype dt, int64_t n, amp_coll_op op);
+    amp_status (*broadcast)(void *comm, void *buf, size_t nbytes, int root);
+    amp_status (*join)(void *comm);
+    amp_status (*poll)(void *comm, bool *pending);
+} amp_collectives;
+
 typedef struct amp_backend {
     const char *name;
     amp_device device;
-    bool (*supports)(amp_be_op op, amp_dtype dt);
 
     /* Memory. alloc returns 64-byte aligned memory (NULL + AMP_ERR_OOM on failure). */
     amp_status (*alloc)(size_t nbytes, void **out);
@@ -258,166 +289,9 @@ typedef struct amp_backend {
      * started: after warm-up a training loop makes none (the caching allocator, the step arenas). */
     uint64_t (*system_allocs)(void);
 
-    /* dst[i] = (dst_dt) src[i], round to nearest even, NaN stays NaN, overflow to inf. */
-    amp_status (*cast)(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt, int64_t n);
-    amp_status (*fill)(void *dst, amp_dtype dt, int64_t n, float value);
-    /* dst[i] = scale * (*scalar) : broadcast a backend f32 scalar (e.g. the grad of a mean). */
-    amp_status (*fill_scalar)(void *dst, amp_dtype dt, int64_t n, const float *scalar, float scale);
-
-    amp_status (*gemm)(const amp_gemm_desc *d);
-
-    amp_status (*conv2d_fwd)(const amp_conv2d_desc *d, const void *x, const void *w,
-                             const float *bias, void *y);
-    amp_status (*conv2d_bwd_data)(const amp_conv2d_desc *d, const void *dy, const void *w,
-                                  void *dx);
-    amp_status (*conv2d_bwd_weight)(const amp_conv2d_desc *d, const void *x, const void *dy,
-                                    void *dw, float *dbias);
-
-    amp_status (*bn_fwd_train)(const amp_bn_desc *d, const void *x, const float *gamma,
-                               const float *beta, void *y, float *save_mean, float *save_invstd,
-                               float *running_mean, float *running_var);
-    amp_status (*bn_fwd_eval)(const amp_bn_desc *d, const void *x, const float *gamma,
-                              const float *beta, const float *running_mean,
-                              const float *running_var, void *y);
-    /* y: the forward's output with d->relu (dy masked by it), NULL without. */
-    amp_status (*bn_bwd)(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
-                         const float *gamma, const float *save_mean, const float *save_invstd,
-                         void *dx, float *dgamma, float *dbeta);
-
-    /* y = each window's maximum. The backward takes the forward's input x, finds each window's
-     * maximum again by the same scan (kernels/math/pool.h) and overwrites dx with the sum of
-     * the dy of the outputs that picked each element, as cuDNN's pooling backward: no index
-     * tensor lives between the passes. */
-    amp_status (*maxpool_fwd)(const amp_pool_desc *d, const void *x, void *y);
-    amp_status (*maxpool_bwd)(const amp_pool_desc *d, const void *dy, const void *x, void *dx);
-
-    amp_status (*unary)(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
-                        void *y);
-    amp_status (*binary)(amp_binary_op op, amp_dtype dt, int64_t n, const void *a, const void *b,
-                         void *y);
-    /* y += alpha * x (gradient accumulation). */
-    amp_status (*axpy)(amp_dtype dt, int64_t n, float alpha, const void *x, void *y);
-    /* out[0] = alpha * sum(x) as f32 (a backend scalar). */
-    amp_status (*sum)(amp_dtype dt, int64_t n, const void *x, float alpha, float *out);
-    /* out[j] = sum_i x[i, j] over rows (bias gradients); x is [rows, cols], out f32[cols]. */
-    amp_status (*sum_rows)(amp_dtype dt, int64_t rows, int64_t cols, const void *x, float *out);
-
-    /* Cross-entropy of logits[rows, classes] against labels (i32 in [0, classes)), mean over rows.
-     * Forward writes the loss scalar and saves log-softmax (f32, rows*classes) for backward.
-     * Backward: dlogits = (softmax - onehot) * (*dloss) / rows. A label out of range is an error. */
-    amp_status (*xent_fwd)(amp_dtype dt, int64_t rows, int64_t classes, const void *logits,
-                           const int32_t *labels, float *loss, float *logsoftmax);
-    amp_status (*xent_bwd)(amp_dtype dt, int64_t rows, int64_t classes, const float *logsoftmax,
-                           const int32_t *labels, const float *dloss, void *dlogits);
-    /* loss = mean((a - b)^2); backward: da = 2 (a - b) * (*dloss) / n (db = -da). */
-    amp_status (*mse_fwd)(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss);
-    amp_status (*mse_bwd)(amp_dtype dt, int64_t n, const void *a, const void *b,
-                          const float *dloss, void *da);
-
-    /* Inverted dropout: keep element i when philox(seed, offset + i) >= p; y = x * keep * (1/(1-p))
-     * as PyTorch's native_dropout (a dropped NaN stays NaN); mask (u8, 1 = kept) is saved for
-     * backward: dx = dy * mask * (1/(1-p)). */
-    amp_status (*dropout_fwd)(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
-                              uint64_t offset, void *y, uint8_t *mask);
-    amp_status (*dropout_bwd)(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
-                              float p, void *dx);
-
-    /* Optimizer updates of one tensor of n elements; grad may be f32, f16 or bf16 (g_dt). param
-     * is the f32 parameter (or master). It may be NULL when half_copy is set: the half tensor is
-     * then the parameter itself (O3), widened, updated in f32 and rounded back in one pass. */
-    amp_status (*sgd_update)(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
-                             amp_dtype g_dt, float *momentum_buf);
-    amp_status (*adam_update)(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
-                              amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
-
-    /* Loss-scaler support. unscale: out[i] = (f32) grad[i] * inv_scale for grad in f32/f16/bf16
-     * (out may alias grad when g_dt is f32); sets *found_inf = 1.0f when any grad[i] is inf or NaN
-     * and never clears it, so one flag zeroed once per step covers every tensor of the step.
-     * sum_squares: out[0] = sum(x[i]^2) in f32, deterministic (gradient-norm clipping). */
-    amp_status (*unscale)(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale, float *out,
-                          float *found_inf);
-    amp_status (*sum_squares)(amp_dtype dt, int64_t n, const void *x, float *out);
-    /* The check of unscale alone, for steps that need no unscale pass (scale 1 without master
-     * weights, or O3, whose optimizer unscales as it loads): *found_inf = 1.0f when any x[i]
-     * (f32/f16/bf16) is inf or NaN; never cleared; nothing else written. */
-    amp_status (*nonfinite)(amp_dtype dt, int64_t n, const void *x, float *found_inf);
-    /* Multi-tensor entries: one fused pass over a list of tensors (Apex's multi_tensor_apply),
-     * planned with core/multi_tensor.h on both backends; what the per-tensor entries above do,
-     * for every tensor of the list, with the same bits. `scalars` may be NULL. */
-    amp_status (*sgd_multi)(const amp_sgd_desc *d, const amp_opt_tensors *t,
-                            const amp_step_scalars *scalars);
-    amp_status (*adam_multi)(const amp_adam_desc *d, const amp_opt_tensors *t,
-                             const amp_step_scalars *scalars);
-    amp_status (*lamb_multi)(const amp_lamb_desc *d, const amp_opt_tensors *t,
-                             const amp_step_scalars *scalars);
-    /* unscale over n tensors of one dtype: out[i][j] = grad[i][j] * inv_scale (or *scalars->
-     * grad_scale when given); found_inf as in unscale. out[i] may alias grad[i] for f32. */
-    amp_status (*unscale_multi)(amp_dtype g_dt, int64_t n, const int64_t *numel,
-                                const void *const *grad, float inv_scale, float *const *out,
-                                float *found_inf, const amp_step_scalars *scalars);
-    amp_status (*nonfinite_multi)(amp_dtype dt, int64_t n, const int64_t *numel,
-                                  const void *const *x, float *found_inf);
-    /* out[0] = sum over the list of x[i][j]^2 as f32: each chunk of the plan summed in f64, the
-     * chunks' partials added in plan order in f64, one rounding to f32. Deterministic on each
-     * backend; the backends may differ only where f64 sums in another order round differently. */
-    amp_status (*sum_squares_multi)(amp_dtype dt, int64_t n, const int64_t *numel,
-                                    const void *const *x, float *out);
-
-    /* The loss scaler in backend memory, so that no step waits for the host: each entry applies
-     * kernels/math/scaler.h's function to one amp_scaler_dev (CUDA: a one-thread kernel).
-     * scaler_seed: this step's used scale (min(scale, cap)), its reciprocal, no clipping yet.
-     * scaler_clip: the clip coefficient from the step's sums of squares (backend scalars, NULL
-     * read as 0): f32 gradients and still-scaled half ones.
-     * scaler_update: ends the step from *found_inf (NULL: none; zeroed after), `checks` (an
-     * inf/NaN skips the step) and `other_skip`; p is host memory, read at the call. */
-    amp_status (*scaler_seed)(amp_scaler_dev *s, float cap);
-    amp_status (*scaler_clip)(amp_scaler_dev *s, const float *sumsq_f32, const float *sumsq_half,
-                              float max_norm);
-    amp_status (*scaler_update)(amp_scaler_dev *s, const amp_scaler_params *p, float *found_inf,
-                                bool checks, bool other_skip);
-
-    /* Collectives among the processes of a job over this backend's memory (DDP's gradient
-     * buckets, the scaler's overflow flag), for a backend whose memory MPI cannot read (CUDA:
-     * NCCL). NULL on the CPU backend: its memory is host memory, which parallel/ hands to MPI.
-     * coll_id writes a fresh id (AMP_COLL_ID_BYTES) on one rank, which the caller broadcasts;
-     * coll_create is collective over the `size` ranks given that id; coll_free with abort when a
-     * peer is lost (a plain free would wait for it). coll_allreduce (in place) and
-     * coll_broadcast are queued after the compute work queued so far, on a stream of their own,
-     * and return at once; coll_join makes later compute wait for every collective queued so far
-     * (no host wait); coll_poll says whether some are still running, and returns an error when
-     * one failed (a peer died). */
-    amp_status (*coll_id)(void *id);
-    amp_status (*coll_create)(const void *id, int rank, int size, void **comm);
-    void (*coll_free)(void *comm, bool abort);
-    amp_status (*coll_allreduce)(void *comm, void *buf, amp_dtype dt, int64_t n, amp_coll_op op);
-    amp_status (*coll_broadcast)(void *comm, void *buf, size_t nbytes, int root);
-    amp_status (*coll_join)(void *comm);
-    amp_status (*coll_poll)(void *comm, bool *pending);
-
-    /* Synchronised batch norm (torch.nn.SyncBatchNorm): the local per-channel sums that the ranks
-     * all-reduce, the statistics from the reduced sums, and the backward's dx. d describes this
-     * rank's [n, c, hw] tensor; `count` is the number of values per channel over every rank.
-     * Every sum visits a channel in batchnorm's fixed order (the n planes in order, each in tiles,
-     * double lanes in a fixed tree) and is rounded to f32 once: the same bits on both backends
-     * and whatever the thread count. Outputs are overwritten.
-     * bn_channel_sums: with dy NULL, out1 = sum(x - center), out2 = sum((x - center)^2) (center
-     * NULL: 0); with dy, out1 = sum(dy), out2 = sum(dy * (x - center)).
-     * bn_sync_stats: mean = center + s1 / count (center NULL: 0), in double; with s2 set also the
-     * biased var = s2 / count - (s1 / count)^2 (f32), invstd = 1 / sqrt(var + eps) from that f32
-     * var (so that bn_fwd_eval with mean and var normalises with exactly it) and, when given,
-     * the running statistics updated with momentum and the unbiased var * count / (count - 1)
-     * (PyTorch). var, invstd and the running stats may be NULL; count >= 2 with s2.
-     * bn_bwd_elemt: with mean_dy = sum_dy / count and mean_dy_xmu = sum_dy_xmu / count,
-     * dx = gamma * invstd * (dy - mean_dy - (x - mean) * invstd^2 * mean_dy_xmu) (gamma NULL:
-     * 1); dx may be dy. */
-    amp_status (*bn_channel_sums)(const amp_bn_desc *d, const void *x, const float *center,
-                                  const void *dy, float *out1, float *out2);
-    amp_status (*bn_sync_stats)(const amp_bn_desc *d, int64_t count, const float *center,
-                                const float *s1, const float *s2, float *mean, float *var,
-                                float *invstd, float *running_mean, float *running_var);
-    amp_status (*bn_bwd_elemt)(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,
-                               const float *gamma, const float *mean, const float *invstd,
-                               const float *sum_dy, const float *sum_dy_xmu, void *dx);
+    amp_kernels k;
+    /* NULL: no collectives of its own (the CPU: MPI reads its memory). */
+    const amp_collectives *coll;
 } amp_backend;
 
 /* The argument checks of the unscale entry, shared by every backend (core/backend_check.c):
@@ -487,6 +361,9 @@ const char *amp_backend_missing_entry(const amp_backend *be);
 const amp_backend *amp_backend_cpu(void);
 /* The CUDA backend when built and a device answers, else NULL with amp_last_error saying why. */
 const amp_backend *amp_backend_cuda(void);
+/* Before the first context: makes the device backend use device local_rank % count (one GPU per
+ * process of a node). AMP_OK without a device backend or a device (the context will say why). */
+amp_status amp_backend_select_device(int local_rank);
 
 #ifdef __cplusplus
 }

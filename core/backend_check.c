@@ -198,8 +198,8 @@ amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d) {
                         (long long)d->w_in, (long long)d->kh, (long long)d->kw,
                         (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
                         (long long)d->pad_w, (long long)want_h, (long long)want_w);
-    /* UNSUPPORTED rather than DTYPE: what the amp_be_* wrappers answer when supports() refuses
-     * a dtype, and what both backends' GEMMs answer for one. */
+    /* UNSUPPORTED rather than DTYPE: what both backends' GEMMs answer for a dtype they do not
+     * take. */
     if (d->dtype != AMP_F32 && d->dtype != AMP_F16 && d->dtype != AMP_BF16)
         return amp_fail(AMP_ERR_UNSUPPORTED, "%s: dtype %s: the convolution takes f32, f16 or bf16",
                         fn, amp_dtype_name(d->dtype));

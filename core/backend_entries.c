@@ -6,29 +6,23 @@
 
 #include "core/backend.h"
 
-/* The coll_* entries are not listed: the CPU backend has none by design (its memory is host
- * memory, which parallel/ gives MPI), so they cannot be what makes a backend complete. */
-#define AMP_ENTRY(name) {#name, offsetof(amp_backend, name)}
+/* The device's entries and the kernels (core/backend_kernels.def). The collectives are not
+ * listed: the CPU backend has none by design (its memory is host memory, which parallel/ gives
+ * MPI), so they cannot be what makes a backend complete; memory_trim is optional. */
+#define AMP_ENTRY(name) {#name, offsetof(amp_backend, name)},
 
 static const struct {
     const char *name;
     size_t offset;
 } amp_backend_entries[] = {
-    AMP_ENTRY(supports), AMP_ENTRY(alloc), AMP_ENTRY(free), AMP_ENTRY(memset_zero),
-    AMP_ENTRY(copy), AMP_ENTRY(copy_to_host), AMP_ENTRY(copy_from_host), AMP_ENTRY(sync),
-    AMP_ENTRY(upload_async), AMP_ENTRY(mark), AMP_ENTRY(event_free),
-    AMP_ENTRY(memory_stats), AMP_ENTRY(memory_reset_peak), AMP_ENTRY(system_allocs), AMP_ENTRY(cast), AMP_ENTRY(fill),
-    AMP_ENTRY(fill_scalar), AMP_ENTRY(gemm), AMP_ENTRY(conv2d_fwd), AMP_ENTRY(conv2d_bwd_data),
-    AMP_ENTRY(conv2d_bwd_weight), AMP_ENTRY(bn_fwd_train), AMP_ENTRY(bn_fwd_eval),
-    AMP_ENTRY(bn_bwd), AMP_ENTRY(maxpool_fwd), AMP_ENTRY(maxpool_bwd), AMP_ENTRY(unary),
-    AMP_ENTRY(binary), AMP_ENTRY(axpy), AMP_ENTRY(sum), AMP_ENTRY(sum_rows), AMP_ENTRY(xent_fwd),
-    AMP_ENTRY(xent_bwd), AMP_ENTRY(mse_fwd), AMP_ENTRY(mse_bwd), AMP_ENTRY(dropout_fwd),
-    AMP_ENTRY(dropout_bwd), AMP_ENTRY(sgd_update), AMP_ENTRY(adam_update), AMP_ENTRY(unscale),
-    AMP_ENTRY(sum_squares), AMP_ENTRY(nonfinite), AMP_ENTRY(sgd_multi), AMP_ENTRY(adam_multi),
-    AMP_ENTRY(lamb_multi), AMP_ENTRY(unscale_multi), AMP_ENTRY(nonfinite_multi),
-    AMP_ENTRY(sum_squares_multi), AMP_ENTRY(scaler_seed), AMP_ENTRY(scaler_clip),
-    AMP_ENTRY(scaler_update), AMP_ENTRY(bn_channel_sums), AMP_ENTRY(bn_sync_stats),
-    AMP_ENTRY(bn_bwd_elemt),
+    AMP_ENTRY(alloc) AMP_ENTRY(free) AMP_ENTRY(memset_zero) AMP_ENTRY(copy) AMP_ENTRY(copy_to_host)
+    AMP_ENTRY(copy_from_host) AMP_ENTRY(sync) AMP_ENTRY(upload_async) AMP_ENTRY(mark)
+    AMP_ENTRY(event_free) AMP_ENTRY(memory_stats) AMP_ENTRY(memory_reset_peak)
+    AMP_ENTRY(system_allocs)
+#define AMP_KERNEL(name, category, flops, params, args)                                           \
+    {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name)},
+#include "core/backend_kernels.def"
+#undef AMP_KERNEL
 };
 
 int amp_backend_n_entries(void) {

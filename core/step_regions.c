@@ -70,7 +70,7 @@ static amp_status amp_move_data(amp_tensor *t, amp_arena *to) {
     size_t nbytes = amp_tensor_nbytes(t);
     void *dst;
     AMP_TRY(amp_arena_alloc(to, nbytes, &dst));
-    AMP_TRY(AMP_BE(t->backend, copy, dst, t->data, nbytes));
+    AMP_TRY(AMP_DEV(t->backend, copy, dst, t->data, nbytes));
     t->data = dst;
     return AMP_OK;
 }

@@ -104,11 +104,11 @@ amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp
     int k = (int)(s->n_puts % AMP_STAGER_PAIRS);
     void *after = s->n_puts > 0 ? s->mark[(s->n_puts - 1) % AMP_STAGER_PAIRS] : NULL;
     AMP_TRY(amp_stager_shape(s, k, b));
-    AMP_TRY(AMP_BE(be, mark, &s->mark[k]));
+    AMP_TRY(AMP_DEV(be, mark, &s->mark[k]));
     if (s->fresh[k]) after = s->mark[k]; /* new blocks: after all compute queued so far */
-    AMP_TRY(AMP_BE(be, upload_async, s->x[k]->data, b->x, (size_t)amp_tensor_nbytes(s->x[k]),
+    AMP_TRY(AMP_DEV(be, upload_async, s->x[k]->data, b->x, (size_t)amp_tensor_nbytes(s->x[k]),
                    after));
-    AMP_TRY(AMP_BE(be, upload_async, s->y[k]->data, b->targets ? (const void *)b->targets : b->y,
+    AMP_TRY(AMP_DEV(be, upload_async, s->y[k]->data, b->targets ? (const void *)b->targets : b->y,
                    (size_t)amp_tensor_nbytes(s->y[k]), after));
     s->fresh[k] = false;
     s->n_puts++;

@@ -86,7 +86,7 @@ amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha
     if (t->grad_written)
         AMP_TRY(AMP_BE(be, axpy, t->dtype, t->numel, alpha, src->data, t->grad->data));
     else if (alpha == 1.0f)
-        AMP_TRY(AMP_BE(be, copy, t->grad->data, src->data, amp_tensor_nbytes(t)));
+        AMP_TRY(AMP_DEV(be, copy, t->grad->data, src->data, amp_tensor_nbytes(t)));
     else
         AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, t->dtype, t->numel, src->data, alpha, t->grad->data));
     t->grad_written = true;

@@ -65,7 +65,7 @@ static amp_status amp_sync_bn_bwd(amp_tape_node *node, const amp_tensor *dy) {
                        sg.buf->data));
     AMP_TRY(amp_grad_end(&sg));
     AMP_TRY(amp_grad_begin(beta, &sb));
-    if (sb.buf) AMP_TRY(AMP_BE(be, copy, sb.buf->data, sum_dy, (size_t)c * sizeof(float)));
+    if (sb.buf) AMP_TRY(AMP_DEV(be, copy, sb.buf->data, sum_dy, (size_t)c * sizeof(float)));
     AMP_TRY(amp_grad_end(&sb));
     amp_grad_sink sx;
     AMP_TRY(amp_grad_begin(x, &sx));

@@ -94,7 +94,7 @@ static amp_status amp_optim_master_to_param(amp_optimizer *opt, int i) {
     const amp_tensor *m = opt->master_views[i];
     amp_tensor_mark_written(p);
     if (p->dtype == AMP_F32)
-        return AMP_BE(opt->backend, copy, p->data, m->data, amp_tensor_nbytes(m));
+        return AMP_DEV(opt->backend, copy, p->data, m->data, amp_tensor_nbytes(m));
     return AMP_BE(opt->backend, cast, p->data, p->dtype, m->data, AMP_F32, m->numel);
 }
 
@@ -128,7 +128,7 @@ amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const ch
     if (p->backend != opt->backend)
         return amp_fail(AMP_ERR_STATE, "parameter %s left backend %s", label,
                         opt->backend->name);
-    if (amp_optim_is_half(p->dtype) && !opt->backend->cast)
+    if (amp_optim_is_half(p->dtype) && !opt->backend->k.cast)
         return amp_backend_missing(opt->backend, "cast");
     return AMP_OK;
 }

@@ -11,9 +11,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/comm_internal.h"
-#ifdef AMP_HAVE_CUDA
-#include "kernels/cuda/collectives.h"
-#endif
 
 /* The default deadline of a collective: a peer that has not joined in this long is reported
  * (AMP_COMM_TIMEOUT in seconds overrides it). Generous against a slow step, short enough that a
@@ -125,7 +122,7 @@ amp_status amp_comm_create(amp_comm **out) {
 
 void amp_comm_free(amp_comm *c) {
     if (!c) return;
-    if (c->coll) c->coll_be->coll_free(c->coll, c->broken);
+    if (c->coll) c->coll_be->coll->free(c->coll, c->broken);
     if (c->broken) { /* freeing communicators and MPI_Finalize synchronise with the lost peers */
         free(c);
         return;
@@ -219,12 +216,15 @@ amp_status amp_comm_wait(amp_comm *c, int n, MPI_Request *reqs, const char *what
 }
 
 amp_status amp_comm_backend_coll(amp_comm *c, const amp_backend *be, void **out) {
+    if (!be->coll)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "the %s backend has no collectives of its own (its "
+                        "memory is host memory: MPI reads it)", be->name);
     if (c->coll && c->coll_be != be)
         return amp_fail(AMP_ERR_STATE, "the communicator already serves the %s backend; one "
                         "communicator per backend", c->coll_be->name);
     if (!c->coll) {
         unsigned char id[AMP_COLL_ID_BYTES] = {0};
-        amp_status s = c->rank == 0 ? be->coll_id(id) : AMP_OK;
+        amp_status s = c->rank == 0 ? be->coll->id(id) : AMP_OK;
         bool any;
         AMP_TRY(amp_comm_agree_failure(c, s != AMP_OK, &any));
         if (s != AMP_OK) return s;
@@ -232,11 +232,11 @@ amp_status amp_comm_backend_coll(amp_comm *c, const amp_backend *be, void **out)
                                  "(its error says why)", be->name);
         AMP_TRY(amp_comm_bcast_bytes(c, id, sizeof id, "the backend communicator's id"));
         void *coll = NULL;
-        s = be->coll_create(id, c->rank, c->size, &coll);
+        s = be->coll->create(id, c->rank, c->size, &coll);
         AMP_TRY(amp_comm_agree_failure(c, s != AMP_OK, &any));
         if (s != AMP_OK) return s;
         if (any) {
-            be->coll_free(coll, true);
+            be->coll->free(coll, true);
             return amp_fail(AMP_ERR_BACKEND, "another rank could not join the %s communicator "
                             "(its error says why)", be->name);
         }
@@ -249,11 +249,7 @@ amp_status amp_comm_backend_coll(amp_comm *c, const amp_backend *be, void **out)
 
 amp_status amp_comm_select_device(const amp_comm *c) {
     AMP_CHECK_ARG(c);
-#ifdef AMP_HAVE_CUDA
-    return amp_cuda_select_device(c->local_rank);
-#else
-    return AMP_OK;
-#endif
+    return amp_backend_select_device(c->local_rank);
 }
 
 void amp_comm_abort(amp_comm *c, int code) {

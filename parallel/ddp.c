@@ -90,8 +90,8 @@ static amp_status amp_ddp_bcast_tensor(amp_ddp *d, amp_tensor *t, const char *wh
     amp_tensor_mark_written(t);
     if (!d->coll) return amp_comm_bcast_bytes(d->comm, t->data, amp_tensor_nbytes(t), what);
     const amp_backend *be = d->ctx->backend;
-    AMP_TRY(be->coll_broadcast(d->coll, t->data, amp_tensor_nbytes(t), 0));
-    return be->coll_join(d->coll);
+    AMP_TRY(be->coll->broadcast(d->coll, t->data, amp_tensor_nbytes(t), 0));
+    return be->coll->join(d->coll);
 }
 
 amp_status amp_ddp_coll_create(amp_ddp *d) {
@@ -102,7 +102,7 @@ amp_status amp_ddp_coll_create(amp_ddp *d) {
 amp_status amp_ddp_coll_watchdog(amp_ddp *d) {
     if (!d->coll) return AMP_OK;
     bool pending = false;
-    amp_status s = d->ctx->backend->coll_poll(d->coll, &pending);
+    amp_status s = d->ctx->backend->coll->poll(d->coll, &pending);
     if (s != AMP_OK) {
         d->comm->broken = true;
         return amp_fail_context(s, "rank %d of %d", d->comm->rank, d->comm->size);
@@ -161,7 +161,7 @@ static amp_status amp_ddp_init(amp_ddp *d, const amp_ddp_opts *o) {
     }
     const amp_backend *be = d->ctx->backend;
     bool host = be->device == AMP_DEVICE_CPU;
-    if (!host && amp_comm_is_distributed(d->comm) && !be->coll_allreduce)
+    if (!host && amp_comm_is_distributed(d->comm) && !be->coll)
         return amp_fail(AMP_ERR_UNSUPPORTED, "amp_ddp_create: the %s backend's memory is not host "
                         "memory and it has no collectives; use a CPU context", be->name);
     d->n_params = m->n_params;

@@ -156,7 +156,7 @@ static amp_status amp_ddp_launch(amp_ddp *d, amp_ddp_bucket *b) {
         AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, dt, b->numel, buf, 1.0f / pre, buf));
     if (d->launched_in_walk == 0) d->t_first_launch = amp_comm_now();
     if (d->coll) {
-        AMP_TRY(be->coll_allreduce(d->coll, buf, dt, b->numel, AMP_COLL_SUM));
+        AMP_TRY(be->coll->allreduce(d->coll, buf, dt, b->numel, AMP_COLL_SUM));
         d->t_last_coll = amp_comm_now();
     } else {
         MPI_Datatype type = dt == AMP_F32 ? MPI_FLOAT : MPI_UINT16_T;
@@ -250,7 +250,7 @@ static amp_status amp_ddp_end(void *user, amp_status walk) {
      * is what the caller gets. */
     for (int k = 0; k < d->n_buckets; k++) d->buckets[k].pending = 0;
     amp_status s = amp_ddp_launch_ready(d);
-    if (s == AMP_OK && d->coll) s = d->ctx->backend->coll_join(d->coll);
+    if (s == AMP_OK && d->coll) s = d->ctx->backend->coll->join(d->coll);
     for (int k = 0; s == AMP_OK && k < d->n_buckets; k++) {
         amp_ddp_bucket *b = &d->buckets[k];
         if (!d->coll) s = amp_comm_wait(d->comm, 1, &b->req, "the all-reduce of a gradient bucket");
@@ -272,9 +272,9 @@ static amp_status amp_ddp_agree_found_inf(void *user, float *found_inf, int n) {
     if (d->comm->size == 1) return AMP_OK;
     if (d->coll) {
         const amp_backend *be = d->ctx->backend;
-        AMP_TRY(be->coll_allreduce(d->coll, found_inf, AMP_F32, n, AMP_COLL_MAX));
+        AMP_TRY(be->coll->allreduce(d->coll, found_inf, AMP_F32, n, AMP_COLL_MAX));
         d->t_last_coll = amp_comm_now();
-        return be->coll_join(d->coll);
+        return be->coll->join(d->coll);
     }
     MPI_Request r;
     AMP_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, found_inf, n, MPI_FLOAT, MPI_MAX, d->comm->world, &r));

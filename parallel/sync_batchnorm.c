@@ -33,8 +33,8 @@ static amp_status sync_bn_allreduce_f32(void *user, float *p, int64_t n) {
     sync_bn_comm *sc = user;
     amp_comm *c = sc->comm;
     if (sc->coll && n > 0) {
-        AMP_TRY(sc->be->coll_allreduce(sc->coll, p, AMP_F32, n, AMP_COLL_SUM));
-        return sc->be->coll_join(sc->coll);
+        AMP_TRY(sc->be->coll->allreduce(sc->coll, p, AMP_F32, n, AMP_COLL_SUM));
+        return sc->be->coll->join(sc->coll);
     }
     if (c->size == 1 || n == 0) return AMP_OK;
     if (n > INT32_MAX / c->size)
@@ -85,7 +85,7 @@ amp_status amp_model_convert_sync_batchnorm(amp_model *m, amp_comm *comm) {
     bool distributed = comm && comm->size > 1;
     const amp_backend *be = ctx->backend;
     bool host = be->device == AMP_DEVICE_CPU;
-    if (distributed && !host && !be->coll_allreduce)
+    if (distributed && !host && !be->coll)
         return amp_fail(AMP_ERR_UNSUPPORTED, "%s: the %s backend's memory is not host memory and "
                         "it has no collectives", __func__, be->name);
     sync_bn_comm *sc = NULL;

@@ -32,7 +32,7 @@ static inline amp_status flaky_cast(void *dst, amp_dtype dst_dt, const void *src
                                     amp_dtype src_dt, int64_t n) {
     if (++g_flaky.cast_calls == g_flaky.fail_cast_at)
         return amp_fail(AMP_ERR_BACKEND, "flaky_cast: call %d fails", g_flaky.cast_calls);
-    return amp_backend_cpu()->cast(dst, dst_dt, src, src_dt, n);
+    return amp_backend_cpu()->k.cast(dst, dst_dt, src, src_dt, n);
 }
 
 static inline amp_backend flaky_backend(void) {
@@ -40,7 +40,7 @@ static inline amp_backend flaky_backend(void) {
     b.name = "flaky";
     b.alloc = flaky_alloc;
     b.free = flaky_free;
-    b.cast = flaky_cast;
+    b.k.cast = flaky_cast;
     return b;
 }
 

@@ -1,4 +1,4 @@
-/* NCCL collectives of the CUDA backend (kernels/cuda/collectives.c): the table's coll_* entries,
+/* NCCL collectives of the CUDA backend (kernels/cuda/collectives.c): the backend's amp_collectives,
  * whose contract core/backend.h states. */
 #ifndef AMP_KERNELS_CUDA_COLLECTIVES_H
 #define AMP_KERNELS_CUDA_COLLECTIVES_H
@@ -19,9 +19,6 @@ amp_status amp_cuda_coll_allreduce(void *comm, void *buf, amp_dtype dt, int64_t 
 amp_status amp_cuda_coll_broadcast(void *comm, void *buf, size_t nbytes, int root);
 amp_status amp_cuda_coll_join(void *comm);
 amp_status amp_cuda_coll_poll(void *comm, bool *pending);
-/* One GPU per process: device local_rank modulo the devices this process sees, before the
- * backend's first use (kernels/cuda/cuda_backend.c). No device: AMP_OK, nothing done. */
-amp_status amp_cuda_select_device(int local_rank);
 
 #ifdef __cplusplus
 }

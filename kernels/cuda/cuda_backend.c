@@ -6,7 +6,7 @@
  * (cudaErrorInsufficientDriver)"; the context then falls back to the CPU. The backend runs on the
  * calling thread's current device at the first call (a DDP rank calls cudaSetDevice before).
  *
- * Every entry of core/backend.h is filled; supports() answers which dtypes each takes. */
+ * Every entry of core/backend.h is filled, the collectives (NCCL) included. */
 #include <pthread.h>
 #include <stdio.h>
 
@@ -20,23 +20,21 @@
 #include "kernels/cuda/cuda_check.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const amp_collectives amp_cuda_collectives = {
+    .id = amp_cuda_coll_id,
+    .create = amp_cuda_coll_create,
+    .free = amp_cuda_coll_free,
+    .allreduce = amp_cuda_coll_allreduce,
+    .broadcast = amp_cuda_coll_broadcast,
+    .join = amp_cuda_coll_join,
+    .poll = amp_cuda_coll_poll,
+};
+
 static const amp_backend *g_backend; /* NULL when no device answered */
 static char g_why[512];              /* why g_backend is NULL */
 static cudaStream_t g_stream;
 
 cudaStream_t amp_cuda_stream(void) { return g_stream; }
-
-static bool amp_cuda_supports(amp_be_op op, amp_dtype dt) {
-    bool is_float = dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16;
-    if (op == AMP_BE_CAST && dt == AMP_I32) return true; /* cast.cu converts i32 <-> f32 */
-    return (op == AMP_BE_CAST || op == AMP_BE_GEMM || op == AMP_BE_CONV2D ||
-            op == AMP_BE_BATCHNORM || op == AMP_BE_MAXPOOL || op == AMP_BE_SGD ||
-            op == AMP_BE_ADAM || op == AMP_BE_LAMB ||
-            op == AMP_BE_UNSCALE || op == AMP_BE_UNARY ||
-            op == AMP_BE_BINARY || op == AMP_BE_REDUCE || op == AMP_BE_XENT || op == AMP_BE_MSE ||
-            op == AMP_BE_DROPOUT) &&
-           is_float;
-}
 
 amp_status amp_cuda_memset_zero(void *p, size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
@@ -86,7 +84,6 @@ amp_status amp_cuda_sync(void) {
 static const amp_backend amp_cuda_backend = {
     .name = "cuda",
     .device = AMP_DEVICE_CUDA,
-    .supports = amp_cuda_supports,
     .alloc = amp_cuda_alloc,
     .free = amp_cuda_free,
     .memory_stats = amp_cuda_memory_stats,
@@ -100,53 +97,12 @@ static const amp_backend amp_cuda_backend = {
     .upload_async = amp_cuda_upload_async,
     .mark = amp_cuda_mark,
     .event_free = amp_cuda_event_free,
-    .cast = amp_cuda_cast,
-    .fill = amp_cuda_fill,
-    .fill_scalar = amp_cuda_fill_scalar,
-    .gemm = amp_cuda_gemm,
-    .conv2d_fwd = amp_cuda_conv2d_fwd,
-    .conv2d_bwd_data = amp_cuda_conv2d_bwd_data,
-    .conv2d_bwd_weight = amp_cuda_conv2d_bwd_weight,
-    .bn_fwd_train = amp_cuda_bn_fwd_train,
-    .bn_fwd_eval = amp_cuda_bn_fwd_eval,
-    .bn_bwd = amp_cuda_bn_bwd,
-    .maxpool_fwd = amp_cuda_maxpool_fwd,
-    .maxpool_bwd = amp_cuda_maxpool_bwd,
-    .unscale = amp_cuda_unscale,
-    .sum_squares = amp_cuda_sum_squares,
-    .nonfinite = amp_cuda_nonfinite,
-    .unary = amp_cuda_unary,
-    .binary = amp_cuda_binary,
-    .axpy = amp_cuda_axpy,
-    .sum = amp_cuda_sum,
-    .sum_rows = amp_cuda_sum_rows,
-    .xent_fwd = amp_cuda_xent_fwd,
-    .xent_bwd = amp_cuda_xent_bwd,
-    .mse_fwd = amp_cuda_mse_fwd,
-    .mse_bwd = amp_cuda_mse_bwd,
-    .dropout_fwd = amp_cuda_dropout_fwd,
-    .dropout_bwd = amp_cuda_dropout_bwd,
-    .sgd_update = amp_cuda_sgd_update,
-    .adam_update = amp_cuda_adam_update,
-    .sgd_multi = amp_cuda_sgd_multi,
-    .adam_multi = amp_cuda_adam_multi,
-    .lamb_multi = amp_cuda_lamb_multi,
-    .unscale_multi = amp_cuda_unscale_multi,
-    .nonfinite_multi = amp_cuda_nonfinite_multi,
-    .sum_squares_multi = amp_cuda_sum_squares_multi,
-    .scaler_seed = amp_cuda_scaler_seed,
-    .scaler_clip = amp_cuda_scaler_clip,
-    .scaler_update = amp_cuda_scaler_update,
-    .bn_channel_sums = amp_cuda_bn_channel_sums,
-    .bn_sync_stats = amp_cuda_bn_sync_stats,
-    .bn_bwd_elemt = amp_cuda_bn_bwd_elemt,
-    .coll_id = amp_cuda_coll_id,
-    .coll_create = amp_cuda_coll_create,
-    .coll_free = amp_cuda_coll_free,
-    .coll_allreduce = amp_cuda_coll_allreduce,
-    .coll_broadcast = amp_cuda_coll_broadcast,
-    .coll_join = amp_cuda_coll_join,
-    .coll_poll = amp_cuda_coll_poll,
+    .k = {
+#define AMP_KERNEL(name, category, flops, params, args) .name = amp_cuda_##name,
+#include "core/backend_kernels.def"
+#undef AMP_KERNEL
+    },
+    .coll = &amp_cuda_collectives,
 };
 
 static void amp_cuda_probe(void) {
@@ -185,7 +141,7 @@ static void amp_cuda_probe(void) {
 
 static bool g_probed; /* set by the probe: the device is fixed from then on */
 
-amp_status amp_cuda_select_device(int local_rank) {
+amp_status amp_backend_select_device(int local_rank) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
@@ -194,7 +150,7 @@ amp_status amp_cuda_select_device(int local_rank) {
     int want = local_rank % n, now = -1;
     AMP_CUDA_TRY(cudaGetDevice(&now));
     if (g_probed && now != want)
-        return amp_fail(AMP_ERR_STATE, "amp_cuda_select_device: the CUDA backend already runs on "
+        return amp_fail(AMP_ERR_STATE, "amp_comm_select_device: the CUDA backend already runs on "
                         "device %d; select the device before the first context", now);
     AMP_CUDA_TRY(cudaSetDevice(want));
     return AMP_OK;

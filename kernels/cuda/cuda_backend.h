@@ -41,6 +41,12 @@ extern "C" {
 extern "C" {
 #endif
 
+/* The kernels, one per line of core/backend_kernels.def (whose comments state what each
+ * computes): amp_cuda_<entry>, gathered into the table by cuda_backend.c. */
+#define AMP_KERNEL(name, category, flops, params, args) amp_status amp_cuda_##name params;
+#include "core/backend_kernels.def"
+#undef AMP_KERNEL
+
 /* The backend's stream (created by amp_backend_cuda on first use). */
 cudaStream_t amp_cuda_stream(void);
 
@@ -75,11 +81,6 @@ amp_status amp_cuda_mark(void **event);
 void amp_cuda_event_free(void *event);
 
 /* Cast and fill entries (cast.cu); same contracts as the table's cast, fill and fill_scalar. */
-amp_status amp_cuda_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                         int64_t n);
-amp_status amp_cuda_fill(void *dst, amp_dtype dt, int64_t n, float value);
-amp_status amp_cuda_fill_scalar(void *dst, amp_dtype dt, int64_t n, const float *scalar,
-                                float scale);
 
 /* dst[i * ldd + j] = (dst_dt)(scale * src[i * lds + j] + bias[j]) for i < rows, j < cols, in f32
  * with one fma and one rounding; with relu, the GEMM's ReLU epilogue (amp_relu_epilogue) before
@@ -95,7 +96,6 @@ amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, c
 /* GEMM (gemm.c). init creates the cuBLASLt handle; the first GEMM takes its workspace
  * from the allocator. */
 amp_status amp_cuda_gemm_init(void);
-amp_status amp_cuda_gemm(const amp_gemm_desc *d);
 /* What the latest amp_cuda_gemm that reached cuBLASLt ran (tests check what was fused): its
  * cublasLtEpilogue_t (CUBLASLT_EPILOGUE_DEFAULT: nothing fused), whether cuBLASLt wrote C itself
  * (else an f32 scratch rounded into C) and its cublasComputeType_t; -1 before the first. */
@@ -106,11 +106,10 @@ typedef struct amp_cuda_gemm_stats {
 } amp_cuda_gemm_stats;
 void amp_cuda_gemm_stats_get(amp_cuda_gemm_stats *out);
 
-/* Loss-scaler entries (unscale.cu); same contracts as the table's unscale and sum_squares. The
- * launchers take an explicit stream; sum_squares needs amp_cuda_sum_squares_blocks(n) doubles of
- * device workspace for its partials. */
-amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
-                            float *out, float *found_inf);
+/* Loss-scaler passes over one tensor (unscale.cu). The launchers take an explicit stream;
+ * sum_squares needs amp_cuda_sum_squares_blocks(n) doubles of device workspace for its partials.
+ * sum_squares and nonfinite are not table entries (the library uses the multi-tensor ones): kept
+ * for the per-tensor tests of the kernels they launch. */
 amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
 amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
 amp_status amp_cuda_nonfinite_launch(amp_dtype dt, int64_t n, const void *x, float *found_inf,
@@ -123,11 +122,6 @@ int amp_cuda_sum_squares_blocks(int64_t n);
 
 /* Elementwise entries (elementwise.cu); same contracts as the table's unary, binary and axpy. The
  * launchers take float dtypes, n >= 1 and ops other than copy. */
-amp_status amp_cuda_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
-                          void *y);
-amp_status amp_cuda_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
-                           const void *b, void *y);
-amp_status amp_cuda_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y);
 amp_status amp_cuda_unary_launch(amp_unary_op op, amp_dtype dt, int64_t n, const void *x,
                                  float alpha, void *y, cudaStream_t stream);
 amp_status amp_cuda_binary_launch(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
@@ -138,9 +132,6 @@ amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha, const void
 /* Sums (reduce.cu); same contracts as the table's sum and sum_rows, deterministic without float
  * atomics. sum's launcher needs amp_cuda_sum_blocks(n) doubles of device workspace; sum_rows'
  * needs n_chunks * cols doubles, n_chunks from amp_cuda_sum_rows_plan (0 when rows = 0). */
-amp_status amp_cuda_sum(amp_dtype dt, int64_t n, const void *x, float alpha, float *out);
-amp_status amp_cuda_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x,
-                             float *out);
 int amp_cuda_sum_blocks(int64_t n);
 void amp_cuda_sum_rows_plan(int64_t rows, int64_t cols, int64_t *chunk_rows, int64_t *n_chunks);
 amp_status amp_cuda_sum_launch(amp_dtype dt, int64_t n, const void *x, float alpha, float *out,
@@ -152,13 +143,6 @@ amp_status amp_cuda_sum_rows_launch(amp_dtype dt, int64_t rows, int64_t cols, co
  * fails naming the row (it waits for the device once per call to learn it); xent_bwd does not
  * wait: it writes NaN into that gradient row and the next xent_fwd reports the row. The xent_fwd
  * launcher takes checked labels and rows >= 1; mse_fwd's needs amp_cuda_sum_blocks(n) doubles. */
-amp_status amp_cuda_xent_fwd(amp_dtype dt, int64_t rows, int64_t classes, const void *logits,
-                             const int32_t *labels, float *loss, float *logsoftmax);
-amp_status amp_cuda_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const float *logsoftmax,
-                             const int32_t *labels, const float *dloss, void *dlogits);
-amp_status amp_cuda_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss);
-amp_status amp_cuda_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
-                            const float *dloss, void *da);
 amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64_t classes,
                                     const void *logits, const int32_t *labels, float *loss,
                                     float *logsoftmax, cudaStream_t stream);
@@ -167,10 +151,6 @@ amp_status amp_cuda_mse_fwd_launch(amp_dtype dt, int64_t n, const void *a, const
 
 /* Dropout (dropout.cu); same contracts as the table's dropout_fwd/bwd, masks bit-identical to the
  * CPU backend's. The launchers take p in (0, 1) and n >= 1. */
-amp_status amp_cuda_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
-                                uint64_t offset, void *y, uint8_t *mask);
-amp_status amp_cuda_dropout_bwd(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
-                                float p, void *dx);
 amp_status amp_cuda_dropout_fwd_launch(amp_dtype dt, int64_t n, const void *x, float p,
                                        uint64_t seed, uint64_t offset, void *y, uint8_t *mask,
                                        cudaStream_t stream);
@@ -179,69 +159,18 @@ amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const void *dy,
                                        cudaStream_t stream);
 
 /* Convolution (conv.c over cuDNN's convolution API; conv_bias.cu for the f32 bias and its
- * gradient, our own deterministic kernels); same contracts as the table's conv2d_*. */
-amp_status amp_cuda_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
-                               const float *bias, void *y);
-amp_status amp_cuda_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, const void *w,
-                                    void *dx);
-amp_status amp_cuda_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
-                                      void *dw, float *dbias);
-/* Releases the cuDNN handle and the cached algorithm choices (process exit, tests). */
+ * gradient, our own deterministic kernels): releases the cuDNN handle and the cached algorithm
+ * choices (process exit, tests). */
 void amp_cuda_conv_shutdown(void);
 
-/* Batch norm (batchnorm.cu) and max pooling (pool.cu); same contracts as the table's entries. */
-amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
-                                 const float *beta, void *y, float *save_mean, float *save_invstd,
-                                 float *running_mean, float *running_var);
-amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
-                                const float *beta, const float *running_mean,
-                                const float *running_var, void *y);
-amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
-                           const float *gamma, const float *save_mean, const float *save_invstd,
-                           void *dx, float *dgamma, float *dbeta);
-/* Synchronised batch norm (sync_batchnorm.cu); same contracts as the table's entries. */
-amp_status amp_cuda_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
-                                    const void *dy, float *out1, float *out2);
-amp_status amp_cuda_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
-                                  const float *s1, const float *s2, float *mean, float *var,
-                                  float *invstd, float *running_mean, float *running_var);
-amp_status amp_cuda_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x,
-                                 const void *dy, const float *gamma, const float *mean,
-                                 const float *invstd, const float *sum_dy,
-                                 const float *sum_dy_xmu, void *dx);
-amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y);
-amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x,
-                                void *dx);
-
 /* Optimizers (optim.cu: one generic multi-tensor launcher over core/multi_tensor.h plans, the
- * per-element math of kernels/math/); same contracts as the table's entries. The per-tensor
- * entries are one-tensor lists. */
+ * per-element math of kernels/math/). One tensor's SGD and Adam updates are one-tensor lists:
+ * not table entries, kept for the per-tensor tests. */
 amp_status amp_cuda_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
                                amp_dtype g_dt, float *momentum_buf);
 amp_status amp_cuda_adam_update(const amp_adam_desc *d, int64_t n, float *param,
                                 const void *grad, amp_dtype g_dt, float *exp_avg,
                                 float *exp_avg_sq);
-amp_status amp_cuda_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
-                              const amp_step_scalars *scalars);
-amp_status amp_cuda_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
-                               const amp_step_scalars *scalars);
-amp_status amp_cuda_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
-                               const amp_step_scalars *scalars);
-/* Multi-tensor loss-scaler passes (unscale_multi.cu). */
-amp_status amp_cuda_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
-                                  const void *const *grad, float inv_scale, float *const *out,
-                                  float *found_inf, const amp_step_scalars *scalars);
-amp_status amp_cuda_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
-                                    const void *const *x, float *found_inf);
-amp_status amp_cuda_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
-                                      const void *const *x, float *out);
-
-/* The loss scaler's one-thread kernels (scaler.cu); same contracts as the table's scaler_*. */
-amp_status amp_cuda_scaler_seed(amp_scaler_dev *s, float cap);
-amp_status amp_cuda_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
-                                const float *sumsq_half, float max_norm);
-amp_status amp_cuda_scaler_update(amp_scaler_dev *s, const amp_scaler_params *p,
-                                  float *found_inf, bool checks, bool other_skip);
 
 #ifdef __cplusplus
 }

@@ -52,7 +52,7 @@ static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *
         .bias_grad = p[4],
         .allow_tf32 = r->flags & ALLOW_TF32,
     };
-    return be->gemm(&d);
+    return be->k.gemm(&d);
 }
 
 /* The ConvNet's and MLP's layers: fc1 of the MLP (784 -> 2048, here 784 -> 256 at batch 64), the
@@ -60,40 +60,40 @@ static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *
 static const op_row gemm_rows[] = {
     /* Bias + ReLU in the epilogue: f32 and a half C written directly, beta, padded leading
      * dimensions, no bias, and a half C of the other half dtype (CUDA's f32 scratch route). */
-    {"gemm_f32_nt_bias_relu", E_GEMM, {32, 128, 200}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_bf16_nt_bias_relu_fc1", E_GEMM, {64, 256, 784}, BF16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"gemm_f16_nt_bias_relu_beta_ld", E_GEMM, {33, 40, 72, 3}, F16, F16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0.5f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
-    {"gemm_f32_nn_relu_alpha", E_GEMM, {40, 56, 48}, F32, F32, .flags = GEMM_RELU, .f = {-0.5f, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f16_bf16c_bias_relu", E_GEMM, {24, 40, 64}, F16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"gemm_bf16_tt_f32c_bias_relu", E_GEMM, {20, 36, 44, 2}, BF16, F32, .flags = TRANS_A | TRANS_B | BIAS | GEMM_RELU, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_bias_relu", E_gemm, {32, 128, 200}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_nt_bias_relu_fc1", E_gemm, {64, 256, 784}, BF16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f16_nt_bias_relu_beta_ld", E_gemm, {33, 40, 72, 3}, F16, F16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0.5f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_f32_nn_relu_alpha", E_gemm, {40, 56, 48}, F32, F32, .flags = GEMM_RELU, .f = {-0.5f, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_bf16c_bias_relu", E_gemm, {24, 40, 64}, F16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_bf16_tt_f32c_bias_relu", E_gemm, {20, 36, 44, 2}, BF16, F32, .flags = TRANS_A | TRANS_B | BIAS | GEMM_RELU, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     /* A half C with a bias and no epilogue: written directly, the bias rounded to f16 first. */
-    {"gemm_f16_nt_bias_direct", E_GEMM, {48, 64, 80}, F16, F16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_f16_nt_bias_direct", E_gemm, {48, 64, 80}, F16, F16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
     /* The bias gradient with the weight gradient (dW = dY^T X): fused for an f32 C (dense and
      * padded dY, half inputs), sum_rows for a half C, alpha != 1 (the sum is not scaled) and
      * TF32. */
-    {"gemm_f32_tn_dw_dbias_fc", E_GEMM, {10, 1568, 8}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_tn_dw_dbias_ld", E_GEMM, {40, 72, 56, 4}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f16_tn_f32c_dbias", E_GEMM, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dw_dbias_fc", E_gemm, {10, 1568, 8}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dw_dbias_ld", E_gemm, {40, 72, 56, 4}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_tn_f32c_dbias", E_gemm, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     /* O1's weight gradient: half operands into the f32 gradient, accumulating (beta 1) with the bias gradient fused */
-    {"gemm_bf16_tn_f32c_dbias", E_GEMM, {64, 48, 96}, BF16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_bf16_tn_f32c_dbias_accum", E_GEMM, {64, 48, 96}, BF16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f16_tn_f32c_dbias_accum", E_GEMM, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_bf16_tn_dw_dbias_fc1", E_GEMM, {256, 784, 64}, BF16, BF16, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"gemm_f32_tn_dbias_alpha_beta", E_GEMM, {24, 40, 33, 1}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_tn_dbias_tf32", E_GEMM, {32, 48, 64}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_f32c_dbias", E_gemm, {64, 48, 96}, BF16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_f32c_dbias_accum", E_gemm, {64, 48, 96}, BF16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_tn_f32c_dbias_accum", E_gemm, {48, 64, 96}, F16, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_dw_dbias_fc1", E_gemm, {256, 784, 64}, BF16, BF16, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dbias_alpha_beta", E_gemm, {24, 40, 33, 1}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_dbias_tf32", E_gemm, {32, 48, 64}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
     /* TF32: f32 inputs may be rounded; half inputs are not affected. */
-    {"gemm_f32_nn_tf32", E_GEMM, {64, 96, 64}, F32, F32, .flags = ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
-    {"gemm_f32_nt_bias_relu_tf32", E_GEMM, {16, 40, 64, 2}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
-    {"gemm_bf16_nt_tf32_ignored", E_GEMM, {32, 48, 64}, BF16, BF16, .flags = TRANS_B | ALLOW_TF32, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f32_nn_tf32", E_gemm, {64, 96, 64}, F32, F32, .flags = ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_bias_relu_tf32", E_gemm, {16, 40, 64, 2}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    {"gemm_bf16_nt_tf32_ignored", E_gemm, {32, 48, 64}, BF16, BF16, .flags = TRANS_B | ALLOW_TF32, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
     /* The convolution's switches. TF32: 25 products per output for layer 1 (2^-10 of about 6);
      * 324 per weight gradient of CONV_ODD (2^-10 of about 80). Nondeterministic algorithms sum
      * in another order: the f32 tolerances of the deterministic rows. */
-    {"conv2d_fwd_f32_l1_bias_tf32", E_CONV_FWD, CONV_L1, F32, .flags = BIAS | ALLOW_TF32, .tol = TOL(1e-2, 1e-2), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_f32_odd_tf32", E_CONV_BWD_WEIGHT, CONV_ODD, F32, .flags = BIAS | ALLOW_TF32, .tol = TOL(1e-1, 1e-2), .lo = -1, .hi = 1},
-    {"conv2d_fwd_bf16_l2_tf32_ignored", E_CONV_FWD, CONV_L2, BF16, .flags = ALLOW_TF32, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"conv2d_bwd_data_f32_l2_nondet", E_CONV_BWD_DATA, CONV_L2, F32, .flags = NONDETERMINISTIC, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_f32_l1_nondet_dbias", E_CONV_BWD_WEIGHT, CONV_L1, F32, .flags = BIAS | NONDETERMINISTIC, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_fwd_f16_odd_nondet", E_CONV_FWD, CONV_ODD, F16, .flags = NONDETERMINISTIC, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f32_l1_bias_tf32", E_conv2d_fwd, CONV_L1, F32, .flags = BIAS | ALLOW_TF32, .tol = TOL(1e-2, 1e-2), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_odd_tf32", E_conv2d_bwd_weight, CONV_ODD, F32, .flags = BIAS | ALLOW_TF32, .tol = TOL(1e-1, 1e-2), .lo = -1, .hi = 1},
+    {"conv2d_fwd_bf16_l2_tf32_ignored", E_conv2d_fwd, CONV_L2, BF16, .flags = ALLOW_TF32, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f32_l2_nondet", E_conv2d_bwd_data, CONV_L2, F32, .flags = NONDETERMINISTIC, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_l1_nondet_dbias", E_conv2d_bwd_weight, CONV_L1, F32, .flags = BIAS | NONDETERMINISTIC, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f16_odd_nondet", E_conv2d_fwd, CONV_ODD, F16, .flags = NONDETERMINISTIC, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
 };
 
 #endif

@@ -214,7 +214,7 @@ static amp_status run_sgd_multi(const op_row *r, const amp_backend *be, void *co
     amp_sgd_desc d = {.lr = r->f[0], .momentum = r->f[1], .dampening = r->f[2],
                       .weight_decay = r->f[3], .nesterov = r->flags & NESTEROV,
                       .first_step = r->flags & FIRST_STEP, .grad_scale = m.grad_scale};
-    amp_status st = be->sgd_multi(&d, &m.t, m.scalars);
+    amp_status st = be->k.sgd_multi(&d, &m.t, m.scalars);
     mt_call_free(&m);
     return st;
 }
@@ -230,7 +230,7 @@ static amp_status run_adam_multi(const op_row *r, const amp_backend *be, void *c
     amp_adam_desc d = {.lr = r->f[0], .beta1 = r->f[1], .beta2 = r->f[2], .eps = r->f[3],
                        .weight_decay = r->f[4], .decoupled = r->flags & DECOUPLED,
                        .step = r->s[2], .grad_scale = m.grad_scale};
-    amp_status st = be->adam_multi(&d, &m.t, m.scalars);
+    amp_status st = be->k.adam_multi(&d, &m.t, m.scalars);
     mt_call_free(&m);
     return st;
 }
@@ -249,7 +249,7 @@ static amp_status run_lamb_multi(const op_row *r, const amp_backend *be, void *c
                        .grad_averaging = !(r->flags & MT_NO_GRAD_AVG),
                        .adapt_all = r->flags & MT_ADAPT_ALL, .max_grad_norm = r->f[5],
                        .step = r->s[2], .grad_scale = m.grad_scale};
-    amp_status st = be->lamb_multi(&d, &m.t, m.scalars);
+    amp_status st = be->k.lamb_multi(&d, &m.t, m.scalars);
     mt_call_free(&m);
     return st;
 }
@@ -277,7 +277,7 @@ static amp_status run_unscale_multi(const op_row *r, const amp_backend *be, void
     void **grad = mt_void_list(L, p[0], ek_of(r->dt));
     float **out = mt_float_list(L, r->flags & MT_IN_PLACE ? p[0] : p[1]);
     amp_step_scalars sc = {.grad_scale = p[3]};
-    amp_status st = be->unscale_multi(r->dt, L->k, L->numel, (const void *const *)grad,
+    amp_status st = be->k.unscale_multi(r->dt, L->k, L->numel, (const void *const *)grad,
                                       p[3] ? MT_DECOY_SCALE : r->f[0], out, p[2],
                                       p[3] ? &sc : NULL);
     free(grad);
@@ -303,7 +303,7 @@ static void setup_nonfinite_multi(const op_row *r, tcase *c) {
 static amp_status run_nonfinite_multi(const op_row *r, const amp_backend *be, void *const *p) {
     mt_layout *L = mt_layout_make(r);
     void **x = mt_void_list(L, p[0], ek_of(r->dt));
-    amp_status st = be->nonfinite_multi(r->dt, L->k, L->numel, (const void *const *)x, p[1]);
+    amp_status st = be->k.nonfinite_multi(r->dt, L->k, L->numel, (const void *const *)x, p[1]);
     free(x);
     free(L);
     return st;
@@ -319,7 +319,7 @@ static void setup_sum_squares_multi(const op_row *r, tcase *c) {
 static amp_status run_sum_squares_multi(const op_row *r, const amp_backend *be, void *const *p) {
     mt_layout *L = mt_layout_make(r);
     void **x = mt_void_list(L, p[0], ek_of(r->dt));
-    amp_status st = be->sum_squares_multi(r->dt, L->k, L->numel, (const void *const *)x, p[1]);
+    amp_status st = be->k.sum_squares_multi(r->dt, L->k, L->numel, (const void *const *)x, p[1]);
     free(x);
     free(L);
     return st;
@@ -337,66 +337,66 @@ static amp_status run_sum_squares_multi(const op_row *r, const amp_backend *be, 
 static const op_row multi_rows[] = {
     /* sgd_multi: f = {lr, momentum, dampening, weight_decay, grad_scale}; grads of a loss
      * scale of 1024 in [-1024, 1024). */
-    {"sgd_multi_f32_plain", E_SGD_MULTI, {MT_OPT_LIST}, F32, F32, .f = {0.1f, 0, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_bf16_momentum", E_SGD_MULTI, {MT_OPT_LIST}, BF16, F32, .f = {0.05f, 0.9f, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_f32_momentum_wd", E_SGD_MULTI, {MT_OPT_LIST}, F32, F32, .f = {0.05f, 0.9f, 0.1f, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_f16_o2_f16_nesterov", E_SGD_MULTI, {MT_OPT_LIST}, F16, F16, .flags = MT_O2 | NESTEROV, .f = {0.05f, 0.9f, 0, 5e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_bf16_o2_bf16_first_step", E_SGD_MULTI, {MT_OPT_LIST}, BF16, BF16, .flags = MT_O2 | FIRST_STEP, .f = {0.1f, 0.9f, 0.5f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_f32_o2_bf16_plain_wd", E_SGD_MULTI, {MT_OPT_LIST}, F32, BF16, .flags = MT_O2, .f = {0.1f, 0, 0, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_f16_o3_f16_plain", E_SGD_MULTI, {MT_OPT_LIST}, F16, F16, .flags = MT_O3, .f = {0.1f, 0, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_bf16_o3_bf16_momentum", E_SGD_MULTI, {MT_OPT_LIST}, BF16, BF16, .flags = MT_O3, .f = {0.05f, 0.9f, 0, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_f16_o2_f16_steps_momentum", E_SGD_MULTI, {MT_OPT_LIST}, F16, F16, .flags = MT_O2 | MT_STEPS, .f = {0.05f, 0.9f, 0.1f, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_f32_scalars_momentum", E_SGD_MULTI, {MT_OPT_LIST}, F32, F32, .flags = MT_SCALARS, .f = {0.05f, 0.9f, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"sgd_multi_bf16_o2_bf16_skipped", E_SGD_MULTI, {MT_OPT_LIST}, BF16, BF16, .flags = MT_O2 | MT_STEPS | MT_SKIP, .f = {0.05f, 0.9f, 0, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f32_plain", E_sgd_multi, {MT_OPT_LIST}, F32, F32, .f = {0.1f, 0, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_bf16_momentum", E_sgd_multi, {MT_OPT_LIST}, BF16, F32, .f = {0.05f, 0.9f, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f32_momentum_wd", E_sgd_multi, {MT_OPT_LIST}, F32, F32, .f = {0.05f, 0.9f, 0.1f, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f16_o2_f16_nesterov", E_sgd_multi, {MT_OPT_LIST}, F16, F16, .flags = MT_O2 | NESTEROV, .f = {0.05f, 0.9f, 0, 5e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_bf16_o2_bf16_first_step", E_sgd_multi, {MT_OPT_LIST}, BF16, BF16, .flags = MT_O2 | FIRST_STEP, .f = {0.1f, 0.9f, 0.5f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f32_o2_bf16_plain_wd", E_sgd_multi, {MT_OPT_LIST}, F32, BF16, .flags = MT_O2, .f = {0.1f, 0, 0, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f16_o3_f16_plain", E_sgd_multi, {MT_OPT_LIST}, F16, F16, .flags = MT_O3, .f = {0.1f, 0, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_bf16_o3_bf16_momentum", E_sgd_multi, {MT_OPT_LIST}, BF16, BF16, .flags = MT_O3, .f = {0.05f, 0.9f, 0, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f16_o2_f16_steps_momentum", E_sgd_multi, {MT_OPT_LIST}, F16, F16, .flags = MT_O2 | MT_STEPS, .f = {0.05f, 0.9f, 0.1f, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_f32_scalars_momentum", E_sgd_multi, {MT_OPT_LIST}, F32, F32, .flags = MT_SCALARS, .f = {0.05f, 0.9f, 0, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"sgd_multi_bf16_o2_bf16_skipped", E_sgd_multi, {MT_OPT_LIST}, BF16, BF16, .flags = MT_O2 | MT_STEPS | MT_SKIP, .f = {0.05f, 0.9f, 0, 1e-4f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
     /* adam_multi: s = {.., step}, f = {lr, beta1, beta2, eps, weight_decay, grad_scale}. */
-    {"adam_multi_f32_step1", E_ADAM_MULTI, {MT_OPT_LIST, 1}, F32, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adam_multi_f32_step1000_wd", E_ADAM_MULTI, {MT_OPT_LIST, 1000}, F32, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adam_multi_f16_step2", E_ADAM_MULTI, {MT_OPT_LIST, 2}, F16, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adamw_multi_f16_o2_f16_step10", E_ADAM_MULTI, {MT_OPT_LIST, 10}, F16, F16, .flags = MT_O2 | DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adamw_multi_bf16_o2_bf16_step3", E_ADAM_MULTI, {MT_OPT_LIST, 3}, BF16, BF16, .flags = MT_O2 | DECOUPLED, .f = {3e-4f, 0.8f, 0.99f, 1e-6f, 0.1f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adam_multi_f32_o2_f16_step2", E_ADAM_MULTI, {MT_OPT_LIST, 2}, F32, F16, .flags = MT_O2, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adam_multi_bf16_o3_bf16_wd_step7", E_ADAM_MULTI, {MT_OPT_LIST, 7}, BF16, BF16, .flags = MT_O3, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adamw_multi_f16_o3_f16_step1", E_ADAM_MULTI, {MT_OPT_LIST, 1}, F16, F16, .flags = MT_O3 | DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adamw_multi_bf16_o2_bf16_steps", E_ADAM_MULTI, {MT_OPT_LIST, 0}, BF16, BF16, .flags = MT_O2 | DECOUPLED | MT_STEPS, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adam_multi_f32_scalars_step5", E_ADAM_MULTI, {MT_OPT_LIST, 5}, F32, F32, .flags = MT_SCALARS, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
-    {"adamw_multi_f16_o3_f16_skipped", E_ADAM_MULTI, {MT_OPT_LIST, 4}, F16, F16, .flags = MT_O3 | DECOUPLED | MT_STEPS | MT_SKIP, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adam_multi_f32_step1", E_adam_multi, {MT_OPT_LIST, 1}, F32, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adam_multi_f32_step1000_wd", E_adam_multi, {MT_OPT_LIST, 1000}, F32, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adam_multi_f16_step2", E_adam_multi, {MT_OPT_LIST, 2}, F16, F32, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adamw_multi_f16_o2_f16_step10", E_adam_multi, {MT_OPT_LIST, 10}, F16, F16, .flags = MT_O2 | DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adamw_multi_bf16_o2_bf16_step3", E_adam_multi, {MT_OPT_LIST, 3}, BF16, BF16, .flags = MT_O2 | DECOUPLED, .f = {3e-4f, 0.8f, 0.99f, 1e-6f, 0.1f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adam_multi_f32_o2_f16_step2", E_adam_multi, {MT_OPT_LIST, 2}, F32, F16, .flags = MT_O2, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adam_multi_bf16_o3_bf16_wd_step7", E_adam_multi, {MT_OPT_LIST, 7}, BF16, BF16, .flags = MT_O3, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adamw_multi_f16_o3_f16_step1", E_adam_multi, {MT_OPT_LIST, 1}, F16, F16, .flags = MT_O3 | DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adamw_multi_bf16_o2_bf16_steps", E_adam_multi, {MT_OPT_LIST, 0}, BF16, BF16, .flags = MT_O2 | DECOUPLED | MT_STEPS, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adam_multi_f32_scalars_step5", E_adam_multi, {MT_OPT_LIST, 5}, F32, F32, .flags = MT_SCALARS, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
+    {"adamw_multi_f16_o3_f16_skipped", E_adam_multi, {MT_OPT_LIST, 4}, F16, F16, .flags = MT_O3 | DECOUPLED | MT_STEPS | MT_SKIP, .f = {1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, MT_GS}, .tol = MT_TOL_OPT, .lo = -1024, .hi = 1024},
     /* lamb_multi: s = {.., step}, f = {lr, beta1, beta2, eps, weight_decay, max_grad_norm,
      * grad_scale}; a max_grad_norm of 1 clips these lists (norm about 300), 1e6 does not. */
-    {"lamb_multi_f32_clip_wd", E_LAMB_MULTI, {MT_OPT_LIST, 1}, F32, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f32_adapt_all_noclip", E_LAMB_MULTI, {MT_OPT_LIST, 10}, F32, F32, .flags = DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 0, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f32_clip_not_reached", E_LAMB_MULTI, {MT_OPT_LIST, 2}, F32, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1e6f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f32_l2_no_bc_no_avg", E_LAMB_MULTI, {MT_OPT_LIST, 3}, F32, F32, .flags = MT_NO_BIAS_CORR | MT_NO_GRAD_AVG, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f32_no_trust_ratio", E_LAMB_MULTI, {MT_OPT_LIST, 3}, F32, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_bf16_clip_wd", E_LAMB_MULTI, {MT_OPT_LIST, 8}, BF16, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f16_o2_f16_clip_adapt_all", E_LAMB_MULTI, {MT_OPT_LIST, 5}, F16, F16, .flags = MT_O2 | DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_bf16_o2_bf16_clip", E_LAMB_MULTI, {MT_OPT_LIST, 1}, BF16, BF16, .flags = MT_O2 | DECOUPLED, .f = {2e-3f, 0.8f, 0.99f, 1e-6f, 0.1f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f32_o2_bf16_adapt_all", E_LAMB_MULTI, {MT_OPT_LIST, 20}, F32, BF16, .flags = MT_O2 | DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 0, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_bf16_o3_bf16_clip", E_LAMB_MULTI, {MT_OPT_LIST, 2}, BF16, BF16, .flags = MT_O3 | DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f16_o3_f16_adapt_all", E_LAMB_MULTI, {MT_OPT_LIST, 1}, F16, F16, .flags = MT_O3 | DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_bf16_o2_bf16_steps_clip", E_LAMB_MULTI, {MT_OPT_LIST, 0}, BF16, BF16, .flags = MT_O2 | DECOUPLED | MT_STEPS, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f32_scalars_clip", E_LAMB_MULTI, {MT_OPT_LIST, 4}, F32, F32, .flags = DECOUPLED | MT_SCALARS, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
-    {"lamb_multi_f16_o2_f16_skipped", E_LAMB_MULTI, {MT_OPT_LIST, 6}, F16, F16, .flags = MT_O2 | DECOUPLED | MT_STEPS | MT_SKIP, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_clip_wd", E_lamb_multi, {MT_OPT_LIST, 1}, F32, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_adapt_all_noclip", E_lamb_multi, {MT_OPT_LIST, 10}, F32, F32, .flags = DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 0, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_clip_not_reached", E_lamb_multi, {MT_OPT_LIST, 2}, F32, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1e6f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_l2_no_bc_no_avg", E_lamb_multi, {MT_OPT_LIST, 3}, F32, F32, .flags = MT_NO_BIAS_CORR | MT_NO_GRAD_AVG, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_no_trust_ratio", E_lamb_multi, {MT_OPT_LIST, 3}, F32, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_bf16_clip_wd", E_lamb_multi, {MT_OPT_LIST, 8}, BF16, F32, .flags = DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f16_o2_f16_clip_adapt_all", E_lamb_multi, {MT_OPT_LIST, 5}, F16, F16, .flags = MT_O2 | DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_bf16_o2_bf16_clip", E_lamb_multi, {MT_OPT_LIST, 1}, BF16, BF16, .flags = MT_O2 | DECOUPLED, .f = {2e-3f, 0.8f, 0.99f, 1e-6f, 0.1f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_o2_bf16_adapt_all", E_lamb_multi, {MT_OPT_LIST, 20}, F32, BF16, .flags = MT_O2 | DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 0, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_bf16_o3_bf16_clip", E_lamb_multi, {MT_OPT_LIST, 2}, BF16, BF16, .flags = MT_O3 | DECOUPLED, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f16_o3_f16_adapt_all", E_lamb_multi, {MT_OPT_LIST, 1}, F16, F16, .flags = MT_O3 | DECOUPLED | MT_ADAPT_ALL, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 0, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_bf16_o2_bf16_steps_clip", E_lamb_multi, {MT_OPT_LIST, 0}, BF16, BF16, .flags = MT_O2 | DECOUPLED | MT_STEPS, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f32_scalars_clip", E_lamb_multi, {MT_OPT_LIST, 4}, F32, F32, .flags = DECOUPLED | MT_SCALARS, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
+    {"lamb_multi_f16_o2_f16_skipped", E_lamb_multi, {MT_OPT_LIST, 6}, F16, F16, .flags = MT_O2 | DECOUPLED | MT_STEPS | MT_SKIP, .f = {1e-3f, 0.9f, 0.999f, 1e-6f, 1e-2f, 1.0f, MT_GS}, .tol = MT_TOL_LAMB, .lo = -1024, .hi = 1024},
     /* unscale_multi (one multiply: exact bits, the flag too): f = {inv_scale, found_inf}. */
-    {"unscale_multi_f32_specials", E_UNSCALE_MULTI, {MT_FLAT_LIST}, F32, .f = {1.0f / 65536}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unscale_multi_f16_clean", E_UNSCALE_MULTI, {MT_FLAT_LIST}, F16, .f = {1.0f / 1024}, .tol = EXACT, .lo = -60000, .hi = 60000},
-    {"unscale_multi_bf16_specials", E_UNSCALE_MULTI, {MT_FLAT_LIST}, BF16, .f = {0.7f}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unscale_multi_f32_in_place_specials", E_UNSCALE_MULTI, {MT_FLAT_LIST}, F32, .flags = MT_IN_PLACE, .f = {1.0f / 3}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unscale_multi_f16_scalar", E_UNSCALE_MULTI, {MT_FLAT_LIST}, F16, .flags = MT_SCALARS, .f = {0.7f / 1024}, .tol = EXACT, .lo = -60000, .hi = 60000},
-    {"unscale_multi_bf16_flag_kept", E_UNSCALE_MULTI, {MT_FLAT_LIST}, BF16, .f = {0.125f, 1}, .tol = EXACT, .lo = -4, .hi = 4},
-    {"unscale_multi_f32_all_empty", E_UNSCALE_MULTI, {3}, F32, .flags = MT_ALL_EMPTY, .f = {0.5f}, .tol = EXACT, .lo = -4, .hi = 4},
+    {"unscale_multi_f32_specials", E_unscale_multi, {MT_FLAT_LIST}, F32, .f = {1.0f / 65536}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unscale_multi_f16_clean", E_unscale_multi, {MT_FLAT_LIST}, F16, .f = {1.0f / 1024}, .tol = EXACT, .lo = -60000, .hi = 60000},
+    {"unscale_multi_bf16_specials", E_unscale_multi, {MT_FLAT_LIST}, BF16, .f = {0.7f}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unscale_multi_f32_in_place_specials", E_unscale_multi, {MT_FLAT_LIST}, F32, .flags = MT_IN_PLACE, .f = {1.0f / 3}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unscale_multi_f16_scalar", E_unscale_multi, {MT_FLAT_LIST}, F16, .flags = MT_SCALARS, .f = {0.7f / 1024}, .tol = EXACT, .lo = -60000, .hi = 60000},
+    {"unscale_multi_bf16_flag_kept", E_unscale_multi, {MT_FLAT_LIST}, BF16, .f = {0.125f, 1}, .tol = EXACT, .lo = -4, .hi = 4},
+    {"unscale_multi_f32_all_empty", E_unscale_multi, {3}, F32, .flags = MT_ALL_EMPTY, .f = {0.5f}, .tol = EXACT, .lo = -4, .hi = 4},
     /* nonfinite_multi: the flag, exact; f = {_, found_inf}. */
-    {"nonfinite_multi_f32_specials", E_NONFINITE_MULTI, {MT_FLAT_LIST}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"nonfinite_multi_f16_clean", E_NONFINITE_MULTI, {MT_FLAT_LIST}, F16, .tol = EXACT, .lo = -60000, .hi = 60000},
-    {"nonfinite_multi_bf16_specials", E_NONFINITE_MULTI, {MT_FLAT_LIST}, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"nonfinite_multi_f16_one_inf_last", E_NONFINITE_MULTI, {MT_FLAT_LIST}, F16, .flags = MT_ONE_INF, .tol = EXACT, .lo = -4, .hi = 4},
-    {"nonfinite_multi_bf16_one_inf_last", E_NONFINITE_MULTI, {MT_FLAT_LIST}, BF16, .flags = MT_ONE_INF, .tol = EXACT, .lo = -4, .hi = 4},
-    {"nonfinite_multi_f32_flag_kept", E_NONFINITE_MULTI, {MT_FLAT_LIST}, F32, .f = {0, 1}, .tol = EXACT, .lo = -4, .hi = 4},
+    {"nonfinite_multi_f32_specials", E_nonfinite_multi, {MT_FLAT_LIST}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"nonfinite_multi_f16_clean", E_nonfinite_multi, {MT_FLAT_LIST}, F16, .tol = EXACT, .lo = -60000, .hi = 60000},
+    {"nonfinite_multi_bf16_specials", E_nonfinite_multi, {MT_FLAT_LIST}, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"nonfinite_multi_f16_one_inf_last", E_nonfinite_multi, {MT_FLAT_LIST}, F16, .flags = MT_ONE_INF, .tol = EXACT, .lo = -4, .hi = 4},
+    {"nonfinite_multi_bf16_one_inf_last", E_nonfinite_multi, {MT_FLAT_LIST}, BF16, .flags = MT_ONE_INF, .tol = EXACT, .lo = -4, .hi = 4},
+    {"nonfinite_multi_f32_flag_kept", E_nonfinite_multi, {MT_FLAT_LIST}, F32, .f = {0, 1}, .tol = EXACT, .lo = -4, .hi = 4},
     /* sum_squares_multi: f64 sums in other orders, one rounding to f32: an ulp. */
-    {"sum_squares_multi_f32", E_SUM_SQUARES_MULTI, {MT_FLAT_LIST}, F32, .tol = TOL_ULPS(0, 0, 1), .lo = -1, .hi = 1},
-    {"sum_squares_multi_f16", E_SUM_SQUARES_MULTI, {MT_FLAT_LIST}, F16, .tol = TOL_ULPS(0, 0, 1), .lo = -60000, .hi = 60000},
-    {"sum_squares_multi_bf16", E_SUM_SQUARES_MULTI, {MT_FLAT_LIST}, BF16, .tol = TOL_ULPS(0, 0, 1), .lo = -1, .hi = 1},
-    {"sum_squares_multi_f32_specials", E_SUM_SQUARES_MULTI, {MT_FLAT_LIST}, F32, .tol = TOL_ULPS(0, 0, 1), .lo = -1, .hi = 1, .specials = true},
-    {"sum_squares_multi_f32_all_empty", E_SUM_SQUARES_MULTI, {3}, F32, .flags = MT_ALL_EMPTY, .tol = EXACT},
+    {"sum_squares_multi_f32", E_sum_squares_multi, {MT_FLAT_LIST}, F32, .tol = TOL_ULPS(0, 0, 1), .lo = -1, .hi = 1},
+    {"sum_squares_multi_f16", E_sum_squares_multi, {MT_FLAT_LIST}, F16, .tol = TOL_ULPS(0, 0, 1), .lo = -60000, .hi = 60000},
+    {"sum_squares_multi_bf16", E_sum_squares_multi, {MT_FLAT_LIST}, BF16, .tol = TOL_ULPS(0, 0, 1), .lo = -1, .hi = 1},
+    {"sum_squares_multi_f32_specials", E_sum_squares_multi, {MT_FLAT_LIST}, F32, .tol = TOL_ULPS(0, 0, 1), .lo = -1, .hi = 1, .specials = true},
+    {"sum_squares_multi_f32_all_empty", E_sum_squares_multi, {3}, F32, .flags = MT_ALL_EMPTY, .tol = EXACT},
 };
 
 #endif

@@ -47,7 +47,7 @@ static void setup_scaler_seed(const op_row *r, tcase *c) {
     scaler_state(r, c);
 }
 static amp_status run_scaler_seed(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->scaler_seed(p[0], r->f[1]);
+    return be->k.scaler_seed(p[0], r->f[1]);
 }
 
 /* scaler_clip: f = {scale, sumsq_f32, sumsq_half, max_norm}; the state seeded on the host first
@@ -59,7 +59,7 @@ static void setup_scaler_clip(const op_row *r, tcase *c) {
     if (!(r->flags & SC_NO_HALF)) scaler_scalar(c, 2, "sumsq_half", ROLE_IN, r->f[2]);
 }
 static amp_status run_scaler_clip(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->scaler_clip(p[0], p[1], p[2], r->f[3]);
+    return be->k.scaler_clip(p[0], p[1], p[2], r->f[3]);
 }
 
 /* scaler_update: s = {growth_tracker, hysteresis_left, growth_interval, hysteresis}, f = {scale,
@@ -76,7 +76,7 @@ static amp_status run_scaler_update(const op_row *r, const amp_backend *be, void
                             .growth_interval = r->s[2], .hysteresis = (int32_t)r->s[3],
                             .dynamic = !!(r->flags & SC_DYNAMIC),
                             .check_overflow = !!(r->flags & SC_CHECK_OVERFLOW)};
-    return be->scaler_update(p[0], &sp, p[1], r->flags & SC_CHECKS, r->flags & SC_OTHER_SKIP);
+    return be->k.scaler_update(p[0], &sp, p[1], r->flags & SC_CHECKS, r->flags & SC_OTHER_SKIP);
 }
 
 /* ---- The rows ------------------------------------------------------------------------------- */
@@ -88,33 +88,33 @@ static amp_status run_scaler_update(const op_row *r, const amp_backend *be, void
 
 static const op_row scaler_rows[] = {
     /* seed: f = {scale, cap}; 65504 is f16's largest value (a half loss's cap). */
-    {"scaler_seed_cap_above", E_SCALER_SEED, {0}, F32, .f = {65536.0f, INFINITY}, .tol = EXACT},
-    {"scaler_seed_cap_below", E_SCALER_SEED, {0}, F32, .f = {0x1p24f, 65504.0f}, .tol = EXACT},
-    {"scaler_seed_cap_equal_odd", E_SCALER_SEED, {0}, F32, .f = {3.0f, 3.0f}, .tol = EXACT},
+    {"scaler_seed_cap_above", E_scaler_seed, {0}, F32, .f = {65536.0f, INFINITY}, .tol = EXACT},
+    {"scaler_seed_cap_below", E_scaler_seed, {0}, F32, .f = {0x1p24f, 65504.0f}, .tol = EXACT},
+    {"scaler_seed_cap_equal_odd", E_scaler_seed, {0}, F32, .f = {3.0f, 3.0f}, .tol = EXACT},
     /* clip: f = {scale, sumsq_f32, sumsq_half, max_norm}; half sums are of gradients still
      * scaled by 1024. */
-    {"scaler_clip_f32_only", E_SCALER_CLIP, {0}, F32, .flags = SC_NO_HALF, .f = {1024.0f, 123.456f, 0, 1.0f}, .tol = EXACT},
-    {"scaler_clip_half_only", E_SCALER_CLIP, {0}, F32, .flags = SC_NO_F32, .f = {1024.0f, 0, 7.5e7f, 1.0f}, .tol = EXACT},
-    {"scaler_clip_both", E_SCALER_CLIP, {0}, F32, .f = {1024.0f, 3.25f, 2.9e6f, 0.5f}, .tol = EXACT},
-    {"scaler_clip_norm_below_max", E_SCALER_CLIP, {0}, F32, .f = {1024.0f, 0.5f, 1.5e5f, 5.0f}, .tol = EXACT},
-    {"scaler_clip_nan_norm", E_SCALER_CLIP, {0}, F32, .f = {1024.0f, NAN, 1.0f, 1.0f}, .tol = EXACT},
+    {"scaler_clip_f32_only", E_scaler_clip, {0}, F32, .flags = SC_NO_HALF, .f = {1024.0f, 123.456f, 0, 1.0f}, .tol = EXACT},
+    {"scaler_clip_half_only", E_scaler_clip, {0}, F32, .flags = SC_NO_F32, .f = {1024.0f, 0, 7.5e7f, 1.0f}, .tol = EXACT},
+    {"scaler_clip_both", E_scaler_clip, {0}, F32, .f = {1024.0f, 3.25f, 2.9e6f, 0.5f}, .tol = EXACT},
+    {"scaler_clip_norm_below_max", E_scaler_clip, {0}, F32, .f = {1024.0f, 0.5f, 1.5e5f, 5.0f}, .tol = EXACT},
+    {"scaler_clip_nan_norm", E_scaler_clip, {0}, F32, .f = {1024.0f, NAN, 1.0f, 1.0f}, .tol = EXACT},
     /* update: s = {growth_tracker, hysteresis_left, growth_interval, hysteresis}, f = {scale,
      * growth, backoff, floor, max_scale}. */
-    {"scaler_update_clean_dynamic", E_SCALER_UPDATE, {5, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_growth_at_interval", E_SCALER_UPDATE, {1999, 1, 2000, 2}, F32, .flags = SC_TORCH_DYNAMIC, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_growth_at_max_scale", E_SCALER_UPDATE, {1999, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {0x1p24f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_growth_clamped_to_max", E_SCALER_UPDATE, {9, 1, 10, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {0x1p24f * 0.75f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_growth_past_f32", E_SCALER_UPDATE, {0, 1, 1, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {0x1p127f, 2.0f, 0.5f, 1.0f, INFINITY}, .tol = EXACT},
-    {"scaler_update_found_backoff", E_SCALER_UPDATE, {77, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_found_hysteresis", E_SCALER_UPDATE, {77, 3, 2000, 3}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_found_to_floor", E_SCALER_UPDATE, {3, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {1.5f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_found_odd_backoff", E_SCALER_UPDATE, {3, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {3000.0f, 2.0f, 0.3f, 0x1p-126f, 0x1p24f}, .tol = EXACT},
-    {"scaler_update_static_found", E_SCALER_UPDATE, {3, 1, 2000, 1}, F32, .flags = SC_CHECK_OVERFLOW | SC_CHECKS | SC_FOUND, .f = {128.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_static_clean", E_SCALER_UPDATE, {1999, 1, 2000, 1}, F32, .flags = SC_CHECK_OVERFLOW | SC_CHECKS, .f = {128.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_found_checks_only", E_SCALER_UPDATE, {3, 1, 2000, 1}, F32, .flags = SC_DYNAMIC | SC_CHECKS | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_found_unchecked", E_SCALER_UPDATE, {3, 1, 2000, 1}, F32, .flags = SC_DYNAMIC | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_other_skip", E_SCALER_UPDATE, {3, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_OTHER_SKIP, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
-    {"scaler_update_no_flag", E_SCALER_UPDATE, {1999, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_NO_FLAG, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_clean_dynamic", E_scaler_update, {5, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_growth_at_interval", E_scaler_update, {1999, 1, 2000, 2}, F32, .flags = SC_TORCH_DYNAMIC, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_growth_at_max_scale", E_scaler_update, {1999, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {0x1p24f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_growth_clamped_to_max", E_scaler_update, {9, 1, 10, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {0x1p24f * 0.75f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_growth_past_f32", E_scaler_update, {0, 1, 1, 1}, F32, .flags = SC_TORCH_DYNAMIC, .f = {0x1p127f, 2.0f, 0.5f, 1.0f, INFINITY}, .tol = EXACT},
+    {"scaler_update_found_backoff", E_scaler_update, {77, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_found_hysteresis", E_scaler_update, {77, 3, 2000, 3}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_found_to_floor", E_scaler_update, {3, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {1.5f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_found_odd_backoff", E_scaler_update, {3, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_FOUND, .f = {3000.0f, 2.0f, 0.3f, 0x1p-126f, 0x1p24f}, .tol = EXACT},
+    {"scaler_update_static_found", E_scaler_update, {3, 1, 2000, 1}, F32, .flags = SC_CHECK_OVERFLOW | SC_CHECKS | SC_FOUND, .f = {128.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_static_clean", E_scaler_update, {1999, 1, 2000, 1}, F32, .flags = SC_CHECK_OVERFLOW | SC_CHECKS, .f = {128.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_found_checks_only", E_scaler_update, {3, 1, 2000, 1}, F32, .flags = SC_DYNAMIC | SC_CHECKS | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_found_unchecked", E_scaler_update, {3, 1, 2000, 1}, F32, .flags = SC_DYNAMIC | SC_FOUND, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_other_skip", E_scaler_update, {3, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_OTHER_SKIP, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
+    {"scaler_update_no_flag", E_scaler_update, {1999, 1, 2000, 1}, F32, .flags = SC_TORCH_DYNAMIC | SC_NO_FLAG, .f = {65536.0f, SC_TORCH}, .tol = EXACT},
 };
 
 #endif

@@ -34,7 +34,7 @@ static void setup_bn_channel_sums(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_channel_sums(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_channel_sums(&d, p[0], p[1], p[2], p[3], p[4]);
+    return be->k.bn_channel_sums(&d, p[0], p[1], p[2], p[3], p[4]);
 }
 
 /* bn_sync_stats: s = {c, count}, f = {eps, momentum}; d = [1, c, 1]. s1 / count in
@@ -64,7 +64,7 @@ static void setup_bn_sync_stats(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_sync_stats(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_sync_desc(r);
-    return be->bn_sync_stats(&d, r->s[1], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_sync_stats(&d, r->s[1], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* bn_bwd_elemt: s = {n, c, hw, count}, f = {eps}; x in the row's range, dy in [-1, 1), mean in
@@ -84,7 +84,7 @@ static void setup_bn_bwd_elemt(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_bwd_elemt(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_bwd_elemt(&d, r->s[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_bwd_elemt(&d, r->s[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* ---- The rows ------------------------------------------------------------------------------- */
@@ -92,21 +92,21 @@ static amp_status run_bn_bwd_elemt(const op_row *r, const amp_backend *be, void 
 /* The ConvNet's layer1 and layer2 activations at batch 8 (as the batch norm rows), an odd shape,
  * a 1-d batch norm (hw = 1) and planes past one tile; four ranks' count where a count is given. */
 static const op_row syncbn_rows[] = {
-    {"bn_channel_sums_f32_l1", E_BN_CHANNEL_SUMS, {8, 16, 784}, F32, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_channel_sums_f32_l1_dy", E_BN_CHANNEL_SUMS, {8, 16, 784}, F32, .flags = SB_DY, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_channel_sums_bf16_l2_uncentred", E_BN_CHANNEL_SUMS, {8, 32, 196}, BF16, .flags = SB_NO_CENTER, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_channel_sums_bf16_l2_dy", E_BN_CHANNEL_SUMS, {8, 32, 196}, BF16, .flags = SB_DY | SB_NO_CENTER, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_channel_sums_f16_odd", E_BN_CHANNEL_SUMS, {3, 5, 7}, F16, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_channel_sums_f16_1d_dy", E_BN_CHANNEL_SUMS, {300, 7, 1}, F16, .flags = SB_DY, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_channel_sums_f32_tiles_specials", E_BN_CHANNEL_SUMS, {2, 3, 4100}, F32, .tol = TOL(0, 0), .lo = -2, .hi = 3, .specials = true},
-    {"bn_sync_stats_f32", E_BN_SYNC_STATS, {64, 4 * 8 * 784}, F32, .f = {1e-5f, 0.1f}, .tol = EXACT},
-    {"bn_sync_stats_f32_uncentred", E_BN_SYNC_STATS, {33, 7}, F32, .flags = SB_NO_CENTER, .f = {1e-3f, 0.3f}, .tol = EXACT},
-    {"bn_sync_stats_f32_mean_only", E_BN_SYNC_STATS, {33, 1}, F32, .flags = SB_MEAN_ONLY, .f = {1e-5f, 0.1f}, .tol = EXACT},
-    {"bn_sync_stats_f32_bare", E_BN_SYNC_STATS, {300, 2}, F32, .flags = SB_BARE | SB_NO_CENTER, .f = {1e-5f, 0.1f}, .tol = EXACT},
-    {"bn_bwd_elemt_f32_l1", E_BN_BWD_ELEMT, {8, 16, 784, 4 * 8 * 784}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_bwd_elemt_bf16_l2_bare", E_BN_BWD_ELEMT, {8, 32, 196, 4 * 8 * 196}, BF16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_bwd_elemt_f16_odd", E_BN_BWD_ELEMT, {3, 5, 7, 21}, F16, .f = {1e-3f}, .tol = EXACT, .lo = -2, .hi = 3},
-    {"bn_bwd_elemt_f32_specials", E_BN_BWD_ELEMT, {2, 3, 4100, 8200}, F32, .f = {1e-5f}, .tol = TOL(0, 0), .lo = -2, .hi = 3, .specials = true},
+    {"bn_channel_sums_f32_l1", E_bn_channel_sums, {8, 16, 784}, F32, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_channel_sums_f32_l1_dy", E_bn_channel_sums, {8, 16, 784}, F32, .flags = SB_DY, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_channel_sums_bf16_l2_uncentred", E_bn_channel_sums, {8, 32, 196}, BF16, .flags = SB_NO_CENTER, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_channel_sums_bf16_l2_dy", E_bn_channel_sums, {8, 32, 196}, BF16, .flags = SB_DY | SB_NO_CENTER, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_channel_sums_f16_odd", E_bn_channel_sums, {3, 5, 7}, F16, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_channel_sums_f16_1d_dy", E_bn_channel_sums, {300, 7, 1}, F16, .flags = SB_DY, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_channel_sums_f32_tiles_specials", E_bn_channel_sums, {2, 3, 4100}, F32, .tol = TOL(0, 0), .lo = -2, .hi = 3, .specials = true},
+    {"bn_sync_stats_f32", E_bn_sync_stats, {64, 4 * 8 * 784}, F32, .f = {1e-5f, 0.1f}, .tol = EXACT},
+    {"bn_sync_stats_f32_uncentred", E_bn_sync_stats, {33, 7}, F32, .flags = SB_NO_CENTER, .f = {1e-3f, 0.3f}, .tol = EXACT},
+    {"bn_sync_stats_f32_mean_only", E_bn_sync_stats, {33, 1}, F32, .flags = SB_MEAN_ONLY, .f = {1e-5f, 0.1f}, .tol = EXACT},
+    {"bn_sync_stats_f32_bare", E_bn_sync_stats, {300, 2}, F32, .flags = SB_BARE | SB_NO_CENTER, .f = {1e-5f, 0.1f}, .tol = EXACT},
+    {"bn_bwd_elemt_f32_l1", E_bn_bwd_elemt, {8, 16, 784, 4 * 8 * 784}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_bwd_elemt_bf16_l2_bare", E_bn_bwd_elemt, {8, 32, 196, 4 * 8 * 196}, BF16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_bwd_elemt_f16_odd", E_bn_bwd_elemt, {3, 5, 7, 21}, F16, .f = {1e-3f}, .tol = EXACT, .lo = -2, .hi = 3},
+    {"bn_bwd_elemt_f32_specials", E_bn_bwd_elemt, {2, 3, 4100, 8200}, F32, .f = {1e-5f}, .tol = TOL(0, 0), .lo = -2, .hi = 3, .specials = true},
 };
 
 #endif

@@ -6,18 +6,17 @@
  * rows marked `specials`); both backends receive the same bytes, run the entry, and hand back
  * every buffer with the GUARD_NBYTES that followed it. A row passes when the guard zones and the
  * inputs come back untouched on both backends and every output agrees with the CPU's within the
- * row's tolerance (backend_ops_harness.h). A row whose entry the backend leaves NULL, or whose
- * dtype its supports() refuses, counts as "not implemented on <backend>" on a real device, never
- * as passed; in the cudacpu build (AMP_CUDACPU=ON), where the CUDA backend runs on every machine
+ * row's tolerance (backend_ops_harness.h). A row whose entry the backend leaves NULL counts as
+ * "not implemented on <backend>" on a real device, never as passed; in the cudacpu build (AMP_CUDACPU=ON), where the CUDA backend runs on every machine
  * and fills every entry, it counts as a failure.
  *
  * The GEMM entry and the rows of its fused parts (epilogue, bias gradient, TF32, the bias of half
  * outputs) and of the convolution's switches are in backend_ops_gemm.h; the rows of the
- * optimizer and unscale entries are in backend_ops_optim.h, those of their
- * multi-tensor versions (a list of tensors carved out of one buffer per list) in
+ * per-tensor unscale are in backend_ops_optim.h, those of the optimizers and the
+ * multi-tensor scaler passes (a list of tensors carved out of one buffer per list) in
  * backend_ops_multi.h, those of the loss scaler's device state in backend_ops_scaler.h and those
- * of synchronised batch norm in backend_ops_syncbn.h. Every
- * entry of the backend table that computes has rows, which the program checks before it runs;
+ * of synchronised batch norm in backend_ops_syncbn.h. The entry ids come from the kernel list
+ * (core/backend_kernels.def); every kernel has rows, which the program checks before it runs;
  * the memory, copy and stream entries (not_op_entries) are not op rows.
  *
  * Tolerances follow the numerics each entry promises: casts, fills, copies, ReLU and max pooling
@@ -37,13 +36,12 @@
 
 #include "backend_ops_harness.h"
 
+/* The entry ids, one per line of core/backend_kernels.def: E_<entry>. */
 typedef enum entry {
-    E_CAST, E_FILL, E_FILL_SCALAR, E_GEMM, E_CONV_FWD, E_CONV_BWD_DATA, E_CONV_BWD_WEIGHT,
-    E_BN_TRAIN, E_BN_EVAL, E_BN_BWD, E_POOL_FWD, E_POOL_BWD, E_UNARY, E_BINARY, E_AXPY, E_SUM,
-    E_SUM_ROWS, E_XENT_FWD, E_XENT_BWD, E_MSE_FWD, E_MSE_BWD, E_DROPOUT_FWD, E_DROPOUT_BWD,
-    E_SGD, E_ADAM, E_UNSCALE, E_SUM_SQUARES, E_NONFINITE, E_SGD_MULTI, E_ADAM_MULTI,
-    E_LAMB_MULTI, E_UNSCALE_MULTI, E_NONFINITE_MULTI, E_SUM_SQUARES_MULTI, E_SCALER_SEED,
-    E_SCALER_CLIP, E_SCALER_UPDATE, E_BN_CHANNEL_SUMS, E_BN_SYNC_STATS, E_BN_BWD_ELEMT, E_N
+#define AMP_KERNEL(name, category, flops, params, args) E_##name,
+#include "core/backend_kernels.def"
+#undef AMP_KERNEL
+    E_N
 } entry;
 
 /* Row variants (the multi-tensor and scaler entries' are in their headers, from 1 << 10). */
@@ -100,7 +98,7 @@ static void setup_cast(const op_row *r, tcase *c) {
     slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt2), r->s[0]);
 }
 static amp_status run_cast(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->cast(p[1], r->dt2, p[0], r->dt, r->s[0]);
+    return be->k.cast(p[1], r->dt2, p[0], r->dt, r->s[0]);
 }
 
 /* fill: s = {n}, f = {value}. */
@@ -108,7 +106,7 @@ static void setup_fill(const op_row *r, tcase *c) {
     slot_decl(c, 0, "dst", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_fill(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->fill(p[0], r->dt, r->s[0], r->f[0]);
+    return be->k.fill(p[0], r->dt, r->s[0], r->f[0]);
 }
 
 /* fill_scalar: s = {n}, f = {*scalar, scale}. */
@@ -118,7 +116,7 @@ static void setup_fill_scalar(const op_row *r, tcase *c) {
     slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_fill_scalar(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->fill_scalar(p[1], r->dt, r->s[0], p[0], r->f[1]);
+    return be->k.fill_scalar(p[1], r->dt, r->s[0], p[0], r->f[1]);
 }
 
 /* conv2d: s = {n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w}; dtype dt. */
@@ -148,7 +146,7 @@ static void setup_conv_fwd(const op_row *r, tcase *c) {
 }
 static amp_status run_conv_fwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_conv2d_desc d = conv_desc(r);
-    return be->conv2d_fwd(&d, p[0], p[1], p[2], p[3]);
+    return be->k.conv2d_fwd(&d, p[0], p[1], p[2], p[3]);
 }
 
 static void setup_conv_bwd_data(const op_row *r, tcase *c) {
@@ -159,7 +157,7 @@ static void setup_conv_bwd_data(const op_row *r, tcase *c) {
 }
 static amp_status run_conv_bwd_data(const op_row *r, const amp_backend *be, void *const *p) {
     amp_conv2d_desc d = conv_desc(r);
-    return be->conv2d_bwd_data(&d, p[0], p[1], p[2]);
+    return be->k.conv2d_bwd_data(&d, p[0], p[1], p[2]);
 }
 
 static void setup_conv_bwd_weight(const op_row *r, tcase *c) {
@@ -171,7 +169,7 @@ static void setup_conv_bwd_weight(const op_row *r, tcase *c) {
 }
 static amp_status run_conv_bwd_weight(const op_row *r, const amp_backend *be, void *const *p) {
     amp_conv2d_desc d = conv_desc(r);
-    return be->conv2d_bwd_weight(&d, p[0], p[1], p[2], p[3]);
+    return be->k.conv2d_bwd_weight(&d, p[0], p[1], p[2], p[3]);
 }
 
 /* Batch norm: s = {n, c, hw}, f = {eps, momentum}; x in the row's range, gamma in [0.5, 1.5),
@@ -200,7 +198,7 @@ static void setup_bn_train(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_train(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_fwd_train(&d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_fwd_train(&d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 static void setup_bn_eval(const op_row *r, tcase *c) {
@@ -212,7 +210,7 @@ static void setup_bn_eval(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_eval(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_fwd_eval(&d, p[0], p[1], p[2], p[3], p[4], p[5]);
+    return be->k.bn_fwd_eval(&d, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
 /* bn_bwd: x and dy in the row's range; save_mean and save_invstd are x's batch statistics,
@@ -246,7 +244,7 @@ static void setup_bn_bwd(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->bn_bwd(&d, p[0], p[1], p[8], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_bwd(&d, p[0], p[1], p[8], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* Max pooling: s = {n, c, h, w, k, stride, pad}. */
@@ -266,7 +264,7 @@ static void setup_pool_fwd(const op_row *r, tcase *c) {
 }
 static amp_status run_pool_fwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_pool_desc d = pool_desc(r);
-    return be->maxpool_fwd(&d, p[0], p[1]);
+    return be->k.maxpool_fwd(&d, p[0], p[1]);
 }
 
 /* maxpool_bwd: dy and the forward's input x, whose windows' maxima the backward finds again;
@@ -279,7 +277,7 @@ static void setup_pool_bwd(const op_row *r, tcase *c) {
 }
 static amp_status run_pool_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_pool_desc d = pool_desc(r);
-    return be->maxpool_bwd(&d, p[0], p[1], p[2]);
+    return be->k.maxpool_bwd(&d, p[0], p[1], p[2]);
 }
 
 /* unary: s = {n}, op, f = {alpha}. */
@@ -288,7 +286,7 @@ static void setup_unary(const op_row *r, tcase *c) {
     slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_unary(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->unary((amp_unary_op)r->op, r->dt, r->s[0], p[0], r->f[0], p[1]);
+    return be->k.unary((amp_unary_op)r->op, r->dt, r->s[0], p[0], r->f[0], p[1]);
 }
 
 /* binary: s = {n}, op. */
@@ -298,7 +296,7 @@ static void setup_binary(const op_row *r, tcase *c) {
     slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_binary(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->binary((amp_binary_op)r->op, r->dt, r->s[0], p[0], p[1], p[2]);
+    return be->k.binary((amp_binary_op)r->op, r->dt, r->s[0], p[0], p[1], p[2]);
 }
 
 /* axpy: s = {n}, f = {alpha}; y is read and written. */
@@ -308,7 +306,7 @@ static void setup_axpy(const op_row *r, tcase *c) {
     gen_main(r, c, 1);
 }
 static amp_status run_axpy(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->axpy(r->dt, r->s[0], r->f[0], p[0], p[1]);
+    return be->k.axpy(r->dt, r->s[0], r->f[0], p[0], p[1]);
 }
 
 /* sum: s = {n}, f = {alpha}. */
@@ -317,7 +315,7 @@ static void setup_sum(const op_row *r, tcase *c) {
     slot_decl(c, 1, "out", ROLE_OUT, EK_F32, 1);
 }
 static amp_status run_sum(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->sum(r->dt, r->s[0], p[0], r->f[0], p[1]);
+    return be->k.sum(r->dt, r->s[0], p[0], r->f[0], p[1]);
 }
 
 /* sum_rows: s = {rows, cols}. */
@@ -326,7 +324,7 @@ static void setup_sum_rows(const op_row *r, tcase *c) {
     slot_decl(c, 1, "out", ROLE_OUT, EK_F32, r->s[1]);
 }
 static amp_status run_sum_rows(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->sum_rows(r->dt, r->s[0], r->s[1], p[0], p[1]);
+    return be->k.sum_rows(r->dt, r->s[0], r->s[1], p[0], p[1]);
 }
 
 /* Cross-entropy: s = {rows, classes}; labels uniform over the classes. */
@@ -342,7 +340,7 @@ static void setup_xent_fwd(const op_row *r, tcase *c) {
     slot_decl(c, 3, "logsoftmax", ROLE_OUT, EK_F32, r->s[0] * r->s[1]);
 }
 static amp_status run_xent_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->xent_fwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
+    return be->k.xent_fwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
 }
 
 /* xent_bwd: f = {dloss}; logsoftmax is that of logits in the row's range, computed in double. */
@@ -363,7 +361,7 @@ static void setup_xent_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 3, "dlogits", ROLE_OUT, ek_of(r->dt), rows * classes);
 }
 static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->xent_bwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
+    return be->k.xent_bwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
 }
 
 /* MSE: s = {n}; bwd f = {dloss}. */
@@ -373,7 +371,7 @@ static void setup_mse_fwd(const op_row *r, tcase *c) {
     slot_decl(c, 2, "loss", ROLE_OUT, EK_F32, 1);
 }
 static amp_status run_mse_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->mse_fwd(r->dt, r->s[0], p[0], p[1], p[2]);
+    return be->k.mse_fwd(r->dt, r->s[0], p[0], p[1], p[2]);
 }
 
 static void setup_mse_bwd(const op_row *r, tcase *c) {
@@ -384,7 +382,7 @@ static void setup_mse_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 3, "da", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_mse_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->mse_bwd(r->dt, r->s[0], p[0], p[1], p[2], p[3]);
+    return be->k.mse_bwd(r->dt, r->s[0], p[0], p[1], p[2], p[3]);
 }
 
 /* Dropout: s = {n, seed, offset}, f = {p}; the backward's mask keeps with probability 1 - p. */
@@ -394,7 +392,7 @@ static void setup_dropout_fwd(const op_row *r, tcase *c) {
     slot_decl(c, 2, "mask", ROLE_OUT, EK_U8, r->s[0]);
 }
 static amp_status run_dropout_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->dropout_fwd(r->dt, r->s[0], p[0], r->f[0], (uint64_t)r->s[1], (uint64_t)r->s[2],
+    return be->k.dropout_fwd(r->dt, r->s[0], p[0], r->f[0], (uint64_t)r->s[1], (uint64_t)r->s[2],
                            p[1], p[2]);
 }
 
@@ -405,7 +403,7 @@ static void setup_dropout_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->dropout_bwd(r->dt, r->s[0], p[0], p[1], r->f[0], p[2]);
+    return be->k.dropout_bwd(r->dt, r->s[0], p[0], p[1], r->f[0], p[2]);
 }
 
 /* ---- The rows' dtypes and tolerances -------------------------------------------------------- */
@@ -438,65 +436,38 @@ static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *
 /* ---- The entry table ------------------------------------------------------------------------ */
 
 typedef struct entry_info {
-    const char *member; /* the amp_backend member: NULL there means "not implemented" */
-    size_t offset;
-    amp_be_op op;       /* what supports() is asked, for dt (and dt2 where two_dtypes) */
-    bool two_dtypes;
+    const char *member; /* the kernel's name: NULL there means "no row for it yet" */
+    size_t offset;      /* of the kernel's slot in amp_backend */
     void (*setup)(const op_row *r, tcase *c);
     amp_status (*run)(const op_row *r, const amp_backend *be, void *const *p);
 } entry_info;
 
-#define ENTRY(id, member, op, two, fn)                                                             \
-    [id] = {#member, offsetof(amp_backend, member), op, two, setup_##fn, run_##fn}
+#define ENTRY(name, fn)                                                                            \
+    [E_##name] = {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name), setup_##fn,       \
+                  run_##fn}
 
 static const entry_info entries[E_N] = {
-    ENTRY(E_CAST, cast, AMP_BE_CAST, true, cast),
-    ENTRY(E_FILL, fill, AMP_BE_CAST, false, fill),
-    ENTRY(E_FILL_SCALAR, fill_scalar, AMP_BE_CAST, false, fill_scalar),
-    ENTRY(E_GEMM, gemm, AMP_BE_GEMM, true, gemm),
-    ENTRY(E_CONV_FWD, conv2d_fwd, AMP_BE_CONV2D, false, conv_fwd),
-    ENTRY(E_CONV_BWD_DATA, conv2d_bwd_data, AMP_BE_CONV2D, false, conv_bwd_data),
-    ENTRY(E_CONV_BWD_WEIGHT, conv2d_bwd_weight, AMP_BE_CONV2D, false, conv_bwd_weight),
-    ENTRY(E_BN_TRAIN, bn_fwd_train, AMP_BE_BATCHNORM, false, bn_train),
-    ENTRY(E_BN_EVAL, bn_fwd_eval, AMP_BE_BATCHNORM, false, bn_eval),
-    ENTRY(E_BN_BWD, bn_bwd, AMP_BE_BATCHNORM, false, bn_bwd),
-    ENTRY(E_POOL_FWD, maxpool_fwd, AMP_BE_MAXPOOL, false, pool_fwd),
-    ENTRY(E_POOL_BWD, maxpool_bwd, AMP_BE_MAXPOOL, false, pool_bwd),
-    ENTRY(E_UNARY, unary, AMP_BE_UNARY, false, unary),
-    ENTRY(E_BINARY, binary, AMP_BE_BINARY, false, binary),
-    ENTRY(E_AXPY, axpy, AMP_BE_BINARY, false, axpy),
-    ENTRY(E_SUM, sum, AMP_BE_REDUCE, false, sum),
-    ENTRY(E_SUM_ROWS, sum_rows, AMP_BE_REDUCE, false, sum_rows),
-    ENTRY(E_XENT_FWD, xent_fwd, AMP_BE_XENT, false, xent_fwd),
-    ENTRY(E_XENT_BWD, xent_bwd, AMP_BE_XENT, false, xent_bwd),
-    ENTRY(E_MSE_FWD, mse_fwd, AMP_BE_MSE, false, mse_fwd),
-    ENTRY(E_MSE_BWD, mse_bwd, AMP_BE_MSE, false, mse_bwd),
-    ENTRY(E_DROPOUT_FWD, dropout_fwd, AMP_BE_DROPOUT, false, dropout_fwd),
-    ENTRY(E_DROPOUT_BWD, dropout_bwd, AMP_BE_DROPOUT, false, dropout_bwd),
-    ENTRY(E_SGD, sgd_update, AMP_BE_SGD, false, sgd),
-    ENTRY(E_ADAM, adam_update, AMP_BE_ADAM, false, adam),
-    ENTRY(E_UNSCALE, unscale, AMP_BE_UNSCALE, false, unscale),
-    ENTRY(E_SUM_SQUARES, sum_squares, AMP_BE_UNSCALE, false, sum_squares),
-    ENTRY(E_NONFINITE, nonfinite, AMP_BE_UNSCALE, false, nonfinite),
-    ENTRY(E_SGD_MULTI, sgd_multi, AMP_BE_SGD, true, sgd_multi),
-    ENTRY(E_ADAM_MULTI, adam_multi, AMP_BE_ADAM, true, adam_multi),
-    ENTRY(E_LAMB_MULTI, lamb_multi, AMP_BE_LAMB, true, lamb_multi),
-    ENTRY(E_UNSCALE_MULTI, unscale_multi, AMP_BE_UNSCALE, false, unscale_multi),
-    ENTRY(E_NONFINITE_MULTI, nonfinite_multi, AMP_BE_UNSCALE, false, nonfinite_multi),
-    ENTRY(E_SUM_SQUARES_MULTI, sum_squares_multi, AMP_BE_UNSCALE, false, sum_squares_multi),
-    ENTRY(E_SCALER_SEED, scaler_seed, AMP_BE_UNSCALE, false, scaler_seed),
-    ENTRY(E_SCALER_CLIP, scaler_clip, AMP_BE_UNSCALE, false, scaler_clip),
-    ENTRY(E_SCALER_UPDATE, scaler_update, AMP_BE_UNSCALE, false, scaler_update),
-    ENTRY(E_BN_CHANNEL_SUMS, bn_channel_sums, AMP_BE_BATCHNORM, false, bn_channel_sums),
-    ENTRY(E_BN_SYNC_STATS, bn_sync_stats, AMP_BE_BATCHNORM, false, bn_sync_stats),
-    ENTRY(E_BN_BWD_ELEMT, bn_bwd_elemt, AMP_BE_BATCHNORM, false, bn_bwd_elemt),
+    ENTRY(cast, cast), ENTRY(fill, fill), ENTRY(fill_scalar, fill_scalar), ENTRY(gemm, gemm),
+    ENTRY(conv2d_fwd, conv_fwd), ENTRY(conv2d_bwd_data, conv_bwd_data),
+    ENTRY(conv2d_bwd_weight, conv_bwd_weight), ENTRY(bn_fwd_train, bn_train),
+    ENTRY(bn_fwd_eval, bn_eval), ENTRY(bn_bwd, bn_bwd), ENTRY(maxpool_fwd, pool_fwd),
+    ENTRY(maxpool_bwd, pool_bwd), ENTRY(unary, unary), ENTRY(binary, binary), ENTRY(axpy, axpy),
+    ENTRY(sum, sum), ENTRY(sum_rows, sum_rows), ENTRY(xent_fwd, xent_fwd),
+    ENTRY(xent_bwd, xent_bwd), ENTRY(mse_fwd, mse_fwd), ENTRY(mse_bwd, mse_bwd),
+    ENTRY(dropout_fwd, dropout_fwd), ENTRY(dropout_bwd, dropout_bwd), ENTRY(unscale, unscale),
+    ENTRY(sgd_multi, sgd_multi), ENTRY(adam_multi, adam_multi), ENTRY(lamb_multi, lamb_multi),
+    ENTRY(unscale_multi, unscale_multi), ENTRY(nonfinite_multi, nonfinite_multi),
+    ENTRY(sum_squares_multi, sum_squares_multi), ENTRY(scaler_seed, scaler_seed),
+    ENTRY(scaler_clip, scaler_clip), ENTRY(scaler_update, scaler_update),
+    ENTRY(bn_channel_sums, bn_channel_sums), ENTRY(bn_sync_stats, bn_sync_stats),
+    ENTRY(bn_bwd_elemt, bn_bwd_elemt),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
  * alloc, free, the host copies and sync for every row; the others are the backend tests'
  * (tests/unit/test_cuda_backend.c, test_cuda_backend_host.cpp, test_cuda_streams.c). */
 static const char *const not_op_entries[] = {
-    "supports", "alloc", "free", "memset_zero", "copy", "copy_to_host", "copy_from_host", "sync",
+    "alloc", "free", "memset_zero", "copy", "copy_to_host", "copy_from_host", "sync",
     "upload_async", "mark", "event_free", "memory_stats", "memory_reset_peak", "system_allocs",
 };
 
@@ -504,138 +475,138 @@ static const char *const not_op_entries[] = {
 
 static const op_row rows[] = {
     /* Casts: every dtype pair the contract names, bits exact, specials in. */
-    {"cast_f32_f16", E_CAST, {10007}, F32, F16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"cast_f32_f16_overflow", E_CAST, {10007}, F32, F16, .tol = EXACT, .lo = -7e4, .hi = 7e4, .specials = true},
-    {"cast_f32_bf16", E_CAST, {ACT_L1}, F32, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"cast_f16_f32", E_CAST, {10007}, F16, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"cast_bf16_f32", E_CAST, {10007}, BF16, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"cast_f16_bf16", E_CAST, {10007}, F16, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"cast_bf16_f16", E_CAST, {10007}, BF16, F16, .tol = EXACT, .lo = -1e5, .hi = 1e5, .specials = true},
-    {"cast_f32_f32", E_CAST, {10007}, F32, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"cast_f32_i32", E_CAST, {10007}, F32, I32, .tol = EXACT, .lo = -1e6, .hi = 1e6, .specials = true},
-    {"cast_i32_f32", E_CAST, {10007}, I32, F32, .tol = EXACT, .lo = -3e7, .hi = 3e7, .specials = true},
+    {"cast_f32_f16", E_cast, {10007}, F32, F16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f32_f16_overflow", E_cast, {10007}, F32, F16, .tol = EXACT, .lo = -7e4, .hi = 7e4, .specials = true},
+    {"cast_f32_bf16", E_cast, {ACT_L1}, F32, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f16_f32", E_cast, {10007}, F16, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_bf16_f32", E_cast, {10007}, BF16, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f16_bf16", E_cast, {10007}, F16, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_bf16_f16", E_cast, {10007}, BF16, F16, .tol = EXACT, .lo = -1e5, .hi = 1e5, .specials = true},
+    {"cast_f32_f32", E_cast, {10007}, F32, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"cast_f32_i32", E_cast, {10007}, F32, I32, .tol = EXACT, .lo = -1e6, .hi = 1e6, .specials = true},
+    {"cast_i32_f32", E_cast, {10007}, I32, F32, .tol = EXACT, .lo = -3e7, .hi = 3e7, .specials = true},
     /* Fills: the value rounds like a cast (70000 -> f16 inf, NaN -> 0x7fff, -7.9 -> i32 -7). */
-    {"fill_f32", E_FILL, {ACT_L1}, F32, .f = {0.1f}, .tol = EXACT},
-    {"fill_f16_overflow", E_FILL, {10007}, F16, .f = {70000.0f}, .tol = EXACT},
-    {"fill_bf16_third", E_FILL, {10007}, BF16, .f = {1.0f / 3.0f}, .tol = EXACT},
-    {"fill_f16_nan", E_FILL, {1025}, F16, .f = {NAN}, .tol = EXACT},
-    {"fill_i32", E_FILL, {1025}, I32, .f = {-7.9f}, .tol = EXACT},
-    {"fill_scalar_f32_mean_grad", E_FILL_SCALAR, {ACT_L1}, F32, .f = {1.0f, 1.0f / ACT_L1}, .tol = EXACT},
-    {"fill_scalar_f16_scaled", E_FILL_SCALAR, {10007}, F16, .f = {65536.0f, 1.0f / 3.0f}, .tol = EXACT},
-    {"fill_scalar_bf16", E_FILL_SCALAR, {10007}, BF16, .f = {-3.0f, 0.25f}, .tol = EXACT},
+    {"fill_f32", E_fill, {ACT_L1}, F32, .f = {0.1f}, .tol = EXACT},
+    {"fill_f16_overflow", E_fill, {10007}, F16, .f = {70000.0f}, .tol = EXACT},
+    {"fill_bf16_third", E_fill, {10007}, BF16, .f = {1.0f / 3.0f}, .tol = EXACT},
+    {"fill_f16_nan", E_fill, {1025}, F16, .f = {NAN}, .tol = EXACT},
+    {"fill_i32", E_fill, {1025}, I32, .f = {-7.9f}, .tol = EXACT},
+    {"fill_scalar_f32_mean_grad", E_fill_scalar, {ACT_L1}, F32, .f = {1.0f, 1.0f / ACT_L1}, .tol = EXACT},
+    {"fill_scalar_f16_scaled", E_fill_scalar, {10007}, F16, .f = {65536.0f, 1.0f / 3.0f}, .tol = EXACT},
+    {"fill_scalar_bf16", E_fill_scalar, {10007}, BF16, .f = {-3.0f, 0.25f}, .tol = EXACT},
     /* GEMM: s = {m, n, k, pad}; the ConvNet's fc forward (NT + bias), dx (NN) and dW (TN). */
-    {"gemm_f32_nn", E_GEMM, {64, 96, 80}, F32, F32, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_nt_bias_fc", E_GEMM, {8, 10, 1568}, F32, F32, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_nn_fc_dx", E_GEMM, {8, 1568, 10}, F32, F32, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_tn_fc_dw", E_GEMM, {10, 1568, 8}, F32, F32, .flags = TRANS_A, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_tt_alpha_beta_ld", E_GEMM, {33, 17, 65, 3}, F32, F32, .flags = TRANS_A | TRANS_B, .f = {0.5f, 0.75f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f32_nt_alpha_bias_ld", E_GEMM, {31, 40, 50, 2}, F32, F32, .flags = TRANS_B | BIAS, .f = {-2, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_bf16_nt_bias", E_GEMM, {64, 256, 784}, BF16, BF16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"gemm_bf16_tn_f32c_accum", E_GEMM, {96, 64, 128}, BF16, F32, .flags = TRANS_A, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_bf16_nn_ld", E_GEMM, {40, 72, 56, 8}, BF16, BF16, .f = {0.25f, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"gemm_f16_nn", E_GEMM, {64, 128, 96}, F16, F16, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
-    {"gemm_f16_tt_f32c_bias_ld", E_GEMM, {48, 40, 72, 5}, F16, F32, .flags = TRANS_A | TRANS_B | BIAS, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"gemm_f16_nt_beta", E_GEMM, {32, 48, 64}, F16, F16, .flags = TRANS_B, .f = {1, -1}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_f32_nn", E_gemm, {64, 96, 80}, F32, F32, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_bias_fc", E_gemm, {8, 10, 1568}, F32, F32, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nn_fc_dx", E_gemm, {8, 1568, 10}, F32, F32, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tn_fc_dw", E_gemm, {10, 1568, 8}, F32, F32, .flags = TRANS_A, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_tt_alpha_beta_ld", E_gemm, {33, 17, 65, 3}, F32, F32, .flags = TRANS_A | TRANS_B, .f = {0.5f, 0.75f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f32_nt_alpha_bias_ld", E_gemm, {31, 40, 50, 2}, F32, F32, .flags = TRANS_B | BIAS, .f = {-2, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_nt_bias", E_gemm, {64, 256, 784}, BF16, BF16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_bf16_tn_f32c_accum", E_gemm, {96, 64, 128}, BF16, F32, .flags = TRANS_A, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_bf16_nn_ld", E_gemm, {40, 72, 56, 8}, BF16, BF16, .f = {0.25f, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_f16_nn", E_gemm, {64, 128, 96}, F16, F16, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_f16_tt_f32c_bias_ld", E_gemm, {48, 40, 72, 5}, F16, F32, .flags = TRANS_A | TRANS_B | BIAS, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_f16_nt_beta", E_gemm, {32, 48, 64}, F16, F16, .flags = TRANS_B, .f = {1, -1}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
     /* Convolution: s = {n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w}. */
-    {"conv2d_fwd_f32_l1_bias", E_CONV_FWD, CONV_L1, F32, .flags = BIAS, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_fwd_f32_l2_bias", E_CONV_FWD, CONV_L2, F32, .flags = BIAS, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_fwd_f32_odd", E_CONV_FWD, CONV_ODD, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f32_l1_bias", E_conv2d_fwd, CONV_L1, F32, .flags = BIAS, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f32_l2_bias", E_conv2d_fwd, CONV_L2, F32, .flags = BIAS, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f32_odd", E_conv2d_fwd, CONV_ODD, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     /* A half output's bias may be rounded to its dtype before the sum (core/backend.h, cuDNN):
      * half a bf16 ulp of |bias| < 1, up to 2^-9, where the sum cancels. */
-    {"conv2d_fwd_bf16_l2_bias", E_CONV_FWD, CONV_L2, BF16, .flags = BIAS, .tol = TOL(3e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"conv2d_fwd_f16_l1_bias", E_CONV_FWD, CONV_L1, F16, .flags = BIAS, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
-    {"conv2d_bwd_data_f32_l2", E_CONV_BWD_DATA, CONV_L2, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_bwd_data_f32_odd", E_CONV_BWD_DATA, CONV_ODD, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_bwd_data_bf16_l2", E_CONV_BWD_DATA, CONV_L2, BF16, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"conv2d_bwd_data_f16_l1", E_CONV_BWD_DATA, CONV_L1, F16, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_f32_l1_dbias", E_CONV_BWD_WEIGHT, CONV_L1, F32, .flags = BIAS, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_f32_l2_dbias", E_CONV_BWD_WEIGHT, CONV_L2, F32, .flags = BIAS, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_f32_odd", E_CONV_BWD_WEIGHT, CONV_ODD, F32, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_bf16_l2_dbias", E_CONV_BWD_WEIGHT, CONV_L2, BF16, .flags = BIAS, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
-    {"conv2d_bwd_weight_f16_l1", E_CONV_BWD_WEIGHT, CONV_L1, F16, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"conv2d_fwd_bf16_l2_bias", E_conv2d_fwd, CONV_L2, BF16, .flags = BIAS, .tol = TOL(3e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_fwd_f16_l1_bias", E_conv2d_fwd, CONV_L1, F16, .flags = BIAS, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f32_l2", E_conv2d_bwd_data, CONV_L2, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f32_odd", E_conv2d_bwd_data, CONV_ODD, F32, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_bf16_l2", E_conv2d_bwd_data, CONV_L2, BF16, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_data_f16_l1", E_conv2d_bwd_data, CONV_L1, F16, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_l1_dbias", E_conv2d_bwd_weight, CONV_L1, F32, .flags = BIAS, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_l2_dbias", E_conv2d_bwd_weight, CONV_L2, F32, .flags = BIAS, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f32_odd", E_conv2d_bwd_weight, CONV_ODD, F32, .tol = TOL(1e-3, 1e-4), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_bf16_l2_dbias", E_conv2d_bwd_weight, CONV_L2, BF16, .flags = BIAS, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"conv2d_bwd_weight_f16_l1", E_conv2d_bwd_weight, CONV_L1, F16, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
     /* Batch norm: s = {n, c, hw}, f = {eps, momentum}; the ConvNet's two layers, an odd shape. */
-    {"bn_fwd_train_f32_l1", E_BN_TRAIN, {8, 16, 784}, F32, .f = {1e-5f, 0.1f}, .tol = TOL(1e-4, 1e-4), .lo = -2, .hi = 3},
-    {"bn_fwd_train_f32_l2_bare", E_BN_TRAIN, {8, 32, 196}, F32, .flags = NO_AFFINE | NO_STATS, .f = {1e-5f, 0.1f}, .tol = TOL(1e-4, 1e-4), .lo = -2, .hi = 3},
-    {"bn_fwd_train_bf16_l2", E_BN_TRAIN, {8, 32, 196}, BF16, .f = {1e-5f, 0.1f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
-    {"bn_fwd_train_f16_odd", E_BN_TRAIN, {3, 5, 7}, F16, .f = {1e-3f, 0.3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
-    {"bn_fwd_eval_f32_l1", E_BN_EVAL, {8, 16, 784}, F32, .f = {1e-5f}, .tol = TOL(1e-5, 1e-5), .lo = -2, .hi = 3},
-    {"bn_fwd_eval_bf16_l2_bare", E_BN_EVAL, {8, 32, 196}, BF16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
-    {"bn_bwd_f32_l1", E_BN_BWD, {8, 16, 784}, F32, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
-    {"bn_bwd_f32_l2_bare", E_BN_BWD, {8, 32, 196}, F32, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
-    {"bn_bwd_bf16_l2", E_BN_BWD, {8, 32, 196}, BF16, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
-    {"bn_bwd_f16_odd", E_BN_BWD, {3, 5, 7}, F16, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
-    {"bn_fwd_train_relu_bf16_l2", E_BN_TRAIN, {8, 32, 196}, BF16, .flags = BN_RELU, .f = {1e-5f, 0.1f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
-    {"bn_fwd_eval_relu_f32_l1", E_BN_EVAL, {8, 16, 784}, F32, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-5, 1e-5), .lo = -2, .hi = 3},
-    {"bn_bwd_relu_f32_l1", E_BN_BWD, {8, 16, 784}, F32, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
-    {"bn_bwd_relu_bf16_l2", E_BN_BWD, {8, 32, 196}, BF16, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
-    {"bn_bwd_relu_f16_odd", E_BN_BWD, {3, 5, 7}, F16, .flags = BN_RELU, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
+    {"bn_fwd_train_f32_l1", E_bn_fwd_train, {8, 16, 784}, F32, .f = {1e-5f, 0.1f}, .tol = TOL(1e-4, 1e-4), .lo = -2, .hi = 3},
+    {"bn_fwd_train_f32_l2_bare", E_bn_fwd_train, {8, 32, 196}, F32, .flags = NO_AFFINE | NO_STATS, .f = {1e-5f, 0.1f}, .tol = TOL(1e-4, 1e-4), .lo = -2, .hi = 3},
+    {"bn_fwd_train_bf16_l2", E_bn_fwd_train, {8, 32, 196}, BF16, .f = {1e-5f, 0.1f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_fwd_train_f16_odd", E_bn_fwd_train, {3, 5, 7}, F16, .f = {1e-3f, 0.3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
+    {"bn_fwd_eval_f32_l1", E_bn_fwd_eval, {8, 16, 784}, F32, .f = {1e-5f}, .tol = TOL(1e-5, 1e-5), .lo = -2, .hi = 3},
+    {"bn_fwd_eval_bf16_l2_bare", E_bn_fwd_eval, {8, 32, 196}, BF16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_bwd_f32_l1", E_bn_bwd, {8, 16, 784}, F32, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
+    {"bn_bwd_f32_l2_bare", E_bn_bwd, {8, 32, 196}, F32, .flags = NO_AFFINE, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
+    {"bn_bwd_bf16_l2", E_bn_bwd, {8, 32, 196}, BF16, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_bwd_f16_odd", E_bn_bwd, {3, 5, 7}, F16, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
+    {"bn_fwd_train_relu_bf16_l2", E_bn_fwd_train, {8, 32, 196}, BF16, .flags = BN_RELU, .f = {1e-5f, 0.1f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_fwd_eval_relu_f32_l1", E_bn_fwd_eval, {8, 16, 784}, F32, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-5, 1e-5), .lo = -2, .hi = 3},
+    {"bn_bwd_relu_f32_l1", E_bn_bwd, {8, 16, 784}, F32, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-3, 1e-4), .lo = -2, .hi = 3},
+    {"bn_bwd_relu_bf16_l2", E_bn_bwd, {8, 32, 196}, BF16, .flags = BN_RELU, .f = {1e-5f}, .tol = TOL(1e-3, ULP_BF16), .lo = -2, .hi = 3},
+    {"bn_bwd_relu_f16_odd", E_bn_bwd, {3, 5, 7}, F16, .flags = BN_RELU, .f = {1e-3f}, .tol = TOL(1e-3, ULP_F16), .lo = -2, .hi = 3},
     /* Max pooling: s = {n, c, h, w, k, stride, pad}; the ConvNet's 2 x 2, overlapping 3 x 3. */
-    {"maxpool_fwd_f32_l1", E_POOL_FWD, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
-    {"maxpool_fwd_bf16_l2", E_POOL_FWD, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
-    {"maxpool_fwd_f16_l1", E_POOL_FWD, {8, 16, 28, 28, 2, 2, 0}, F16, .tol = EXACT, .lo = -4, .hi = 4},
-    {"maxpool_fwd_f32_k3s2p1_specials", E_POOL_FWD, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"maxpool_fwd_bf16_k3s2p1_specials", E_POOL_FWD, {2, 3, 15, 15, 3, 2, 1}, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"maxpool_bwd_f32_l1", E_POOL_BWD, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
-    {"maxpool_bwd_bf16_l2", E_POOL_BWD, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
-    {"maxpool_bwd_f32_k3s2p1", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = TOL(1e-6, 1e-6), .lo = -4, .hi = 4},
-    {"maxpool_bwd_f16_k3s2p1", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, F16, .tol = TOL(1e-6, ULP_F16), .lo = -4, .hi = 4},
-    {"maxpool_bwd_bf16_k3s2p1_specials", E_POOL_BWD, {2, 3, 15, 15, 3, 2, 1}, BF16, .tol = TOL(1e-6, ULP_BF16), .lo = -4, .hi = 4, .specials = true},
+    {"maxpool_fwd_f32_l1", E_maxpool_fwd, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_fwd_bf16_l2", E_maxpool_fwd, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_fwd_f16_l1", E_maxpool_fwd, {8, 16, 28, 28, 2, 2, 0}, F16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_fwd_f32_k3s2p1_specials", E_maxpool_fwd, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"maxpool_fwd_bf16_k3s2p1_specials", E_maxpool_fwd, {2, 3, 15, 15, 3, 2, 1}, BF16, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"maxpool_bwd_f32_l1", E_maxpool_bwd, {8, 16, 28, 28, 2, 2, 0}, F32, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_bwd_bf16_l2", E_maxpool_bwd, {8, 32, 14, 14, 2, 2, 0}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"maxpool_bwd_f32_k3s2p1", E_maxpool_bwd, {2, 3, 15, 15, 3, 2, 1}, F32, .tol = TOL(1e-6, 1e-6), .lo = -4, .hi = 4},
+    {"maxpool_bwd_f16_k3s2p1", E_maxpool_bwd, {2, 3, 15, 15, 3, 2, 1}, F16, .tol = TOL(1e-6, ULP_F16), .lo = -4, .hi = 4},
+    {"maxpool_bwd_bf16_k3s2p1_specials", E_maxpool_bwd, {2, 3, 15, 15, 3, 2, 1}, BF16, .tol = TOL(1e-6, ULP_BF16), .lo = -4, .hi = 4, .specials = true},
     /* Unary: ReLU and copy select bits; scale is one rounding. */
-    {"unary_relu_f32", E_UNARY, {ACT_L1}, F32, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unary_relu_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unary_relu_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unary_scale_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_SCALE, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"unary_scale_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_SCALE, .f = {1.0f / 65536}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"unary_add_scalar_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_ADD_SCALAR, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"unary_add_scalar_bf16", E_UNARY, {10007}, BF16, .op = AMP_UNARY_ADD_SCALAR, .f = {3.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"unary_div_scalar_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_DIV_SCALAR, .f = {3.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"unary_div_scalar_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_DIV_SCALAR, .f = {-7.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"unary_copy_f32", E_UNARY, {10007}, F32, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"unary_copy_f16", E_UNARY, {10007}, F16, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_relu_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_relu_f16", E_unary, {10007}, F16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_relu_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_RELU, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_scale_f32", E_unary, {10007}, F32, .op = AMP_UNARY_SCALE, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_scale_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_SCALE, .f = {1.0f / 65536}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_add_scalar_f32", E_unary, {10007}, F32, .op = AMP_UNARY_ADD_SCALAR, .f = {-0.37f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_add_scalar_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_ADD_SCALAR, .f = {3.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_div_scalar_f32", E_unary, {10007}, F32, .op = AMP_UNARY_DIV_SCALAR, .f = {3.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_div_scalar_f16", E_unary, {10007}, F16, .op = AMP_UNARY_DIV_SCALAR, .f = {-7.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"unary_copy_f32", E_unary, {10007}, F32, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_copy_f16", E_unary, {10007}, F16, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     /* Binary: add/sub/mul are one rounding each; relu_bwd selects. */
-    {"binary_add_f32", E_BINARY, {ACT_L1}, F32, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_add_f16", E_BINARY, {10007}, F16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_add_bf16", E_BINARY, {10007}, BF16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_sub_f32", E_BINARY, {10007}, F32, .op = AMP_BINARY_SUB, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_sub_bf16", E_BINARY, {10007}, BF16, .op = AMP_BINARY_SUB, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_mul_f32", E_BINARY, {10007}, F32, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_mul_f16", E_BINARY, {10007}, F16, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"binary_relu_bwd_f32", E_BINARY, {ACT_L1}, F32, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"binary_relu_bwd_bf16", E_BINARY, {10007}, BF16, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"binary_add_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_add_f16", E_binary, {10007}, F16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_add_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sub_f32", E_binary, {10007}, F32, .op = AMP_BINARY_SUB, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sub_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_SUB, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_mul_f32", E_binary, {10007}, F32, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_mul_f16", E_binary, {10007}, F16, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_relu_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"binary_relu_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     /* axpy: y + alpha * x may be fused into one fma on a device, so one rounding apart. */
-    {"axpy_f32", E_AXPY, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(1e-6, 1e-6), .lo = -2, .hi = 2, .specials = true},
-    {"axpy_bf16", E_AXPY, {10007}, BF16, .f = {-2.0f}, .tol = TOL(1e-6, ULP_BF16), .lo = -2, .hi = 2},
-    {"axpy_f16", E_AXPY, {10007}, F16, .f = {1.0f}, .tol = TOL(1e-6, ULP_F16), .lo = -2, .hi = 2},
+    {"axpy_f32", E_axpy, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(1e-6, 1e-6), .lo = -2, .hi = 2, .specials = true},
+    {"axpy_bf16", E_axpy, {10007}, BF16, .f = {-2.0f}, .tol = TOL(1e-6, ULP_BF16), .lo = -2, .hi = 2},
+    {"axpy_f16", E_axpy, {10007}, F16, .f = {1.0f}, .tol = TOL(1e-6, ULP_F16), .lo = -2, .hi = 2},
     /* Reductions to f32. */
-    {"sum_f32_mean", E_SUM, {ACT_L1}, F32, .f = {1.0f / ACT_L1}, .tol = TOL(1e-6, 1e-5), .lo = -0.5f, .hi = 1},
-    {"sum_bf16", E_SUM, {10007}, BF16, .f = {1}, .tol = TOL(1e-3, 1e-5), .lo = -0.5f, .hi = 1},
-    {"sum_f16_half", E_SUM, {10007}, F16, .f = {0.5f}, .tol = TOL(1e-3, 1e-5), .lo = -0.5f, .hi = 1},
-    {"sum_f32_specials", E_SUM, {4099}, F32, .f = {1}, .tol = TOL(1e-3, 1e-5), .lo = -1, .hi = 1, .specials = true},
-    {"sum_rows_f32_fc_in", E_SUM_ROWS, {64, 1568}, F32, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
-    {"sum_rows_f32_fc_out", E_SUM_ROWS, {8, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
-    {"sum_rows_bf16", E_SUM_ROWS, {256, 300}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
-    {"sum_rows_f16_odd", E_SUM_ROWS, {33, 257}, F16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_f32_mean", E_sum, {ACT_L1}, F32, .f = {1.0f / ACT_L1}, .tol = TOL(1e-6, 1e-5), .lo = -0.5f, .hi = 1},
+    {"sum_bf16", E_sum, {10007}, BF16, .f = {1}, .tol = TOL(1e-3, 1e-5), .lo = -0.5f, .hi = 1},
+    {"sum_f16_half", E_sum, {10007}, F16, .f = {0.5f}, .tol = TOL(1e-3, 1e-5), .lo = -0.5f, .hi = 1},
+    {"sum_f32_specials", E_sum, {4099}, F32, .f = {1}, .tol = TOL(1e-3, 1e-5), .lo = -1, .hi = 1, .specials = true},
+    {"sum_rows_f32_fc_in", E_sum_rows, {64, 1568}, F32, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_rows_f32_fc_out", E_sum_rows, {8, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_rows_bf16", E_sum_rows, {256, 300}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
+    {"sum_rows_f16_odd", E_sum_rows, {33, 257}, F16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
     /* Losses: s = {rows, classes} or {n}; f = {dloss} (65536: a loss scale). */
-    {"xent_fwd_f32_fc", E_XENT_FWD, {64, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_fwd_f32_wide", E_XENT_FWD, {16, 1000}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_fwd_bf16", E_XENT_FWD, {64, 10}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_fwd_f16", E_XENT_FWD, {64, 10}, F16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_bwd_f32", E_XENT_BWD, {64, 10}, F32, .f = {1}, .tol = TOL(1e-6, 1e-5), .lo = -8, .hi = 8},
-    {"xent_bwd_bf16_scaled", E_XENT_BWD, {64, 10}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -8, .hi = 8},
-    {"xent_bwd_f16_wide", E_XENT_BWD, {16, 1000}, F16, .f = {1}, .tol = TOL(1e-6, ULP_F16), .lo = -8, .hi = 8},
-    {"mse_fwd_f32", E_MSE_FWD, {ACT_L1}, F32, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
-    {"mse_fwd_bf16", E_MSE_FWD, {10007}, BF16, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
-    {"mse_bwd_f32", E_MSE_BWD, {10007}, F32, .f = {1}, .tol = TOL(1e-9, 1e-6), .lo = -1, .hi = 1},
-    {"mse_bwd_bf16_scaled", E_MSE_BWD, {10007}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -1, .hi = 1},
-    {"mse_bwd_f16", E_MSE_BWD, {10007}, F16, .f = {1}, .tol = TOL(1e-7, ULP_F16), .lo = -1, .hi = 1},
+    {"xent_fwd_f32_fc", E_xent_fwd, {64, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_fwd_f32_wide", E_xent_fwd, {16, 1000}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_fwd_bf16", E_xent_fwd, {64, 10}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_fwd_f16", E_xent_fwd, {64, 10}, F16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
+    {"xent_bwd_f32", E_xent_bwd, {64, 10}, F32, .f = {1}, .tol = TOL(1e-6, 1e-5), .lo = -8, .hi = 8},
+    {"xent_bwd_bf16_scaled", E_xent_bwd, {64, 10}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -8, .hi = 8},
+    {"xent_bwd_f16_wide", E_xent_bwd, {16, 1000}, F16, .f = {1}, .tol = TOL(1e-6, ULP_F16), .lo = -8, .hi = 8},
+    {"mse_fwd_f32", E_mse_fwd, {ACT_L1}, F32, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
+    {"mse_fwd_bf16", E_mse_fwd, {10007}, BF16, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
+    {"mse_bwd_f32", E_mse_bwd, {10007}, F32, .f = {1}, .tol = TOL(1e-9, 1e-6), .lo = -1, .hi = 1},
+    {"mse_bwd_bf16_scaled", E_mse_bwd, {10007}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -1, .hi = 1},
+    {"mse_bwd_f16", E_mse_bwd, {10007}, F16, .f = {1}, .tol = TOL(1e-7, ULP_F16), .lo = -1, .hi = 1},
     /* Dropout: s = {n, seed, offset}, f = {p}; masks bit exact, values one rounding. */
-    {"dropout_fwd_f32", E_DROPOUT_FWD, {ACT_L1, 42, 0}, F32, .f = {0.5f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"dropout_fwd_bf16_offset", E_DROPOUT_FWD, {10007, 7, 12345}, BF16, .f = {0.1f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
-    {"dropout_fwd_f16_p0", E_DROPOUT_FWD, {10007, 3, 5}, F16, .f = {0}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"dropout_fwd_f32_p09", E_DROPOUT_FWD, {10007, 1ll << 40, 3}, F32, .f = {0.9f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
-    {"dropout_bwd_f32", E_DROPOUT_BWD, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"dropout_bwd_bf16", E_DROPOUT_BWD, {10007}, BF16, .f = {0.2f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
-    {"dropout_bwd_f16", E_DROPOUT_BWD, {10007}, F16, .f = {0.1f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_fwd_f32", E_dropout_fwd, {ACT_L1, 42, 0}, F32, .f = {0.5f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"dropout_fwd_bf16_offset", E_dropout_fwd, {10007, 7, 12345}, BF16, .f = {0.1f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_fwd_f16_p0", E_dropout_fwd, {10007, 3, 5}, F16, .f = {0}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"dropout_fwd_f32_p09", E_dropout_fwd, {10007, 1ll << 40, 3}, F32, .f = {0.9f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_bwd_f32", E_dropout_bwd, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"dropout_bwd_bf16", E_dropout_bwd, {10007}, BF16, .f = {0.2f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"dropout_bwd_f16", E_dropout_bwd, {10007}, F16, .f = {0.1f}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
 };
 
 /* ---- Running a row -------------------------------------------------------------------------- */
@@ -661,8 +632,7 @@ static bool implements(const amp_backend *be, const op_row *r) {
     const entry_info *e = &entries[r->e];
     void (*fn)(void);
     memcpy(&fn, (const char *)be + e->offset, sizeof fn);
-    if (!fn || !be->supports) return false;
-    return be->supports(e->op, r->dt) && (!e->two_dtypes || be->supports(e->op, r->dt2));
+    return fn != NULL; /* every kernel of both backends takes f32, f16 and bf16 */
 }
 
 static outcome run_row(const op_row *r, int index, const amp_backend *ref,

@@ -37,13 +37,9 @@ static void test_table(void) {
     CHECK(gpu != nullptr);
     CHECK(amp_backend_cuda() == gpu); /* probed once */
     CHECK(strcmp(gpu->name, "cuda") == 0 && gpu->device == AMP_DEVICE_CUDA);
-    CHECK(gpu->supports(AMP_BE_CAST, AMP_BF16) && gpu->supports(AMP_BE_GEMM, AMP_F16));
-    CHECK(!gpu->supports(AMP_BE_GEMM, AMP_I32) && gpu->supports(AMP_BE_SGD, AMP_F32) &&
-          gpu->supports(AMP_BE_LAMB, AMP_BF16) && gpu->supports(AMP_BE_CONV2D, AMP_F16));
     const char *missing = amp_backend_missing_entry(gpu);
     CHECK_MSG(missing == nullptr, "the CUDA backend has no '%s' entry", missing ? missing : "");
-    CHECK(gpu->supports(AMP_BE_XENT, AMP_BF16) && gpu->supports(AMP_BE_DROPOUT, AMP_F16) &&
-          !gpu->supports(AMP_BE_UNARY, AMP_I32) && gpu->unary != nullptr && gpu->sum_rows != nullptr);
+    CHECK(gpu->k.unary != nullptr && gpu->k.sum_rows != nullptr && gpu->coll != nullptr);
     CHECK(amp_cuda_stream() != nullptr);
 }
 
@@ -137,13 +133,13 @@ static void test_copies_and_casts(void) {
     int bad = 0;
     for (int i = 0; i < N; i++) bad += back[i] != (i >= 100 && i < 150 ? 0.0f : h[i]);
     CHECK_MSG(bad == 0, "copy/memset: %d wrong", bad);
-    CHECK_OK(gpu->cast(d16, AMP_BF16, d1, AMP_F32, N));
-    CHECK_OK(gpu->cast(d2, AMP_F32, d16, AMP_BF16, N));
+    CHECK_OK(gpu->k.cast(d16, AMP_BF16, d1, AMP_F32, N));
+    CHECK_OK(gpu->k.cast(d2, AMP_F32, d16, AMP_BF16, N));
     CHECK_OK(gpu->copy_to_host(back.data(), d2, N * 4));
     bad = 0;
     for (int i = 0; i < N; i++) bad += back[i] != amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(h[i]));
     CHECK_MSG(bad == 0, "f32 -> bf16 -> f32: %d wrong", bad);
-    CHECK_OK(gpu->fill(d16, AMP_F16, N, -2.0f));
+    CHECK_OK(gpu->k.fill(d16, AMP_F16, N, -2.0f));
     std::vector<uint16_t> h16(N);
     CHECK_OK(gpu->copy_to_host(h16.data(), d16, N * 2));
     bad = 0;
@@ -152,7 +148,7 @@ static void test_copies_and_casts(void) {
     CHECK_OK(gpu->sync());
     CHECK_OK(gpu->copy(nullptr, nullptr, 0));
     CHECK_FAILS(gpu->copy_to_host(nullptr, d1, 4), AMP_ERR_INVALID_ARG, "'host'");
-    CHECK_FAILS(gpu->gemm(nullptr), AMP_ERR_INVALID_ARG, "'d' is NULL");
+    CHECK_FAILS(gpu->k.gemm(nullptr), AMP_ERR_INVALID_ARG, "'d' is NULL");
     gpu->free(d1);
     gpu->free(d2);
     gpu->free(d16);

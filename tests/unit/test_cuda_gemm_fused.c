@@ -151,12 +151,12 @@ static void gdata_run(const gcase *g, gdata *d) {
     void *da = dev_copy(d->a, an), *db = dev_copy(d->b, bn), *dc = dev_copy(d->c0, cn);
     float *dbias = dev_copy(d->bias, (size_t)g->n * 4), *dbg = dev_copy(NULL, (size_t)g->m * 4);
     amp_gemm_desc dd = desc_of(g, d, da, db, dc, dbias, dbg);
-    CHECK_OK(gpu->gemm(&dd));
+    CHECK_OK(gpu->k.gemm(&dd));
     CHECK_OK(gpu->copy_to_host(d->c[0], dc, cn));
     CHECK_OK(gpu->copy_to_host(d->bg[0], dbg, (size_t)g->m * 4));
     memcpy(d->c[1], d->c0, cn);
     amp_gemm_desc dh = desc_of(g, d, d->a, d->b, d->c[1], d->bias, d->bg[1]);
-    CHECK_OK(cpu->gemm(&dh));
+    CHECK_OK(cpu->k.gemm(&dh));
     gpu->free(da), gpu->free(db), gpu->free(dc), gpu->free(dbias), gpu->free(dbg);
 }
 
@@ -371,12 +371,12 @@ static void test_half_bias_direct(void) {
         void *da = dev_copy(d.a, an), *db = dev_copy(d.b, bn), *dc = dev_copy(d.c0, cn);
         float *dbias = dev_copy(d.bias, (size_t)g.n * 4);
         amp_gemm_desc dd = desc_of(&g, &d, da, db, dc, dbias, NULL);
-        CHECK_OK(gpu->gemm(&dd)); /* the plan and cuBLASLt's workspace, made once */
+        CHECK_OK(gpu->k.gemm(&dd)); /* the plan and cuBLASLt's workspace, made once */
         CHECK_OK(gpu->sync());
         size_t in_use = 0, peak = 0;
         gpu->memory_stats(&in_use, &peak);
         gpu->memory_reset_peak();
-        CHECK_OK(gpu->gemm(&dd));
+        CHECK_OK(gpu->k.gemm(&dd));
         check_fused(&g);
         CHECK_OK(gpu->sync());
         size_t in_use2 = 0, peak2 = 0;
@@ -405,19 +405,19 @@ static void test_errors(void) {
         const char *who = i ? "amp_cpu_gemm" : "amp_cuda_gemm";
         char want[96];
         snprintf(want, sizeof want, "%s: unknown epilogue 7", who);
-        CHECK_FAILS(bes[i]->gemm(&d), AMP_ERR_INVALID_ARG, want);
+        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, want);
         d.epilogue = AMP_GEMM_EPILOGUE_NONE;
         d.bias_grad = g;
         d.trans_a = false;
-        CHECK_FAILS(bes[i]->gemm(&d), AMP_ERR_INVALID_ARG, "bias_grad needs trans_a");
+        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, "bias_grad needs trans_a");
         d.trans_a = true;
         d.bias = g;
-        CHECK_FAILS(bes[i]->gemm(&d), AMP_ERR_INVALID_ARG, "cannot be combined with a bias");
+        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, "cannot be combined with a bias");
         d.bias = NULL;
         d.epilogue = AMP_GEMM_EPILOGUE_RELU;
-        CHECK_FAILS(bes[i]->gemm(&d), AMP_ERR_INVALID_ARG, "or an epilogue");
+        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, "or an epilogue");
         d.epilogue = AMP_GEMM_EPILOGUE_NONE;
-        CHECK_OK(bes[i]->gemm(&d));
+        CHECK_OK(bes[i]->k.gemm(&d));
         CHECK_OK(bes[i]->sync());
         bes[i]->free(a);
         bes[i]->free(g);

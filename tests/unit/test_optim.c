@@ -670,7 +670,7 @@ static void test_skip_and_errors(void) {
     /* A backend without the fused SGD (what the optimizer calls). */
     amp_backend holey = *amp_backend_cpu();
     holey.name = "holey";
-    holey.sgd_multi = NULL;
+    holey.k.sgd_multi = NULL;
     opt->backend = &holey;
     for (int i = 0; i < 2; i++) {
         params[i]->backend = &holey;

@@ -1,0 +1,39 @@
+/* The FLOPs of one call of a backend entry, as amp/profile.h counts them: the helpers the
+ * expressions of core/backend_kernels.def use. */
+#ifndef AMP_CORE_BACKEND_FLOPS_H
+#define AMP_CORE_BACKEND_FLOPS_H
+
+#include "core/backend.h"
+
+static inline double amp_flops_sum_numel(int64_t n, const int64_t *numel) {
+    double total = 0.0;
+    for (int64_t i = 0; numel && i < n; i++) total += (double)numel[i];
+    return total;
+}
+
+/* 2 m n k, plus a bias add and a bias gradient's sum where the descriptor has them. */
+static inline double amp_flops_gemm(const amp_gemm_desc *d) {
+    double f = 2.0 * (double)d->m * (double)d->n * (double)d->k;
+    if (d->bias) f += (double)d->m * (double)d->n;
+    if (d->bias_grad) f += (double)d->m * (double)d->k;
+    return f;
+}
+
+static inline double amp_flops_conv_macs2(const amp_conv2d_desc *d) {
+    return 2.0 * (double)d->n * (double)d->c_out * (double)d->h_out * (double)d->w_out *
+           (double)d->c_in * (double)d->kh * (double)d->kw;
+}
+
+static inline double amp_flops_conv_out(const amp_conv2d_desc *d) {
+    return (double)d->n * (double)d->c_out * (double)d->h_out * (double)d->w_out;
+}
+
+static inline double amp_flops_bn_elems(const amp_bn_desc *d) {
+    return (double)d->n * (double)d->c * (double)d->hw;
+}
+
+static inline double amp_flops_pool_out(const amp_pool_desc *d) {
+    return (double)d->n * (double)d->c * (double)d->h_out * (double)d->w_out;
+}
+
+#endif
