@@ -66,7 +66,8 @@ typedef struct bench_args {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: amp-bench [options]\n"
-            "  --model LIST          mlp,convnet (default mlp)\n"
+            "  --model LIST          mlp,convnet,resnet (default mlp; resnet: the hand-written\n"
+            "                        residual network of examples/resnet_model.h)\n"
             "  --opt-level LIST      O0,O1,O2,O3 (default all four)\n"
             "  --half LIST           fp16,bf16 for O1-O3 (default bf16)\n"
             "  --batch LIST          samples per step (default 128)\n"
@@ -106,9 +107,10 @@ static bool parse_list(const char *opt, const char *text, int *n, bool (*parse_o
 }
 
 static bool one_model(const char *s, void *out, int i) {
-    if (strcmp(s, "mlp") && strcmp(s, "convnet")) return false;
-    ((const char **)out)[i] = strcmp(s, "mlp") ? "convnet" : "mlp";
-    return true;
+    static const char *const models[] = {"mlp", "convnet", "resnet"};
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++)
+        if (!strcmp(s, models[k])) return ((const char **)out)[i] = models[k], true;
+    return false;
 }
 
 static bool one_level(const char *s, void *out, int i) {

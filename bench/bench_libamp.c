@@ -10,6 +10,7 @@
 #include "bench/bench_libamp.h"
 #include "bench/bench_stats.h"
 #include "core/ctx.h"
+#include "resnet_model.h" /* examples/: the hand-written residual network */
 
 #define BENCH_TRY(call)                                                                            \
     do {                                                                                           \
@@ -58,7 +59,9 @@ static amp_status state_make(const bench_cfg *c, bench_state *b) {
                                              .n_threads = c->threads}, &b->ctx));
     if (!strcmp(c->model, "mlp")) BENCH_TRY(amp_model_mlp_mnist(b->ctx, &b->model));
     else if (!strcmp(c->model, "convnet")) BENCH_TRY(amp_model_convnet_mnist(b->ctx, &b->model));
-    else return bench_fail(AMP_ERR_INVALID_ARG, "unknown model '%s' (want mlp or convnet)", c->model);
+    else if (!strcmp(c->model, "resnet")) BENCH_TRY(resnet_model_create(b->ctx, &b->model));
+    else return bench_fail(AMP_ERR_INVALID_ARG, "unknown model '%s' (want mlp, convnet or resnet)",
+                           c->model);
     /* amp-train's optimizer; a smaller step keeps the repeated batch from diverging. */
     BENCH_TRY(amp_sgd_create(b->model, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &b->opt));
     BENCH_TRY(amp_initialize_ex(b->model, b->opt, &(amp_options){.opt_level = c->level,

@@ -97,8 +97,37 @@ def load_split(data_dir, train, mean, std):
     return x, y
 
 
+class Block(nn.Module):
+    """examples/resnet_model.h's residual block (torchvision's BasicBlock, no downsample)."""
+
+    def __init__(s, c):
+        super().__init__()
+        s.conv1, s.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        s.conv2, s.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(s, x):
+        return torch.relu(s.bn2(s.conv2(torch.relu(s.bn1(s.conv1(x))))) + x)
+
+
+class ResNet(nn.Module):
+    """examples/resnet_model.h: stem, two residual blocks, global average pooling, linear."""
+
+    def __init__(s, c=32):
+        super().__init__()
+        s.stem, s.bn = nn.Conv2d(1, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        s.layer1 = nn.Sequential(Block(c), Block(c))
+        s.fc = nn.Linear(c, 10)
+
+    def forward(s, x):
+        x = torch.max_pool2d(torch.relu(s.bn(s.stem(x))), 2)
+        return s.fc(s.layer1(x).mean((2, 3)))
+
+
 def make_model(name):
-    """nn/presets.c: amp_model_convnet_mnist and amp_model_mlp_mnist, PyTorch default init."""
+    """nn/presets.c: amp_model_convnet_mnist and amp_model_mlp_mnist, and the hand-written
+    residual network of examples/resnet_model.h; PyTorch default init."""
+    if name == "resnet":
+        return ResNet()
     if name == "convnet":
         def block(c_in, c_out):
             return nn.Sequential(nn.Conv2d(c_in, c_out, 5, padding=2), nn.BatchNorm2d(c_out),
@@ -131,7 +160,7 @@ def evaluate(model, x, y, use_autocast):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("convnet", "mlp"), default="convnet")
+    p.add_argument("--model", choices=("convnet", "mlp", "resnet"), default="convnet")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", "--batch", dest="batch_size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.05)

@@ -22,87 +22,10 @@
  *   build/examples/resnet [--epochs 2] [--ckpt DIR [--resume]] ...   (examples/example_loop.h)
  *   mpirun -np 2 build/examples/resnet ...                           (DDP) */
 #include "example_loop.h"
-
-#define WIDTH 32
-
-typedef struct block {
-    amp_model *conv1, *bn1, *conv2, *bn2;
-} block;
-
-static amp_status block_forward(amp_model *self, amp_tensor *const *in, int n, amp_tensor **out) {
-    (void)n;
-    block *b = amp_model_user(self);
-    amp_tensor *h;
-    amp_status s = amp_model_forward(b->conv1, in[0], &h);
-    if (s == AMP_OK) s = amp_model_forward(b->bn1, h, &h);
-    if (s == AMP_OK) s = amp_relu(h, &h);
-    if (s == AMP_OK) s = amp_model_forward(b->conv2, h, &h);
-    if (s == AMP_OK) s = amp_model_forward(b->bn2, h, &h);
-    if (s == AMP_OK) s = amp_add(h, in[0], &h); /* the skip */
-    return s == AMP_OK ? amp_relu(h, out) : s;
-}
-
-/* The child *child that `made` (its constructor's status) made, added to parent as `name`. */
-static amp_status adopt(amp_model *parent, const char *name, amp_status made, amp_model **child) {
-    return made == AMP_OK ? amp_model_add_child(parent, name, *child) : made;
-}
-
-static amp_status block_create(amp_ctx *ctx, int64_t c, amp_model **out) {
-    block *b = calloc(1, sizeof *b);
-    if (!b) return AMP_ERR_OOM;
-    amp_status s = amp_model_create(ctx, block_forward, b, free, out);
-    if (s != AMP_OK) return free(b), s;
-    s = adopt(*out, "conv1", amp_module_conv2d(ctx, c, c, 3, 1, 1, false, &b->conv1), &b->conv1);
-    if (s == AMP_OK) s = adopt(*out, "bn1", amp_module_batchnorm2d(ctx, c, &b->bn1), &b->bn1);
-    if (s == AMP_OK) s = adopt(*out, "conv2", amp_module_conv2d(ctx, c, c, 3, 1, 1, false, &b->conv2), &b->conv2);
-    if (s == AMP_OK) s = adopt(*out, "bn2", amp_module_batchnorm2d(ctx, c, &b->bn2), &b->bn2);
-    return s;
-}
-
-typedef struct net {
-    amp_model *stem, *bn, *layer1, *fc;
-    amp_tensor *avg; /* [14 * 14, 1] of 1 / 196: the spatial mean as one GEMM */
-} net;
-
-static void net_free(void *user) {
-    net *n = user;
-    amp_tensor_free(n->avg);
-    free(n);
-}
-
-static amp_status net_forward(amp_model *self, amp_tensor *const *in, int n_in, amp_tensor **out) {
-    (void)n_in;
-    net *n = amp_model_user(self);
-    amp_tensor *h, *avg = n->avg;
-    amp_status s = amp_model_forward(n->stem, in[0], &h);
-    if (s == AMP_OK) s = amp_model_forward(n->bn, h, &h);
-    if (s == AMP_OK) s = amp_relu(h, &h);
-    if (s == AMP_OK) s = amp_maxpool2d(h, 2, 2, 0, &h);
-    if (s == AMP_OK) s = amp_model_forward(n->layer1, h, &h);
-    int64_t batch = amp_tensor_dim(h, 0), rows[2] = {batch * WIDTH, 14 * 14}, pooled[2] = {batch, WIDTH};
-    if (s == AMP_OK) s = amp_reshape(h, 2, rows, &h);
-    if (s == AMP_OK && amp_tensor_dtype(h) != amp_tensor_dtype(avg)) s = amp_cast(avg, amp_tensor_dtype(h), &avg);
-    if (s == AMP_OK) s = amp_matmul(h, avg, &h);
-    if (s == AMP_OK) s = amp_reshape(h, 2, pooled, &h);
-    return s == AMP_OK ? amp_model_forward(n->fc, h, out) : s;
-}
+#include "resnet_model.h"
 
 static amp_status make(amp_ctx *ctx, amp_model **m, amp_optimizer **opt) {
-    net *n = calloc(1, sizeof *n);
-    float avg[14 * 14];
-    for (int i = 0; i < 14 * 14; i++) avg[i] = 1.0f / (14 * 14);
-    amp_status s = n ? amp_tensor_from_host(ctx, AMP_F32, 2, (int64_t[]){14 * 14, 1}, avg, &n->avg) : AMP_ERR_OOM;
-    if (s == AMP_OK) s = amp_model_create(ctx, net_forward, n, net_free, m);
-    if (s != AMP_OK) return net_free(n), s;
-    amp_model *b0 = NULL, *b1 = NULL;
-    s = adopt(*m, "stem", amp_module_conv2d(ctx, 1, WIDTH, 3, 1, 1, false, &n->stem), &n->stem);
-    if (s == AMP_OK) s = adopt(*m, "bn", amp_module_batchnorm2d(ctx, WIDTH, &n->bn), &n->bn);
-    if (s == AMP_OK) s = adopt(*m, "layer1", amp_seq_create(ctx, &n->layer1), &n->layer1);
-    if (s == AMP_OK) s = block_create(ctx, WIDTH, &b0);
-    if (s == AMP_OK) s = amp_seq_add(n->layer1, NULL, b0);
-    if (s == AMP_OK) s = block_create(ctx, WIDTH, &b1);
-    if (s == AMP_OK) s = amp_seq_add(n->layer1, NULL, b1);
-    if (s == AMP_OK) s = adopt(*m, "fc", amp_module_linear(ctx, WIDTH, 10, true, &n->fc), &n->fc);
+    amp_status s = resnet_model_create(ctx, m);
     amp_sgd_opts o = amp_sgd_defaults();
     o.lr = 0.1f; /* cosine-decayed to 0 by the loop: 89.6 % after 2 epochs (bench/RESULTS.md) */
     o.momentum = 0.9f;

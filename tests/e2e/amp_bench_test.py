@@ -38,11 +38,21 @@ def conv5(b, cin, cout, hw, dx):
     return 2 * (macs2 + outs) + (macs2 if dx else 0)
 
 
+def conv3(b, cin, cout, hw, dx):
+    """A bias-free 3x3 convolution (the residual network's)."""
+    macs2 = 2 * b * cout * hw * hw * cin * 9
+    return 2 * macs2 + (macs2 if dx else 0)
+
+
 HAND_FLOPS = {
     "mlp": linear(BATCH, 784, 2048, False) + linear(BATCH, 2048, 2048, True) +
            linear(BATCH, 2048, 10, True),
     "convnet": conv5(BATCH, 1, 16, 28, False) + conv5(BATCH, 16, 32, 14, True) +
                linear(BATCH, 7 * 7 * 32, 10, True),
+    # examples/resnet_model.h: the stem on the data, four 32-channel convolutions at 14x14, the
+    # spatial mean as a [B*32, 196] x [196, 1] GEMM and its input gradient, the linear head.
+    "resnet": conv3(BATCH, 1, 32, 28, False) + 4 * conv3(BATCH, 32, 32, 14, True) +
+              2 * (2 * BATCH * 32 * 196) + linear(BATCH, 32, 10, True),
 }
 
 
@@ -94,6 +104,18 @@ def main():
     text = open(md).read()
     check(d["run"]["cpu_model"] in text and text.count("| libamp |") >= 6,
           "Markdown: the CPU and every row")
+
+    # A hand-written model (the model API's residual network) through amp-bench.
+    rj = os.path.join(work, "resnet.json")
+    rc, out, err = run(["--model", "resnet", "--opt-level", "O1", "--half", "bf16", "--batch",
+                        str(BATCH), "--steps", "2", "--warmup", "1", "--threads", "1",
+                        "--json=" + rj])
+    check(rc == 0, "amp-bench --model resnet exits 0 (got %d: %s)" % (rc, err.strip()))
+    if rc == 0:
+        r = json.load(open(rj))["rows"][0]
+        got = r["gflop_per_step"] * 1e9
+        check(r["model"] == "resnet" and abs(got - HAND_FLOPS["resnet"]) <= 1e-6 * got,
+              "resnet O1: %.0f GEMM/conv FLOPs per step, %d by hand" % (got, HAND_FLOPS["resnet"]))
 
     rc, out, err = run(["--opt-level", "O5"])
     check(rc == 2 and "O5" in err, "--opt-level O5 refused naming it (rc %d, %s)" % (rc, err))
