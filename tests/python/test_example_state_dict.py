@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The hand-written-model examples' state_dicts load strictly into the same networks written in
-PyTorch (the classes in examples/resnet.c's and examples/mlp_groups.c's header comments), and
+PyTorch (the classes in examples/resnet.c's and examples/mlp_groups.c's header comments; the
+residual network's is bench/pytorch_reference.py's ResNet), and
 the loaded PyTorch network computes what libamp's weights say: each example trains 3 steps at O0
 and saves a checkpoint; its model.safetensors goes into the PyTorch class with strict=True, and
 the eval-mode logits of a few test images must match the logits the C program printed for them
@@ -23,33 +24,14 @@ try:
 except ImportError as e:  # the test must not pass without having run
     print(f"test_example_state_dict: SKIPPED: {e}")
     sys.exit(77)
+# The residual network's PyTorch twin is amp-bench's (bench/pytorch_reference.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from pytorch_reference import ResNet  # noqa: E402
 
 DATA = os.environ.get("AMP_DATA", "/usr/share/datasets/fashion-mnist")
 if not os.path.exists(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")):
     print(f"test_example_state_dict: SKIPPED: no Fashion-MNIST in {DATA}")
     sys.exit(77)
-
-
-class Block(nn.Module):
-    def __init__(s, c):
-        super().__init__()
-        s.conv1, s.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        s.conv2, s.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-
-    def forward(s, x):
-        return F.relu(s.bn2(s.conv2(F.relu(s.bn1(s.conv1(x))))) + x)
-
-
-class Net(nn.Module):
-    def __init__(s, c=32):
-        super().__init__()
-        s.stem, s.bn = nn.Conv2d(1, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        s.layer1 = nn.Sequential(Block(c), Block(c))
-        s.fc = nn.Linear(c, 10)
-
-    def forward(s, x):
-        x = F.max_pool2d(F.relu(s.bn(s.stem(x))), 2)
-        return s.fc(s.layer1(x).mean((2, 3)))
 
 
 class MLP(nn.Module):
@@ -83,7 +65,7 @@ def check(cond, what):
 
 def main():
     resnet, mlp, tmp = sys.argv[1:4]
-    for program, module in ((resnet, Net()), (mlp, MLP())):
+    for program, module in ((resnet, ResNet()), (mlp, MLP())):
         name = os.path.basename(program)
         ckpt = os.path.join(tmp, name)
         out = subprocess.run([program, "--data", DATA, "--steps", "3", "--level", "O0", "--no-eval",
