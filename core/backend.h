@@ -231,7 +231,7 @@ typedef struct amp_scaler_params amp_scaler_params;
 /* The compute entries, one slot per line of core/backend_kernels.def (what each computes is
  * said there). */
 typedef struct amp_kernels {
-#define AMP_KERNEL(name, category, flops, params, args) amp_status(*name) params;
+#define AMP_KERNEL(name, category, flops, check, params, args) amp_status(*name) params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 } amp_kernels;
@@ -328,9 +328,14 @@ typedef enum amp_bn_pass {
 amp_status amp_backend_check_bn(const char *fn, const amp_bn_desc *d, amp_bn_pass pass);
 /* bn_bwd's y: given exactly when d->relu is set (AMP_ERR_INVALID_ARG naming fn otherwise). */
 amp_status amp_backend_check_bn_bwd_y(const char *fn, const amp_bn_desc *d, const void *y);
+/* bn_bwd's whole check: the descriptor (AMP_BN_PASS_BWD) and y. */
+amp_status amp_backend_check_bn_bwd(const char *fn, const amp_bn_desc *d, const void *y);
 /* The synchronised batch norm entries' count: >= 1, and >= 2 where a variance is formed
  * (`unbiased`); AMP_ERR_INVALID_ARG naming fn. */
 amp_status amp_backend_check_bn_count(const char *fn, int64_t count, bool unbiased);
+/* bn_sync_stats' whole check: the descriptor (AMP_BN_PASS_SYNC) and the count (>= 2 with s2). */
+amp_status amp_backend_check_bn_sync_stats(const char *fn, const amp_bn_desc *d, int64_t count,
+                                           const float *s2);
 /* bn_bwd_elemt's descriptor, count and pointers (gamma may be NULL), shared by every backend. */
 amp_status amp_backend_check_bn_bwd_elemt(const char *fn, const amp_bn_desc *d, int64_t count,
                                           const void *x, const void *dy, const float *mean,

@@ -218,3 +218,14 @@ amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d) 
                         "%s: bias_grad cannot be combined with a bias or an epilogue", fn);
     return AMP_OK;
 }
+
+amp_status amp_backend_check_bn_bwd(const char *fn, const amp_bn_desc *d, const void *y) {
+    AMP_TRY(amp_backend_check_bn(fn, d, AMP_BN_PASS_BWD));
+    return amp_backend_check_bn_bwd_y(fn, d, y);
+}
+
+amp_status amp_backend_check_bn_sync_stats(const char *fn, const amp_bn_desc *d, int64_t count,
+                                           const float *s2) {
+    AMP_TRY(amp_backend_check_bn(fn, d, AMP_BN_PASS_SYNC));
+    return amp_backend_check_bn_count(fn, count, s2 != NULL);
+}

@@ -19,7 +19,7 @@ static const struct {
     AMP_ENTRY(copy_from_host) AMP_ENTRY(sync) AMP_ENTRY(upload_async) AMP_ENTRY(mark)
     AMP_ENTRY(event_free) AMP_ENTRY(memory_stats) AMP_ENTRY(memory_reset_peak)
     AMP_ENTRY(system_allocs)
-#define AMP_KERNEL(name, category, flops, params, args)                                           \
+#define AMP_KERNEL(name, category, flops, check, params, args)                                           \
     {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name)},
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL

@@ -41,7 +41,7 @@ static amp_status prof_end(const amp_backend *be, amp_status s, amp_op_category 
 }
 
 /* One counting function per line of core/backend_kernels.def: its category and FLOPs. */
-#define AMP_KERNEL(name, category, flops, params, args)                                           \
+#define AMP_KERNEL(name, category, flops, check, params, args)                                           \
     amp_status amp_prof_##name AMP_PREPEND_BE params {                                             \
         double t0_ = prof_begin(be);                                                               \
         amp_status s_ = be->k.name ? be->k.name args : amp_backend_missing(be, #name);             \

@@ -21,7 +21,7 @@ extern amp_op_profile amp_profile_counts;
 void amp_profile_host_wait(void);
 
 /* One counting function per entry of core/backend_kernels.def: amp_prof_<entry>(be, args...). */
-#define AMP_KERNEL(name, category, flops, params, args) amp_status amp_prof_##name AMP_PREPEND_BE params;
+#define AMP_KERNEL(name, category, flops, check, params, args) amp_status amp_prof_##name AMP_PREPEND_BE params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 /* The device's copy: counted as an elementwise call without FLOPs. */

@@ -26,7 +26,7 @@ static const amp_backend amp_cpu_backend = {
     .mark = amp_cpu_mark,
     .event_free = amp_cpu_event_free,
     .k = {
-#define AMP_KERNEL(name, category, flops, params, args) .name = amp_cpu_##name,
+#define AMP_KERNEL(name, category, flops, check, params, args) .name = amp_cpu_##name,
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
     },

@@ -16,7 +16,7 @@
 
 /* The kernels, one per line of core/backend_kernels.def (whose comments state what each
  * computes): amp_cpu_<entry>, gathered into the table by cpu_backend.c. */
-#define AMP_KERNEL(name, category, flops, params, args) amp_status amp_cpu_##name params;
+#define AMP_KERNEL(name, category, flops, check, params, args) amp_status amp_cpu_##name params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 

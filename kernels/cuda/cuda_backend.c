@@ -98,7 +98,7 @@ static const amp_backend amp_cuda_backend = {
     .mark = amp_cuda_mark,
     .event_free = amp_cuda_event_free,
     .k = {
-#define AMP_KERNEL(name, category, flops, params, args) .name = amp_cuda_##name,
+#define AMP_KERNEL(name, category, flops, check, params, args) .name = amp_cuda_##name,
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
     },

@@ -43,7 +43,7 @@ extern "C" {
 
 /* The kernels, one per line of core/backend_kernels.def (whose comments state what each
  * computes): amp_cuda_<entry>, gathered into the table by cuda_backend.c. */
-#define AMP_KERNEL(name, category, flops, params, args) amp_status amp_cuda_##name params;
+#define AMP_KERNEL(name, category, flops, check, params, args) amp_status amp_cuda_##name params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 

@@ -38,7 +38,7 @@
 
 /* The entry ids, one per line of core/backend_kernels.def: E_<entry>. */
 typedef enum entry {
-#define AMP_KERNEL(name, category, flops, params, args) E_##name,
+#define AMP_KERNEL(name, category, flops, check, params, args) E_##name,
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
     E_N
