@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor_internal.h"
+#include "core/grow.h"
 
 void amp_ckpt_bufs_free(amp_ckpt_bufs *b) {
     for (int i = 0; i < b->n; i++) free(b->p[i]);
@@ -18,13 +19,9 @@ void amp_ckpt_bufs_free(amp_ckpt_bufs *b) {
 }
 
 amp_status amp_ckpt_bufs_alloc(amp_ckpt_bufs *b, size_t nbytes, void **out) {
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        void **p = realloc(b->p, (size_t)cap * sizeof *p);
-        if (!p) return amp_fail(AMP_ERR_OOM, "checkpoint: out of memory");
-        b->p = p;
-        b->cap = cap;
-    }
+    void **p = amp_grow(b->p, b->n, &b->cap, 64, sizeof *p);
+    if (!p) return amp_fail(AMP_ERR_OOM, "checkpoint: out of memory");
+    b->p = p;
     *out = malloc(nbytes ? nbytes : 1);
     if (!*out) return amp_fail(AMP_ERR_OOM, "checkpoint: out of memory for %zu bytes", nbytes);
     b->p[b->n++] = *out;

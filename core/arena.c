@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/grow.h"
 
 void amp_arena_init(amp_arena *a, amp_status (*alloc)(size_t, void **), void (*free_fn)(void *)) {
     *a = (amp_arena){.alloc = alloc, .free = free_fn};
@@ -25,13 +26,9 @@ static void amp_chunk_free(amp_arena *a, void *base) {
 static size_t amp_align_up(size_t n) { return (n + AMP_ARENA_ALIGN - 1) & ~(size_t)(AMP_ARENA_ALIGN - 1); }
 
 static amp_status amp_arena_add_chunk(amp_arena *a, size_t size) {
-    if (a->n_chunks == a->cap_chunks) {
-        int cap = a->cap_chunks ? 2 * a->cap_chunks : 4;
-        amp_arena_chunk *c = realloc(a->chunks, (size_t)cap * sizeof *c);
-        if (!c) return amp_fail(AMP_ERR_OOM, "step arena: cannot grow the chunk list");
-        a->chunks = c;
-        a->cap_chunks = cap;
-    }
+    amp_arena_chunk *c = amp_grow(a->chunks, a->n_chunks, &a->cap_chunks, 4, sizeof *c);
+    if (!c) return amp_fail(AMP_ERR_OOM, "step arena: cannot grow the chunk list");
+    a->chunks = c;
     void *base = NULL;
     amp_status s = amp_chunk_alloc(a, size, &base);
     if (s != AMP_OK) return amp_fail_context(s, "step arena: chunk of %zu bytes", size);

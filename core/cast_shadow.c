@@ -8,6 +8,7 @@
 #include "core/ctx.h"
 #include "core/error.h"
 #include "core/tensor_internal.h"
+#include "core/grow.h"
 
 amp_cast_shadow *amp_cast_shadow_find(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt) {
     amp_autocast_state *ac = &ctx->autocast;
@@ -21,13 +22,10 @@ amp_status amp_cast_shadow_add(amp_ctx *ctx, const amp_tensor *src, amp_dtype dt
     *out = amp_cast_shadow_find(ctx, src, dt);
     amp_autocast_state *ac = &ctx->autocast;
     if (*out) return AMP_OK;
-    if (ac->n_shadows == ac->cap_shadows) {
-        int cap = ac->cap_shadows ? 2 * ac->cap_shadows : 64;
-        amp_cast_shadow *t = realloc(ac->shadows, (size_t)cap * sizeof *t);
-        if (!t) return amp_fail(AMP_ERR_OOM, "autocast: out of host memory for %d kept casts", cap);
-        ac->shadows = t;
-        ac->cap_shadows = cap;
-    }
+    amp_cast_shadow *t = amp_grow(ac->shadows, ac->n_shadows, &ac->cap_shadows, 64, sizeof *t);
+    if (!t) return amp_fail(AMP_ERR_OOM, "autocast: out of host memory for %d kept casts",
+                            2 * ac->cap_shadows);
+    ac->shadows = t;
     void *data = NULL;
     AMP_TRY(amp_ledger_alloc(ctx, AMP_MEM_PARAMS, (size_t)src->numel * amp_dtype_size(dt), &data));
     ac->shadows[ac->n_shadows] = (amp_cast_shadow){.src = src, .data = data, .dtype = dt};

@@ -7,6 +7,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/grow.h"
 
 static amp_status amp_host_alloc(size_t nbytes, void **out) {
     *out = aligned_alloc(AMP_ARENA_ALIGN, (nbytes + AMP_ARENA_ALIGN - 1) & ~(size_t)(AMP_ARENA_ALIGN - 1));
@@ -122,13 +123,9 @@ amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out) {
 }
 
 amp_status amp_ctx_tape_push(amp_ctx *ctx, struct amp_tape_node *node) {
-    if (ctx->n_tape == ctx->cap_tape) {
-        int cap = ctx->cap_tape ? 2 * ctx->cap_tape : 64;
-        struct amp_tape_node **t = realloc(ctx->tape, (size_t)cap * sizeof *t);
-        if (!t) return amp_fail(AMP_ERR_OOM, "autograd tape: out of memory");
-        ctx->tape = t;
-        ctx->cap_tape = cap;
-    }
+    struct amp_tape_node **t = amp_grow(ctx->tape, ctx->n_tape, &ctx->cap_tape, 64, sizeof *t);
+    if (!t) return amp_fail(AMP_ERR_OOM, "autograd tape: out of memory");
+    ctx->tape = t;
     ctx->tape[ctx->n_tape++] = node;
     return AMP_OK;
 }

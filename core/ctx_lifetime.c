@@ -8,6 +8,7 @@
 
 #include "core/ctx.h"
 #include "core/error.h"
+#include "core/grow.h"
 
 void amp_ctx_hold(amp_ctx *ctx) { ctx->n_holders++; }
 
@@ -16,13 +17,10 @@ void amp_ctx_drop(amp_ctx *ctx) {
 }
 
 amp_status amp_ctx_listen(amp_ctx *ctx, void *who, amp_forget_fn fn) {
-    if (ctx->n_listeners == ctx->cap_listeners) {
-        int cap = ctx->cap_listeners ? 2 * ctx->cap_listeners : 8;
-        amp_ctx_listener *l = realloc(ctx->listeners, (size_t)cap * sizeof *l);
-        if (!l) return amp_fail(AMP_ERR_OOM, "amp_ctx_listen: out of memory");
-        ctx->listeners = l;
-        ctx->cap_listeners = cap;
-    }
+    amp_ctx_listener *l = amp_grow(ctx->listeners, ctx->n_listeners, &ctx->cap_listeners, 8,
+                                   sizeof *l);
+    if (!l) return amp_fail(AMP_ERR_OOM, "amp_ctx_listen: out of memory");
+    ctx->listeners = l;
     ctx->listeners[ctx->n_listeners++] = (amp_ctx_listener){who, fn};
     return AMP_OK;
 }

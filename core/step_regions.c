@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/mem_ledger.h"
 #include "core/tensor_internal.h"
+#include "core/grow.h"
 
 /* Small: they hold losses, logits and what a user keeps, not activations. */
 #define AMP_KEPT_MIN_CHUNK ((size_t)64 << 10)
@@ -77,13 +78,9 @@ static amp_status amp_move_data(amp_tensor *t, amp_arena *to) {
 
 static amp_status amp_kept_add(amp_ctx *ctx, amp_tensor *t) {
     if (!(t->flags & AMP_TENSOR_STEP) || (t->flags & AMP_TENSOR_KEPT)) return AMP_OK;
-    if (ctx->n_kept == ctx->cap_kept) {
-        int cap = ctx->cap_kept ? 2 * ctx->cap_kept : 16;
-        amp_tensor **k = realloc(ctx->kept, (size_t)cap * sizeof *k);
-        if (!k) return amp_fail(AMP_ERR_OOM, "amp_tensor_keep: out of memory");
-        ctx->kept = k;
-        ctx->cap_kept = cap;
-    }
+    amp_tensor **k = amp_grow(ctx->kept, ctx->n_kept, &ctx->cap_kept, 16, sizeof *k);
+    if (!k) return amp_fail(AMP_ERR_OOM, "amp_tensor_keep: out of memory");
+    ctx->kept = k;
     ctx->kept[ctx->n_kept++] = t;
     t->flags |= AMP_TENSOR_KEPT;
     return AMP_OK;

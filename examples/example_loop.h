@@ -90,13 +90,13 @@ static void example_evaluate(amp_ctx *ctx, amp_model *m, amp_stager *st, const e
         EX_TRY(amp_stager_put(st, &batch, &x, &y));
         EX_TRY(amp_model_forward(m, x, &logits));
         EX_TRY(amp_tensor_argmax_rows(logits, idx, batch.n));
-        for (int i = 0; b == 0 && rank == 0 && i < o->print_logits && i < batch.n; i++) {
-            float row[10];
-            EX_TRY(amp_tensor_to_host_f32(logits, probe, sizeof probe));
-            memcpy(row, probe + 10 * i, sizeof row);
-            printf("logits");
-            for (int c = 0; c < 10; c++) printf(" %.9g", row[c]);
-            printf("\n");
+        if (b == 0 && rank == 0 && o->print_logits > 0) {
+            EX_TRY(amp_tensor_to_host_f32(logits, probe, (size_t)batch.n * 10 * sizeof *probe));
+            for (int i = 0; i < o->print_logits && i < batch.n; i++) {
+                printf("logits");
+                for (int c = 0; c < 10; c++) printf(" %.9g", probe[10 * i + c]);
+                printf("\n");
+            }
         }
         for (int64_t i = 0; i < batch.n; i++) right += idx[i] == batch.y[i];
         n += batch.n;

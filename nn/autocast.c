@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/grow.h"
 
 static bool amp_is_float(amp_dtype dt) { return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16; }
 
@@ -84,13 +85,12 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
     amp_autocast_state *ac = &ctx->autocast;
-    if (cache_new && ac->n_cache == ac->cap_cache) {
-        /* Grows in the first step only; without room the cast is simply not reused. */
-        int cap = ac->cap_cache ? 2 * ac->cap_cache : 64;
-        amp_cast_cache_entry *c = realloc(ac->cache, (size_t)cap * sizeof *c);
-        if (c) ac->cache = c, ac->cap_cache = cap;
-    }
-    if (cache_new && ac->n_cache < ac->cap_cache)
+    /* Grows in the first step only; without room the cast is simply not reused. */
+    amp_cast_cache_entry *c = cache_new ? amp_grow(ac->cache, ac->n_cache, &ac->cap_cache, 64,
+                                                   sizeof *c)
+                                        : NULL;
+    if (c) ac->cache = c;
+    if (c && ac->n_cache < ac->cap_cache)
         ac->cache[ac->n_cache++] = (amp_cast_cache_entry){.src = x, .cast = y, .version = *x->version};
     *out = y;
     return AMP_OK;

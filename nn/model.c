@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tensor_internal.h"
+#include "core/grow.h"
 #include "nn/model_internal.h"
 
 amp_status amp_module_new(amp_ctx *ctx, const char *who, amp_module_kind kind,
@@ -107,13 +108,9 @@ static amp_status amp_model_register(const char *who, amp_model *m, bool param, 
     amp_decl **list = param ? &m->own_params : &m->own_buffers;
     int *n = param ? &m->n_own_params : &m->n_own_buffers;
     int *cap = param ? &m->cap_own_params : &m->cap_own_buffers;
-    if (*n == *cap) {
-        int c = *cap ? 2 * *cap : 4;
-        amp_decl *l = realloc(*list, (size_t)c * sizeof *l);
-        if (!l) return amp_fail(AMP_ERR_OOM, "%s: out of memory", who);
-        *list = l;
-        *cap = c;
-    }
+    amp_decl *l = amp_grow(*list, *n, cap, 4, sizeof *l);
+    if (!l) return amp_fail(AMP_ERR_OOM, "%s: out of memory", who);
+    *list = l;
     amp_decl *d = &(*list)[*n];
     memset(d, 0, sizeof *d);
     snprintf(d->name, sizeof d->name, "%s", name);
@@ -159,13 +156,10 @@ amp_status amp_model_add_child(amp_model *parent, const char *name, amp_model *c
     if (amp_model_in_subtree(child, parent->root))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: the child contains the parent (a cycle)", who);
     AMP_TRY(amp_model_check_name(who, parent, name));
-    if (parent->n_children == parent->cap_children) {
-        int c = parent->cap_children ? 2 * parent->cap_children : 4;
-        amp_model **l = realloc(parent->children, (size_t)c * sizeof *l);
-        if (!l) return amp_fail(AMP_ERR_OOM, "%s: out of memory", who);
-        parent->children = l;
-        parent->cap_children = c;
-    }
+    amp_model **l = amp_grow(parent->children, parent->n_children, &parent->cap_children, 4,
+                             sizeof *l);
+    if (!l) return amp_fail(AMP_ERR_OOM, "%s: out of memory", who);
+    parent->children = l;
     parent->children[parent->n_children++] = child;
     child->parent = parent;
     snprintf(child->name, sizeof child->name, "%s", name);
@@ -300,31 +294,24 @@ amp_status amp_model_find(const amp_model *m, const char *name, amp_tensor **out
     AMP_CHECK_ARG(out);
     *out = NULL;
     if (!m->root->built) return amp_fail(AMP_ERR_STATE, "amp_model_find: model not built yet");
+    size_t skip = amp_model_prefix_len(m);
     for (int i = 0; i < m->n_params; i++)
-        if (strcmp(amp_model_param_name(m, i), name) == 0) return (*out = m->params[i].t), AMP_OK;
+        if (strcmp(m->params[i].name + skip, name) == 0) return (*out = m->params[i].t), AMP_OK;
     for (int i = 0; i < m->n_buffers; i++)
-        if (strcmp(amp_model_buffer_name(m, i), name) == 0) return (*out = m->buffers[i].t), AMP_OK;
+        if (strcmp(m->buffers[i].name + skip, name) == 0) return (*out = m->buffers[i].t), AMP_OK;
     return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_find: no parameter or buffer named '%s'", name);
 }
 
+/* From the registrations, built or not: the built lists hold the same shapes. */
 int64_t amp_model_numel(const amp_model *m) {
     AMP_CHECK_ARG_OR(m, 0);
-    if (!m->root->built) {
-        int64_t n = 0;
-        for (int i = 0; i < m->n_own_params; i++) {
-            int64_t k = 1;
-            for (int d = 0; d < m->own_params[i].ndim; d++) k *= m->own_params[i].shape[d];
-            n += k;
-        }
-        for (int i = 0; i < m->n_children; i++) n += amp_model_numel(m->children[i]);
-        return n;
-    }
     int64_t n = 0;
-    for (int i = 0; i < m->n_params; i++) {
+    for (int i = 0; i < m->n_own_params; i++) {
         int64_t k = 1;
-        for (int d = 0; d < m->params[i].ndim; d++) k *= m->params[i].shape[d];
+        for (int d = 0; d < m->own_params[i].ndim; d++) k *= m->own_params[i].shape[d];
         n += k;
     }
+    for (int i = 0; i < m->n_children; i++) n += amp_model_numel(m->children[i]);
     return n;
 }
 

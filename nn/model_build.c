@@ -61,14 +61,9 @@ static amp_status amp_flat_node(amp_flat_cursor *c, amp_model *m, const char *pr
         k->value = &m->cfg.num_batches_tracked;
     }
     for (int i = 0; i < m->n_children; i++) {
-        char sub[AMP_FULL_NAME_MAX];
-        AMP_TRY(amp_flat_name(sub, prefix, m->children[i]->name));
-        size_t n = strlen(sub);
-        if (n + 1 >= sizeof sub)
-            return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_build: the prefix '%s.' is too long",
-                            sub);
-        sub[n] = '.';
-        sub[n + 1] = '\0';
+        char sub[AMP_FULL_NAME_MAX], child[AMP_NAME_MAX + 1];
+        snprintf(child, sizeof child, "%s.", m->children[i]->name);
+        AMP_TRY(amp_flat_name(sub, prefix, child));
         AMP_TRY(amp_flat_node(c, m->children[i], sub));
     }
     m->params = r->params + param_lo;
