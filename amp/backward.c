@@ -26,14 +26,17 @@ bool amp_loss_checks(const amp_state *st, int loss_id) {
 
 amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found) {
     float f = 0.0f;
-    AMP_TRY(st->ctx->backend->copy_to_host(&f, st->found_inf + loss_id, sizeof f));
+    AMP_TRY(st->ctx->backend->copy_to_host(st->ctx->backend->dev, &f, st->found_inf + loss_id,
+                                           sizeof f));
     *found = f != 0.0f;
     return AMP_OK;
 }
 
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found) {
     AMP_TRY(amp_found_inf_peek(st, loss_id, found));
-    if (*found) AMP_TRY(st->ctx->backend->memset_zero(st->found_inf + loss_id, sizeof(float)));
+    if (*found)
+        AMP_TRY(st->ctx->backend->memset_zero(st->ctx->backend->dev, st->found_inf + loss_id,
+                                              sizeof(float)));
     return AMP_OK;
 }
 

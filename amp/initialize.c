@@ -69,7 +69,8 @@ static void amp_hook_zero_grad(void *amp, amp_optimizer *opt) {
     if (!os) return;
     amp_opt_state_reset(st, os);
     /* A discarded backward's overflow must not skip the next clean step. */
-    if (!st->at_each_backward) (void)st->ctx->backend->memset_zero(st->found_inf, sizeof(float));
+    if (!st->at_each_backward)
+        (void)st->ctx->backend->memset_zero(st->ctx->backend->dev, st->found_inf, sizeof(float));
 }
 
 static void amp_hook_forget(void *amp, const void *object) {
@@ -120,7 +121,7 @@ static amp_status amp_state_create_scalers(amp_state *st) {
     const amp_backend *be = st->ctx->backend;
     size_t nbytes = sizeof(float) * (size_t)o->num_losses;
     AMP_TRY(amp_ledger_alloc(st->ctx, AMP_MEM_OTHER, nbytes, (void **)&st->found_inf));
-    return be->memset_zero(st->found_inf, nbytes);
+    return be->memset_zero(be->dev, st->found_inf, nbytes);
 }
 
 /* At each backward: the f32 sums of one optimizer's parameters (the master gradients when there

@@ -20,7 +20,8 @@ amp_status amp_scalers_dev_create(amp_state *st) {
 amp_status amp_scaler_dev_push(amp_state *st, int loss_id) {
     amp_scaler_dev d;
     amp_scaler_to_dev(st->scalers[loss_id], &d);
-    AMP_TRY(st->ctx->backend->copy_from_host(st->scaler_dev + loss_id, &d, sizeof d));
+    AMP_TRY(st->ctx->backend->copy_from_host(st->ctx->backend->dev, st->scaler_dev + loss_id, &d,
+                                             sizeof d));
     st->scaler_dev_stale[loss_id] = false;
     if (loss_id == 0) st->taken_seen = d.taken_steps;
     return AMP_OK;
@@ -46,7 +47,8 @@ static void amp_log_nonfinite_skips(amp_state *st, int64_t n) {
 amp_status amp_scaler_dev_pull(amp_state *st, int loss_id) {
     if (!st->device_scaler || !st->scaler_dev_stale[loss_id]) return AMP_OK;
     amp_scaler_dev d;
-    AMP_TRY(st->ctx->backend->copy_to_host(&d, st->scaler_dev + loss_id, sizeof d));
+    AMP_TRY(st->ctx->backend->copy_to_host(st->ctx->backend->dev, &d, st->scaler_dev + loss_id,
+                                           sizeof d));
     amp_scaler_state before;
     amp_scaler_get(st->scalers[loss_id], &before);
     amp_scaler_from_dev(st->scalers[loss_id], &d);

@@ -137,14 +137,14 @@ static amp_status amp_clip_device(amp_state *st, amp_opt_state *os, float max_no
                    max_norm);
     amp_step_scalars coef = {.grad_scale = &dev->clip_coef};
     if (s == AMP_OK && f32->n) {
-        s = be->memset_zero(parts + 2, sizeof(float));
+        s = be->memset_zero(be->dev, parts + 2, sizeof(float));
         if (s == AMP_OK)
             s = AMP_BE(be, unscale_multi, AMP_F32, f32->n, f32->numel, f32->src, 1.0f, f32->dst,
                        parts + 2, &coef);
     }
     amp_grad_lists_free(&lists);
     AMP_TRY(s);
-    if (norm_out) AMP_TRY(be->copy_to_host(norm_out, &dev->grad_norm, sizeof *norm_out));
+    if (norm_out) AMP_TRY(be->copy_to_host(be->dev, norm_out, &dev->grad_norm, sizeof *norm_out));
     return AMP_OK;
 }
 
@@ -179,7 +179,7 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
         if (!l->n) continue;
         float part;
         s = AMP_BE(be, sum_squares_multi, l->dtype, l->n, l->numel, l->src, sq->data);
-        if (s == AMP_OK) s = be->copy_to_host(&part, sq->data, sizeof part);
+        if (s == AMP_OK) s = be->copy_to_host(be->dev, &part, sq->data, sizeof part);
         double f = l->dtype == AMP_F32 ? 1.0 : (double)half_factor;
         total += (double)part * f * f;
     }
@@ -202,7 +202,7 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
     }
     const amp_grad_list *f = &lists.list[0];
     if (s == AMP_OK && f->n) {
-        s = be->memset_zero(sq->data, sizeof(float));
+        s = be->memset_zero(be->dev, sq->data, sizeof(float));
         if (s == AMP_OK)
             s = AMP_BE(be, unscale_multi, AMP_F32, f->n, f->numel, f->src, coef, f->dst,
                        sq->data, NULL);
@@ -244,7 +244,7 @@ static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *steppe
     if (be->device == AMP_DEVICE_CPU) AMP_TRY(amp_scaler_dev_pull(st, 0));
     if (stepped) {
         int32_t skipped;
-        AMP_TRY(be->copy_to_host(&skipped, &dev->last_skipped, sizeof skipped));
+        AMP_TRY(be->copy_to_host(be->dev, &skipped, &dev->last_skipped, sizeof skipped));
         *stepped = !skipped;
     }
     return AMP_OK;
@@ -285,7 +285,9 @@ amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     if (!skip) AMP_TRY(amp_optimizer_apply(opt, &os->in));
     if (deferred && seen) {
         amp_scaler_update(st->scalers[0], found, skip);
-        if (found) AMP_TRY(st->ctx->backend->memset_zero(st->found_inf, sizeof(float)));
+        if (found)
+            AMP_TRY(st->ctx->backend->memset_zero(st->ctx->backend->dev, st->found_inf,
+                                                  sizeof(float)));
     }
     if (skip && deferred && !amp_scaler_checks_overflow(st->scalers[0])) amp_log_nonfinite_skip(st);
     amp_opt_state_reset(st, os);

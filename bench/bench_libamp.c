@@ -205,15 +205,17 @@ static double gemm_gflops(const amp_backend *be, amp_dtype dt, amp_dtype c_dt, i
     size_t bytes = (size_t)(n * n) * amp_dtype_size(dt), c_bytes = (size_t)(n * n) * amp_dtype_size(c_dt);
     void *a = NULL, *b = NULL, *c = NULL;
     double best = NAN;
-    if (be->alloc(bytes, &a) != AMP_OK || be->alloc(bytes, &b) != AMP_OK ||
-        be->alloc(c_bytes, &c) != AMP_OK)
+    if (be->alloc(be->dev, bytes, &a) != AMP_OK || be->alloc(be->dev, bytes, &b) != AMP_OK ||
+        be->alloc(be->dev, c_bytes, &c) != AMP_OK)
         goto out;
-    if (be->k.fill(a, dt, n * n, 0.5f) != AMP_OK || be->k.fill(b, dt, n * n, 0.25f) != AMP_OK) goto out;
+    if (be->k.fill(be->dev, a, dt, n * n, 0.5f) != AMP_OK ||
+        be->k.fill(be->dev, b, dt, n * n, 0.25f) != AMP_OK)
+        goto out;
     amp_gemm_desc d = {.m = n, .n = n, .k = n, .alpha = 1.0f, .a = a, .a_dtype = dt, .lda = n,
                        .b = b, .b_dtype = dt, .ldb = n, .c = c, .c_dtype = c_dt, .ldc = n};
     for (int r = 0; r <= reps; r++) {
         double t0 = now_seconds();
-        if (be->k.gemm(&d) != AMP_OK || be->sync() != AMP_OK) {
+        if (be->k.gemm(be->dev, &d) != AMP_OK || be->sync(be->dev) != AMP_OK) {
             best = NAN;
             break;
         }
@@ -221,9 +223,9 @@ static double gemm_gflops(const amp_backend *be, amp_dtype dt, amp_dtype c_dt, i
         if (r > 0 && !(gflops <= best)) best = gflops; /* r == 0: the warm-up */
     }
 out:
-    if (a) be->free(a);
-    if (b) be->free(b);
-    if (c) be->free(c);
+    if (a) be->free(be->dev, a);
+    if (b) be->free(be->dev, b);
+    if (c) be->free(be->dev, c);
     return best;
 }
 

@@ -62,9 +62,9 @@ static float time_ms(void (*run)(void *), void *arg, int reps) {
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     run(arg); /* warm-up: plans, algorithm searches, workspace */
-    CK(cudaEventRecord(a, amp_cuda_stream()));
+    CK(cudaEventRecord(a, amp_cuda_device()->stream));
     for (int i = 0; i < reps; i++) run(arg);
-    CK(cudaEventRecord(b, amp_cuda_stream()));
+    CK(cudaEventRecord(b, amp_cuda_device()->stream));
     CK(cudaEventSynchronize(b));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, a, b));
@@ -85,23 +85,23 @@ static void optim_once(void *p) {
     optim_run *r = p;
     if (r->kind == 0) {
         amp_sgd_desc d = {.lr = 1e-3f, .momentum = 0.9f, .half_dtype = AMP_F16};
-        AK(r->be->k.sgd_multi(&d, &r->t, NULL));
+        AK(r->be->k.sgd_multi(r->be->dev, &d, &r->t, NULL));
     } else if (r->kind == 1) {
         amp_adam_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                            .decoupled = true, .weight_decay = 0.01f, .half_dtype = AMP_F16};
-        AK(r->be->k.adam_multi(&d, &r->t, NULL));
+        AK(r->be->k.adam_multi(r->be->dev, &d, &r->t, NULL));
     } else {
         amp_lamb_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f,
                            .weight_decay = 0.01f, .decoupled = true, .bias_correction = true,
                            .grad_averaging = true, .max_grad_norm = 1.0f};
-        AK(r->be->k.lamb_multi(&d, &r->t, NULL));
+        AK(r->be->k.lamb_multi(r->be->dev, &d, &r->t, NULL));
     }
 }
 
 static void *dev_zeros(const amp_backend *be, size_t bytes) {
     void *p;
-    AK(be->alloc(bytes, &p));
-    AK(be->memset_zero(p, bytes));
+    AK(be->alloc(be->dev, bytes, &p));
+    AK(be->memset_zero(be->dev, p, bytes));
     return p;
 }
 
@@ -147,13 +147,13 @@ static void bench_optim(const amp_backend *be, int64_t n_params, peak pk, bool j
                    pk.hbm_tbs > 0 ? 100 * tbs / pk.hbm_tbs : 0, target_ms);
     }
     for (int i = 0; i < T; i++) {
-        be->free(grad[i]);
-        be->free(half[i]);
-        be->free(param[i]);
-        be->free(m[i]);
-        be->free(v[i]);
+        be->free(be->dev, grad[i]);
+        be->free(be->dev, half[i]);
+        be->free(be->dev, param[i]);
+        be->free(be->dev, m[i]);
+        be->free(be->dev, v[i]);
     }
-    be->free(steps);
+    be->free(be->dev, steps);
 }
 
 /* ---- GEMM ---- */
@@ -165,7 +165,7 @@ typedef struct gemm_run {
 
 static void gemm_once(void *p) {
     gemm_run *r = p;
-    AK(r->be->k.gemm(&r->d));
+    AK(r->be->k.gemm(r->be->dev, &r->d));
 }
 
 static void bench_gemm(const amp_backend *be, int64_t batch, peak pk, bool json, int reps) {
@@ -201,9 +201,9 @@ static void bench_gemm(const amp_backend *be, int64_t batch, peak pk, bool json,
                     printf("| %s | fc%d %s | %lld x %lld x %lld | %.4f ms | %.1f | %.0f %% |\n", dn,
                            l + 1, what[w], (long long)M, (long long)N, (long long)K, ms, tflops,
                            pk.tc_tflops > 0 ? 100 * tflops / pk.tc_tflops : 0);
-                be->free(a);
-                be->free(b);
-                be->free(c);
+                be->free(be->dev, a);
+                be->free(be->dev, b);
+                be->free(be->dev, c);
             }
         }
     }
@@ -219,7 +219,8 @@ typedef struct copy_run {
 
 static void copy_once(void *p) {
     copy_run *r = p;
-    CK(cudaMemcpyAsync(r->dst, r->src, r->bytes, cudaMemcpyDeviceToDevice, amp_cuda_stream()));
+    CK(cudaMemcpyAsync(r->dst, r->src, r->bytes, cudaMemcpyDeviceToDevice,
+                       amp_cuda_device()->stream));
 }
 
 /* Square GEMMs big enough to fill the device (8192^3, 1.1 TFLOP a product) in each of the
@@ -237,8 +238,8 @@ static void bench_peaks(const amp_backend *be, peak pk, bool json, int reps, boo
         printf("| device-to-device copy, %zu MiB (read + write) | %.3f ms | %.2f TB/s | %.2f TB/s "
                "| %.0f %% |\n", copy_bytes >> 20, ms, tbs, pk.hbm_tbs,
                pk.hbm_tbs > 0 ? 100 * tbs / pk.hbm_tbs : 0);
-    be->free(cr.dst);
-    be->free((void *)cr.src);
+    be->free(be->dev, cr.dst);
+    be->free(be->dev, (void *)cr.src);
 
     int64_t n = smoke ? 64 : 8192;
     struct { const char *name; amp_dtype dt; bool tf32; double sheet; } modes[4] = {
@@ -263,9 +264,9 @@ static void bench_peaks(const amp_backend *be, peak pk, bool json, int reps, boo
             printf("| GEMM %s, %lld^3 | %.3f ms | %.1f TFLOP/s | %.1f TFLOP/s | %.0f %% |\n",
                    modes[i].name, (long long)n, gms, tflops, modes[i].sheet,
                    modes[i].sheet > 0 ? 100 * tflops / modes[i].sheet : 0);
-        be->free(a);
-        be->free(b);
-        be->free(c);
+        be->free(be->dev, a);
+        be->free(be->dev, b);
+        be->free(be->dev, c);
     }
 }
 

@@ -82,7 +82,7 @@ static void run_amp(void *p) {
                        .alpha = 1, .a = g->a, .a_dtype = g->dt, .lda = s->ta ? s->m : s->k,
                        .b = g->b, .b_dtype = g->dt, .ldb = s->tb ? s->k : s->n, .c = g->c,
                        .c_dtype = AMP_F32, .ldc = s->n};
-    if (amp_cpu_gemm(&d) != AMP_OK) {
+    if (amp_cpu_gemm(amp_cpu_device(), &d) != AMP_OK) {
         fprintf(stderr, "amp_cpu_gemm failed: %s\n", amp_last_error());
         exit(1);
     }
@@ -272,9 +272,11 @@ typedef struct amp_conv_arg {
 
 static void run_amp_conv(void *p) {
     amp_conv_arg *a = p;
-    amp_status s = a->op == FWD        ? amp_cpu_conv2d_fwd(a->d, a->x, a->w, a->b, a->y)
-                   : a->op == BWD_DATA ? amp_cpu_conv2d_bwd_data(a->d, a->y, a->w, a->x)
-                                       : amp_cpu_conv2d_bwd_weight(a->d, a->x, a->y, a->w, a->b);
+    amp_status s =
+            a->op == FWD ? amp_cpu_conv2d_fwd(amp_cpu_device(), a->d, a->x, a->w, a->b, a->y)
+            : a->op == BWD_DATA
+                    ? amp_cpu_conv2d_bwd_data(amp_cpu_device(), a->d, a->y, a->w, a->x)
+                    : amp_cpu_conv2d_bwd_weight(amp_cpu_device(), a->d, a->x, a->y, a->w, a->b);
     if (s != AMP_OK) {
         fprintf(stderr, "amp_cpu_conv2d failed: %s\n", amp_last_error());
         exit(1);

@@ -370,7 +370,7 @@ static amp_status amp_ckpt_apply_optimizer(const amp_st_reader *r, amp_optimizer
                 AMP_TRY(amp_ckpt_load_into(&f, t));
                 has = true;
             } else {
-                AMP_TRY(t->backend->memset_zero(t->data, amp_tensor_nbytes(t)));
+                AMP_TRY(t->backend->memset_zero(t->backend->dev, t->data, amp_tensor_nbytes(t)));
             }
         }
         int64_t step = 0;

@@ -224,14 +224,25 @@ typedef enum amp_coll_op { AMP_COLL_SUM = 0, AMP_COLL_MAX = 1 } amp_coll_op;
 typedef struct amp_scaler_dev amp_scaler_dev;
 typedef struct amp_scaler_params amp_scaler_params;
 
-/* AMP_KERNEL(...)'s parameter list with the backend first (the counting wrappers'). */
+/* A backend's device context: the state its entries work in, which each backend defines for
+ * itself (kernels/cuda/cuda_backend.h: the device, its compute stream, the caching allocator,
+ * the cuBLASLt and cuDNN handles and their plan caches, the copy stream; the CPU's holds nothing:
+ * oneDNN's engine is the process's and its scratch is per thread). Every entry of the table takes
+ * the table's `dev` first, so two tables of one backend (two devices, or two streams of one) share
+ * no state. */
+typedef struct amp_device_ctx amp_device_ctx;
+
+/* AMP_KERNEL(...)'s parameter list with the device context first (the slots and kernels), or with
+ * the backend first (the counting wrappers'). */
+#define AMP_PREPEND_DEV(...) (amp_device_ctx * dev, __VA_ARGS__)
 #define AMP_PREPEND_BE(...) (const amp_backend *be, __VA_ARGS__)
 #define AMP_UNPAREN(...) __VA_ARGS__
 
 /* The compute entries, one slot per line of core/backend_kernels.def (what each computes is
  * said there). */
 typedef struct amp_kernels {
-#define AMP_KERNEL(name, category, flops, check, params, args) amp_status(*name) params;
+#define AMP_KERNEL(name, category, flops, check, params, args)                                     \
+    amp_status(*name) AMP_PREPEND_DEV params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 } amp_kernels;
@@ -247,7 +258,7 @@ typedef struct amp_collectives {
      * wait); poll says whether some are still running, and returns an error when one failed (a
      * peer died). */
     amp_status (*id)(void *id);
-    amp_status (*create)(const void *id, int rank, int size, void **comm);
+    amp_status (*create)(amp_device_ctx *dev, const void *id, int rank, int size, void **comm);
     void (*free)(void *comm, bool abort);
     amp_status (*allreduce)(void *comm, void *buf, amp_dtype dt, int64_t n, amp_coll_op op);
     amp_status (*broadcast)(void *comm, void *buf, size_t nbytes, int root);
@@ -258,15 +269,18 @@ typedef struct amp_collectives {
 typedef struct amp_backend {
     const char *name;
     amp_device device;
+    /* The device context every entry below takes first (amp_device_ctx above). */
+    amp_device_ctx *dev;
 
     /* Memory. alloc returns 64-byte aligned memory (NULL + AMP_ERR_OOM on failure). */
-    amp_status (*alloc)(size_t nbytes, void **out);
-    void (*free)(void *p);
-    amp_status (*memset_zero)(void *p, size_t nbytes);
-    amp_status (*copy)(void *dst, const void *src, size_t nbytes);          /* within device */
-    amp_status (*copy_to_host)(void *host, const void *src, size_t nbytes);
-    amp_status (*copy_from_host)(void *dst, const void *host, size_t nbytes);
-    amp_status (*sync)(void);
+    amp_status (*alloc)(amp_device_ctx *dev, size_t nbytes, void **out);
+    void (*free)(amp_device_ctx *dev, void *p);
+    amp_status (*memset_zero)(amp_device_ctx *dev, void *p, size_t nbytes);
+    amp_status (*copy)(amp_device_ctx *dev, void *dst, const void *src,
+                       size_t nbytes); /* within device */
+    amp_status (*copy_to_host)(amp_device_ctx *dev, void *host, const void *src, size_t nbytes);
+    amp_status (*copy_from_host)(amp_device_ctx *dev, void *dst, const void *host, size_t nbytes);
+    amp_status (*sync)(amp_device_ctx *dev);
     /* Batches that do not make the host wait (PyTorch's pin_memory + non_blocking): upload_async
      * copies `host` into pinned staging memory at the call (the caller may reuse it at once) and
      * from there into dst on a copy stream, after the work the event `after` marks (NULL: no
@@ -275,19 +289,20 @@ typedef struct amp_backend {
      * alloc (the allocator then keeps it from reuse until the copy has run). mark records, into
      * *event (created at the first call), the compute work queued so far; event_free releases
      * it (NULL: no-op). The CPU backend copies at once and has no events. */
-    amp_status (*upload_async)(void *dst, const void *host, size_t nbytes, void *after);
-    amp_status (*mark)(void **event);
-    void (*event_free)(void *event);
-    /* Bytes handed out by alloc and not freed, and their peak since the last reset (process-wide
-     * for the backend). */
-    void (*memory_stats)(size_t *in_use, size_t *peak);
-    void (*memory_reset_peak)(void);
+    amp_status (*upload_async)(amp_device_ctx *dev, void *dst, const void *host, size_t nbytes,
+                               void *after);
+    amp_status (*mark)(amp_device_ctx *dev, void **event);
+    void (*event_free)(amp_device_ctx *dev, void *event);
+    /* Bytes handed out by alloc and not freed, and their peak since the last reset: the device
+     * context's on CUDA (each has its own allocator), the process's on the CPU. */
+    void (*memory_stats)(amp_device_ctx *dev, size_t *in_use, size_t *peak);
+    void (*memory_reset_peak)(amp_device_ctx *dev);
     /* Optional: gives back the backend's own scratch kept for the calling thread from call to
      * call (the CPU's oneDNN arenas), for amp_ctx_memory_trim; the next call takes it again. */
-    void (*memory_trim)(void);
+    void (*memory_trim)(amp_device_ctx *dev);
     /* Allocations made from the system (cudaMalloc; aligned_alloc on the CPU) since the process
      * started: after warm-up a training loop makes none (the caching allocator, the step arenas). */
-    uint64_t (*system_allocs)(void);
+    uint64_t (*system_allocs)(amp_device_ctx *dev);
 
     amp_kernels k;
     /* NULL: no collectives of its own (the CPU: MPI reads its memory). */

@@ -135,7 +135,7 @@ amp_status amp_ctx_memory(const amp_ctx *ctx, size_t *in_use, size_t *peak) {
     if (!ctx->backend->memory_stats)
         return amp_fail(AMP_ERR_UNSUPPORTED, "amp_ctx_memory: backend %s does not count its memory",
                         ctx->backend->name);
-    ctx->backend->memory_stats(in_use, peak);
+    ctx->backend->memory_stats(ctx->backend->dev, in_use, peak);
     return AMP_OK;
 }
 
@@ -145,13 +145,13 @@ amp_status amp_ctx_system_allocs(const amp_ctx *ctx, uint64_t *n) {
     if (!ctx->backend->system_allocs)
         return amp_fail(AMP_ERR_UNSUPPORTED, "amp_ctx_system_allocs: backend %s does not count "
                         "its allocations", ctx->backend->name);
-    *n = ctx->backend->system_allocs();
+    *n = ctx->backend->system_allocs(ctx->backend->dev);
     return AMP_OK;
 }
 
 void amp_ctx_memory_reset_peak(amp_ctx *ctx) {
     if (!ctx) return;
-    if (ctx->backend->memory_reset_peak) ctx->backend->memory_reset_peak();
+    if (ctx->backend->memory_reset_peak) ctx->backend->memory_reset_peak(ctx->backend->dev);
     amp_ledger_reset_peak(ctx);
 }
 
@@ -164,6 +164,6 @@ amp_status amp_ctx_memory_trim(amp_ctx *ctx) {
     amp_arena_release(&ctx->carry_arenas[1]);
     amp_arena_release(&ctx->sink_arena);
     ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
-    if (ctx->backend->memory_trim) ctx->backend->memory_trim();
+    if (ctx->backend->memory_trim) ctx->backend->memory_trim(ctx->backend->dev);
     return AMP_OK;
 }

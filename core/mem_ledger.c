@@ -24,7 +24,7 @@ static _Atomic size_t *amp_ledger_recorded(const amp_ctx *ctx) {
 static size_t amp_ledger_outside(const amp_ctx *ctx) {
     if (!ctx->backend->memory_stats) return 0;
     size_t in_use = 0, recorded = atomic_load(amp_ledger_recorded(ctx));
-    ctx->backend->memory_stats(&in_use, NULL);
+    ctx->backend->memory_stats(ctx->backend->dev, &in_use, NULL);
     return in_use > recorded ? in_use - recorded : 0;
 }
 
@@ -95,7 +95,7 @@ amp_status amp_ledger_alloc(amp_ctx *ctx, amp_mem_kind kind, size_t nbytes, void
     if ((unsigned)kind >= AMP_MEM_N_KINDS)
         return amp_fail(AMP_ERR_INVALID_ARG, "memory ledger: unknown kind %d", (int)kind);
     if (2 * (l->n + 1) > l->cap) AMP_TRY(amp_ledger_grow(l)); /* before: nothing to undo */
-    AMP_TRY(ctx->backend->alloc(nbytes, out));
+    AMP_TRY(ctx->backend->alloc(ctx->backend->dev, nbytes, out));
     /* The same address recorded still: a block freed behind the ledger's back (straight to the
      * backend) and handed out again. Its old record is dropped, not counted twice. */
     size_t stale = amp_ledger_find(l, *out);
@@ -116,7 +116,7 @@ void amp_ledger_free(amp_ctx *ctx, void *p) {
     if (!p) return;
     size_t i = amp_ledger_find(&ctx->ledger, p);
     if (i < ctx->ledger.cap) amp_ledger_forget(ctx, i);
-    ctx->backend->free(p);
+    ctx->backend->free(ctx->backend->dev, p);
 }
 
 void amp_ledger_reset_peak(amp_ctx *ctx) {

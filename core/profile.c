@@ -20,7 +20,7 @@ static double now_seconds(void) {
 static double prof_begin(const amp_backend *be) {
     if (!amp_profile_timed) return 0.0;
     uint64_t waits = amp_profile_counts.host_waits; /* the profiler's own waits are not the step's */
-    if (be->device != AMP_DEVICE_CPU && be->sync) (void)be->sync();
+    if (be->device != AMP_DEVICE_CPU && be->sync) (void)be->sync(be->dev);
     amp_profile_counts.host_waits = waits;
     return now_seconds();
 }
@@ -29,7 +29,7 @@ static amp_status prof_end(const amp_backend *be, amp_status s, amp_op_category 
                            double t0) {
     if (amp_profile_timed) {
         uint64_t waits = amp_profile_counts.host_waits;
-        if (be->device != AMP_DEVICE_CPU && be->sync && s == AMP_OK) s = be->sync();
+        if (be->device != AMP_DEVICE_CPU && be->sync && s == AMP_OK) s = be->sync(be->dev);
         amp_profile_counts.host_waits = waits;
         amp_profile_counts.seconds[cat] += now_seconds() - t0;
     }
@@ -41,10 +41,11 @@ static amp_status prof_end(const amp_backend *be, amp_status s, amp_op_category 
 }
 
 /* One counting function per line of core/backend_kernels.def: its category and FLOPs. */
-#define AMP_KERNEL(name, category, flops, check, params, args)                                           \
+#define AMP_KERNEL(name, category, flops, check, params, args)                                     \
     amp_status amp_prof_##name AMP_PREPEND_BE params {                                             \
         double t0_ = prof_begin(be);                                                               \
-        amp_status s_ = be->k.name ? be->k.name args : amp_backend_missing(be, #name);             \
+        amp_status s_ = be->k.name ? be->k.name(be->dev, AMP_UNPAREN args)                         \
+                                   : amp_backend_missing(be, #name);                               \
         return prof_end(be, s_, AMP_OPCAT_##category, (double)(flops), t0_);                       \
     }
 #include "core/backend_kernels.def"
@@ -53,7 +54,7 @@ static amp_status prof_end(const amp_backend *be, amp_status s, amp_op_category 
 /* The device's copy, counted as an elementwise call without FLOPs (ops move data with it). */
 amp_status amp_prof_copy(const amp_backend *be, void *dst, const void *src, size_t nbytes) {
     double t0 = prof_begin(be);
-    amp_status s = be->copy ? be->copy(dst, src, nbytes) : amp_backend_missing(be, "copy");
+    amp_status s = be->copy ? be->copy(be->dev, dst, src, nbytes) : amp_backend_missing(be, "copy");
     return prof_end(be, s, AMP_OPCAT_ELEMENTWISE, 0.0, t0);
 }
 
@@ -61,10 +62,10 @@ amp_status amp_prof_copy(const amp_backend *be, void *dst, const void *src, size
 
 amp_status amp_prof_upload_async(const amp_backend *be, void *dst, const void *host,
                                  size_t nbytes, void *after) {
-    return be->upload_async ? be->upload_async(dst, host, nbytes, after)
+    return be->upload_async ? be->upload_async(be->dev, dst, host, nbytes, after)
                             : amp_backend_missing(be, "upload_async");
 }
 
 amp_status amp_prof_mark(const amp_backend *be, void **event) {
-    return be->mark ? be->mark(event) : amp_backend_missing(be, "mark");
+    return be->mark ? be->mark(be->dev, event) : amp_backend_missing(be, "mark");
 }

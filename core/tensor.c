@@ -77,7 +77,7 @@ amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t
     amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
     size_t nbytes = (size_t)numel * amp_dtype_size(dt);
     amp_status s = amp_ledger_alloc(ctx, AMP_MEM_OTHER, nbytes, &t->data);
-    if (s == AMP_OK) s = ctx->backend->memset_zero(t->data, nbytes);
+    if (s == AMP_OK) s = ctx->backend->memset_zero(ctx->backend->dev, t->data, nbytes);
     if (s != AMP_OK) {
         amp_ledger_free(ctx, t->data);
         free(t);
@@ -222,7 +222,7 @@ amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes) {
     AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
-    return t->backend->copy_to_host(host, t->data, nbytes);
+    return t->backend->copy_to_host(t->backend->dev, host, t->data, nbytes);
 }
 
 /* Element i of raw host bytes of dtype dt as a float. Read through memcpy: raw may lie inside
@@ -249,12 +249,13 @@ amp_status amp_tensor_to_host_f32(const amp_tensor *t, float *host, size_t nbyte
                         "shape %s): want %zu bytes", __func__, nbytes, n, amp_dtype_name(t->dtype),
                         amp_shape_str(t, shape, sizeof shape), n * sizeof(float));
     }
-    if (t->dtype == AMP_F32) return t->backend->copy_to_host(host, t->data, nbytes);
+    if (t->dtype == AMP_F32)
+        return t->backend->copy_to_host(t->backend->dev, host, t->data, nbytes);
     /* The stored elements land at the buffer's end, each narrower than the float it becomes: the
      * widening runs from the front, where it never overtakes what it has yet to read. */
     size_t es = amp_dtype_size(t->dtype);
     unsigned char *raw = (unsigned char *)host + nbytes - n * es;
-    AMP_TRY(t->backend->copy_to_host(raw, t->data, n * es));
+    AMP_TRY(t->backend->copy_to_host(t->backend->dev, raw, t->data, n * es));
     for (size_t i = 0; i < n; i++) host[i] = amp_widen_raw(raw, t->dtype, i);
     return AMP_OK;
 }
@@ -292,14 +293,14 @@ amp_status amp_tensor_copy_from_host(amp_tensor *t, const void *host, size_t nby
     AMP_CHECK_ARG(host);
     AMP_TRY(amp_nbytes_check(__func__, t, nbytes));
     amp_tensor_mark_written(t);
-    return t->backend->copy_from_host(t->data, host, nbytes);
+    return t->backend->copy_from_host(t->backend->dev, t->data, host, nbytes);
 }
 
 amp_status amp_tensor_item(const amp_tensor *t, float *out) {
     AMP_TRY(amp_tensor_check_live(__func__, "t", t));
     AMP_CHECK_ARG(out);
     unsigned char raw[4]; /* element 0 only: a host copy and a widening, no kernel */
-    AMP_TRY(t->backend->copy_to_host(raw, t->data, amp_dtype_size(t->dtype)));
+    AMP_TRY(t->backend->copy_to_host(t->backend->dev, raw, t->data, amp_dtype_size(t->dtype)));
     *out = amp_widen_raw(raw, t->dtype, 0);
     return AMP_OK;
 }

@@ -82,19 +82,20 @@ bool amp_same_shape(const amp_tensor *a, const amp_tensor *b);
  * (amp/profile.h), through the entry's counting function (core/profile.h). AMP_DEV is the same
  * for the device's copy, upload_async and mark, which ops call too. */
 amp_status amp_backend_missing(const amp_backend *be, const char *entry);
-#define AMP_KERNEL(name, category, flops, check, params, args)                                    \
+#define AMP_KERNEL(name, category, flops, check, params, args)                                     \
     static inline amp_status amp_be_##name AMP_PREPEND_BE params {                                 \
         amp_status s_ = (check);                                                                   \
         if (s_ != AMP_OK) return s_;                                                               \
         if (amp_profile_on) return amp_prof_##name(be, AMP_UNPAREN args);                          \
-        return be->k.name ? be->k.name args : amp_backend_missing(be, #name);                      \
+        return be->k.name ? be->k.name(be->dev, AMP_UNPAREN args)                                  \
+                          : amp_backend_missing(be, #name);                                        \
     }
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 #define AMP_BE(be, entry, ...) amp_be_##entry((be), __VA_ARGS__)
 #define AMP_DEV(be, entry, ...)                                                                    \
     (amp_profile_on ? amp_prof_##entry((be), __VA_ARGS__)                                          \
-     : (be)->entry  ? (be)->entry(__VA_ARGS__)                                                     \
+     : (be)->entry  ? (be)->entry((be)->dev, __VA_ARGS__)                                          \
                     : amp_backend_missing((be), #entry))
 
 #endif

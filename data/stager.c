@@ -45,7 +45,7 @@ void amp_stager_free(amp_stager *s) {
     for (int k = 0; k < AMP_STAGER_PAIRS; k++) {
         amp_tensor_free(s->x[k]);
         amp_tensor_free(s->y[k]);
-        if (be->event_free) be->event_free(s->mark[k]);
+        if (be->event_free) be->event_free(be->dev, s->mark[k]);
     }
     amp_ctx *ctx = s->ctx;
     free(s);

@@ -141,10 +141,10 @@ static amp_status amp_named_carve(amp_model *m, amp_named_tensor *l, int n, void
     const amp_backend *be = m->ctx->backend;
     size_t nbytes = (size_t)(amp_named_block_numel(l, n) ? amp_named_block_numel(l, n) : 1) * 4;
     AMP_TRY(amp_ledger_alloc(m->ctx, AMP_MEM_PARAMS, nbytes, block));
-    AMP_TRY(be->memset_zero(*block, nbytes));
+    AMP_TRY(be->memset_zero(be->dev, *block, nbytes));
     if (grads) {
         AMP_TRY(amp_ledger_alloc(m->ctx, AMP_MEM_GRADS, nbytes, grads));
-        AMP_TRY(be->memset_zero(*grads, nbytes));
+        AMP_TRY(be->memset_zero(be->dev, *grads, nbytes));
     }
     int64_t off = 0;
     for (int i = 0; i < n; i++) {

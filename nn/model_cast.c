@@ -47,7 +47,7 @@ static amp_status amp_cast_fill(amp_ctx *ctx, const amp_named_tensor *list, int 
     if (total == 0) return AMP_OK;
     amp_status s = amp_ledger_alloc(ctx, AMP_MEM_PARAMS, total, &out->data);
     if (s == AMP_OK && with_grads) s = amp_ledger_alloc(ctx, AMP_MEM_GRADS, total, &out->grads);
-    if (s == AMP_OK && with_grads) s = be->memset_zero(out->grads, total);
+    if (s == AMP_OK && with_grads) s = be->memset_zero(be->dev, out->grads, total);
     for (size_t i = 0, off = 0; s == AMP_OK && i < (size_t)n; i++) {
         const amp_tensor *t = list[i].t;
         s = AMP_BE(be, cast, (char *)out->data + off, dts[i], t->data, t->dtype, t->numel);

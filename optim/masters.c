@@ -50,7 +50,7 @@ amp_status amp_optimizer_make_masters(amp_optimizer *opt) {
     if (s == AMP_OK)
         s = amp_optimizer_alloc_views(opt, 1, AMP_MEM_MASTERS, &grad_data, &grads);
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++)
-        s = opt->backend->copy(views[i]->data, opt->params[i]->data,
+        s = opt->backend->copy(opt->backend->dev, views[i]->data, opt->params[i]->data,
                                amp_tensor_nbytes(opt->params[i]));
     if (s != AMP_OK) {
         amp_optimizer_free_views(opt, 1, data, views);
@@ -194,7 +194,8 @@ amp_status amp_optimizer_update_end(amp_optimizer *opt, int i, const amp_optim_t
     amp_tensor *p = opt->params[i];
     if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT && p->dtype == AMP_F32) {
         amp_tensor_mark_written(p);
-        return opt->backend->copy(p->data, opt->master_views[i]->data, amp_tensor_nbytes(p));
+        return opt->backend->copy(opt->backend->dev, p->data, opt->master_views[i]->data,
+                                  amp_tensor_nbytes(p));
     }
     /* The kept copy the update wrote in the same pass holds the new values as well. */
     amp_cast_shadow *sh = t->half_copy && opt->masters == AMP_OPTIM_MASTERS_NONE && p->dtype == AMP_F32

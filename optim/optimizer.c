@@ -82,7 +82,7 @@ amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, am
     void *data = NULL;
     AMP_TRY(amp_ledger_alloc(opt->ctx, kind, nbytes, &data));
     amp_tensor **v = calloc((size_t)opt->n_params * (size_t)per_param, sizeof *v);
-    amp_status s = v ? opt->backend->memset_zero(data, nbytes)
+    amp_status s = v ? opt->backend->memset_zero(opt->backend->dev, data, nbytes)
                      : amp_fail(AMP_ERR_OOM, "optimizer: out of memory for %d views",
                                 opt->n_params * per_param);
     float *base = data;
@@ -172,7 +172,7 @@ amp_status amp_optimizer_create_common(const char *who, amp_optim_kind kind,
     if (s == AMP_OK) {
         size_t bytes = (size_t)n * sizeof *opt->dev_steps;
         s = amp_ledger_alloc(opt->ctx, AMP_MEM_OPTIM_STATE, bytes, (void **)&opt->dev_steps);
-        if (s == AMP_OK) s = opt->backend->memset_zero(opt->dev_steps, bytes);
+        if (s == AMP_OK) s = opt->backend->memset_zero(opt->backend->dev, opt->dev_steps, bytes);
         if (s != AMP_OK) s = amp_fail_context(s, "%s: step counts", who);
     }
     if (s != AMP_OK) {
@@ -205,7 +205,7 @@ void amp_optimizer_free(amp_optimizer *opt) {
 amp_status amp_optimizer_refresh(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     if (opt->steps_stale) {
-        AMP_TRY(opt->backend->copy_to_host(opt->param_steps, opt->dev_steps,
+        AMP_TRY(opt->backend->copy_to_host(opt->backend->dev, opt->param_steps, opt->dev_steps,
                                            (size_t)opt->n_params * sizeof *opt->param_steps));
         for (int i = 0; i < opt->n_params; i++)
             opt->has_state[i] = opt->n_state > 0 && opt->param_steps[i] > 0;
@@ -419,7 +419,8 @@ amp_status amp_optimizer_state_restore(amp_optimizer *opt, int i, bool has_state
                         "%s: SGD without momentum holds no state (parameter %d)", __func__, i);
     /* SGD counts no step in torch's state: its momentum buffer exists from its first step on. */
     int64_t count = amp_optim_kind_has_steps(opt->kind) ? step : has_state ? 1 : 0;
-    AMP_TRY(opt->backend->copy_from_host(opt->dev_steps + i, &count, sizeof count));
+    AMP_TRY(opt->backend->copy_from_host(opt->backend->dev, opt->dev_steps + i, &count,
+                                         sizeof count));
     opt->has_state[i] = has_state;
     opt->param_steps[i] = count;
     return AMP_OK;

@@ -232,7 +232,7 @@ amp_status amp_comm_backend_coll(amp_comm *c, const amp_backend *be, void **out)
                                  "(its error says why)", be->name);
         AMP_TRY(amp_comm_bcast_bytes(c, id, sizeof id, "the backend communicator's id"));
         void *coll = NULL;
-        s = be->coll->create(id, c->rank, c->size, &coll);
+        s = be->coll->create(be->dev, id, c->rank, c->size, &coll);
         AMP_TRY(amp_comm_agree_failure(c, s != AMP_OK, &any));
         if (s != AMP_OK) return s;
         if (any) {

@@ -141,7 +141,7 @@ static amp_status amp_ddp_launch(amp_ddp *d, amp_ddp_bucket *b) {
     for (int i = b->first; i <= b->last; i++) {
         amp_tensor *p = d->model->params[i].t;
         if (p->grad_written) continue;
-        AMP_TRY(be->memset_zero(p->grad->data, amp_tensor_nbytes(p)));
+        AMP_TRY(be->memset_zero(be->dev, p->grad->data, amp_tensor_nbytes(p)));
         p->grad_written = true;
     }
     void *buf = b->data;

@@ -36,8 +36,8 @@ export CUDACPU_STACK_KB="${CUDACPU_STACK_KB:-16}"
 #     barriers; these kernels index memory by thread and block id only, so ASan and UBSan see
 #     the same accesses as in cudacpu_<op> (cudacpu_unscale_shuffled alone takes 2-4 minutes).
 #   cudacpu_<op>_streams_random of the kernel tests: CUDACPU_STREAMS=random reorders work between
-#     streams, and these tests put all their work on one stream (amp_cuda_stream() is 0 in
-#     tests/cudacpu/ops_ref.h and test_{cast,unscale}_cudacpu.cpp) and never query a stream: the
+#     streams, and these tests put all their work on one stream (stream 0, the device context of
+#     tests/cudacpu/test_device.h) and never query a stream: the
 #     same run as cudacpu_<op>, 2-3 minutes more for loss and unscale each. A new kernel test is
 #     run in both modes until it is added here. The tests of the whole CUDA backend with two
 #     streams (test_cuda_streams, test_cuda_backend_host) are in the cudacpu build

@@ -13,26 +13,26 @@ typedef struct flaky_state {
 } flaky_state;
 static flaky_state g_flaky;
 
-static inline amp_status flaky_alloc(size_t nbytes, void **out) {
+static inline amp_status flaky_alloc(amp_device_ctx *dev, size_t nbytes, void **out) {
     if (++g_flaky.alloc_calls == g_flaky.fail_alloc_at) {
         *out = NULL;
         return amp_fail(AMP_ERR_OOM, "flaky_alloc: call %d fails", g_flaky.alloc_calls);
     }
-    amp_status s = amp_backend_cpu()->alloc(nbytes, out);
+    amp_status s = amp_backend_cpu()->alloc(dev, nbytes, out);
     if (s == AMP_OK) g_flaky.n_alloc++;
     return s;
 }
 
-static inline void flaky_free(void *p) {
+static inline void flaky_free(amp_device_ctx *dev, void *p) {
     if (p) g_flaky.n_free++;
-    amp_backend_cpu()->free(p);
+    amp_backend_cpu()->free(dev, p);
 }
 
-static inline amp_status flaky_cast(void *dst, amp_dtype dst_dt, const void *src,
-                                    amp_dtype src_dt, int64_t n) {
+static inline amp_status flaky_cast(amp_device_ctx *dev, void *dst, amp_dtype dst_dt,
+                                    const void *src, amp_dtype src_dt, int64_t n) {
     if (++g_flaky.cast_calls == g_flaky.fail_cast_at)
         return amp_fail(AMP_ERR_BACKEND, "flaky_cast: call %d fails", g_flaky.cast_calls);
-    return amp_backend_cpu()->k.cast(dst, dst_dt, src, src_dt, n);
+    return amp_backend_cpu()->k.cast(dev, dst, dst_dt, src, src_dt, n);
 }
 
 static inline amp_backend flaky_backend(void) {

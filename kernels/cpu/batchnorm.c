@@ -70,14 +70,14 @@ AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, in
  * channel (channel_desc) visits in the same tiles as d visits channel ch. */
 static void channel_widen(const amp_bn_desc *d, const void *x, int64_t ch, float *buf) {
     for (int64_t i = 0; i < d->n; i++)
-        (void)amp_cpu_cast(buf + i * d->hw, AMP_F32, (const uint16_t *)x + (i * d->c + ch) * d->hw,
-                           d->dtype, d->hw);
+        (void)amp_cpu_convert(buf + i * d->hw, AMP_F32,
+                              (const uint16_t *)x + (i * d->c + ch) * d->hw, d->dtype, d->hw);
 }
 
 static void channel_narrow(const amp_bn_desc *d, const float *buf, int64_t ch, void *y) {
     for (int64_t i = 0; i < d->n; i++)
-        (void)amp_cpu_cast((uint16_t *)y + (i * d->c + ch) * d->hw, d->dtype, buf + i * d->hw,
-                           AMP_F32, d->hw);
+        (void)amp_cpu_convert((uint16_t *)y + (i * d->c + ch) * d->hw, d->dtype, buf + i * d->hw,
+                              AMP_F32, d->hw);
 }
 
 static amp_bn_desc channel_desc(const amp_bn_desc *d) {
@@ -92,9 +92,9 @@ static amp_status channel_arena_oom(const char *fn, const amp_bn_desc *d, int co
                     fn, copies, copies == 1 ? "y" : "ies", (long long)(d->n * d->hw));
 }
 
-amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
-                                const float *beta, void *y, float *save_mean, float *save_invstd,
-                                float *running_mean, float *running_var) {
+amp_status amp_cpu_bn_fwd_train(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                                const float *gamma, const float *beta, void *y, float *save_mean,
+                                float *save_invstd, float *running_mean, float *running_var) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_TRAIN));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
@@ -143,8 +143,8 @@ amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float
     return AMP_OK;
 }
 
-amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
-                               const float *beta, const float *running_mean,
+amp_status amp_cpu_bn_fwd_eval(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                               const float *gamma, const float *beta, const float *running_mean,
                                const float *running_var, void *y) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_EVAL));
     AMP_CHECK_ARG(x);
@@ -189,13 +189,13 @@ AMP_CPU_CLONES static void channel_widen_relu_f16(const amp_bn_desc *d, const am
         int64_t len, off = channel_tile(d, ch, t, &len);
         for (int64_t k = 0; k < len; k++)
             masked[k] = amp_relu_bwd_half_bits(yb[off + k], g[off + k], 0x7c00u);
-        (void)amp_cpu_cast(buf + channel_tile(one, 0, t, &len), AMP_F32, masked, AMP_F16, len);
+        (void)amp_cpu_convert(buf + channel_tile(one, 0, t, &len), AMP_F32, masked, AMP_F16, len);
     }
 }
 
-amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
-                          const float *gamma, const float *save_mean, const float *save_invstd,
-                          void *dx, float *dgamma, float *dbeta) {
+amp_status amp_cpu_bn_bwd(amp_device_ctx *dev, const amp_bn_desc *d, const void *x, const void *dy,
+                          const void *y, const float *gamma, const float *save_mean,
+                          const float *save_invstd, void *dx, float *dgamma, float *dbeta) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
     AMP_TRY(amp_backend_check_bn_bwd_y(__func__, d, y));
     AMP_CHECK_ARG(x);

@@ -541,8 +541,8 @@ static amp_status conv_call(conv_op op, const amp_conv2d_desc *d, const conv_io 
     return s;
 }
 
-amp_status amp_cpu_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
-                              const float *bias, void *y) {
+amp_status amp_cpu_conv2d_fwd(amp_device_ctx *dev, const amp_conv2d_desc *d, const void *x,
+                              const void *w, const float *bias, void *y) {
     AMP_CHECK_ARG(d);
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(w);
@@ -552,8 +552,8 @@ amp_status amp_cpu_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const voi
     return conv_call(CONV_FWD, d, &io);
 }
 
-amp_status amp_cpu_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, const void *w,
-                                   void *dx) {
+amp_status amp_cpu_conv2d_bwd_data(amp_device_ctx *dev, const amp_conv2d_desc *d, const void *dy,
+                                   const void *w, void *dx) {
     AMP_CHECK_ARG(d);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(w);
@@ -563,8 +563,8 @@ amp_status amp_cpu_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, con
     return conv_call(CONV_BWD_DATA, d, &io);
 }
 
-amp_status amp_cpu_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
-                                     void *dw, float *dbias) {
+amp_status amp_cpu_conv2d_bwd_weight(amp_device_ctx *dev, const amp_conv2d_desc *d, const void *x,
+                                     const void *dy, void *dw, float *dbias) {
     AMP_CHECK_ARG(d);
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);

@@ -16,10 +16,18 @@
 
 /* The kernels, one per line of core/backend_kernels.def (whose comments state what each
  * computes): amp_cpu_<entry>, gathered into the table by cpu_backend.c. */
-#define AMP_KERNEL(name, category, flops, check, params, args) amp_status amp_cpu_##name params;
+#define AMP_KERNEL(name, category, flops, check, params, args)                                     \
+    amp_status amp_cpu_##name AMP_PREPEND_DEV params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 
+/* The CPU's device context (cpu_backend.c): the `dev` its table passes, for direct callers. */
+amp_device_ctx *amp_cpu_device(void);
+
+/* The cast entry's body (memory.c), for the kernels' own widening and narrowing of host tiles. */
+amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                           int64_t n);
+/* Host memory and copies (memory.c), the device entries' bodies (cpu_backend.c adapts them). */
 amp_status amp_cpu_alloc(size_t nbytes, void **out);
 void amp_cpu_free(void *p);
 void amp_cpu_memory_stats(size_t *in_use, size_t *peak);

@@ -303,12 +303,13 @@ void amp_dnnl_widen(float *dst, int64_t dst_ld, const void *src, amp_dtype dt, i
                     int64_t cols, int64_t ld) {
     size_t esize = amp_dtype_size(dt);
     if (rows == 1 || (ld == cols && dst_ld == cols)) {
-        (void)amp_cpu_cast(dst, AMP_F32, src, dt, rows * cols);
+        (void)amp_cpu_convert(dst, AMP_F32, src, dt, rows * cols);
         return;
     }
 #pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
-        (void)amp_cpu_cast(dst + r * dst_ld, AMP_F32, (const char *)src + (size_t)(r * ld) * esize, dt, cols);
+        (void)amp_cpu_convert(dst + r * dst_ld, AMP_F32,
+                              (const char *)src + (size_t)(r * ld) * esize, dt, cols);
 }
 
 size_t amp_dnnl_f32_nbytes(int64_t n) {
@@ -321,10 +322,11 @@ void amp_dnnl_narrow(void *dst, amp_dtype dt, int64_t rows, int64_t cols, int64_
                      const float *src) {
     size_t esize = amp_dtype_size(dt);
     if (rows == 1 || ld == cols) {
-        (void)amp_cpu_cast(dst, dt, src, AMP_F32, rows * cols);
+        (void)amp_cpu_convert(dst, dt, src, AMP_F32, rows * cols);
         return;
     }
 #pragma omp parallel for if (rows * cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++)
-        (void)amp_cpu_cast((char *)dst + (size_t)(r * ld) * esize, dt, src + r * cols, AMP_F32, cols);
+        (void)amp_cpu_convert((char *)dst + (size_t)(r * ld) * esize, dt, src + r * cols, AMP_F32,
+                              cols);
 }

@@ -24,8 +24,8 @@ static void dropout_mask(uint8_t *mask, int64_t n, uint64_t seed, uint64_t first
     for (int64_t i = 0; i < n; i++) mask[i] = amp_dropout_keep(seed, first + (uint64_t)i, p);
 }
 
-amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
-                               uint64_t offset, void *y, uint8_t *mask) {
+amp_status amp_cpu_dropout_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x, float p,
+                               uint64_t seed, uint64_t offset, void *y, uint8_t *mask) {
     AMP_TRY(amp_backend_check_dropout(__func__, dt, n, p));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
@@ -51,8 +51,8 @@ amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, 
     return AMP_OK;
 }
 
-amp_status amp_cpu_dropout_bwd(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
-                               float p, void *dx) {
+amp_status amp_cpu_dropout_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *dy,
+                               const uint8_t *mask, float p, void *dx) {
     AMP_TRY(amp_backend_check_dropout(__func__, dt, n, p));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(dy);

@@ -120,8 +120,8 @@ static void relu_half_run(amp_dtype dt, int64_t n, const void *a, const void *b,
     }
 }
 
-amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x, float alpha,
-                         void *y) {
+amp_status amp_cpu_unary(amp_device_ctx *dev, amp_unary_op op, amp_dtype dt, int64_t n,
+                         const void *x, float alpha, void *y) {
     if ((int)op < 0 || (int)op > (int)AMP_UNARY_DIV_SCALAR)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
     if (op == AMP_UNARY_COPY) {
@@ -143,8 +143,8 @@ amp_status amp_cpu_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x
     return AMP_OK;
 }
 
-amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
-                          const void *b, void *y) {
+amp_status amp_cpu_binary(amp_device_ctx *dev, amp_binary_op op, amp_dtype dt, int64_t n,
+                          const void *a, const void *b, void *y) {
     if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
         op != AMP_BINARY_RELU_BWD)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_binary: unknown op %d", (int)op);
@@ -162,7 +162,8 @@ amp_status amp_cpu_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void 
     return AMP_OK;
 }
 
-amp_status amp_cpu_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y) {
+amp_status amp_cpu_axpy(amp_device_ctx *dev, amp_dtype dt, int64_t n, float alpha, const void *x,
+                        void *y) {
     AMP_TRY(amp_backend_check_float(__func__, dt));
     AMP_TRY(amp_backend_check_n(__func__, n));
     if (n == 0) return AMP_OK;

@@ -296,8 +296,8 @@ static void gemm_relu_pass(const amp_gemm_desc *d) {
 
 /* bias_grad[i] = sum over p of op(A)[i, p] = sum over the k stored rows of A's column i (trans_a,
  * checked): sum_rows when A is dense, else a double sum per column in row order. */
-static amp_status gemm_bias_grad(const amp_gemm_desc *d) {
-    if (d->lda == d->m) return amp_cpu_sum_rows(d->a_dtype, d->k, d->m, d->a, d->bias_grad);
+static amp_status gemm_bias_grad(amp_device_ctx *dev, const amp_gemm_desc *d) {
+    if (d->lda == d->m) return amp_cpu_sum_rows(dev, d->a_dtype, d->k, d->m, d->a, d->bias_grad);
 #pragma omp parallel for schedule(static) if (d->m * d->k >= AMP_CPU_PARALLEL_MIN)
     for (int64_t i = 0; i < d->m; i++) {
         double s = 0.0;
@@ -308,13 +308,13 @@ static amp_status gemm_bias_grad(const amp_gemm_desc *d) {
     return AMP_OK;
 }
 
-amp_status amp_cpu_gemm(const amp_gemm_desc *d) {
+amp_status amp_cpu_gemm(amp_device_ctx *dev, const amp_gemm_desc *d) {
     AMP_CHECK_ARG(d);
     AMP_TRY(gemm_validate(d));
     AMP_TRY(amp_backend_check_gemm_fused("amp_cpu_gemm", d));
     if (d->bias_grad && d->m > 0) {
         if (d->k > 0) AMP_CHECK_ARG(d->a);
-        AMP_TRY(gemm_bias_grad(d));
+        AMP_TRY(gemm_bias_grad(dev, d));
     }
     if (d->m == 0 || d->n == 0) return AMP_OK;
     AMP_CHECK_ARG(d->c);

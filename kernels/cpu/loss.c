@@ -52,8 +52,9 @@ static void xent_row(amp_dtype dt, int64_t classes, const void *logits, int64_t 
     }
 }
 
-amp_status amp_cpu_xent_fwd(amp_dtype dt, int64_t rows, int64_t classes, const void *logits,
-                            const int32_t *labels, float *loss, float *logsoftmax) {
+amp_status amp_cpu_xent_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int64_t classes,
+                            const void *logits, const int32_t *labels, float *loss,
+                            float *logsoftmax) {
     AMP_TRY(check_xent(__func__, dt, rows, classes, labels));
     AMP_CHECK_ARG(loss);
     if (rows > 0) {
@@ -69,8 +70,9 @@ amp_status amp_cpu_xent_fwd(amp_dtype dt, int64_t rows, int64_t classes, const v
     return AMP_OK;
 }
 
-amp_status amp_cpu_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const float *logsoftmax,
-                            const int32_t *labels, const float *dloss, void *dlogits) {
+amp_status amp_cpu_xent_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int64_t classes,
+                            const float *logsoftmax, const int32_t *labels, const float *dloss,
+                            void *dlogits) {
     AMP_TRY(check_xent(__func__, dt, rows, classes, labels));
     AMP_CHECK_ARG(dloss);
     if (rows == 0) return AMP_OK;
@@ -92,7 +94,8 @@ amp_status amp_cpu_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes, const f
     return AMP_OK;
 }
 
-amp_status amp_cpu_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b, float *loss) {
+amp_status amp_cpu_mse_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *a,
+                           const void *b, float *loss) {
     AMP_TRY(amp_backend_check_mse(__func__, dt, n, a, b));
     AMP_CHECK_ARG(loss);
     int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
@@ -120,8 +123,8 @@ amp_status amp_cpu_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b
     return AMP_OK;
 }
 
-amp_status amp_cpu_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
-                           const float *dloss, void *da) {
+amp_status amp_cpu_mse_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *a,
+                           const void *b, const float *dloss, void *da) {
     AMP_TRY(amp_backend_check_mse(__func__, dt, n, a, b));
     AMP_CHECK_ARG(dloss);
     if (n == 0) return AMP_OK;

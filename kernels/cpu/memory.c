@@ -280,8 +280,13 @@ static void cast_block(void *dst, amp_dtype dst_dt, const void *src, amp_dtype s
     }
 }
 
-amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                        int64_t n) {
+amp_status amp_cpu_cast(amp_device_ctx *dev, void *dst, amp_dtype dst_dt, const void *src,
+                        amp_dtype src_dt, int64_t n) {
+    return amp_cpu_convert(dst, dst_dt, src, src_dt, n);
+}
+
+amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                           int64_t n) {
     if (!is_known_dtype(dst_dt) || !is_known_dtype(src_dt))
         return amp_fail(AMP_ERR_DTYPE, "amp_cpu_cast: unknown dtype (src %d, dst %d)", (int)src_dt,
                         (int)dst_dt);
@@ -353,12 +358,12 @@ static amp_status fill(const char *fn, void *dst, amp_dtype dt, int64_t n, float
     return AMP_OK;
 }
 
-amp_status amp_cpu_fill(void *dst, amp_dtype dt, int64_t n, float value) {
+amp_status amp_cpu_fill(amp_device_ctx *dev, void *dst, amp_dtype dt, int64_t n, float value) {
     return fill(__func__, dst, dt, n, value);
 }
 
-amp_status amp_cpu_fill_scalar(void *dst, amp_dtype dt, int64_t n, const float *scalar,
-                               float scale) {
+amp_status amp_cpu_fill_scalar(amp_device_ctx *dev, void *dst, amp_dtype dt, int64_t n,
+                               const float *scalar, float scale) {
     AMP_CHECK_ARG(scalar);
     return fill(__func__, dst, dt, n, scale * *scalar);
 }

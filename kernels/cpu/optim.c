@@ -323,7 +323,7 @@ static amp_status amp_optim_multi_plan(const char *fn, const amp_opt_tensors *t,
     return s;
 }
 
-amp_status amp_cpu_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
+amp_status amp_cpu_sgd_multi(amp_device_ctx *dev, const amp_sgd_desc *d, const amp_opt_tensors *t,
                              const amp_step_scalars *scalars) {
     static const char fn[] = "amp_cpu_sgd_multi";
     AMP_CHECK_ARG(d);
@@ -367,7 +367,7 @@ amp_status amp_cpu_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
     return AMP_OK;
 }
 
-amp_status amp_cpu_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
+amp_status amp_cpu_adam_multi(amp_device_ctx *dev, const amp_adam_desc *d, const amp_opt_tensors *t,
                               const amp_step_scalars *scalars) {
     static const char fn[] = "amp_cpu_adam_multi";
     AMP_CHECK_ARG(d);

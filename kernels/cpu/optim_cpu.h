@@ -45,7 +45,7 @@ static inline float amp_ld_bf16(const void *g, int64_t i) {
 static inline float *amp_optim_chunk_values(float *param, const void *half, amp_dtype half_dt,
                                             int64_t len, float *local) {
     if (param) return param;
-    amp_status s = amp_cpu_cast(local, AMP_F32, half, half_dt, len);
+    amp_status s = amp_cpu_convert(local, AMP_F32, half, half_dt, len);
     assert(s == AMP_OK);
     (void)s;
     return local;
@@ -58,7 +58,7 @@ static inline float *amp_optim_chunk_values(float *param, const void *half, amp_
 static inline const void *amp_optim_chunk_grad(const void *grad, bool widen_f16, int64_t len,
                                                float *local) {
     if (!widen_f16) return grad;
-    amp_status s = amp_cpu_cast(local, AMP_F32, grad, AMP_F16, len);
+    amp_status s = amp_cpu_convert(local, AMP_F32, grad, AMP_F16, len);
     assert(s == AMP_OK);
     (void)s;
     return local;
@@ -68,7 +68,7 @@ static inline const void *amp_optim_chunk_grad(const void *grad, bool widen_f16,
 static inline void amp_optim_write_half(void *half, amp_dtype half_dt, const float *values,
                                         int64_t len) {
     if (!half) return;
-    amp_status s = amp_cpu_cast(half, half_dt, values, AMP_F32, len);
+    amp_status s = amp_cpu_convert(half, half_dt, values, AMP_F32, len);
     assert(s == AMP_OK);
     (void)s;
 }

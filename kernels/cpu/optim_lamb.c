@@ -222,7 +222,7 @@ static amp_status amp_lamb_check_desc(const char *fn, const amp_lamb_desc *d,
     return amp_cpu_mt_grad_scale(fn, d->grad_scale, NULL, &unused);
 }
 
-amp_status amp_cpu_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
+amp_status amp_cpu_lamb_multi(amp_device_ctx *dev, const amp_lamb_desc *d, const amp_opt_tensors *t,
                               const amp_step_scalars *scalars) {
     static const char fn[] = "amp_cpu_lamb_multi";
     AMP_CHECK_ARG(d);

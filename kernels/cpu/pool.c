@@ -121,7 +121,8 @@ static plane_fwd_fn plane_fwd_for(const amp_pool_desc *d) {
     return d->k == 2 && d->stride == 2 && d->pad == 0 ? pool_plane_fwd_2x2 : pool_plane_fwd;
 }
 
-amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
+amp_status amp_cpu_maxpool_fwd(amp_device_ctx *dev, const amp_pool_desc *d, const void *x,
+                               void *y) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
@@ -154,10 +155,10 @@ amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
             } else if (dt == AMP_F32) {
                 plane_fwd(d, (const float *)x + p * in_sz, (float *)y + p * out_sz, sc.argmax);
             } else {
-                (void)amp_cpu_cast(sc.in, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
+                (void)amp_cpu_convert(sc.in, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
                 if (is_2x2) pool_plane_max_2x2(d, sc.in, sc.out);
                 else plane_fwd(d, sc.in, sc.out, sc.argmax);
-                (void)amp_cpu_cast((uint16_t *)y + p * out_sz, dt, sc.out, AMP_F32, out_sz);
+                (void)amp_cpu_convert((uint16_t *)y + p * out_sz, dt, sc.out, AMP_F32, out_sz);
             }
         }
         plane_scratch_free(&sc);
@@ -173,7 +174,8 @@ static void pool_plane_scatter(int64_t in_sz, int64_t out_sz, const float *dy,
     for (int64_t o = 0; o < out_sz; o++) dx[argmax[o]] += dy[o];
 }
 
-amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x, void *dx) {
+amp_status amp_cpu_maxpool_bwd(amp_device_ctx *dev, const amp_pool_desc *d, const void *dy,
+                               const void *x, void *dx) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(x);
@@ -209,11 +211,12 @@ amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const voi
                 pool_plane_scatter(in_sz, out_sz, (const float *)dy + p * out_sz, sc.argmax,
                                    (float *)dx + p * in_sz);
             } else {
-                (void)amp_cpu_cast(sc.in, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
+                (void)amp_cpu_convert(sc.in, AMP_F32, (const uint16_t *)x + p * in_sz, dt, in_sz);
                 plane_fwd(d, sc.in, sc.out, sc.argmax);
-                (void)amp_cpu_cast(sc.out, AMP_F32, (const uint16_t *)dy + p * out_sz, dt, out_sz);
+                (void)amp_cpu_convert(sc.out, AMP_F32, (const uint16_t *)dy + p * out_sz, dt,
+                                      out_sz);
                 pool_plane_scatter(in_sz, out_sz, sc.out, sc.argmax, sc.in);
-                (void)amp_cpu_cast((uint16_t *)dx + p * in_sz, dt, sc.in, AMP_F32, in_sz);
+                (void)amp_cpu_convert((uint16_t *)dx + p * in_sz, dt, sc.in, AMP_F32, in_sz);
             }
         }
         plane_scratch_free(&sc);

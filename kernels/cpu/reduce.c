@@ -53,7 +53,8 @@ static double chunked_sum(amp_dtype dt, int64_t n, const void *x, bool square) {
     return total;
 }
 
-amp_status amp_cpu_sum(amp_dtype dt, int64_t n, const void *x, float alpha, float *out) {
+amp_status amp_cpu_sum(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x, float alpha,
+                       float *out) {
     AMP_TRY(amp_backend_check_float(__func__, dt));
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum: n = %lld < 0", (long long)n);
     AMP_CHECK_ARG(out);
@@ -88,7 +89,8 @@ static void sum_rows_block(amp_dtype dt, int64_t cols, const void *x, int64_t r0
     }
 }
 
-amp_status amp_cpu_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x, float *out) {
+amp_status amp_cpu_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int64_t cols,
+                            const void *x, float *out) {
     AMP_TRY(amp_backend_check_float(__func__, dt));
     if (rows < 0 || cols < 0)
         return amp_fail(AMP_ERR_SHAPE, "amp_cpu_sum_rows: shape [%lld, %lld] has a negative size",

@@ -4,7 +4,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/scaler.h"
 
-amp_status amp_cpu_scaler_seed(amp_scaler_dev *s, float cap) {
+amp_status amp_cpu_scaler_seed(amp_device_ctx *dev, amp_scaler_dev *s, float cap) {
     AMP_CHECK_ARG(s);
     if (!(cap > 0.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "scaler_seed: cap = %g, want > 0", (double)cap);
@@ -12,7 +12,7 @@ amp_status amp_cpu_scaler_seed(amp_scaler_dev *s, float cap) {
     return AMP_OK;
 }
 
-amp_status amp_cpu_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
+amp_status amp_cpu_scaler_clip(amp_device_ctx *dev, amp_scaler_dev *s, const float *sumsq_f32,
                                const float *sumsq_half, float max_norm) {
     AMP_CHECK_ARG(s);
     amp_scaler_dev_clip(s, sumsq_f32 ? *sumsq_f32 : 0.0f, sumsq_half ? *sumsq_half : 0.0f,
@@ -20,7 +20,7 @@ amp_status amp_cpu_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
     return AMP_OK;
 }
 
-amp_status amp_cpu_scaler_update(amp_scaler_dev *s, const amp_scaler_params *p,
+amp_status amp_cpu_scaler_update(amp_device_ctx *dev, amp_scaler_dev *s, const amp_scaler_params *p,
                                  float *found_inf, bool checks, bool other_skip) {
     AMP_CHECK_ARG(s);
     AMP_CHECK_ARG(p);

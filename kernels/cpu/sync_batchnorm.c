@@ -49,8 +49,8 @@ AMP_CPU_CLONES static void sync_channel_sums(const amp_bn_desc *d, const void *x
     else channel_sums(d, kind, x, dy, NULL, ch, center, s1, s2);
 }
 
-amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
-                                   const void *dy, float *out1, float *out2) {
+amp_status amp_cpu_bn_channel_sums(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                                   const float *center, const void *dy, float *out1, float *out2) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(out1);
@@ -65,9 +65,10 @@ amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const fl
     return AMP_OK;
 }
 
-amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
-                                 const float *s1, const float *s2, float *mean, float *var,
-                                 float *invstd, float *running_mean, float *running_var) {
+amp_status amp_cpu_bn_sync_stats(amp_device_ctx *dev, const amp_bn_desc *d, int64_t count,
+                                 const float *center, const float *s1, const float *s2, float *mean,
+                                 float *var, float *invstd, float *running_mean,
+                                 float *running_var) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_TRY(amp_backend_check_bn_count(__func__, count, s2 != NULL));
     AMP_CHECK_ARG(s1);
@@ -87,9 +88,10 @@ AMP_CPU_CLONES static void sync_channel_dx(const amp_bn_desc *d, const void *x, 
     channel_bwd_dx_tiles(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
 }
 
-amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,
-                                const float *gamma, const float *mean, const float *invstd,
-                                const float *sum_dy, const float *sum_dy_xmu, void *dx) {
+amp_status amp_cpu_bn_bwd_elemt(amp_device_ctx *dev, const amp_bn_desc *d, int64_t count,
+                                const void *x, const void *dy, const float *gamma,
+                                const float *mean, const float *invstd, const float *sum_dy,
+                                const float *sum_dy_xmu, void *dx) {
     AMP_TRY(amp_backend_check_bn_bwd_elemt(__func__, d, count, x, dy, mean, invstd, sum_dy,
                                            sum_dy_xmu, dx));
 #pragma omp parallel for schedule(static) if (d->n * d->c * d->hw >= AMP_CPU_PARALLEL_MIN)

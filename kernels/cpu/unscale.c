@@ -42,14 +42,14 @@ uint32_t amp_cpu_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale
                                int64_t len) {
     const float *in = grad;
     if (g_dt != AMP_F32) { /* widen into out (exact), then unscale there in place */
-        (void)amp_cpu_cast(out, AMP_F32, grad, g_dt, len);
+        (void)amp_cpu_convert(out, AMP_F32, grad, g_dt, len);
         in = out;
     }
     return unscale_f32_range(in, inv_scale, out, len);
 }
 
-amp_status amp_cpu_unscale(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
-                           float *out, float *found_inf) {
+amp_status amp_cpu_unscale(amp_device_ctx *dev, amp_dtype g_dt, int64_t n, const void *grad,
+                           float inv_scale, float *out, float *found_inf) {
     AMP_TRY(amp_backend_check_unscale("amp_cpu_unscale", g_dt, n, grad, inv_scale, out, found_inf));
     if (n == 0) return AMP_OK;
     /* Chunks of AMP_CPU_REDUCE_CHUNK: a half chunk is widened into out and unscaled there while

@@ -69,9 +69,10 @@ static amp_status mt_table(const char *fn, int64_t n, const int64_t *numel, cons
 
 /* ---- unscale ------------------------------------------------------------------------------- */
 
-amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
-                                 const void *const *grad, float inv_scale, float *const *out,
-                                 float *found_inf, const amp_step_scalars *scalars) {
+amp_status amp_cpu_unscale_multi(amp_device_ctx *dev, amp_dtype g_dt, int64_t n,
+                                 const int64_t *numel, const void *const *grad, float inv_scale,
+                                 float *const *out, float *found_inf,
+                                 const amp_step_scalars *scalars) {
     static const char fn[] = "amp_cpu_unscale_multi";
     AMP_TRY(mt_check_float(fn, g_dt));
     AMP_TRY(mt_check_list(fn, n, numel, grad, "grad"));
@@ -128,8 +129,8 @@ amp_status amp_cpu_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel
 
 /* ---- nonfinite ----------------------------------------------------------------------------- */
 
-amp_status amp_cpu_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
-                                   const void *const *x, float *found_inf) {
+amp_status amp_cpu_nonfinite_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                   const int64_t *numel, const void *const *x, float *found_inf) {
     static const char fn[] = "amp_cpu_nonfinite_multi";
     AMP_TRY(mt_check_float(fn, dt));
     AMP_TRY(mt_check_list(fn, n, numel, x, "x"));
@@ -170,8 +171,8 @@ static double mt_sumsq_f32(const float *x, int64_t n) {
     return s;
 }
 
-amp_status amp_cpu_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
-                                     const void *const *x, float *out) {
+amp_status amp_cpu_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                     const int64_t *numel, const void *const *x, float *out) {
     static const char fn[] = "amp_cpu_sum_squares_multi";
     AMP_TRY(mt_check_float(fn, dt));
     AMP_TRY(mt_check_list(fn, n, numel, x, "x"));

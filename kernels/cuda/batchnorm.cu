@@ -22,7 +22,7 @@
  * dgamma/dbeta may be NULL (not wanted; bwd with all three NULL has nothing to do). y may be x and
  * dx may be dy: the elementwise passes run after every sum, and the same thread reads and writes an
  * element. The workspace (tile totals and per-channel values) comes from the caching allocator
- * and goes back right after the launches: the backend's one stream orders its reuse. */
+ * and goes back right after the launches: the context's one stream orders its reuse. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -287,9 +287,9 @@ static amp_status bn_bwd_launch(const amp_bn_desc *d, const void *x, const void 
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x,
-                                            const float *gamma, const float *beta, void *y,
-                                            float *save_mean, float *save_invstd,
+extern "C" amp_status amp_cuda_bn_fwd_train(amp_device_ctx *dev, const amp_bn_desc *d,
+                                            const void *x, const float *gamma, const float *beta,
+                                            void *y, float *save_mean, float *save_invstd,
                                             float *running_mean, float *running_var) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_TRAIN));
     AMP_CHECK_ARG(x);
@@ -297,8 +297,8 @@ extern "C" amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x,
     size_t nbytes = sizeof(double) * (size_t)((bn_tiles(d) + 1) * d->c) +
                     2 * sizeof(float) * (size_t)d->c;
     void *ws = NULL;
-    AMP_TRY(amp_cuda_alloc(nbytes, &ws));
-    cudaStream_t stream = amp_cuda_stream();
+    AMP_TRY(amp_cuda_alloc(dev, nbytes, &ws));
+    cudaStream_t stream = dev->stream;
     amp_status s;
     switch (d->dtype) {
     case AMP_F16:
@@ -314,21 +314,22 @@ extern "C" amp_status amp_cuda_bn_fwd_train(const amp_bn_desc *d, const void *x,
                                          running_mean, running_var, ws, stream);
         break;
     }
-    amp_cuda_free(ws); /* reused only by work queued after these kernels (one stream) */
+    amp_cuda_free(dev, ws); /* reused only by work queued after these kernels (one stream) */
     return s;
 }
 
-extern "C" amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
-                                           const float *beta, const float *running_mean,
-                                           const float *running_var, void *y) {
+extern "C" amp_status amp_cuda_bn_fwd_eval(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                                           const float *gamma, const float *beta,
+                                           const float *running_mean, const float *running_var,
+                                           void *y) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_EVAL));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(running_mean);
     AMP_CHECK_ARG(running_var);
     void *ws = NULL;
-    AMP_TRY(amp_cuda_alloc(2 * sizeof(float) * (size_t)d->c, &ws));
-    cudaStream_t stream = amp_cuda_stream();
+    AMP_TRY(amp_cuda_alloc(dev, 2 * sizeof(float) * (size_t)d->c, &ws));
+    cudaStream_t stream = dev->stream;
     amp_status s;
     switch (d->dtype) {
     case AMP_F16:
@@ -344,14 +345,14 @@ extern "C" amp_status amp_cuda_bn_fwd_eval(const amp_bn_desc *d, const void *x, 
                                         stream);
         break;
     }
-    amp_cuda_free(ws); /* as in amp_cuda_bn_fwd_train */
+    amp_cuda_free(dev, ws); /* as in amp_cuda_bn_fwd_train */
     return s;
 }
 
-extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy,
-                                      const void *y, const float *gamma, const float *save_mean,
-                                      const float *save_invstd, void *dx, float *dgamma,
-                                      float *dbeta) {
+extern "C" amp_status amp_cuda_bn_bwd(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                                      const void *dy, const void *y, const float *gamma,
+                                      const float *save_mean, const float *save_invstd, void *dx,
+                                      float *dgamma, float *dbeta) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_BWD));
     AMP_TRY(amp_backend_check_bn_bwd_y(__func__, d, y));
     AMP_CHECK_ARG(x);
@@ -363,8 +364,8 @@ extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const
     size_t nbytes = 2 * sizeof(double) * (size_t)(bn_tiles(d) * d->c) +
                     (dx ? 3 * sizeof(float) * (size_t)d->c : 0);
     void *ws = NULL;
-    AMP_TRY(amp_cuda_alloc(nbytes, &ws));
-    cudaStream_t stream = amp_cuda_stream();
+    AMP_TRY(amp_cuda_alloc(dev, nbytes, &ws));
+    cudaStream_t stream = dev->stream;
     amp_status s;
     switch (d->dtype) {
     case AMP_F16:
@@ -380,6 +381,6 @@ extern "C" amp_status amp_cuda_bn_bwd(const amp_bn_desc *d, const void *x, const
                                    dbeta, ws, stream);
         break;
     }
-    amp_cuda_free(ws); /* as in amp_cuda_bn_fwd_train */
+    amp_cuda_free(dev, ws); /* as in amp_cuda_bn_fwd_train */
     return s;
 }

@@ -9,7 +9,7 @@
  *
  * Loops are grid-stride (the grid is capped at AMP_CUDA_MAX_BLOCKS) with 64-bit indices. Each
  * launcher takes an explicit stream and checks the launch; the entries validate their arguments
- * (with the CPU backend's statuses) and run on the backend's stream. */
+ * (with the CPU backend's statuses) and run on the context's stream. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -161,8 +161,8 @@ static amp_status check_fill(const char *fn, void *dst, amp_dtype dt, int64_t n)
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_cast(void *dst, amp_dtype dst_dt, const void *src,
-                                    amp_dtype src_dt, int64_t n) {
+extern "C" amp_status amp_cuda_cast(amp_device_ctx *dev, void *dst, amp_dtype dst_dt,
+                                    const void *src, amp_dtype src_dt, int64_t n) {
     if (!is_known_dtype(dst_dt) || !is_known_dtype(src_dt))
         return amp_fail(AMP_ERR_DTYPE, "amp_cuda_cast: unknown dtype (src %d, dst %d)", (int)src_dt,
                         (int)dst_dt);
@@ -176,7 +176,7 @@ extern "C" amp_status amp_cuda_cast(void *dst, amp_dtype dst_dt, const void *src
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(dst);
     AMP_CHECK_ARG(src);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     if (dst_dt == src_dt) {
         AMP_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)n * amp_dtype_size(dst_dt),
                                      cudaMemcpyDeviceToDevice, stream));
@@ -185,16 +185,17 @@ extern "C" amp_status amp_cuda_cast(void *dst, amp_dtype dst_dt, const void *src
     return cast_launch(dst, dst_dt, src, src_dt, n, stream);
 }
 
-extern "C" amp_status amp_cuda_fill(void *dst, amp_dtype dt, int64_t n, float value) {
+extern "C" amp_status amp_cuda_fill(amp_device_ctx *dev, void *dst, amp_dtype dt, int64_t n,
+                                    float value) {
     AMP_TRY(check_fill("amp_cuda_fill", dst, dt, n));
     if (n == 0) return AMP_OK;
-    return fill_launch(dst, dt, n, value, amp_cuda_stream());
+    return fill_launch(dst, dt, n, value, dev->stream);
 }
 
-extern "C" amp_status amp_cuda_fill_scalar(void *dst, amp_dtype dt, int64_t n,
+extern "C" amp_status amp_cuda_fill_scalar(amp_device_ctx *dev, void *dst, amp_dtype dt, int64_t n,
                                            const float *scalar, float scale) {
     AMP_CHECK_ARG(scalar);
     AMP_TRY(check_fill("amp_cuda_fill_scalar", dst, dt, n));
     if (n == 0) return AMP_OK;
-    return fill_scalar_launch(dst, dt, n, scalar, scale, amp_cuda_stream());
+    return fill_scalar_launch(dst, dt, n, scalar, scale, dev->stream);
 }

@@ -38,6 +38,7 @@
 typedef struct amp_cuda_comm {
     ncclComm_t nccl;
     cudaStream_t stream;      /* the communication stream */
+    cudaStream_t compute;     /* the device context's stream, which the collectives follow */
     cudaEvent_t ready;        /* recorded on the compute stream before each collective */
     cudaEvent_t done;         /* recorded on the communication stream after each collective */
     bool any;                 /* a collective was queued since the communicator was made */
@@ -77,13 +78,15 @@ static amp_status amp_cuda_coll_init(amp_cuda_comm *c, const void *id, int rank,
     return AMP_OK;
 }
 
-amp_status amp_cuda_coll_create(const void *id, int rank, int size, void **out) {
+amp_status amp_cuda_coll_create(amp_device_ctx *dev, const void *id, int rank, int size,
+                                void **out) {
     if (!id || !out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: id or out is NULL", __func__);
     if (size < 1 || rank < 0 || rank >= size)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: rank %d of %d", __func__, rank, size);
     *out = NULL;
     amp_cuda_comm *c = calloc(1, sizeof *c);
     if (!c) return amp_fail(AMP_ERR_OOM, "%s: out of memory", __func__);
+    c->compute = dev->stream;
     amp_status s = amp_cuda_coll_init(c, id, rank, size);
     if (s != AMP_OK) {
         amp_cuda_coll_free(c, true);
@@ -100,7 +103,7 @@ static ncclDataType_t amp_nccl_type(amp_dtype dt) {
 
 /* The communication stream waits for the compute work queued so far. */
 static amp_status amp_cuda_coll_after_compute(amp_cuda_comm *c) {
-    AMP_CUDA_TRY(cudaEventRecord(c->ready, amp_cuda_stream()));
+    AMP_CUDA_TRY(cudaEventRecord(c->ready, c->compute));
     AMP_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->ready, 0));
     return AMP_OK;
 }
@@ -140,7 +143,7 @@ amp_status amp_cuda_coll_broadcast(void *comm, void *buf, size_t nbytes, int roo
 amp_status amp_cuda_coll_join(void *comm) {
     amp_cuda_comm *c = comm;
     if (!c) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'comm' is NULL", __func__);
-    if (c->any) AMP_CUDA_TRY(cudaStreamWaitEvent(amp_cuda_stream(), c->done, 0));
+    if (c->any) AMP_CUDA_TRY(cudaStreamWaitEvent(c->compute, c->done, 0));
     return AMP_OK;
 }
 

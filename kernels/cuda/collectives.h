@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 amp_status amp_cuda_coll_id(void *id);
-amp_status amp_cuda_coll_create(const void *id, int rank, int size, void **comm);
+amp_status amp_cuda_coll_create(amp_device_ctx *dev, const void *id, int rank, int size,
+                                void **comm);
 void amp_cuda_coll_free(void *comm, bool abort);
 amp_status amp_cuda_coll_allreduce(void *comm, void *buf, amp_dtype dt, int64_t n, amp_coll_op op);
 amp_status amp_cuda_coll_broadcast(void *comm, void *buf, size_t nbytes, int root);

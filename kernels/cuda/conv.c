@@ -34,7 +34,7 @@
  * cudnnFind*AlgorithmEx would time every algorithm on the real buffers, a host wait and its
  * workspace on the first call of each shape, and would overwrite the forward's output, which
  * holds the bias already). The workspace comes from the caching allocator for each call and goes
- * back to it right after the call is enqueued: the backend's one stream orders its reuse.
+ * back to it right after the call is enqueued: the context's one stream orders its reuse.
  *
  * One mutex guards the handle and the table: cuDNN handles are not to be used by two threads at
  * once, and contexts on different threads may share the backend. */
@@ -42,6 +42,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -81,12 +82,24 @@ typedef struct conv_plan {
     size_t ws_nbytes;
 } conv_plan;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static cudnnHandle_t g_handle;
-static cudaStream_t g_handle_stream;
-static conv_plan g_plans[AMP_CONV_PLANS];
-static int g_next_victim;
-static amp_cuda_conv_stats g_stats = {0, -1, -1, -1, -1};
+/* A device context's convolution state: its cuDNN handle (made at the first convolution, bound
+ * to the context's stream) and plan cache. One mutex per context guards them. */
+struct amp_cuda_conv_state {
+    pthread_mutex_t lock;
+    cudnnHandle_t handle;
+    conv_plan plans[AMP_CONV_PLANS];
+    int next_victim;
+    amp_cuda_conv_stats stats;
+};
+
+amp_status amp_cuda_conv_state_create(amp_cuda_conv_state **out) {
+    amp_cuda_conv_state *c = calloc(1, sizeof *c);
+    if (!c) return amp_fail(AMP_ERR_OOM, "amp_cuda_conv_state_create: out of host memory");
+    pthread_mutex_init(&c->lock, NULL);
+    c->stats = (amp_cuda_conv_stats){0, -1, -1, -1, -1};
+    *out = c;
+    return AMP_OK;
+}
 
 /* AMP_ERR_BACKEND naming our entry, the cuDNN function, its status and cuDNN's own message. */
 static amp_status cudnn_fail(const char *fn, const char *call, cudnnStatus_t st) {
@@ -108,24 +121,20 @@ static cudnnDataType_t cudnn_type(amp_dtype dt) {
                                                             : CUDNN_DATA_FLOAT;
 }
 
-/* The handle, made on first use and bound to the backend's stream; the caller holds g_lock. */
-static amp_status handle_get(const char *fn, cudnnHandle_t *out) {
-    cudaStream_t stream = amp_cuda_stream();
-    if (!g_handle) {
+/* The context's handle, made on first use and bound to its stream; the caller holds the lock. */
+static amp_status handle_get(amp_device_ctx *dev, const char *fn, cudnnHandle_t *out) {
+    amp_cuda_conv_state *c = dev->conv;
+    if (!c->handle) {
         cudnnHandle_t h = NULL;
         CUDNN_TRY(fn, cudnnCreate, (&h));
-        cudnnStatus_t st = cudnnSetStream(h, stream);
+        cudnnStatus_t st = cudnnSetStream(h, dev->stream);
         if (st != CUDNN_STATUS_SUCCESS) {
             cudnnDestroy(h);
             return cudnn_fail(fn, "cudnnSetStream", st);
         }
-        g_handle = h;
-        g_handle_stream = stream;
-    } else if (stream != g_handle_stream) {
-        CUDNN_TRY(fn, cudnnSetStream, (g_handle, stream));
-        g_handle_stream = stream;
+        c->handle = h;
     }
-    *out = g_handle;
+    *out = c->handle;
     return AMP_OK;
 }
 
@@ -183,14 +192,14 @@ static amp_status algo_workspace(const conv_plan *p, cudnnHandle_t h, conv_dir d
 
 /* Asks cuDNN's heuristics for the direction's algorithms, best first, and takes the first
  * usable one within the workspace bound. The three perf types differ only in the algo enum. */
-static amp_status plan_pick_algo(conv_plan *p, cudnnHandle_t h, conv_dir dir, bool deterministic,
-                                 const amp_conv2d_desc *d) {
+static amp_status plan_pick_algo(amp_cuda_conv_state *c, conv_plan *p, cudnnHandle_t h,
+                                 conv_dir dir, bool deterministic, const amp_conv2d_desc *d) {
     const char *fn = conv_fn[dir];
     /* Room for the list of any direction. */
     int algos[CUDNN_CONVOLUTION_FWD_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT +
               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int n_found = 0, n_usable = 0;
-    g_stats.algo_searches++;
+    c->stats.algo_searches++;
     if (dir == CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         CUDNN_TRY(fn, cudnnGetConvolutionForwardAlgorithm_v7,
@@ -236,8 +245,8 @@ static amp_status plan_pick_algo(conv_plan *p, cudnnHandle_t h, conv_dir dir, bo
                     (long long)d->pad_w, amp_dtype_name(d->dtype), n_found, n_usable);
 }
 
-static amp_status plan_build(conv_plan *p, const int64_t key[CONV_KEY_LEN], cudnnHandle_t h,
-                             const amp_conv2d_desc *d, conv_dir dir) {
+static amp_status plan_build(amp_cuda_conv_state *c, conv_plan *p, const int64_t key[CONV_KEY_LEN],
+                             cudnnHandle_t h, const amp_conv2d_desc *d, conv_dir dir) {
     const char *fn = conv_fn[dir];
     memset(p, 0, sizeof *p);
     memcpy(p->key, key, sizeof p->key);
@@ -263,24 +272,24 @@ static amp_status plan_build(conv_plan *p, const int64_t key[CONV_KEY_LEN], cudn
                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     p->math = d->dtype == AMP_F32 && !d->allow_tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
     CUDNN_TRY(fn, cudnnSetConvolutionMathType, (p->conv, p->math));
-    return plan_pick_algo(p, h, dir, !d->allow_nondeterministic, d);
+    return plan_pick_algo(c, p, h, dir, !d->allow_nondeterministic, d);
 }
 
-/* The cached plan of the problem, built on a miss; the caller holds g_lock. */
-static amp_status plan_get(const amp_conv2d_desc *d, conv_dir dir, cudnnHandle_t h,
-                           conv_plan **out) {
+/* The cached plan of the problem, built on a miss; the caller holds c->lock. */
+static amp_status plan_get(amp_cuda_conv_state *c, const amp_conv2d_desc *d, conv_dir dir,
+                           cudnnHandle_t h, conv_plan **out) {
     int64_t key[CONV_KEY_LEN];
     key_fill(key, d, dir);
     for (int i = 0; i < AMP_CONV_PLANS; i++) {
-        if (g_plans[i].used && memcmp(g_plans[i].key, key, sizeof key) == 0) {
-            *out = &g_plans[i];
+        if (c->plans[i].used && memcmp(c->plans[i].key, key, sizeof key) == 0) {
+            *out = &c->plans[i];
             return AMP_OK;
         }
     }
-    conv_plan *p = &g_plans[g_next_victim];
-    g_next_victim = (g_next_victim + 1) % AMP_CONV_PLANS;
+    conv_plan *p = &c->plans[c->next_victim];
+    c->next_victim = (c->next_victim + 1) % AMP_CONV_PLANS;
     plan_release(p);
-    amp_status s = plan_build(p, key, h, d, dir);
+    amp_status s = plan_build(c, p, key, h, d, dir);
     if (s != AMP_OK) {
         plan_release(p);
         return s;
@@ -296,17 +305,18 @@ typedef struct conv_io {
     bool accumulate; /* forward with bias: out holds the bias already, beta = 1 */
 } conv_io;
 
-/* Enqueues the direction's cuDNN call on the backend's stream; *ws receives the workspace (or
- * NULL), for the caller to free once the lock is dropped. The caller holds g_lock. */
-static amp_status conv_enqueue(const amp_conv2d_desc *d, conv_dir dir, const conv_io *io,
-                               void **ws) {
+/* Enqueues the direction's cuDNN call on the context's stream; *ws receives the workspace (or
+ * NULL), for the caller to free once the lock is dropped. The caller holds the context's lock. */
+static amp_status conv_enqueue(amp_device_ctx *dev, const amp_conv2d_desc *d, conv_dir dir,
+                               const conv_io *io, void **ws) {
     const char *fn = conv_fn[dir];
     cudnnHandle_t h = NULL;
-    AMP_TRY(handle_get(fn, &h));
+    AMP_TRY(handle_get(dev, fn, &h));
+    amp_cuda_conv_state *c = dev->conv;
     conv_plan *p = NULL;
-    AMP_TRY(plan_get(d, dir, h, &p));
-    if (p->ws_nbytes) AMP_TRY(amp_cuda_alloc(p->ws_nbytes, ws));
-    g_stats.math_type = (int)p->math;
+    AMP_TRY(plan_get(c, d, dir, h, &p));
+    if (p->ws_nbytes) AMP_TRY(amp_cuda_alloc(dev, p->ws_nbytes, ws));
+    c->stats.math_type = (int)p->math;
     const float one = 1.0f, zero = 0.0f; /* host scalars, f32 for all three configurations */
     switch (dir) {
     case CONV_FWD:
@@ -314,34 +324,35 @@ static amp_status conv_enqueue(const amp_conv2d_desc *d, conv_dir dir, const con
                   (h, &one, p->x, io->in0, p->w, io->in1, p->conv,
                    (cudnnConvolutionFwdAlgo_t)p->algo, *ws, p->ws_nbytes,
                    io->accumulate ? &one : &zero, p->y, io->out));
-        g_stats.fwd_algo = p->algo;
+        c->stats.fwd_algo = p->algo;
         break;
     case CONV_BWD_DATA:
         CUDNN_TRY(fn, cudnnConvolutionBackwardData,
                   (h, &one, p->w, io->in1, p->y, io->in0, p->conv,
                    (cudnnConvolutionBwdDataAlgo_t)p->algo, *ws, p->ws_nbytes, &zero, p->x,
                    io->out));
-        g_stats.bwd_data_algo = p->algo;
+        c->stats.bwd_data_algo = p->algo;
         break;
     default:
         CUDNN_TRY(fn, cudnnConvolutionBackwardFilter,
                   (h, &one, p->x, io->in0, p->y, io->in1, p->conv,
                    (cudnnConvolutionBwdFilterAlgo_t)p->algo, *ws, p->ws_nbytes, &zero, p->w,
                    io->out));
-        g_stats.bwd_filter_algo = p->algo;
+        c->stats.bwd_filter_algo = p->algo;
         break;
     }
     return AMP_OK;
 }
 
-static amp_status conv_run(const amp_conv2d_desc *d, conv_dir dir, const conv_io *io) {
+static amp_status conv_run(amp_device_ctx *dev, const amp_conv2d_desc *d, conv_dir dir,
+                           const conv_io *io) {
     void *ws = NULL;
-    pthread_mutex_lock(&g_lock);
-    amp_status s = conv_enqueue(d, dir, io, &ws);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&dev->conv->lock);
+    amp_status s = conv_enqueue(dev, d, dir, io, &ws);
+    pthread_mutex_unlock(&dev->conv->lock);
     /* Safe before the queued call ran: the allocator hands the block only to work queued later
      * on the same stream. */
-    amp_cuda_free(ws);
+    amp_cuda_free(dev, ws);
     return s;
 }
 
@@ -363,8 +374,8 @@ static amp_status conv_check(conv_dir dir, const amp_conv2d_desc *d) {
     return AMP_OK;
 }
 
-amp_status amp_cuda_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const void *w,
-                               const float *bias, void *y) {
+amp_status amp_cuda_conv2d_fwd(amp_device_ctx *dev, const amp_conv2d_desc *d, const void *x,
+                               const void *w, const float *bias, void *y) {
     AMP_CHECK_ARG(d);
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(w);
@@ -374,50 +385,58 @@ amp_status amp_cuda_conv2d_fwd(const amp_conv2d_desc *d, const void *x, const vo
      * in f32 (beta = 1) with one rounding, as the backends' contract asks; adding the bias after
      * cuDNN's rounded output (PyTorch's output.add_(bias)) would round twice. */
     if (bias)
-        AMP_TRY(amp_cuda_conv_bias_fill_launch(d->dtype, d->n, d->c_out, d->h_out * d->w_out,
-                                               bias, y, amp_cuda_stream()));
+        AMP_TRY(amp_cuda_conv_bias_fill_launch(d->dtype, d->n, d->c_out, d->h_out * d->w_out, bias,
+                                               y, dev->stream));
     conv_io io = {x, w, y, bias != NULL};
-    return conv_run(d, CONV_FWD, &io);
+    return conv_run(dev, d, CONV_FWD, &io);
 }
 
-amp_status amp_cuda_conv2d_bwd_data(const amp_conv2d_desc *d, const void *dy, const void *w,
-                                    void *dx) {
+amp_status amp_cuda_conv2d_bwd_data(amp_device_ctx *dev, const amp_conv2d_desc *d, const void *dy,
+                                    const void *w, void *dx) {
     AMP_CHECK_ARG(d);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(w);
     AMP_CHECK_ARG(dx);
     AMP_TRY(conv_check(CONV_BWD_DATA, d));
     conv_io io = {dy, w, dx, false};
-    return conv_run(d, CONV_BWD_DATA, &io);
+    return conv_run(dev, d, CONV_BWD_DATA, &io);
 }
 
-amp_status amp_cuda_conv2d_bwd_weight(const amp_conv2d_desc *d, const void *x, const void *dy,
-                                      void *dw, float *dbias) {
+amp_status amp_cuda_conv2d_bwd_weight(amp_device_ctx *dev, const amp_conv2d_desc *d, const void *x,
+                                      const void *dy, void *dw, float *dbias) {
     AMP_CHECK_ARG(d);
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(dw);
     AMP_TRY(conv_check(CONV_BWD_FILTER, d));
     conv_io io = {x, dy, dw, false};
-    AMP_TRY(conv_run(d, CONV_BWD_FILTER, &io));
+    AMP_TRY(conv_run(dev, d, CONV_BWD_FILTER, &io));
     if (!dbias) return AMP_OK;
-    return amp_cuda_conv_bias_grad_launch(d->dtype, d->n, d->c_out, d->h_out * d->w_out, dy,
-                                          dbias, amp_cuda_stream());
+    return amp_cuda_conv_bias_grad_launch(d->dtype, d->n, d->c_out, d->h_out * d->w_out, dy, dbias,
+                                          dev->stream);
 }
 
-void amp_cuda_conv_shutdown(void) {
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < AMP_CONV_PLANS; i++) plan_release(&g_plans[i]);
-    g_next_victim = 0;
-    if (g_handle) cudnnDestroy(g_handle);
-    g_handle = NULL;
-    g_handle_stream = NULL;
-    pthread_mutex_unlock(&g_lock);
+void amp_cuda_conv_shutdown(amp_device_ctx *dev) {
+    amp_cuda_conv_state *c = dev->conv;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < AMP_CONV_PLANS; i++) plan_release(&c->plans[i]);
+    c->next_victim = 0;
+    if (c->handle) cudnnDestroy(c->handle);
+    c->handle = NULL;
+    pthread_mutex_unlock(&c->lock);
 }
 
-void amp_cuda_conv_stats_get(amp_cuda_conv_stats *out) {
+void amp_cuda_conv_stats_get(amp_device_ctx *dev, amp_cuda_conv_stats *out) {
     if (!out) return;
-    pthread_mutex_lock(&g_lock);
-    *out = g_stats;
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&dev->conv->lock);
+    *out = dev->conv->stats;
+    pthread_mutex_unlock(&dev->conv->lock);
+}
+
+void amp_cuda_conv_state_free(amp_device_ctx *dev, amp_cuda_conv_state *c) {
+    if (!c) return;
+    for (int i = 0; i < AMP_CONV_PLANS; i++) plan_release(&c->plans[i]);
+    if (c->handle) cudnnDestroy(c->handle);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
 }

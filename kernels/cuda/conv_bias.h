@@ -27,7 +27,7 @@ amp_status amp_cuda_conv_bias_fill_launch(amp_dtype dt, int64_t n, int64_t c, in
 amp_status amp_cuda_conv_bias_grad_launch(amp_dtype dt, int64_t n, int64_t c, int64_t hw,
                                           const void *dy, float *dbias, cudaStream_t stream);
 
-/* The algorithm cache of conv.c, process-wide. */
+/* The algorithm cache of conv.c, the device context's. */
 typedef struct amp_cuda_conv_stats {
     int64_t algo_searches; /* calls of cudnnGetConvolution*Algorithm_v7: one per new plan */
     /* The cuDNN algorithm of the latest call of each entry (cudnnConvolutionFwdAlgo_t,
@@ -37,7 +37,7 @@ typedef struct amp_cuda_conv_stats {
     int math_type;
 } amp_cuda_conv_stats;
 
-void amp_cuda_conv_stats_get(amp_cuda_conv_stats *out);
+void amp_cuda_conv_stats_get(amp_device_ctx *dev, amp_cuda_conv_stats *out);
 
 #ifdef __cplusplus
 }

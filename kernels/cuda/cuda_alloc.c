@@ -11,12 +11,14 @@
  * When cudaMalloc runs out of memory, every cached block is released and the call retried once.
  *
  * Safety of reuse: a block freed while queued work still reads it is only handed to work queued
- * later on the backend's stream, which runs after it. A block that another stream used (a batch
+ * later on the context's stream, which runs after it. A block that another stream used (a batch
  * copied in on the side copy stream) is marked with amp_cuda_record_stream, as PyTorch's
  * recordStream: when it is freed, an event is recorded on each such stream and the block waits
  * in a pending list until every event has completed (polled with cudaEventQuery at the next
  * allocation, never waited for), so no other stream can still be using it when it is reused.
- * One mutex guards the tables: contexts on different threads may share the backend.
+ * Each device context (cuda_backend.h) has an allocator of its own, so two contexts share no
+ * blocks; one mutex per allocator guards its tables: contexts of amp on different threads may
+ * share one device context.
  *
  * AMP_CUDA_NO_CACHING=1 (PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING) turns the cache off: every
  * alloc is a cudaMalloc of exactly the request and every free waits for the device (no stream
@@ -58,14 +60,24 @@ typedef struct block {
     struct block *next;
 } block;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static block *g_free[N_CLASSES];
-static block *g_live[N_LIVE_BUCKETS];
-static block *g_pending; /* freed, waiting for their events */
-static size_t g_in_use, g_cached, g_peak;
-static uint64_t g_mallocs; /* cudaMalloc calls, for the steady-state check */
+struct amp_cuda_alloc_state {
+    pthread_mutex_t lock;
+    block *free[N_CLASSES];
+    block *live[N_LIVE_BUCKETS];
+    block *pending; /* freed, waiting for their events */
+    size_t in_use, cached, peak;
+    uint64_t mallocs; /* cudaMalloc calls, for the steady-state check */
+};
 
-/* AMP_CUDA_NO_CACHING set to anything but "" or "0"; read once (callers hold g_lock). */
+amp_status amp_cuda_alloc_state_create(amp_cuda_alloc_state **out) {
+    amp_cuda_alloc_state *a = calloc(1, sizeof *a);
+    if (!a) return amp_fail(AMP_ERR_OOM, "amp_cuda_alloc_state_create: out of host memory");
+    pthread_mutex_init(&a->lock, NULL);
+    *out = a;
+    return AMP_OK;
+}
+
+/* AMP_CUDA_NO_CACHING set to anything but "" or "0"; read once (callers hold the lock). */
 static bool no_caching_locked(void) {
     static int set = -1;
     if (set < 0) set = amp_env_flag("AMP_CUDA_NO_CACHING");
@@ -94,16 +106,16 @@ static size_t live_bucket(const void *p) {
     return (size_t)(((uintptr_t)p >> 8) % N_LIVE_BUCKETS);
 }
 
-static void to_free_list_locked(block *b) {
-    b->next = g_free[b->cls];
-    g_free[b->cls] = b;
-    g_cached += b->size;
+static void to_free_list_locked(amp_cuda_alloc_state *a, block *b) {
+    b->next = a->free[b->cls];
+    a->free[b->cls] = b;
+    a->cached += b->size;
 }
 
 /* Moves every pending block whose events have all completed to its free list; `wait` makes the
  * host wait for them instead (only when memory is released, which synchronises anyway). */
-static amp_status sweep_pending_locked(bool wait) {
-    for (block **link = &g_pending; *link;) {
+static amp_status sweep_pending_locked(amp_cuda_alloc_state *a, bool wait) {
+    for (block **link = &a->pending; *link;) {
         block *b = *link;
         bool done = true;
         for (int i = 0; i < b->n_streams; i++) {
@@ -123,19 +135,19 @@ static amp_status sweep_pending_locked(bool wait) {
         for (int i = 0; i < b->n_streams; i++) cudaEventDestroy(b->events[i]);
         b->n_streams = 0;
         *link = b->next;
-        to_free_list_locked(b);
+        to_free_list_locked(a, b);
     }
     return AMP_OK;
 }
 
-/* Frees every cached block; the caller holds g_lock. */
-static amp_status release_cached_locked(void) {
-    AMP_TRY(sweep_pending_locked(true));
+/* Frees every cached block; the caller holds the lock. */
+static amp_status release_cached_locked(amp_cuda_alloc_state *a) {
+    AMP_TRY(sweep_pending_locked(a, true));
     for (int c = 0; c < N_CLASSES; c++) {
-        while (g_free[c]) {
-            block *b = g_free[c];
-            g_free[c] = b->next;
-            g_cached -= b->size;
+        while (a->free[c]) {
+            block *b = a->free[c];
+            a->free[c] = b->next;
+            a->cached -= b->size;
             cudaError_t e = cudaFree(b->ptr);
             free(b);
             if (e != cudaSuccess)
@@ -146,7 +158,7 @@ static amp_status release_cached_locked(void) {
     return AMP_OK;
 }
 
-static amp_status alloc_locked(size_t nbytes, void **out) {
+static amp_status alloc_locked(amp_cuda_alloc_state *a, size_t nbytes, void **out) {
     int cls;
     size_t size;
     if (!size_class(nbytes, &cls, &size))
@@ -155,27 +167,27 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
         cls = -1;
         size = nbytes ? nbytes : 1;
     }
-    if (g_pending) AMP_TRY(sweep_pending_locked(false));
-    block *b = cls >= 0 ? g_free[cls] : NULL;
+    if (a->pending) AMP_TRY(sweep_pending_locked(a, false));
+    block *b = cls >= 0 ? a->free[cls] : NULL;
     if (b) {
-        g_free[cls] = b->next;
-        g_cached -= b->size;
+        a->free[cls] = b->next;
+        a->cached -= b->size;
     } else {
         b = malloc(sizeof *b);
         if (!b) return amp_fail(AMP_ERR_OOM, "amp_cuda_alloc: host malloc of a block record failed");
         b->size = size;
         b->cls = cls;
         b->n_streams = 0;
-        g_mallocs++;
+        a->mallocs++;
         cudaError_t e = cudaMalloc(&b->ptr, size);
-        if (e == cudaErrorMemoryAllocation && g_cached > 0) {
+        if (e == cudaErrorMemoryAllocation && a->cached > 0) {
             (void)cudaGetLastError(); /* the failed cudaMalloc is handled here, not by a later check */
-            amp_status s = release_cached_locked();
+            amp_status s = release_cached_locked(a);
             if (s != AMP_OK) {
                 free(b);
                 return s;
             }
-            g_mallocs++;
+            a->mallocs++;
             e = cudaMalloc(&b->ptr, size);
         }
         if (e != cudaSuccess) {
@@ -185,45 +197,48 @@ static amp_status alloc_locked(size_t nbytes, void **out) {
                 return amp_fail(AMP_ERR_OOM,
                                 "amp_cuda_alloc: out of device memory for %zu bytes (block of %zu; "
                                 "%zu bytes in use): cudaMalloc: %s (%s)",
-                                nbytes, size, g_in_use, cudaGetErrorString(e), cudaGetErrorName(e));
+                                nbytes, size, a->in_use, cudaGetErrorString(e),
+                                cudaGetErrorName(e));
             }
             return amp_fail(AMP_ERR_BACKEND, "amp_cuda_alloc: cudaMalloc(%zu): %s (%s)", size,
                             cudaGetErrorString(e), cudaGetErrorName(e));
         }
     }
     size_t h = live_bucket(b->ptr);
-    b->next = g_live[h];
-    g_live[h] = b;
-    g_in_use += b->size;
-    if (g_in_use > g_peak) g_peak = g_in_use;
+    b->next = a->live[h];
+    a->live[h] = b;
+    a->in_use += b->size;
+    if (a->in_use > a->peak) a->peak = a->in_use;
     *out = b->ptr;
     return AMP_OK;
 }
 
-amp_status amp_cuda_alloc(size_t nbytes, void **out) {
+amp_status amp_cuda_alloc(amp_device_ctx *dev, size_t nbytes, void **out) {
+    amp_cuda_alloc_state *a = dev->alloc;
     AMP_CHECK_ARG(out);
     *out = NULL;
-    pthread_mutex_lock(&g_lock);
-    amp_status s = alloc_locked(nbytes, out);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&a->lock);
+    amp_status s = alloc_locked(a, nbytes, out);
+    pthread_mutex_unlock(&a->lock);
     return s;
 }
 
-void amp_cuda_free(void *p) {
+void amp_cuda_free(amp_device_ctx *dev, void *p) {
     if (!p) return;
-    pthread_mutex_lock(&g_lock);
-    block **link = &g_live[live_bucket(p)];
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    block **link = &a->live[live_bucket(p)];
     while (*link && (*link)->ptr != p) link = &(*link)->next;
     block *b = *link;
     bool event_failed = false;
     if (b && no_caching_locked()) {
         *link = b->next;
-        g_in_use -= b->size;
+        a->in_use -= b->size;
         /* Explicitly: any stream's queued work may still use the block. */
         cudaError_t e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaFree(b->ptr);
         free(b);
-        pthread_mutex_unlock(&g_lock);
+        pthread_mutex_unlock(&a->lock);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             amp_log(AMP_LOG_ERROR, "amp_cuda_free: cudaFree(%p): %s (%s)", p,
@@ -233,7 +248,7 @@ void amp_cuda_free(void *p) {
     }
     if (b) {
         *link = b->next;
-        g_in_use -= b->size;
+        a->in_use -= b->size;
         int recorded = 0;
         for (int i = 0; i < b->n_streams; i++) {
             if (cudaEventCreateWithFlags(&b->events[recorded], cudaEventDisableTiming) !=
@@ -257,13 +272,13 @@ void amp_cuda_free(void *p) {
             free(b);
             b = NULL;
         } else if (recorded) {
-            b->next = g_pending;
-            g_pending = b;
+            b->next = a->pending;
+            a->pending = b;
         } else {
-            to_free_list_locked(b);
+            to_free_list_locked(a, b);
         }
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&a->lock);
     if (event_failed)
         amp_log(AMP_LOG_ERROR, "amp_cuda_free: could not record an event for a block used on "
                                "another stream; the block is not reused");
@@ -271,10 +286,11 @@ void amp_cuda_free(void *p) {
         amp_log(AMP_LOG_ERROR, "amp_cuda_free: %p was not allocated by the CUDA backend", p);
 }
 
-amp_status amp_cuda_record_stream(void *p, cudaStream_t stream) {
+amp_status amp_cuda_record_stream(amp_device_ctx *dev, void *p, cudaStream_t stream) {
     AMP_CHECK_ARG(p);
-    pthread_mutex_lock(&g_lock);
-    block *b = g_live[live_bucket(p)];
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    block *b = a->live[live_bucket(p)];
     while (b && b->ptr != p) b = b->next;
     amp_status s = AMP_OK;
     if (!b) {
@@ -289,40 +305,67 @@ amp_status amp_cuda_record_stream(void *p, cudaStream_t stream) {
         else if (!known)
             b->streams[b->n_streams++] = stream;
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&a->lock);
     return s;
 }
 
-uint64_t amp_cuda_malloc_count(void) {
-    pthread_mutex_lock(&g_lock);
-    uint64_t n = g_mallocs;
-    pthread_mutex_unlock(&g_lock);
+uint64_t amp_cuda_malloc_count(amp_device_ctx *dev) {
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    uint64_t n = a->mallocs;
+    pthread_mutex_unlock(&a->lock);
     return n;
 }
 
-amp_status amp_cuda_alloc_release_cached(void) {
-    pthread_mutex_lock(&g_lock);
-    amp_status s = release_cached_locked();
-    pthread_mutex_unlock(&g_lock);
+amp_status amp_cuda_alloc_release_cached(amp_device_ctx *dev) {
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    amp_status s = release_cached_locked(a);
+    pthread_mutex_unlock(&a->lock);
     return s;
 }
 
-void amp_cuda_alloc_stats(size_t *in_use, size_t *cached) {
-    pthread_mutex_lock(&g_lock);
-    if (in_use) *in_use = g_in_use;
-    if (cached) *cached = g_cached;
-    pthread_mutex_unlock(&g_lock);
+void amp_cuda_alloc_stats(amp_device_ctx *dev, size_t *in_use, size_t *cached) {
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    if (in_use) *in_use = a->in_use;
+    if (cached) *cached = a->cached;
+    pthread_mutex_unlock(&a->lock);
 }
 
-void amp_cuda_memory_stats(size_t *in_use, size_t *peak) {
-    pthread_mutex_lock(&g_lock);
-    if (in_use) *in_use = g_in_use;
-    if (peak) *peak = g_peak;
-    pthread_mutex_unlock(&g_lock);
+void amp_cuda_memory_stats(amp_device_ctx *dev, size_t *in_use, size_t *peak) {
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    if (in_use) *in_use = a->in_use;
+    if (peak) *peak = a->peak;
+    pthread_mutex_unlock(&a->lock);
 }
 
-void amp_cuda_memory_reset_peak(void) {
-    pthread_mutex_lock(&g_lock);
-    g_peak = g_in_use;
-    pthread_mutex_unlock(&g_lock);
+void amp_cuda_memory_reset_peak(amp_device_ctx *dev) {
+    amp_cuda_alloc_state *a = dev->alloc;
+    pthread_mutex_lock(&a->lock);
+    a->peak = a->in_use;
+    pthread_mutex_unlock(&a->lock);
+}
+
+void amp_cuda_alloc_state_free(amp_cuda_alloc_state *a) {
+    if (!a) return;
+    pthread_mutex_lock(&a->lock);
+    amp_status s = release_cached_locked(a);
+    size_t live = a->in_use;
+    pthread_mutex_unlock(&a->lock);
+    if (s != AMP_OK) amp_log(AMP_LOG_ERROR, "amp_cuda_alloc_state_free: %s", amp_last_error());
+    /* Blocks still handed out belong to tensors not freed: their memory goes with the process. */
+    if (live)
+        amp_log(AMP_LOG_WARN,
+                "amp_cuda_alloc_state_free: %zu bytes still allocated by the "
+                "device context closed",
+                live);
+    for (int h = 0; h < N_LIVE_BUCKETS; h++)
+        for (block *b = a->live[h], *next; b; b = next) {
+            next = b->next;
+            free(b);
+        }
+    pthread_mutex_destroy(&a->lock);
+    free(a);
 }

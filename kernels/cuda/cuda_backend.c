@@ -1,4 +1,5 @@
-/* The CUDA backend's table: device probe, the backend's stream, copies between host and device.
+/* The CUDA backend's table: device probe, device contexts (a stream and each file's state),
+ * copies between host and device.
  *
  * amp_backend_cuda() probes once per process (pthread_once). With no usable device it returns
  * NULL and sets amp_last_error to one line naming the CUDA error, e.g. "no CUDA device:
@@ -9,6 +10,7 @@
  * Every entry of core/backend.h is filled, the collectives (NCCL) included. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cuda_runtime_api.h>
 
@@ -30,80 +32,142 @@ static const amp_collectives amp_cuda_collectives = {
     .poll = amp_cuda_coll_poll,
 };
 
-static const amp_backend *g_backend; /* NULL when no device answered */
-static char g_why[512];              /* why g_backend is NULL */
-static cudaStream_t g_stream;
+static amp_backend *g_backend; /* the default table; NULL when no device answered */
+static char g_why[512];        /* why g_backend is NULL */
 
-cudaStream_t amp_cuda_stream(void) { return g_stream; }
-
-amp_status amp_cuda_memset_zero(void *p, size_t nbytes) {
+amp_status amp_cuda_memset_zero(amp_device_ctx *dev, void *p, size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(p);
-    AMP_CUDA_TRY(cudaMemsetAsync(p, 0, nbytes, g_stream));
+    AMP_CUDA_TRY(cudaMemsetAsync(p, 0, nbytes, dev->stream));
     return AMP_OK;
 }
 
-amp_status amp_cuda_copy(void *dst, const void *src, size_t nbytes) {
+amp_status amp_cuda_copy(amp_device_ctx *dev, void *dst, const void *src, size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(dst);
     AMP_CHECK_ARG(src);
-    AMP_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, g_stream));
+    AMP_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, dev->stream));
     return AMP_OK;
 }
 
 /* Waits for the stream: the host buffer is complete on return, as the contract requires. */
-amp_status amp_cuda_copy_to_host(void *host, const void *src, size_t nbytes) {
+amp_status amp_cuda_copy_to_host(amp_device_ctx *dev, void *host, const void *src, size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(host);
     AMP_CHECK_ARG(src);
-    AMP_CUDA_TRY(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, g_stream));
+    AMP_CUDA_TRY(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, dev->stream));
     amp_profile_host_wait();
-    AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
     return AMP_OK;
 }
 
 /* Waits for the stream as well: from pinned memory cudaMemcpyAsync returns before the data has
  * been read, and the caller may reuse or free its buffer as soon as this returns (PyTorch's
  * non_blocking=False). */
-amp_status amp_cuda_copy_from_host(void *dst, const void *host, size_t nbytes) {
+amp_status amp_cuda_copy_from_host(amp_device_ctx *dev, void *dst, const void *host,
+                                   size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(dst);
     AMP_CHECK_ARG(host);
-    AMP_CUDA_TRY(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, g_stream));
+    AMP_CUDA_TRY(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, dev->stream));
     amp_profile_host_wait();
-    AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
     return AMP_OK;
 }
 
-amp_status amp_cuda_sync(void) {
+amp_status amp_cuda_sync(amp_device_ctx *dev) {
     amp_profile_host_wait();
-    AMP_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
     return AMP_OK;
 }
 
-static const amp_backend amp_cuda_backend = {
-    .name = "cuda",
-    .device = AMP_DEVICE_CUDA,
-    .alloc = amp_cuda_alloc,
-    .free = amp_cuda_free,
-    .memory_stats = amp_cuda_memory_stats,
-    .memory_reset_peak = amp_cuda_memory_reset_peak,
-    .system_allocs = amp_cuda_malloc_count,
-    .memset_zero = amp_cuda_memset_zero,
-    .copy = amp_cuda_copy,
-    .copy_to_host = amp_cuda_copy_to_host,
-    .copy_from_host = amp_cuda_copy_from_host,
-    .sync = amp_cuda_sync,
-    .upload_async = amp_cuda_upload_async,
-    .mark = amp_cuda_mark,
-    .event_free = amp_cuda_event_free,
-    .k = {
+/* The table every device context copies; `dev` is set per context. */
+static const amp_backend amp_cuda_table = {
+        .name = "cuda",
+        .device = AMP_DEVICE_CUDA,
+        .alloc = amp_cuda_alloc,
+        .free = amp_cuda_free,
+        .memory_stats = amp_cuda_memory_stats,
+        .memory_reset_peak = amp_cuda_memory_reset_peak,
+        .system_allocs = amp_cuda_malloc_count,
+        .memset_zero = amp_cuda_memset_zero,
+        .copy = amp_cuda_copy,
+        .copy_to_host = amp_cuda_copy_to_host,
+        .copy_from_host = amp_cuda_copy_from_host,
+        .sync = amp_cuda_sync,
+        .upload_async = amp_cuda_upload_async,
+        .mark = amp_cuda_mark,
+        .event_free = amp_cuda_event_free,
+        .k =
+                {
 #define AMP_KERNEL(name, category, flops, check, params, args) .name = amp_cuda_##name,
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
-    },
-    .coll = &amp_cuda_collectives,
+                },
+        .coll = &amp_cuda_collectives,
 };
+
+static void device_ctx_free(amp_device_ctx *dev) {
+    if (!dev) return;
+    if (dev->stream) (void)cudaStreamSynchronize(dev->stream);
+    amp_cuda_upload_state_free(dev->upload);
+    amp_cuda_conv_state_free(dev, dev->conv);
+    amp_cuda_gemm_state_free(dev, dev->gemm); /* gives its workspace back to the allocator */
+    amp_cuda_alloc_state_free(dev->alloc);
+    if (dev->label_record) cudaFree(dev->label_record);
+    if (dev->stream) cudaStreamDestroy(dev->stream);
+    free(dev);
+}
+
+amp_status amp_cuda_device_open(int ordinal, amp_backend **out) {
+    AMP_CHECK_ARG(out);
+    *out = NULL;
+    amp_backend *be = malloc(sizeof *be);
+    amp_device_ctx *dev = calloc(1, sizeof *dev);
+    if (!be || !dev) {
+        free(be);
+        free(dev);
+        return amp_fail(AMP_ERR_OOM, "amp_cuda_device_open: out of host memory");
+    }
+    *be = amp_cuda_table;
+    be->dev = dev;
+    dev->device = ordinal;
+    amp_status s = AMP_OK;
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking);
+    /* Cross-entropy's record starts at "no bad row" (all ones, loss.cu). */
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&dev->label_record, 2 * sizeof(unsigned long long));
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(dev->label_record, 0xff, 2 * sizeof(unsigned long long), dev->stream);
+    if (e != cudaSuccess) {
+        s = amp_fail(AMP_ERR_BACKEND, "amp_cuda_device_open(%d): %s (%s)", ordinal,
+                     cudaGetErrorString(e), cudaGetErrorName(e));
+        (void)cudaGetLastError();
+    }
+    if (s == AMP_OK) s = amp_cuda_alloc_state_create(&dev->alloc);
+    if (s == AMP_OK) s = amp_cuda_gemm_state_create(&dev->gemm);
+    if (s == AMP_OK) s = amp_cuda_conv_state_create(&dev->conv);
+    if (s == AMP_OK) s = amp_cuda_upload_state_create(&dev->upload);
+    if (s != AMP_OK) {
+        device_ctx_free(dev);
+        free(be);
+        return s;
+    }
+    *out = be;
+    return AMP_OK;
+}
+
+void amp_cuda_device_close(amp_backend *be) {
+    if (!be) return;
+    if (be == g_backend) {
+        amp_log(AMP_LOG_ERROR, "amp_cuda_device_close: the default table is the process's; it "
+                               "is not closed");
+        return;
+    }
+    device_ctx_free(be->dev);
+    free(be);
+}
 
 static void amp_cuda_probe(void) {
     int n = 0;
@@ -118,25 +182,28 @@ static void amp_cuda_probe(void) {
         snprintf(g_why, sizeof g_why, "no CUDA device: cudaGetDeviceCount found 0 devices");
         return;
     }
-    int dev = 0;
+    int ordinal = 0;
     struct cudaDeviceProp prop;
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-        (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess ||
-        (e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    if ((e = cudaGetDevice(&ordinal)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess) {
         snprintf(g_why, sizeof g_why, "no usable CUDA device: %s (%s)", cudaGetErrorString(e),
                  cudaGetErrorName(e));
         (void)cudaGetLastError();
         return;
     }
-    if (amp_cuda_gemm_init() != AMP_OK) {
+    amp_backend *be = NULL;
+    if (amp_cuda_device_open(ordinal, &be) != AMP_OK) {
         snprintf(g_why, sizeof g_why, "no usable CUDA device: %s", amp_last_error());
-        cudaStreamDestroy(g_stream);
         return;
     }
-    amp_log(AMP_LOG_DEBUG, "CUDA backend on device %d: %s (sm_%d%d, %d SMs, %zu MiB)", dev,
-            prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-            prop.totalGlobalMem >> 20);
-    g_backend = &amp_cuda_backend;
+    amp_log(AMP_LOG_DEBUG, "CUDA backend on device %d: %s (sm_%d%d, %d SMs, %zu MiB)", ordinal,
+            prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem >> 20);
+    g_backend = be;
+}
+
+amp_device_ctx *amp_cuda_device(void) {
+    const amp_backend *be = amp_backend_cuda();
+    return be ? be->dev : NULL;
 }
 
 static bool g_probed; /* set by the probe: the device is fixed from then on */

@@ -5,7 +5,7 @@
  * elementwise.cu, reduce.cu, loss.cu, dropout.cu (their entries below), block_reduce.cuh (the
  * deterministic block reductions of reduce.cu and loss.cu).
  *
- * Streams: every entry enqueues on the backend's one stream (amp_cuda_stream()) and returns
+ * Streams: every entry enqueues on its device context's one stream (dev->stream) and returns
  * without waiting, except copy_to_host, copy_from_host and sync, which return when the host
  * buffer is complete (or may be reused). One stream also makes the caching allocator safe: a
  * block freed while a queued kernel still uses it can only be handed to work queued after it.
@@ -43,42 +43,79 @@ extern "C" {
 
 /* The kernels, one per line of core/backend_kernels.def (whose comments state what each
  * computes): amp_cuda_<entry>, gathered into the table by cuda_backend.c. */
-#define AMP_KERNEL(name, category, flops, check, params, args) amp_status amp_cuda_##name params;
+#define AMP_KERNEL(name, category, flops, check, params, args)                                     \
+    amp_status amp_cuda_##name AMP_PREPEND_DEV params;
 #include "core/backend_kernels.def"
 #undef AMP_KERNEL
 
-/* The backend's stream (created by amp_backend_cuda on first use). */
-cudaStream_t amp_cuda_stream(void);
+/* The CUDA backend's device context (core/backend.h's amp_device_ctx): everything its entries
+ * use from call to call, so two contexts (two devices, or two streams of one) share nothing.
+ * Made by amp_cuda_device_open; amp_backend_cuda's default table holds one for the device the
+ * process selected. The entries run on the calling thread's current device, which must be the
+ * context's (one device per process, amp_backend_select_device). */
+typedef struct amp_cuda_alloc_state amp_cuda_alloc_state;
+typedef struct amp_cuda_gemm_state amp_cuda_gemm_state;
+typedef struct amp_cuda_conv_state amp_cuda_conv_state;
+typedef struct amp_cuda_upload_state amp_cuda_upload_state;
+struct amp_device_ctx {
+    int device;                       /* the CUDA ordinal */
+    cudaStream_t stream;              /* every entry queues its work here */
+    amp_cuda_alloc_state *alloc;      /* the caching allocator (cuda_alloc.c) */
+    amp_cuda_gemm_state *gemm;        /* cuBLASLt handle, workspace, plan cache (gemm.c) */
+    amp_cuda_conv_state *conv;        /* cuDNN handle, plan cache (conv.c) */
+    amp_cuda_upload_state *upload;    /* copy stream and pinned staging ring (upload.c) */
+    unsigned long long *label_record; /* cross-entropy's bad-label record (loss.cu), 2 words */
+};
 
-/* Caching allocator (cuda_alloc.c). */
-amp_status amp_cuda_alloc(size_t nbytes, void **out);
-void amp_cuda_free(void *p);
+/* A table of the CUDA backend over a fresh device context on device `ordinal` (made the calling
+ * thread's current device): its own stream, allocator, handles and caches. Closed with
+ * amp_cuda_device_close, which waits for its stream and releases them all; memory still
+ * allocated from it is then lost (its tensors must be freed first). */
+amp_status amp_cuda_device_open(int ordinal, amp_backend **out);
+void amp_cuda_device_close(amp_backend *be);
+/* The default table's context (amp_backend_cuda()->dev), for the backend's direct tests. */
+amp_device_ctx *amp_cuda_device(void);
+
+/* Each file's share of a context (made and freed by amp_cuda_device_open and _close). */
+amp_status amp_cuda_alloc_state_create(amp_cuda_alloc_state **out);
+void amp_cuda_alloc_state_free(amp_cuda_alloc_state *a);
+amp_status amp_cuda_gemm_state_create(amp_cuda_gemm_state **out);
+void amp_cuda_gemm_state_free(amp_device_ctx *dev, amp_cuda_gemm_state *g);
+amp_status amp_cuda_conv_state_create(amp_cuda_conv_state **out);
+void amp_cuda_conv_state_free(amp_device_ctx *dev, amp_cuda_conv_state *c);
+amp_status amp_cuda_upload_state_create(amp_cuda_upload_state **out);
+void amp_cuda_upload_state_free(amp_cuda_upload_state *u);
+
+/* The context's caching allocator (cuda_alloc.c). */
+amp_status amp_cuda_alloc(amp_device_ctx *dev, size_t nbytes, void **out);
+void amp_cuda_free(amp_device_ctx *dev, void *p);
 /* Marks block p (from amp_cuda_alloc) as used by `stream` too (PyTorch's recordStream): when it
  * is freed it is not handed out again before the work queued on that stream so far has run.
- * Only for streams other than the backend's own (work there is ordered with any reuse already;
+ * Only for streams other than the context's own (work there is ordered with any reuse already;
  * recording it would only delay the reuse). */
-amp_status amp_cuda_record_stream(void *p, cudaStream_t stream);
-/* cudaMalloc calls made by the allocator since the process started (no cudaMalloc in the steady
- * state: amp-train --json reports the count after the first step and at the end). */
-uint64_t amp_cuda_malloc_count(void);
+amp_status amp_cuda_record_stream(amp_device_ctx *dev, void *p, cudaStream_t stream);
+/* cudaMalloc calls made by the context's allocator (no cudaMalloc in the steady state: amp-train
+ * --json reports the count after the first step and at the end). */
+uint64_t amp_cuda_malloc_count(amp_device_ctx *dev);
 /* Returns every cached (free) block to the driver. */
-amp_status amp_cuda_alloc_release_cached(void);
+amp_status amp_cuda_alloc_release_cached(amp_device_ctx *dev);
 /* Bytes handed out and bytes held in free lists (sizes after rounding to the block class). */
-void amp_cuda_alloc_stats(size_t *in_use, size_t *cached);
+void amp_cuda_alloc_stats(amp_device_ctx *dev, size_t *in_use, size_t *cached);
 /* The table's memory_stats: bytes handed out (cached free blocks not counted) and their peak. */
-void amp_cuda_memory_stats(size_t *in_use, size_t *peak);
-void amp_cuda_memory_reset_peak(void);
+void amp_cuda_memory_stats(amp_device_ctx *dev, size_t *in_use, size_t *peak);
+void amp_cuda_memory_reset_peak(amp_device_ctx *dev);
 
 /* Memory entries (cuda_backend.c). */
-amp_status amp_cuda_memset_zero(void *p, size_t nbytes);
-amp_status amp_cuda_copy(void *dst, const void *src, size_t nbytes);
-amp_status amp_cuda_copy_to_host(void *host, const void *src, size_t nbytes);
-amp_status amp_cuda_copy_from_host(void *dst, const void *host, size_t nbytes);
-amp_status amp_cuda_sync(void);
+amp_status amp_cuda_memset_zero(amp_device_ctx *dev, void *p, size_t nbytes);
+amp_status amp_cuda_copy(amp_device_ctx *dev, void *dst, const void *src, size_t nbytes);
+amp_status amp_cuda_copy_to_host(amp_device_ctx *dev, void *host, const void *src, size_t nbytes);
+amp_status amp_cuda_copy_from_host(amp_device_ctx *dev, void *dst, const void *host, size_t nbytes);
+amp_status amp_cuda_sync(amp_device_ctx *dev);
 /* Uploads on the copy stream and compute-stream marks (upload.c); the table's contracts. */
-amp_status amp_cuda_upload_async(void *dst, const void *host, size_t nbytes, void *after);
-amp_status amp_cuda_mark(void **event);
-void amp_cuda_event_free(void *event);
+amp_status amp_cuda_upload_async(amp_device_ctx *dev, void *dst, const void *host, size_t nbytes,
+                                 void *after);
+amp_status amp_cuda_mark(amp_device_ctx *dev, void **event);
+void amp_cuda_event_free(amp_device_ctx *dev, void *event);
 
 /* Cast and fill entries (cast.cu); same contracts as the table's cast, fill and fill_scalar. */
 
@@ -93,9 +130,8 @@ amp_status amp_cuda_cast_rows_launch(void *dst, amp_dtype dst_dt, int64_t ldd, c
                                      float scale, const float *bias, bool relu,
                                      cudaStream_t stream);
 
-/* GEMM (gemm.c). init creates the cuBLASLt handle; the first GEMM takes its workspace
- * from the allocator. */
-amp_status amp_cuda_gemm_init(void);
+/* GEMM (gemm.c): the context's cuBLASLt handle; its first GEMM takes the workspace from the
+ * context's allocator. */
 /* What the latest amp_cuda_gemm that reached cuBLASLt ran (tests check what was fused): its
  * cublasLtEpilogue_t (CUBLASLT_EPILOGUE_DEFAULT: nothing fused), whether cuBLASLt wrote C itself
  * (else an f32 scratch rounded into C) and its cublasComputeType_t; -1 before the first. */
@@ -104,14 +140,16 @@ typedef struct amp_cuda_gemm_stats {
     bool direct;
     int compute;
 } amp_cuda_gemm_stats;
-void amp_cuda_gemm_stats_get(amp_cuda_gemm_stats *out);
+void amp_cuda_gemm_stats_get(amp_device_ctx *dev, amp_cuda_gemm_stats *out);
 
 /* Loss-scaler passes over one tensor (unscale.cu). The launchers take an explicit stream;
  * sum_squares needs amp_cuda_sum_squares_blocks(n) doubles of device workspace for its partials.
  * sum_squares and nonfinite are not table entries (the library uses the multi-tensor ones): kept
  * for the per-tensor tests of the kernels they launch. */
-amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
-amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
+amp_status amp_cuda_sum_squares(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x,
+                                float *out);
+amp_status amp_cuda_nonfinite(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x,
+                              float *found_inf);
 amp_status amp_cuda_nonfinite_launch(amp_dtype dt, int64_t n, const void *x, float *found_inf,
                                      cudaStream_t stream);
 amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
@@ -159,17 +197,17 @@ amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const void *dy,
                                        cudaStream_t stream);
 
 /* Convolution (conv.c over cuDNN's convolution API; conv_bias.cu for the f32 bias and its
- * gradient, our own deterministic kernels): releases the cuDNN handle and the cached algorithm
- * choices (process exit, tests). */
-void amp_cuda_conv_shutdown(void);
+ * gradient, our own deterministic kernels): releases the context's cuDNN handle and cached
+ * algorithm choices (tests: the next convolution starts afresh). */
+void amp_cuda_conv_shutdown(amp_device_ctx *dev);
 
 /* Optimizers (optim.cu: one generic multi-tensor launcher over core/multi_tensor.h plans, the
  * per-element math of kernels/math/). One tensor's SGD and Adam updates are one-tensor lists:
  * not table entries, kept for the per-tensor tests. */
-amp_status amp_cuda_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
-                               amp_dtype g_dt, float *momentum_buf);
-amp_status amp_cuda_adam_update(const amp_adam_desc *d, int64_t n, float *param,
-                                const void *grad, amp_dtype g_dt, float *exp_avg,
+amp_status amp_cuda_sgd_update(amp_device_ctx *dev, const amp_sgd_desc *d, int64_t n, float *param,
+                               const void *grad, amp_dtype g_dt, float *momentum_buf);
+amp_status amp_cuda_adam_update(amp_device_ctx *dev, const amp_adam_desc *d, int64_t n,
+                                float *param, const void *grad, amp_dtype g_dt, float *exp_avg,
                                 float *exp_avg_sq);
 
 #ifdef __cplusplus

@@ -11,7 +11,7 @@
  *
  * Loops are grid-stride with 64-bit indices. Launchers take an explicit stream and check the
  * launch; the entries validate their arguments with the CPU backend's statuses and messages and
- * run on amp_cuda_stream(). */
+ * run on dev->stream. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -91,15 +91,15 @@ extern "C" amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p,
-                                           uint64_t seed, uint64_t offset, void *y,
-                                           uint8_t *mask) {
+extern "C" amp_status amp_cuda_dropout_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                           const void *x, float p, uint64_t seed, uint64_t offset,
+                                           void *y, uint8_t *mask) {
     AMP_TRY(amp_backend_check_dropout("amp_cuda_dropout_fwd", dt, n, p));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(mask);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     if (p == 0.0f) {
         AMP_CUDA_TRY(cudaMemsetAsync(mask, 1, (size_t)n, stream));
         if (y != x)
@@ -110,12 +110,12 @@ extern "C" amp_status amp_cuda_dropout_fwd(amp_dtype dt, int64_t n, const void *
     return amp_cuda_dropout_fwd_launch(dt, n, x, p, seed, offset, y, mask, stream);
 }
 
-extern "C" amp_status amp_cuda_dropout_bwd(amp_dtype dt, int64_t n, const void *dy,
-                                           const uint8_t *mask, float p, void *dx) {
+extern "C" amp_status amp_cuda_dropout_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                           const void *dy, const uint8_t *mask, float p, void *dx) {
     AMP_TRY(amp_backend_check_dropout("amp_cuda_dropout_bwd", dt, n, p));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(mask);
     AMP_CHECK_ARG(dx);
-    return amp_cuda_dropout_bwd_launch(dt, n, dy, mask, p, dx, amp_cuda_stream());
+    return amp_cuda_dropout_bwd_launch(dt, n, dy, mask, p, dx, dev->stream);
 }

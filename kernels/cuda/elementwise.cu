@@ -13,7 +13,7 @@
  * Loops are grid-stride (the grid is capped at AMP_CUDA_MAX_BLOCKS) with 64-bit indices; the op
  * and the dtype are template arguments, so each kernel is one straight loop. Launchers take an
  * explicit stream and check the launch; the entries validate their arguments with the CPU
- * backend's statuses and messages and run on amp_cuda_stream(). */
+ * backend's statuses and messages and run on dev->stream. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -154,8 +154,8 @@ extern "C" amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha,
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_unary(amp_unary_op op, amp_dtype dt, int64_t n, const void *x,
-                                     float alpha, void *y) {
+extern "C" amp_status amp_cuda_unary(amp_device_ctx *dev, amp_unary_op op, amp_dtype dt, int64_t n,
+                                     const void *x, float alpha, void *y) {
     if ((int)op < 0 || (int)op > (int)AMP_UNARY_DIV_SCALAR)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op %d", (int)op);
     if (op != AMP_UNARY_COPY || dt != AMP_I32) AMP_TRY(amp_backend_check_float("amp_cuda_unary", dt));
@@ -165,15 +165,15 @@ extern "C" amp_status amp_cuda_unary(amp_unary_op op, amp_dtype dt, int64_t n, c
     AMP_CHECK_ARG(y);
     if (op == AMP_UNARY_COPY) {
         if (x == y) return AMP_OK; /* a copy onto itself: nothing changes */
-        AMP_CUDA_TRY(cudaMemcpyAsync(y, x, (size_t)n * amp_dtype_size(dt),
-                                     cudaMemcpyDeviceToDevice, amp_cuda_stream()));
+        AMP_CUDA_TRY(cudaMemcpyAsync(y, x, (size_t)n * amp_dtype_size(dt), cudaMemcpyDeviceToDevice,
+                                     dev->stream));
         return AMP_OK;
     }
-    return amp_cuda_unary_launch(op, dt, n, x, alpha, y, amp_cuda_stream());
+    return amp_cuda_unary_launch(op, dt, n, x, alpha, y, dev->stream);
 }
 
-extern "C" amp_status amp_cuda_binary(amp_binary_op op, amp_dtype dt, int64_t n, const void *a,
-                                      const void *b, void *y) {
+extern "C" amp_status amp_cuda_binary(amp_device_ctx *dev, amp_binary_op op, amp_dtype dt,
+                                      int64_t n, const void *a, const void *b, void *y) {
     if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
         op != AMP_BINARY_RELU_BWD)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_binary: unknown op %d", (int)op);
@@ -183,14 +183,15 @@ extern "C" amp_status amp_cuda_binary(amp_binary_op op, amp_dtype dt, int64_t n,
     AMP_CHECK_ARG(a);
     AMP_CHECK_ARG(b);
     AMP_CHECK_ARG(y);
-    return amp_cuda_binary_launch(op, dt, n, a, b, y, amp_cuda_stream());
+    return amp_cuda_binary_launch(op, dt, n, a, b, y, dev->stream);
 }
 
-extern "C" amp_status amp_cuda_axpy(amp_dtype dt, int64_t n, float alpha, const void *x, void *y) {
+extern "C" amp_status amp_cuda_axpy(amp_device_ctx *dev, amp_dtype dt, int64_t n, float alpha,
+                                    const void *x, void *y) {
     AMP_TRY(amp_backend_check_float("amp_cuda_axpy", dt));
     AMP_TRY(amp_backend_check_n("amp_cuda_axpy", n));
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
-    return amp_cuda_axpy_launch(dt, n, alpha, x, y, amp_cuda_stream());
+    return amp_cuda_axpy_launch(dt, n, alpha, x, y, dev->stream);
 }

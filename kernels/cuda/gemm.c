@@ -58,6 +58,7 @@
  * the descriptor whose bias pointer is set per call. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cublasLt.h>
@@ -68,7 +69,7 @@
 #include "kernels/cuda/cuda_check.h"
 
 /* cuBLASLt workspace: the cuBLAS documentation recommends 32 MiB on Hopper (4 MiB elsewhere);
- * it is taken once from the allocator and shared by every GEMM on the backend's one stream. */
+ * it is taken once from the allocator and shared by every GEMM on the context's one stream. */
 #define AMP_CUBLASLT_WORKSPACE ((size_t)32 << 20)
 /* Cached plans: a model has a handful of GEMM shapes per layer (forward, grad of input, grad of
  * weight), so 64 covers the models this library trains; beyond that, round-robin replacement. */
@@ -99,15 +100,29 @@ typedef struct gemm_plan {
  * epilogue on a half D, and widened back to f32 for the other routes). */
 enum { SCR_A, SCR_B, SCR_D, SCR_BIAS, SCR_BIAS32, SCR_N };
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static cublasLtHandle_t g_lt;
-static void *g_workspace;
-static gemm_plan g_plans[AMP_GEMM_PLANS];
-static int g_next_victim;
-static amp_cuda_gemm_stats g_stats = {-1, false, -1};
+/* A device context's GEMM state: its cuBLASLt handle, workspace and plan cache. One mutex per
+ * context guards the plans (amp contexts on several threads may share a device context). */
+struct amp_cuda_gemm_state {
+    pthread_mutex_t lock;
+    cublasLtHandle_t lt;
+    void *workspace; /* from the context's allocator, at the first GEMM */
+    gemm_plan plans[AMP_GEMM_PLANS];
+    int next_victim;
+    amp_cuda_gemm_stats stats;
+};
 
-amp_status amp_cuda_gemm_init(void) {
-    AMP_CUBLAS_TRY(cublasLtCreate(&g_lt));
+amp_status amp_cuda_gemm_state_create(amp_cuda_gemm_state **out) {
+    amp_cuda_gemm_state *g = calloc(1, sizeof *g);
+    if (!g) return amp_fail(AMP_ERR_OOM, "amp_cuda_gemm_state_create: out of host memory");
+    cublasStatus_t st = cublasLtCreate(&g->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        free(g);
+        return amp_fail(AMP_ERR_BACKEND, "amp_cuda_gemm_state_create: cublasLtCreate: %s (%s)",
+                        cublasLtGetStatusString(st), cublasLtGetStatusName(st));
+    }
+    pthread_mutex_init(&g->lock, NULL);
+    g->stats = (amp_cuda_gemm_stats){-1, false, -1};
+    *out = g;
     return AMP_OK;
 }
 
@@ -134,8 +149,8 @@ static void plan_release(gemm_plan *p) {
 /* Asks the heuristic for the best algorithm with epilogue `epi` (its vector `vec`: the bias,
  * or where the bias gradient goes) under the key's alignments and our workspace; *found is false
  * when none exists (then the caller retries without the epilogue). */
-static amp_status plan_pick_algo(gemm_plan *p, cublasLtEpilogue_t epi, const void *vec,
-                                 bool *found) {
+static amp_status plan_pick_algo(amp_cuda_gemm_state *g, gemm_plan *p, cublasLtEpilogue_t epi,
+                                 const void *vec, bool *found) {
     const gemm_key *k = &p->key;
     p->epilogue = epi;
     AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
@@ -170,7 +185,7 @@ static amp_status plan_pick_algo(gemm_plan *p, cublasLtEpilogue_t epi, const voi
     cublasLtMatmulHeuristicResult_t result;
     int n_found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1,
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1,
                                             &result, &n_found);
     cublasLtMatmulPreferenceDestroy(pref);
     /* NOT_SUPPORTED is the heuristic's way of saying "no algorithm for this problem". */
@@ -182,7 +197,8 @@ static amp_status plan_pick_algo(gemm_plan *p, cublasLtEpilogue_t epi, const voi
     return AMP_OK;
 }
 
-static amp_status plan_build(gemm_plan *p, const gemm_key *key, const void *vec) {
+static amp_status plan_build(amp_cuda_gemm_state *g, gemm_plan *p, const gemm_key *key,
+                             const void *vec) {
     memset(p, 0, sizeof *p);
     p->key = *key;
     cublasComputeType_t compute = key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -204,9 +220,9 @@ static amp_status plan_build(gemm_plan *p, const gemm_key *key, const void *vec)
                                               (uint64_t)key->n, (uint64_t)key->m, key->ldd));
     bool found = false;
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)key->epilogue;
-    AMP_TRY(plan_pick_algo(p, epi, vec, &found));
+    AMP_TRY(plan_pick_algo(g, p, epi, vec, &found));
     if (!found && epi != CUBLASLT_EPILOGUE_DEFAULT)
-        AMP_TRY(plan_pick_algo(p, CUBLASLT_EPILOGUE_DEFAULT, NULL, &found));
+        AMP_TRY(plan_pick_algo(g, p, CUBLASLT_EPILOGUE_DEFAULT, NULL, &found));
     if (!found)
         return amp_fail(AMP_ERR_UNSUPPORTED,
                         "amp_cuda_gemm: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld "
@@ -219,18 +235,19 @@ static amp_status plan_build(gemm_plan *p, const gemm_key *key, const void *vec)
     return AMP_OK;
 }
 
-/* The cached plan for key, built on a miss; the caller holds g_lock. */
-static amp_status plan_get(const gemm_key *key, const void *vec, gemm_plan **out) {
+/* The cached plan for key, built on a miss; the caller holds g->lock. */
+static amp_status plan_get(amp_cuda_gemm_state *g, const gemm_key *key, const void *vec,
+                           gemm_plan **out) {
     for (int i = 0; i < AMP_GEMM_PLANS; i++) {
-        if (g_plans[i].used && memcmp(&g_plans[i].key, key, sizeof *key) == 0) {
-            *out = &g_plans[i];
+        if (g->plans[i].used && memcmp(&g->plans[i].key, key, sizeof *key) == 0) {
+            *out = &g->plans[i];
             return AMP_OK;
         }
     }
-    gemm_plan *p = &g_plans[g_next_victim];
-    g_next_victim = (g_next_victim + 1) % AMP_GEMM_PLANS;
+    gemm_plan *p = &g->plans[g->next_victim];
+    g->next_victim = (g->next_victim + 1) % AMP_GEMM_PLANS;
     plan_release(p);
-    amp_status s = plan_build(p, key, vec);
+    amp_status s = plan_build(g, p, key, vec);
     if (s != AMP_OK) {
         plan_release(p);
         return s;
@@ -273,8 +290,9 @@ static amp_status gemm_validate(const amp_gemm_desc *d) {
 /* Copies a stored [rows, cols] operand (leading dimension *ld) into a dense f32 scratch, which
  * holds f16/bf16 values exactly, and points *p and *ld at it. */
 static amp_status widen_operand(const void **p, amp_dtype dt, int64_t *ld, int64_t rows,
-                                int64_t cols, void **scratch, cudaStream_t stream) {
-    AMP_TRY(amp_cuda_alloc((size_t)rows * (size_t)cols * sizeof(float), scratch));
+                                int64_t cols, void **scratch, amp_device_ctx *dev) {
+    cudaStream_t stream = dev->stream;
+    AMP_TRY(amp_cuda_alloc(dev, (size_t)rows * (size_t)cols * sizeof(float), scratch));
     AMP_TRY(amp_cuda_cast_rows_launch(*scratch, AMP_F32, cols, *p, dt, *ld, rows, cols, 1.0f, NULL,
                                       false, stream));
     *p = *scratch;
@@ -285,13 +303,13 @@ static amp_status widen_operand(const void **p, amp_dtype dt, int64_t *ld, int64
 /* The bias gradient in its own pass: column sums of the stored A [k, m] (trans_a) of dtype
  * a_dt, through sum_rows, on a dense f32 copy when A is padded (scratch[SCR_A] is then free: a
  * widened A is dense already). */
-static amp_status bias_grad_pass(const amp_gemm_desc *d, const void *a, amp_dtype a_dt,
-                                 int64_t lda, void *scratch[SCR_N], cudaStream_t stream) {
+static amp_status bias_grad_pass(const amp_gemm_desc *d, const void *a, amp_dtype a_dt, int64_t lda,
+                                 void *scratch[SCR_N], amp_device_ctx *dev) {
     if (lda != d->m && d->k > 0) {
-        AMP_TRY(widen_operand(&a, a_dt, &lda, d->k, d->m, &scratch[SCR_A], stream));
+        AMP_TRY(widen_operand(&a, a_dt, &lda, d->k, d->m, &scratch[SCR_A], dev));
         a_dt = AMP_F32;
     }
-    return amp_cuda_sum_rows(a_dt, d->k, d->m, a, d->bias_grad);
+    return amp_cuda_sum_rows(dev, a_dt, d->k, d->m, a, d->bias_grad);
 }
 
 /* cuBLASLt's epilogue for d: the bias, or the bias gradient; never its ReLU (see the top). */
@@ -300,18 +318,20 @@ static cublasLtEpilogue_t epilogue_wanted(const amp_gemm_desc *d, bool fuse_bias
     return fuse_bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_t stream) {
-    if (!g_workspace) AMP_TRY(amp_cuda_alloc(AMP_CUBLASLT_WORKSPACE, &g_workspace));
+static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev) {
+    cudaStream_t stream = dev->stream;
+    amp_cuda_gemm_state *g = dev->gemm;
+    if (!g->workspace) AMP_TRY(amp_cuda_alloc(dev, AMP_CUBLASLT_WORKSPACE, &g->workspace));
     /* cuBLASLt takes A and B of one dtype: a mixed pair is widened to f32 (exactly). */
     amp_dtype ab_dt = d->a_dtype == d->b_dtype ? d->a_dtype : AMP_F32;
     const void *a = d->a, *b = d->b;
     int64_t lda = d->lda, ldb = d->ldb;
     if (d->a_dtype != ab_dt)
         AMP_TRY(widen_operand(&a, d->a_dtype, &lda, d->trans_a ? d->k : d->m,
-                              d->trans_a ? d->m : d->k, &scratch[SCR_A], stream));
+                              d->trans_a ? d->m : d->k, &scratch[SCR_A], dev));
     if (d->b_dtype != ab_dt)
         AMP_TRY(widen_operand(&b, d->b_dtype, &ldb, d->trans_b ? d->n : d->k,
-                              d->trans_b ? d->k : d->n, &scratch[SCR_B], stream));
+                              d->trans_b ? d->k : d->n, &scratch[SCR_B], dev));
     bool tf32 = d->allow_tf32 && ab_dt == AMP_F32;
     /* The fused bias gradient has D's type and is an unscaled sum: see the top. */
     bool fuse_bias_grad = d->bias_grad && d->c_dtype == AMP_F32 && !tf32 && d->alpha == 1.0f;
@@ -329,7 +349,7 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStr
         dst = d->c, ldd = d->ldc, d_dt = d->c_dtype;
         if (!direct) {
             size_t nbytes = (size_t)d->m * (size_t)d->n * sizeof(float);
-            if (!scratch[SCR_D]) AMP_TRY(amp_cuda_alloc(nbytes, &scratch[SCR_D]));
+            if (!scratch[SCR_D]) AMP_TRY(amp_cuda_alloc(dev, nbytes, &scratch[SCR_D]));
             dst = scratch[SCR_D], ldd = d->n, d_dt = AMP_F32;
             if (d->beta != 0.0f)
                 AMP_TRY(amp_cuda_cast_rows_launch(dst, AMP_F32, ldd, d->c, d->c_dtype, d->ldc, d->m,
@@ -355,7 +375,7 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStr
         key.align_b = align_of(b);
         key.align_d = align_of(dst);
         key.align_vec = vec ? align_of(vec) : 0;
-        AMP_TRY(plan_get(&key, vec, &p));
+        AMP_TRY(plan_get(dev->gemm, &key, vec, &p));
         /* A half C cannot take a missed bias in a later pass without a second rounding. */
         if (direct && d_dt != AMP_F32 && p->epilogue != want) {
             direct = false;
@@ -366,9 +386,9 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStr
     if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &vec, sizeof vec));
-    cublasStatus_t st = cublasLtMatmul(g_lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, dst,
-                                       p->ld, dst, p->ld, &p->algo, g_workspace,
-                                       AMP_CUBLASLT_WORKSPACE, stream);
+    cublasStatus_t st =
+            cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, dst, p->ld, dst,
+                           p->ld, &p->algo, g->workspace, AMP_CUBLASLT_WORKSPACE, stream);
     if (st != CUBLAS_STATUS_SUCCESS)
         return amp_fail(AMP_ERR_BACKEND,
                         "amp_cuda_gemm: cublasLtMatmul (m=%lld n=%lld k=%lld): %s (%s)",
@@ -383,28 +403,30 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStr
         AMP_TRY(amp_cuda_cast_rows_launch(d->c, d->c_dtype, d->ldc, dst, d_dt, ldd, d->m, d->n,
                                           1.0f, late_bias, relu, stream));
     if (d->bias_grad && p->epilogue != CUBLASLT_EPILOGUE_BGRADB)
-        AMP_TRY(bias_grad_pass(d, a, ab_dt, lda, scratch, stream));
-    g_stats = (amp_cuda_gemm_stats){(int)p->epilogue, direct,
-                                    tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+        AMP_TRY(bias_grad_pass(d, a, ab_dt, lda, scratch, dev));
+    g->stats = (amp_cuda_gemm_stats){(int)p->epilogue, direct,
+                                     tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
     return AMP_OK;
 }
 
 /* An empty product: C = epilogue(beta * C + bias) (C unread when beta = 0, as BLAS), and the
  * bias gradient, which does not depend on n, sums A alone; cuBLASLt does not take k = 0. */
-static amp_status gemm_empty(const amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_t stream) {
+static amp_status gemm_empty(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev) {
+    cudaStream_t stream = dev->stream;
     if (d->n > 0)
         AMP_TRY(amp_cuda_cast_rows_launch(d->c, d->c_dtype, d->ldc, d->beta != 0.0f ? d->c : NULL,
                                           d->c_dtype, d->ldc, d->m, d->n, d->beta, d->bias,
                                           d->epilogue == AMP_GEMM_EPILOGUE_RELU, stream));
-    if (d->bias_grad) AMP_TRY(bias_grad_pass(d, d->a, d->a_dtype, d->lda, scratch, stream));
+    if (d->bias_grad) AMP_TRY(bias_grad_pass(d, d->a, d->a_dtype, d->lda, scratch, dev));
     return AMP_OK;
 }
 
 /* A half C's bias rounded to C's dtype (core/backend.h), into scratch[SCR_BIAS], and widened
  * back to f32 (exactly) into scratch[SCR_BIAS32]; *d then points at the latter. */
-static amp_status bias_round(amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_t stream) {
-    AMP_TRY(amp_cuda_alloc((size_t)d->n * amp_dtype_size(d->c_dtype), &scratch[SCR_BIAS]));
-    AMP_TRY(amp_cuda_alloc((size_t)d->n * sizeof(float), &scratch[SCR_BIAS32]));
+static amp_status bias_round(amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev) {
+    cudaStream_t stream = dev->stream;
+    AMP_TRY(amp_cuda_alloc(dev, (size_t)d->n * amp_dtype_size(d->c_dtype), &scratch[SCR_BIAS]));
+    AMP_TRY(amp_cuda_alloc(dev, (size_t)d->n * sizeof(float), &scratch[SCR_BIAS32]));
     AMP_TRY(amp_cuda_cast_rows_launch(scratch[SCR_BIAS], d->c_dtype, d->n, d->bias, AMP_F32, d->n,
                                       1, d->n, 1.0f, NULL, false, stream));
     AMP_TRY(amp_cuda_cast_rows_launch(scratch[SCR_BIAS32], AMP_F32, d->n, scratch[SCR_BIAS],
@@ -413,30 +435,38 @@ static amp_status bias_round(amp_gemm_desc *d, void *scratch[SCR_N], cudaStream_
     return AMP_OK;
 }
 
-amp_status amp_cuda_gemm(const amp_gemm_desc *desc) {
+amp_status amp_cuda_gemm(amp_device_ctx *dev, const amp_gemm_desc *desc) {
     AMP_TRY(gemm_validate(desc));
-    cudaStream_t stream = amp_cuda_stream();
     void *scratch[SCR_N] = {NULL};
     amp_status s = AMP_OK;
     if (desc->m == 0) return AMP_OK;
     amp_gemm_desc d = *desc;
-    if (d.bias && d.c_dtype != AMP_F32 && d.n > 0) s = bias_round(&d, scratch, stream);
+    if (d.bias && d.c_dtype != AMP_F32 && d.n > 0) s = bias_round(&d, scratch, dev);
     if (s == AMP_OK && (d.n == 0 || d.k == 0)) {
-        s = gemm_empty(&d, scratch, stream);
+        s = gemm_empty(&d, scratch, dev);
     } else if (s == AMP_OK) {
-        pthread_mutex_lock(&g_lock);
-        s = gemm_run(&d, scratch, stream);
-        pthread_mutex_unlock(&g_lock);
+        pthread_mutex_lock(&dev->gemm->lock);
+        s = gemm_run(&d, scratch, dev);
+        pthread_mutex_unlock(&dev->gemm->lock);
     }
     /* Safe before the queued work ran: the allocator hands these only to work queued later on the
      * same stream. */
-    for (int i = 0; i < SCR_N; i++) amp_cuda_free(scratch[i]);
+    for (int i = 0; i < SCR_N; i++) amp_cuda_free(dev, scratch[i]);
     return s;
 }
 
-void amp_cuda_gemm_stats_get(amp_cuda_gemm_stats *out) {
+void amp_cuda_gemm_stats_get(amp_device_ctx *dev, amp_cuda_gemm_stats *out) {
     if (!out) return;
-    pthread_mutex_lock(&g_lock);
-    *out = g_stats;
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&dev->gemm->lock);
+    *out = dev->gemm->stats;
+    pthread_mutex_unlock(&dev->gemm->lock);
+}
+
+void amp_cuda_gemm_state_free(amp_device_ctx *dev, amp_cuda_gemm_state *g) {
+    if (!g) return;
+    for (int i = 0; i < AMP_GEMM_PLANS; i++) plan_release(&g->plans[i]);
+    amp_cuda_free(dev, g->workspace);
+    cublasLtDestroy(g->lt);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
 }

@@ -26,9 +26,9 @@
  *    loss scaler's inf/NaN check then sees) and records the lowest such row in the record's
  *    second slot; the next xent_fwd reports it as an error (naming xent_bwd and the row). In a
  *    training step the labels of backward are those forward already checked.
- * The record is one cudaMalloc made at the first use and kept for the process (outside the
- * caching allocator, so it is not counted as the caller's memory); all its traffic is on the
- * backend's one stream. */
+ * The record is one cudaMalloc per device context, made with the context (amp_device_ctx's
+ * label_record; outside the caching allocator, so it is not counted as the caller's memory);
+ * all its traffic is on the context's stream. */
 #include <math.h>
 #include <stdint.h>
 
@@ -137,20 +137,6 @@ static unsigned grid_for(int64_t n) {
     return (unsigned)(blocks < AMP_CUDA_MAX_BLOCKS ? blocks : AMP_CUDA_MAX_BLOCKS);
 }
 
-/* The label record (see the header), allocated and cleared once, on the backend's stream. */
-static amp_status xent_record(unsigned long long **out) {
-    static unsigned long long *record = NULL;
-    static cudaError_t made = [] {
-        cudaError_t e = cudaMalloc((void **)&record, 2 * sizeof *record);
-        if (e == cudaSuccess)
-            e = cudaMemsetAsync(record, 0xff, 2 * sizeof *record, amp_cuda_stream());
-        return e;
-    }();
-    AMP_CUDA_TRY(made);
-    *out = record;
-    return AMP_OK;
-}
-
 /* Log-softmax and loss of validated labels (rows >= 1). */
 extern "C" amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64_t classes,
                                                const void *logits, const int32_t *labels,
@@ -179,10 +165,10 @@ extern "C" amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64
 
 /* Checks the labels on the device and waits for the answer (the one host sync of this file);
  * also reports a bad row that an earlier xent_bwd recorded. Clears what it reports. */
-static amp_status check_labels(const char *fn, int64_t rows, int64_t classes,
-                               const int32_t *labels, cudaStream_t stream) {
-    unsigned long long *record, seen[2];
-    AMP_TRY(xent_record(&record));
+static amp_status check_labels(amp_device_ctx *dev, const char *fn, int64_t rows, int64_t classes,
+                               const int32_t *labels) {
+    cudaStream_t stream = dev->stream;
+    unsigned long long *record = dev->label_record, seen[2];
     if (rows > 0) {
         xent_check_kernel<<<grid_for(rows), AMP_CUDA_BLOCK, 0, stream>>>(labels, rows, classes,
                                                                          record);
@@ -206,17 +192,17 @@ static amp_status check_labels(const char *fn, int64_t rows, int64_t classes,
                     "%lld (its gradient row was set to NaN)", fn, (long long)seen[1]);
 }
 
-extern "C" amp_status amp_cuda_xent_fwd(amp_dtype dt, int64_t rows, int64_t classes,
-                                        const void *logits, const int32_t *labels, float *loss,
-                                        float *logsoftmax) {
+extern "C" amp_status amp_cuda_xent_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t rows,
+                                        int64_t classes, const void *logits, const int32_t *labels,
+                                        float *loss, float *logsoftmax) {
     AMP_TRY(amp_backend_check_xent("amp_cuda_xent_fwd", dt, rows, classes, labels));
     AMP_CHECK_ARG(loss);
     if (rows > 0) {
         AMP_CHECK_ARG(logits);
         AMP_CHECK_ARG(logsoftmax);
     }
-    cudaStream_t stream = amp_cuda_stream();
-    AMP_TRY(check_labels("amp_cuda_xent_fwd", rows, classes, labels, stream));
+    cudaStream_t stream = dev->stream;
+    AMP_TRY(check_labels(dev, "amp_cuda_xent_fwd", rows, classes, labels));
     if (rows == 0) {
         /* 0 / 0: NaN, as torch's mean over nothing; written by the stream, in order. */
         const float nan_bits = NAN;
@@ -227,17 +213,16 @@ extern "C" amp_status amp_cuda_xent_fwd(amp_dtype dt, int64_t rows, int64_t clas
     return amp_cuda_xent_fwd_launch(dt, rows, classes, logits, labels, loss, logsoftmax, stream);
 }
 
-extern "C" amp_status amp_cuda_xent_bwd(amp_dtype dt, int64_t rows, int64_t classes,
-                                        const float *logsoftmax, const int32_t *labels,
-                                        const float *dloss, void *dlogits) {
+extern "C" amp_status amp_cuda_xent_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t rows,
+                                        int64_t classes, const float *logsoftmax,
+                                        const int32_t *labels, const float *dloss, void *dlogits) {
     AMP_TRY(amp_backend_check_xent("amp_cuda_xent_bwd", dt, rows, classes, labels));
     AMP_CHECK_ARG(dloss);
     if (rows == 0) return AMP_OK;
     AMP_CHECK_ARG(logsoftmax);
     AMP_CHECK_ARG(dlogits);
-    unsigned long long *record;
-    AMP_TRY(xent_record(&record));
-    cudaStream_t stream = amp_cuda_stream();
+    unsigned long long *record = dev->label_record;
+    cudaStream_t stream = dev->stream;
     unsigned grid = grid_for(rows * classes);
     switch (dt) {
     case AMP_F16:
@@ -280,25 +265,25 @@ extern "C" amp_status amp_cuda_mse_fwd_launch(amp_dtype dt, int64_t n, const voi
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_mse_fwd(amp_dtype dt, int64_t n, const void *a, const void *b,
-                                       float *loss) {
+extern "C" amp_status amp_cuda_mse_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *a,
+                                       const void *b, float *loss) {
     AMP_TRY(amp_backend_check_mse("amp_cuda_mse_fwd", dt, n, a, b));
     AMP_CHECK_ARG(loss);
     double *partials = NULL;
-    AMP_TRY(amp_cuda_alloc(sizeof(double) * (size_t)amp_red_blocks(n), (void **)&partials));
-    amp_status s = amp_cuda_mse_fwd_launch(dt, n, a, b, loss, partials, amp_cuda_stream());
-    amp_cuda_free(partials); /* reused only by work queued after these kernels (one stream) */
+    AMP_TRY(amp_cuda_alloc(dev, sizeof(double) * (size_t)amp_red_blocks(n), (void **)&partials));
+    amp_status s = amp_cuda_mse_fwd_launch(dt, n, a, b, loss, partials, dev->stream);
+    amp_cuda_free(dev, partials); /* reused only by work queued after these kernels (one stream) */
     return s;
 }
 
-extern "C" amp_status amp_cuda_mse_bwd(amp_dtype dt, int64_t n, const void *a, const void *b,
-                                       const float *dloss, void *da) {
+extern "C" amp_status amp_cuda_mse_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *a,
+                                       const void *b, const float *dloss, void *da) {
     AMP_TRY(amp_backend_check_mse("amp_cuda_mse_bwd", dt, n, a, b));
     AMP_CHECK_ARG(dloss);
     if (n == 0) return AMP_OK;
     AMP_CHECK_ARG(da);
     float norm = (float)(2.0 / (double)n);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     unsigned grid = grid_for(n);
     switch (dt) {
     case AMP_F16:

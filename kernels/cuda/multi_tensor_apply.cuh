@@ -398,14 +398,15 @@ static __global__ void amp_mt_steps_kernel(int64_t n, const int64_t *steps, int6
 #define AMP_MT_STEPS_BLOCK 128
 
 /* Workspace from amp_cuda_alloc (*ws; the caller frees it with amp_cuda_free after its launches)
- * holding n steps and n coefficients, filled by amp_mt_steps_kernel on `stream`. */
+ * holding n steps and n coefficients, filled by amp_mt_steps_kernel on the context's stream. */
 template <class Make>
 static amp_status amp_mt_steps_prepare(int64_t n, int64_t *steps, const Make &make,
-                                       cudaStream_t stream, void **ws, amp_mt_steps *out,
+                                       amp_device_ctx *dev, void **ws, amp_mt_steps *out,
                                        const typename Make::coefs_t **coefs) {
+    cudaStream_t stream = dev->stream;
     typedef typename Make::coefs_t coefs_t;
     static_assert(alignof(coefs_t) <= alignof(int64_t), "coefficients follow the int64 steps");
-    AMP_TRY(amp_cuda_alloc((sizeof(int64_t) + sizeof(coefs_t)) * (size_t)n, ws));
+    AMP_TRY(amp_cuda_alloc(dev, (sizeof(int64_t) + sizeof(coefs_t)) * (size_t)n, ws));
     int64_t *t = (int64_t *)*ws;
     coefs_t *c = (coefs_t *)(t + n);
     unsigned grid = (unsigned)((n + AMP_MT_STEPS_BLOCK - 1) / AMP_MT_STEPS_BLOCK);

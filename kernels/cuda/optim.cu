@@ -24,7 +24,7 @@
  * double there, so a GPU's pow, within 2 ulp of the host's, may move a bias correction's last
  * f32 bit about once in 2^28 tensors-steps; cudacpu uses the host's pow) and the counts advance
  * unless the step is skipped (multi_tensor_apply.cuh, amp_mt_steps). No entry waits for the
- * device or copies anything to or from the host: all work is queued on amp_cuda_stream().
+ * device or copies anything to or from the host: all work is queued on dev->stream.
  *
  * The per-tensor entries are one-tensor lists through the same kernels (same bits). Entries
  * validate their arguments first, as the CPU backend's entries do (same order and statuses;
@@ -153,13 +153,14 @@ struct adam_op : adam_args {
 
 /* Runs Op<G, S> over the planned list, G and S from the list's dtypes. */
 template <template <amp_dtype, int> class Op, class Args>
-static amp_status run_typed(const char *fn, const amp_opt_tensors *t, const Args &args,
-                            int depth, const amp_dtype *dtypes, const amp_mt_tensor *tensors) {
+static amp_status run_typed(amp_device_ctx *dev, const char *fn, const amp_opt_tensors *t,
+                            const Args &args, int depth, const amp_dtype *dtypes,
+                            const amp_mt_tensor *tensors) {
     return amp_mt_with_dtype(t->grad_dtype, [&](auto g) {
         return amp_mt_with_store(amp_mt_store_of(t), [&](auto s) {
             Op<decltype(g)::value, decltype(s)::value> op;
             static_cast<Args &>(op) = args;
-            return amp_mt_apply(fn, depth, dtypes, tensors, t->n, op, amp_cuda_stream());
+            return amp_mt_apply(fn, depth, dtypes, tensors, t->n, op, dev->stream);
         });
     });
 }
@@ -193,8 +194,8 @@ struct adam_make {
 
 /* A checked list's launches: its lists, the op's arguments and, with device step counts, the
  * per-tensor coefficients made first (amp_mt_steps_prepare). */
-static amp_status sgd_launch(const char *fn, const amp_sgd_desc *d, const amp_opt_tensors *t,
-                             const amp_step_scalars *scalars) {
+static amp_status sgd_launch(amp_device_ctx *dev, const char *fn, const amp_sgd_desc *d,
+                             const amp_opt_tensors *t, const amp_step_scalars *scalars) {
     bool momentum = d->momentum != 0.0f;
     amp_mt_list lists[AMP_MT_MAX_DEPTH];
     lists_head(t, lists);
@@ -216,16 +217,16 @@ static amp_status sgd_launch(const char *fn, const amp_sgd_desc *d, const amp_op
     void *ws = NULL;
     amp_status s = AMP_OK;
     if (t->steps)
-        s = amp_mt_steps_prepare(t->n, t->steps, sgd_make{args.c}, amp_cuda_stream(), &ws,
-                                 &args.steps, &args.coefs);
-    if (s == AMP_OK) s = run_typed<sgd_op>(fn, t, args, depth, dtypes, tensors);
-    amp_cuda_free(ws); /* reused only by work queued after these kernels (one stream) */
+        s = amp_mt_steps_prepare(t->n, t->steps, sgd_make{args.c}, dev, &ws, &args.steps,
+                                 &args.coefs);
+    if (s == AMP_OK) s = run_typed<sgd_op>(dev, fn, t, args, depth, dtypes, tensors);
+    amp_cuda_free(dev, ws); /* reused only by work queued after these kernels (one stream) */
     free(tensors);
     return s;
 }
 
-static amp_status adam_launch(const char *fn, const amp_adam_desc *d, const amp_opt_tensors *t,
-                              const amp_step_scalars *scalars) {
+static amp_status adam_launch(amp_device_ctx *dev, const char *fn, const amp_adam_desc *d,
+                              const amp_opt_tensors *t, const amp_step_scalars *scalars) {
     amp_mt_list lists[AMP_MT_MAX_DEPTH];
     lists_head(t, lists);
     lists[2] = amp_mt_list{AMP_F32, "state1", NULL, t->state1};
@@ -247,25 +248,26 @@ static amp_status adam_launch(const char *fn, const amp_adam_desc *d, const amp_
     amp_status s = AMP_OK;
     if (t->steps) {
         adam_make mk = {d->lr, d->beta1, d->beta2, d->eps, d->weight_decay, d->decoupled};
-        s = amp_mt_steps_prepare(t->n, t->steps, mk, amp_cuda_stream(), &ws, &args.steps,
-                                 &args.coefs);
+        s = amp_mt_steps_prepare(t->n, t->steps, mk, dev, &ws, &args.steps, &args.coefs);
     }
-    if (s == AMP_OK) s = run_typed<adam_op>(fn, t, args, depth, dtypes, tensors);
-    amp_cuda_free(ws);
+    if (s == AMP_OK) s = run_typed<adam_op>(dev, fn, t, args, depth, dtypes, tensors);
+    amp_cuda_free(dev, ws);
     free(tensors);
     return s;
 }
 
-extern "C" amp_status amp_cuda_sgd_multi(const amp_sgd_desc *d, const amp_opt_tensors *t,
+extern "C" amp_status amp_cuda_sgd_multi(amp_device_ctx *dev, const amp_sgd_desc *d,
+                                         const amp_opt_tensors *t,
                                          const amp_step_scalars *scalars) {
     const char *fn = "amp_cuda_sgd_multi";
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     bool momentum = d->momentum != 0.0f;
     AMP_TRY(amp_mt_check_opt(fn, t, d->half_copy, d->grad_scale, momentum, false));
-    return sgd_launch(fn, d, t, scalars);
+    return sgd_launch(dev, fn, d, t, scalars);
 }
 
-extern "C" amp_status amp_cuda_adam_multi(const amp_adam_desc *d, const amp_opt_tensors *t,
+extern "C" amp_status amp_cuda_adam_multi(amp_device_ctx *dev, const amp_adam_desc *d,
+                                          const amp_opt_tensors *t,
                                           const amp_step_scalars *scalars) {
     const char *fn = "amp_cuda_adam_multi";
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
@@ -274,7 +276,7 @@ extern "C" amp_status amp_cuda_adam_multi(const amp_adam_desc *d, const amp_opt_
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: step = %lld, want >= 1", fn,
                         (long long)d->step);
     AMP_TRY(amp_mt_check_opt(fn, t, d->half_copy, d->grad_scale, true, true));
-    return adam_launch(fn, d, t, scalars);
+    return adam_launch(dev, fn, d, t, scalars);
 }
 
 /* A one-tensor list over the per-tensor entries' pointers (which it borrows). */
@@ -331,8 +333,8 @@ static amp_status check_one(const char *fn, int64_t n, amp_dtype g_dt, const voi
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_sgd_update(const amp_sgd_desc *d, int64_t n, float *param,
-                                          const void *grad, amp_dtype g_dt,
+extern "C" amp_status amp_cuda_sgd_update(amp_device_ctx *dev, const amp_sgd_desc *d, int64_t n,
+                                          float *param, const void *grad, amp_dtype g_dt,
                                           float *momentum_buf) {
     const char *fn = "amp_cuda_sgd_update";
     AMP_CHECK_ARG(d);
@@ -346,12 +348,12 @@ extern "C" amp_status amp_cuda_sgd_update(const amp_sgd_desc *d, int64_t n, floa
                         "NULL)", fn, (double)d->momentum);
     one_tensor o;
     one_tensor_make(&o, n, param, grad, g_dt, d->half_copy, d->half_dtype, momentum_buf, NULL);
-    return sgd_launch(fn, d, &o.t, NULL);
+    return sgd_launch(dev, fn, d, &o.t, NULL);
 }
 
-extern "C" amp_status amp_cuda_adam_update(const amp_adam_desc *d, int64_t n, float *param,
-                                           const void *grad, amp_dtype g_dt, float *exp_avg,
-                                           float *exp_avg_sq) {
+extern "C" amp_status amp_cuda_adam_update(amp_device_ctx *dev, const amp_adam_desc *d, int64_t n,
+                                           float *param, const void *grad, amp_dtype g_dt,
+                                           float *exp_avg, float *exp_avg_sq) {
     const char *fn = "amp_cuda_adam_update";
     AMP_CHECK_ARG(d);
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld", fn, (long long)n);
@@ -366,5 +368,5 @@ extern "C" amp_status amp_cuda_adam_update(const amp_adam_desc *d, int64_t n, fl
     AMP_CHECK_ARG(exp_avg_sq);
     one_tensor o;
     one_tensor_make(&o, n, param, grad, g_dt, d->half_copy, d->half_dtype, exp_avg, exp_avg_sq);
-    return adam_launch(fn, d, &o.t, NULL);
+    return adam_launch(dev, fn, d, &o.t, NULL);
 }

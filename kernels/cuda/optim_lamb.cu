@@ -1,6 +1,6 @@
 /* Fused LAMB on the device: the CUDA side of the table's lamb_multi, Apex's FusedLAMB (its math
  * and conventions are kernels/math/lamb.h's, shared with the CPU). One call queues, on
- * amp_cuda_stream() and without waiting for the device:
+ * dev->stream and without waiting for the device:
  *   1. with max_grad_norm > 0, the global gradient norm: a sum of squares over every gradient as
  *      stage 1 loads it (times the grad scale, in f32), one double partial per chunk, the
  *      partials added in plan order by one thread, G = (float)sqrt(total); the clip divisor
@@ -30,7 +30,7 @@
  * chunk of each tensor ((first block, chunk count) per tensor, zeroed first so empty tensors
  * read as none) lets step 3 find them; stage 2 reads step sizes by tensor_index. Workspace
  * (partials, table, step sizes, divisor) is one block from amp_cuda_alloc, returned right after
- * the launches: the backend's one stream orders its reuse after them. A skipped step (found_inf
+ * the launches: the context's one stream orders its reuse after them. A skipped step (found_inf
  * set when the kernels run) writes nothing anywhere: every block of every kernel reads the flag
  * first. With device step counts (amp_opt_tensors.steps) each tensor's coefficients (its bias
  * corrections) are made on the device from its t = steps[i] + 1 (multi_tensor_apply.cuh,
@@ -233,14 +233,15 @@ typedef struct lamb_ws {
     float *step_size, *divisor;
 } lamb_ws;
 
-static amp_status lamb_ws_alloc(lamb_ws *w, int64_t n, int64_t chunks, bool clip, bool adapt) {
+static amp_status lamb_ws_alloc(amp_device_ctx *dev, lamb_ws *w, int64_t n, int64_t chunks,
+                                bool clip, bool adapt) {
     memset(w, 0, sizeof *w);
     size_t n_doubles = (clip ? (size_t)chunks : 0) + (adapt ? 2 * (size_t)chunks : 0);
     size_t n_table = adapt ? 2 * (size_t)n : 0;
     size_t n_floats = (adapt ? (size_t)n : 0) + (clip ? 1 : 0);
     size_t nbytes = 8 * n_doubles + 8 * n_table + 4 * n_floats;
     if (nbytes == 0) return AMP_OK;
-    AMP_TRY(amp_cuda_alloc(nbytes, &w->block));
+    AMP_TRY(amp_cuda_alloc(dev, nbytes, &w->block));
     double *d = (double *)w->block;
     if (clip) {
         w->grad_part = d;
@@ -327,7 +328,8 @@ static amp_status lamb_stages(const char *fn, const amp_lamb_desc *d, const amp_
     });
 }
 
-extern "C" amp_status amp_cuda_lamb_multi(const amp_lamb_desc *d, const amp_opt_tensors *t,
+extern "C" amp_status amp_cuda_lamb_multi(amp_device_ctx *dev, const amp_lamb_desc *d,
+                                          const amp_opt_tensors *t,
                                           const amp_step_scalars *scalars) {
     const char *fn = "amp_cuda_lamb_multi";
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
@@ -359,26 +361,26 @@ extern "C" amp_status amp_cuda_lamb_multi(const amp_lamb_desc *d, const amp_opt_
     bool clip = d->max_grad_norm > 0.0f;
     bool adapt = d->adapt_all || d->weight_decay != 0.0f;
     amp_mt_step step = amp_mt_step_make(d->grad_scale, scalars);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     amp_mt_steps steps = {NULL, NULL};
     const amp_lamb_coefs *coefs = NULL;
     void *steps_ws = NULL;
     if (t->steps) {
         lamb_make mk = {d->beta1, d->beta2, d->eps, d->weight_decay, d->decoupled,
                         d->bias_correction, d->grad_averaging};
-        s = amp_mt_steps_prepare(t->n, t->steps, mk, stream, &steps_ws, &steps, &coefs);
+        s = amp_mt_steps_prepare(t->n, t->steps, mk, dev, &steps_ws, &steps, &coefs);
     }
     lamb_ws w;
     memset(&w, 0, sizeof w);
-    if (s == AMP_OK) s = lamb_ws_alloc(&w, t->n, chunks, clip, adapt);
+    if (s == AMP_OK) s = lamb_ws_alloc(dev, &w, t->n, chunks, clip, adapt);
     if (s == AMP_OK && clip)
         s = lamb_clip(fn, t, d->max_grad_norm, step, stage1, chunks, &w, stream);
     if (s == AMP_OK)
         s = lamb_stages(fn, d, t, step, steps, coefs, adapt, &w, stage1, stage2, depth2, dtypes1,
                         dtypes2, stream);
     /* reused only by work queued after these kernels (one stream) */
-    amp_cuda_free(w.block);
-    amp_cuda_free(steps_ws);
+    amp_cuda_free(dev, w.block);
+    amp_cuda_free(dev, steps_ws);
     free(stage1);
     free(stage2);
     return s;

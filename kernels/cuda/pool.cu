@@ -116,18 +116,19 @@ static amp_status maxpool_bwd_launch(const amp_pool_desc *d, const void *dy, con
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y) {
+extern "C" amp_status amp_cuda_maxpool_fwd(amp_device_ctx *dev, const amp_pool_desc *d,
+                                           const void *x, void *y) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
-    return maxpool_fwd_launch(d, x, y, amp_cuda_stream());
+    return maxpool_fwd_launch(d, x, y, dev->stream);
 }
 
-extern "C" amp_status amp_cuda_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x,
-                                           void *dx) {
+extern "C" amp_status amp_cuda_maxpool_bwd(amp_device_ctx *dev, const amp_pool_desc *d,
+                                           const void *dy, const void *x, void *dx) {
     AMP_TRY(amp_backend_check_pool(__func__, d));
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(dx);
-    return maxpool_bwd_launch(d, dy, x, dx, amp_cuda_stream());
+    return maxpool_bwd_launch(d, dy, x, dx, dev->stream);
 }

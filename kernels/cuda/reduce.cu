@@ -12,9 +12,9 @@
  *    chunk bounds, so the bits may differ from it within the final f32 rounding of an accurate
  *    double sum, as for sum.
  * Outputs are overwritten; rows = 0 writes zeros (a sum over nothing). The partials come from the
- * caching allocator and go back to it right after the launches: the backend's one stream orders
+ * caching allocator and go back to it right after the launches: the context's one stream orders
  * their reuse. Launchers take an explicit stream and check each launch; the entries validate
- * their arguments with the CPU backend's statuses and messages and run on amp_cuda_stream(). */
+ * their arguments with the CPU backend's statuses and messages and run on dev->stream. */
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -136,21 +136,21 @@ extern "C" amp_status amp_cuda_sum_rows_launch(amp_dtype dt, int64_t rows, int64
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_sum(amp_dtype dt, int64_t n, const void *x, float alpha,
-                                   float *out) {
+extern "C" amp_status amp_cuda_sum(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x,
+                                   float alpha, float *out) {
     AMP_TRY(amp_backend_check_float("amp_cuda_sum", dt));
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_sum: n = %lld < 0", (long long)n);
     AMP_CHECK_ARG(out);
     if (n > 0) AMP_CHECK_ARG(x);
     double *partials = NULL;
-    AMP_TRY(amp_cuda_alloc(sizeof(double) * (size_t)amp_red_blocks(n), (void **)&partials));
-    amp_status s = amp_cuda_sum_launch(dt, n, x, alpha, out, partials, amp_cuda_stream());
-    amp_cuda_free(partials); /* reused only by work queued after these kernels (one stream) */
+    AMP_TRY(amp_cuda_alloc(dev, sizeof(double) * (size_t)amp_red_blocks(n), (void **)&partials));
+    amp_status s = amp_cuda_sum_launch(dt, n, x, alpha, out, partials, dev->stream);
+    amp_cuda_free(dev, partials); /* reused only by work queued after these kernels (one stream) */
     return s;
 }
 
-extern "C" amp_status amp_cuda_sum_rows(amp_dtype dt, int64_t rows, int64_t cols, const void *x,
-                                        float *out) {
+extern "C" amp_status amp_cuda_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows,
+                                        int64_t cols, const void *x, float *out) {
     AMP_TRY(amp_backend_check_float("amp_cuda_sum_rows", dt));
     if (rows < 0 || cols < 0)
         return amp_fail(AMP_ERR_SHAPE, "amp_cuda_sum_rows: shape [%lld, %lld] has a negative size",
@@ -162,8 +162,9 @@ extern "C" amp_status amp_cuda_sum_rows(amp_dtype dt, int64_t rows, int64_t cols
     amp_cuda_sum_rows_plan(rows, cols, &chunk_rows, &n_chunks);
     double *partials = NULL;
     if (n_chunks > 0)
-        AMP_TRY(amp_cuda_alloc(sizeof(double) * (size_t)(n_chunks * cols), (void **)&partials));
-    amp_status s = amp_cuda_sum_rows_launch(dt, rows, cols, x, out, partials, amp_cuda_stream());
-    amp_cuda_free(partials); /* as in amp_cuda_sum; free(NULL) is a no-op */
+        AMP_TRY(amp_cuda_alloc(dev, sizeof(double) * (size_t)(n_chunks * cols),
+                               (void **)&partials));
+    amp_status s = amp_cuda_sum_rows_launch(dt, rows, cols, x, out, partials, dev->stream);
+    amp_cuda_free(dev, partials); /* as in amp_cuda_sum; free(NULL) is a no-op */
     return s;
 }

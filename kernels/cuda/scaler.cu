@@ -32,30 +32,31 @@ static __global__ void scaler_update_kernel(amp_scaler_dev *s, amp_scaler_params
     if (found_inf) *found_inf = 0.0f;
 }
 
-amp_status amp_cuda_scaler_seed(amp_scaler_dev *s, float cap) {
+amp_status amp_cuda_scaler_seed(amp_device_ctx *dev, amp_scaler_dev *s, float cap) {
     AMP_CHECK_ARG(s);
     if (!(cap > 0.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "scaler_seed: cap = %g, want > 0", (double)cap);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     scaler_seed_kernel<<<1, 1, 0, stream>>>(s, cap);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
-amp_status amp_cuda_scaler_clip(amp_scaler_dev *s, const float *sumsq_f32,
+amp_status amp_cuda_scaler_clip(amp_device_ctx *dev, amp_scaler_dev *s, const float *sumsq_f32,
                                 const float *sumsq_half, float max_norm) {
     AMP_CHECK_ARG(s);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     scaler_clip_kernel<<<1, 1, 0, stream>>>(s, sumsq_f32, sumsq_half, max_norm);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
 }
 
-amp_status amp_cuda_scaler_update(amp_scaler_dev *s, const amp_scaler_params *p,
-                                  float *found_inf, bool checks, bool other_skip) {
+amp_status amp_cuda_scaler_update(amp_device_ctx *dev, amp_scaler_dev *s,
+                                  const amp_scaler_params *p, float *found_inf, bool checks,
+                                  bool other_skip) {
     AMP_CHECK_ARG(s);
     AMP_CHECK_ARG(p);
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     scaler_update_kernel<<<1, 1, 0, stream>>>(s, *p, found_inf, checks, other_skip);
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;

@@ -19,7 +19,7 @@
  *    (amp_bn_sync_bwd_coef) from the all-reduced sums: no workspace, no second launch.
  * Outputs are overwritten (the running statistics updated in place). dx may be dy: the same
  * thread reads and then writes an element. channel_sums' workspace (the tile totals) comes from
- * the caching allocator and goes back right after the launches: the backend's one stream orders
+ * the caching allocator and goes back right after the launches: the context's one stream orders
  * its reuse. */
 #include <stdint.h>
 
@@ -193,28 +193,28 @@ static amp_status sbn_dx_launch(const amp_bn_desc *d, int64_t count, const void 
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_bn_channel_sums(const amp_bn_desc *d, const void *x,
-                                               const float *center, const void *dy, float *out1,
-                                               float *out2) {
+extern "C" amp_status amp_cuda_bn_channel_sums(amp_device_ctx *dev, const amp_bn_desc *d,
+                                               const void *x, const float *center, const void *dy,
+                                               float *out1, float *out2) {
     AMP_TRY(amp_backend_check_bn(__func__, d, AMP_BN_PASS_SYNC));
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(out1);
     AMP_CHECK_ARG(out2);
     void *ws = NULL;
-    AMP_TRY(amp_cuda_alloc(2 * sizeof(double) * (size_t)(bn_tiles(d) * d->c), &ws));
-    cudaStream_t stream = amp_cuda_stream();
+    AMP_TRY(amp_cuda_alloc(dev, 2 * sizeof(double) * (size_t)(bn_tiles(d) * d->c), &ws));
+    cudaStream_t stream = dev->stream;
     amp_status s;
     switch (d->dtype) {
     case AMP_F16: s = sbn_sums_launch<AMP_F16>(d, x, center, dy, out1, out2, ws, stream); break;
     case AMP_BF16: s = sbn_sums_launch<AMP_BF16>(d, x, center, dy, out1, out2, ws, stream); break;
     default: s = sbn_sums_launch<AMP_F32>(d, x, center, dy, out1, out2, ws, stream); break;
     }
-    amp_cuda_free(ws); /* reused only by work queued after these kernels (one stream) */
+    amp_cuda_free(dev, ws); /* reused only by work queued after these kernels (one stream) */
     return s;
 }
 
-extern "C" amp_status amp_cuda_bn_sync_stats(const amp_bn_desc *d, int64_t count,
-                                             const float *center, const float *s1,
+extern "C" amp_status amp_cuda_bn_sync_stats(amp_device_ctx *dev, const amp_bn_desc *d,
+                                             int64_t count, const float *center, const float *s1,
                                              const float *s2, float *mean, float *var,
                                              float *invstd, float *running_mean,
                                              float *running_var) {
@@ -222,18 +222,18 @@ extern "C" amp_status amp_cuda_bn_sync_stats(const amp_bn_desc *d, int64_t count
     AMP_TRY(amp_backend_check_bn_count(__func__, count, s2 != NULL));
     AMP_CHECK_ARG(s1);
     AMP_CHECK_ARG(mean);
-    return sbn_stats_launch(d, count, center, s1, s2, mean, var, invstd, running_mean,
-                            running_var, amp_cuda_stream());
+    return sbn_stats_launch(d, count, center, s1, s2, mean, var, invstd, running_mean, running_var,
+                            dev->stream);
 }
 
-extern "C" amp_status amp_cuda_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x,
-                                            const void *dy, const float *gamma,
-                                            const float *mean, const float *invstd,
-                                            const float *sum_dy, const float *sum_dy_xmu,
-                                            void *dx) {
+extern "C" amp_status amp_cuda_bn_bwd_elemt(amp_device_ctx *dev, const amp_bn_desc *d,
+                                            int64_t count, const void *x, const void *dy,
+                                            const float *gamma, const float *mean,
+                                            const float *invstd, const float *sum_dy,
+                                            const float *sum_dy_xmu, void *dx) {
     AMP_TRY(amp_backend_check_bn_bwd_elemt(__func__, d, count, x, dy, mean, invstd, sum_dy,
                                            sum_dy_xmu, dx));
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     switch (d->dtype) {
     case AMP_F16:
         return sbn_dx_launch<AMP_F16>(d, count, x, dy, gamma, mean, invstd, sum_dy, sum_dy_xmu,

@@ -18,11 +18,11 @@
  * The grid depends on n only, so the bits depend on n and the data only. They differ from the
  * CPU backend's (another order), within the final f32 rounding of an accurate double sum.
  * The partials (at most SUMSQ_MAX_BLOCKS doubles) come from the caching allocator and go back
- * to it right after the launches: the backend's one stream orders their reuse.
+ * to it right after the launches: the context's one stream orders their reuse.
  *
  * Loops are grid-stride with 64-bit indices. Launchers take an explicit stream and check the
  * launch; the entries validate their arguments (with the CPU backend's statuses and messages)
- * and run on the backend's stream. */
+ * and run on the context's stream. */
 #include <math.h>
 #include <stdint.h>
 
@@ -179,14 +179,16 @@ static amp_status check_float(const char *fn, const char *what, amp_dtype dt) {
                     amp_dtype_name(dt));
 }
 
-extern "C" amp_status amp_cuda_unscale(amp_dtype g_dt, int64_t n, const void *grad,
-                                       float inv_scale, float *out, float *found_inf) {
+extern "C" amp_status amp_cuda_unscale(amp_device_ctx *dev, amp_dtype g_dt, int64_t n,
+                                       const void *grad, float inv_scale, float *out,
+                                       float *found_inf) {
     AMP_TRY(amp_backend_check_unscale("amp_cuda_unscale", g_dt, n, grad, inv_scale, out, found_inf));
     if (n == 0) return AMP_OK;
-    return amp_cuda_unscale_launch(g_dt, n, grad, inv_scale, out, found_inf, amp_cuda_stream());
+    return amp_cuda_unscale_launch(g_dt, n, grad, inv_scale, out, found_inf, dev->stream);
 }
 
-extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out) {
+extern "C" amp_status amp_cuda_sum_squares(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                           const void *x, float *out) {
     AMP_TRY(check_float("amp_cuda_sum_squares", "input", dt));
     if (n < 0)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_sum_squares: n = %lld < 0", (long long)n);
@@ -194,14 +196,14 @@ extern "C" amp_status amp_cuda_sum_squares(amp_dtype dt, int64_t n, const void *
     if (n > 0) AMP_CHECK_ARG(x);
     double *partials = NULL;
     size_t nbytes = sizeof(double) * (size_t)amp_cuda_sum_squares_blocks(n);
-    AMP_TRY(amp_cuda_alloc(nbytes, (void **)&partials));
-    amp_status s = amp_cuda_sum_squares_launch(dt, n, x, out, partials, amp_cuda_stream());
-    amp_cuda_free(partials); /* reused only by work queued after these kernels (one stream) */
+    AMP_TRY(amp_cuda_alloc(dev, nbytes, (void **)&partials));
+    amp_status s = amp_cuda_sum_squares_launch(dt, n, x, out, partials, dev->stream);
+    amp_cuda_free(dev, partials); /* reused only by work queued after these kernels (one stream) */
     return s;
 }
 
-extern "C" amp_status amp_cuda_nonfinite(amp_dtype dt, int64_t n, const void *x,
-                                         float *found_inf) {
+extern "C" amp_status amp_cuda_nonfinite(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                         const void *x, float *found_inf) {
     AMP_TRY(amp_backend_check_nonfinite("amp_cuda_nonfinite", dt, n, x, found_inf));
-    return amp_cuda_nonfinite_launch(dt, n, x, found_inf, amp_cuda_stream());
+    return amp_cuda_nonfinite_launch(dt, n, x, found_inf, dev->stream);
 }

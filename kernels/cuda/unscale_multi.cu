@@ -19,11 +19,11 @@
  * a second one-thread kernel adds the partials in plan order (tensors in list order, chunks in
  * order) in double and rounds to f32 once. No float atomics: the bits depend on the data and the
  * list's shapes only. The partials come from the caching allocator and go back to it right after
- * the launches: the backend's one stream orders their reuse. An all-empty list writes 0 (an
+ * the launches: the context's one stream orders their reuse. An all-empty list writes 0 (an
  * asynchronous memset, no kernel).
  *
  * Entries validate their arguments first (statuses of the per-tensor entries; messages name the
- * entry and the tensor), then queue their work on amp_cuda_stream() without waiting. n == 0 or
+ * entry and the tensor), then queue their work on dev->stream without waiting. n == 0 or
  * an all-empty list launches nothing. */
 #include <math.h>
 #include <stdint.h>
@@ -130,9 +130,9 @@ static amp_status check_unscale_overlap(const char *fn, amp_dtype g_dt, int64_t 
     return AMP_OK;
 }
 
-extern "C" amp_status amp_cuda_unscale_multi(amp_dtype g_dt, int64_t n, const int64_t *numel,
-                                             const void *const *grad, float inv_scale,
-                                             float *const *out, float *found_inf,
+extern "C" amp_status amp_cuda_unscale_multi(amp_device_ctx *dev, amp_dtype g_dt, int64_t n,
+                                             const int64_t *numel, const void *const *grad,
+                                             float inv_scale, float *const *out, float *found_inf,
                                              const amp_step_scalars *scalars) {
     const char *fn = "amp_cuda_unscale_multi";
     AMP_TRY(check_dtype(fn, g_dt));
@@ -156,15 +156,16 @@ extern "C" amp_status amp_cuda_unscale_multi(amp_dtype g_dt, int64_t n, const in
             op.inv_scale = inv_scale;
             op.inv_scale_dev = inv_dev;
             op.found_inf = found_inf;
-            return amp_mt_apply(fn, 2, dtypes, tensors, n, op, amp_cuda_stream());
+            return amp_mt_apply(fn, 2, dtypes, tensors, n, op, dev->stream);
         });
     }
     free(tensors);
     return s;
 }
 
-extern "C" amp_status amp_cuda_nonfinite_multi(amp_dtype dt, int64_t n, const int64_t *numel,
-                                               const void *const *x, float *found_inf) {
+extern "C" amp_status amp_cuda_nonfinite_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                               const int64_t *numel, const void *const *x,
+                                               float *found_inf) {
     const char *fn = "amp_cuda_nonfinite_multi";
     AMP_TRY(check_dtype(fn, dt));
     if (!found_inf) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'found_inf' is NULL", fn);
@@ -177,14 +178,15 @@ extern "C" amp_status amp_cuda_nonfinite_multi(amp_dtype dt, int64_t n, const in
     amp_status s = amp_mt_with_dtype(dt, [&](auto d) {
         nonfinite_op<decltype(d)::value> op;
         op.found_inf = found_inf;
-        return amp_mt_apply(fn, 1, &dt, tensors, n, op, amp_cuda_stream());
+        return amp_mt_apply(fn, 1, &dt, tensors, n, op, dev->stream);
     });
     free(tensors);
     return s;
 }
 
-extern "C" amp_status amp_cuda_sum_squares_multi(amp_dtype dt, int64_t n, const int64_t *numel,
-                                                 const void *const *x, float *out) {
+extern "C" amp_status amp_cuda_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
+                                                 const int64_t *numel, const void *const *x,
+                                                 float *out) {
     const char *fn = "amp_cuda_sum_squares_multi";
     AMP_TRY(check_dtype(fn, dt));
     if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", fn);
@@ -193,13 +195,13 @@ extern "C" amp_status amp_cuda_sum_squares_multi(amp_dtype dt, int64_t n, const 
     amp_mt_tensor *tensors = NULL;
     int64_t chunks = 0;
     AMP_TRY(amp_mt_tensors_make(fn, n, numel, &list, 1, &tensors, &chunks));
-    cudaStream_t stream = amp_cuda_stream();
+    cudaStream_t stream = dev->stream;
     if (!tensors) {
         AMP_CUDA_TRY(cudaMemsetAsync(out, 0, sizeof(float), stream)); /* the empty sum: +0 */
         return AMP_OK;
     }
     double *partials = NULL;
-    amp_status s = amp_cuda_alloc(sizeof(double) * (size_t)chunks, (void **)&partials);
+    amp_status s = amp_cuda_alloc(dev, sizeof(double) * (size_t)chunks, (void **)&partials);
     if (s == AMP_OK)
         s = amp_mt_with_dtype(dt, [&](auto d) {
             amp_mt_sumsq_op<decltype(d)::value> op;
@@ -216,6 +218,6 @@ extern "C" amp_status amp_cuda_sum_squares_multi(amp_dtype dt, int64_t n, const 
             s = amp_fail(AMP_ERR_BACKEND, "%s: launch of the final sum: %s (%s)", fn,
                          cudaGetErrorString(e), cudaGetErrorName(e));
     }
-    amp_cuda_free(partials); /* reused only by work queued after these kernels (one stream) */
+    amp_cuda_free(dev, partials); /* reused only by work queued after these kernels (one stream) */
     return s;
 }

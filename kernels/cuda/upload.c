@@ -15,6 +15,7 @@
  * The destination block is marked used by the copy stream (amp_cuda_record_stream), so freeing
  * it while the copy is queued cannot hand it out too early. */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -32,22 +33,34 @@ typedef struct upload_slot {
     bool used;
 } upload_slot;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static upload_slot g_slots[AMP_UPLOAD_SLOTS];
-static int g_next;
-static cudaStream_t g_copy_stream;
+/* A device context's uploads: its copy stream (made at the first upload) and staging ring. */
+struct amp_cuda_upload_state {
+    pthread_mutex_t lock;
+    upload_slot slots[AMP_UPLOAD_SLOTS];
+    int next;
+    cudaStream_t copy_stream;
+};
 
-static amp_status upload_init_locked(void) {
-    if (g_copy_stream) return AMP_OK;
-    AMP_CUDA_TRY(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+amp_status amp_cuda_upload_state_create(amp_cuda_upload_state **out) {
+    amp_cuda_upload_state *u = calloc(1, sizeof *u);
+    if (!u) return amp_fail(AMP_ERR_OOM, "amp_cuda_upload_state_create: out of host memory");
+    pthread_mutex_init(&u->lock, NULL);
+    *out = u;
+    return AMP_OK;
+}
+
+static amp_status upload_init_locked(amp_cuda_upload_state *u) {
+    if (u->copy_stream) return AMP_OK;
+    AMP_CUDA_TRY(cudaStreamCreateWithFlags(&u->copy_stream, cudaStreamNonBlocking));
     return AMP_OK;
 }
 
 /* The slot for the next copy, ready for nbytes: its previous copy finished, its buffer big
  * enough. */
-static amp_status upload_take_slot_locked(size_t nbytes, upload_slot **out) {
-    upload_slot *s = &g_slots[g_next];
-    g_next = (g_next + 1) % AMP_UPLOAD_SLOTS;
+static amp_status upload_take_slot_locked(amp_cuda_upload_state *u, size_t nbytes,
+                                          upload_slot **out) {
+    upload_slot *s = &u->slots[u->next];
+    u->next = (u->next + 1) % AMP_UPLOAD_SLOTS;
     if (s->used) {
         cudaError_t e = cudaEventQuery(s->done);
         if (e == cudaErrorNotReady) e = cudaEventSynchronize(s->done);
@@ -67,40 +80,58 @@ static amp_status upload_take_slot_locked(size_t nbytes, upload_slot **out) {
     return AMP_OK;
 }
 
-static amp_status upload_locked(void *dst, const void *host, size_t nbytes, void *after) {
-    AMP_TRY(upload_init_locked());
+static amp_status upload_locked(amp_device_ctx *dev, void *dst, const void *host, size_t nbytes,
+                                void *after) {
+    amp_cuda_upload_state *u = dev->upload;
+    AMP_TRY(upload_init_locked(u));
     upload_slot *s = NULL;
-    AMP_TRY(upload_take_slot_locked(nbytes, &s));
+    AMP_TRY(upload_take_slot_locked(u, nbytes, &s));
     memcpy(s->pinned, host, nbytes);
-    if (after) AMP_CUDA_TRY(cudaStreamWaitEvent(g_copy_stream, (cudaEvent_t)after, 0));
-    AMP_TRY(amp_cuda_record_stream(dst, g_copy_stream));
-    AMP_CUDA_TRY(cudaMemcpyAsync(dst, s->pinned, nbytes, cudaMemcpyHostToDevice, g_copy_stream));
-    AMP_CUDA_TRY(cudaEventRecord(s->done, g_copy_stream));
-    AMP_CUDA_TRY(cudaStreamWaitEvent(amp_cuda_stream(), s->done, 0));
+    if (after) AMP_CUDA_TRY(cudaStreamWaitEvent(u->copy_stream, (cudaEvent_t)after, 0));
+    AMP_TRY(amp_cuda_record_stream(dev, dst, u->copy_stream));
+    AMP_CUDA_TRY(cudaMemcpyAsync(dst, s->pinned, nbytes, cudaMemcpyHostToDevice, u->copy_stream));
+    AMP_CUDA_TRY(cudaEventRecord(s->done, u->copy_stream));
+    AMP_CUDA_TRY(cudaStreamWaitEvent(dev->stream, s->done, 0));
     return AMP_OK;
 }
 
-amp_status amp_cuda_upload_async(void *dst, const void *host, size_t nbytes, void *after) {
+amp_status amp_cuda_upload_async(amp_device_ctx *dev, void *dst, const void *host, size_t nbytes,
+                                 void *after) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(dst);
     AMP_CHECK_ARG(host);
-    pthread_mutex_lock(&g_lock);
-    amp_status s = upload_locked(dst, host, nbytes, after);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&dev->upload->lock);
+    amp_status s = upload_locked(dev, dst, host, nbytes, after);
+    pthread_mutex_unlock(&dev->upload->lock);
     return s;
 }
 
-amp_status amp_cuda_mark(void **event) {
+amp_status amp_cuda_mark(amp_device_ctx *dev, void **event) {
     AMP_CHECK_ARG(event);
     if (!*event) {
         cudaEvent_t e;
         AMP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         *event = e;
     }
-    AMP_CUDA_TRY(cudaEventRecord((cudaEvent_t)*event, amp_cuda_stream()));
+    AMP_CUDA_TRY(cudaEventRecord((cudaEvent_t)*event, dev->stream));
     return AMP_OK;
 }
 
-void amp_cuda_event_free(void *event) {
+void amp_cuda_event_free(amp_device_ctx *dev, void *event) {
     if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+/* After the context's stream has been synchronised (amp_cuda_device_close): nothing is queued. */
+void amp_cuda_upload_state_free(amp_cuda_upload_state *u) {
+    if (!u) return;
+    if (u->copy_stream) {
+        cudaStreamSynchronize(u->copy_stream);
+        cudaStreamDestroy(u->copy_stream);
+    }
+    for (int i = 0; i < AMP_UPLOAD_SLOTS; i++) {
+        if (u->slots[i].pinned) cudaFreeHost(u->slots[i].pinned);
+        if (u->slots[i].used) cudaEventDestroy(u->slots[i].done);
+    }
+    pthread_mutex_destroy(&u->lock);
+    free(u);
 }

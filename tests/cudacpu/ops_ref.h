@@ -12,11 +12,9 @@
 #include "core/half.h"
 #include "dev_buffer.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "test_device.h"
 #include "test_util.h"
 
-/* The backend's stream is the legacy default stream here, so dev_buf's cudaMemcpy orders after
- * the kernels. */
-extern "C" cudaStream_t amp_cuda_stream(void) { return 0; }
 extern "C" size_t amp_dtype_size(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16 ? 2 : 4; }
 extern "C" const char *amp_dtype_name(amp_dtype dt) {
     static const char *names[] = {"f32", "f16", "bf16", "i32"};

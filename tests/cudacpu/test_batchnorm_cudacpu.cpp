@@ -22,17 +22,17 @@
 /* The CPU backend's batch norm and the functions it needs from the rest of that backend,
  * written here over NVIDIA's conversions (round to nearest even, as memory.c's). */
 extern "C" {
-amp_status amp_cpu_bn_fwd_train(const amp_bn_desc *d, const void *x, const float *gamma,
-                                const float *beta, void *y, float *save_mean, float *save_invstd,
-                                float *running_mean, float *running_var);
-amp_status amp_cpu_bn_fwd_eval(const amp_bn_desc *d, const void *x, const float *gamma,
-                               const float *beta, const float *running_mean,
+amp_status amp_cpu_bn_fwd_train(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                                const float *gamma, const float *beta, void *y, float *save_mean,
+                                float *save_invstd, float *running_mean, float *running_var);
+amp_status amp_cpu_bn_fwd_eval(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                               const float *gamma, const float *beta, const float *running_mean,
                                const float *running_var, void *y);
-amp_status amp_cpu_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
-                          const float *gamma, const float *save_mean, const float *save_invstd,
-                          void *dx, float *dgamma, float *dbeta);
-amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                        int64_t n) {
+amp_status amp_cpu_bn_bwd(amp_device_ctx *dev, const amp_bn_desc *d, const void *x, const void *dy,
+                          const void *y, const float *gamma, const float *save_mean,
+                          const float *save_invstd, void *dx, float *dgamma, float *dbeta);
+amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                           int64_t n) {
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
     return AMP_OK;
 }
@@ -137,36 +137,38 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
     dev_buf y(nbytes), sm(cb), si(cb), dx(nbytes), dg(cb), db(cb), ye(nbytes);
     const float *gp = affine ? g.dev<float>() : nullptr, *bp = affine ? be.dev<float>() : nullptr;
     void *yp = in_place ? x.ptr : y.ptr, *dxp = in_place ? dy.ptr : dx.ptr;
-    CHECK_OK(amp_cuda_bn_fwd_train(&d, x.ptr, gp, bp, yp, save ? sm.dev<float>() : nullptr,
-                                   save ? si.dev<float>() : nullptr,
-                                   running ? rm.dev<float>() : nullptr,
-                                   running ? rv.dev<float>() : nullptr));
+    CHECK_OK(amp_cuda_bn_fwd_train(
+            amp_cuda_device(), &d, x.ptr, gp, bp, yp, save ? sm.dev<float>() : nullptr,
+            save ? si.dev<float>() : nullptr, running ? rm.dev<float>() : nullptr,
+            running ? rv.dev<float>() : nullptr));
     /* The CPU backend on host copies, with the same NULLs; its save_* feed both backwards. */
     std::vector<uint8_t> cy(nbytes), cdx(nbytes), cye(nbytes);
     std::vector<float> csm(c), csi(c), crm = b.rm, crv = b.rv, cdg(c), cdb(c);
     const float *cg = affine ? b.gamma.data() : nullptr, *cbeta = affine ? b.beta.data() : nullptr;
-    CHECK_OK(amp_cpu_bn_fwd_train(&d, b.x.data(), cg, cbeta, cy.data(), save ? csm.data() : nullptr,
-                                  save ? csi.data() : nullptr, running ? crm.data() : nullptr,
-                                  running ? crv.data() : nullptr));
+    CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, b.x.data(), cg, cbeta, cy.data(),
+                                  save ? csm.data() : nullptr, save ? csi.data() : nullptr,
+                                  running ? crm.data() : nullptr, running ? crv.data() : nullptr));
     if (!save) {
-        CHECK_OK(amp_cpu_bn_fwd_train(&d, b.x.data(), cg, cbeta, cy.data(), csm.data(), csi.data(),
-                                      nullptr, nullptr));
+        CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, b.x.data(), cg, cbeta, cy.data(),
+                                      csm.data(), csi.data(), nullptr, nullptr));
         sm.upload(csm.data());
         si.upload(csi.data());
     }
     /* x is y now when in place: the backward and eval read the original x again. */
     dev_buf x2 = upload_vec(b.x.data(), nbytes);
-    CHECK_OK(amp_cuda_bn_bwd(&d, x2.ptr, dy.ptr, d.relu ? yp : nullptr, gp, sm.dev<float>(),
-                             si.dev<float>(), want_dx ? dxp : nullptr,
+    CHECK_OK(amp_cuda_bn_bwd(amp_cuda_device(), &d, x2.ptr, dy.ptr, d.relu ? yp : nullptr, gp,
+                             sm.dev<float>(), si.dev<float>(), want_dx ? dxp : nullptr,
                              dparam ? dg.dev<float>() : nullptr,
                              dparam ? db.dev<float>() : nullptr));
-    CHECK_OK(amp_cpu_bn_bwd(&d, b.x.data(), b.dy.data(), d.relu ? cy.data() : nullptr, cg,
-                            csm.data(), csi.data(), cdx.data(), cdg.data(), cdb.data()));
+    CHECK_OK(amp_cpu_bn_bwd(amp_cpu_device(), &d, b.x.data(), b.dy.data(),
+                            d.relu ? cy.data() : nullptr, cg, csm.data(), csi.data(), cdx.data(),
+                            cdg.data(), cdb.data()));
     std::vector<float> erm = running ? crm : b.rm, erv = running ? crv : b.rv;
     dev_buf erm_d = upload_vec(erm.data(), cb), erv_d = upload_vec(erv.data(), cb);
-    CHECK_OK(amp_cuda_bn_fwd_eval(&d, x2.ptr, gp, bp, erm_d.dev<float>(), erv_d.dev<float>(),
-                                  ye.ptr));
-    CHECK_OK(amp_cpu_bn_fwd_eval(&d, b.x.data(), cg, cbeta, erm.data(), erv.data(), cye.data()));
+    CHECK_OK(amp_cuda_bn_fwd_eval(amp_cuda_device(), &d, x2.ptr, gp, bp, erm_d.dev<float>(),
+                                  erv_d.dev<float>(), ye.ptr));
+    CHECK_OK(amp_cpu_bn_fwd_eval(amp_cpu_device(), &d, b.x.data(), cg, cbeta, erm.data(),
+                                 erv.data(), cye.data()));
     CHECK(dev_sync());
     dev_buf &yr = in_place ? x : y, &dxr = in_place ? dy : dx;
     for (dev_buf *buf : {&yr, &sm, &si, &rm, &rv, &dxr, &dg, &db, &ye}) buf->download();
@@ -194,10 +196,10 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
     if (d.relu) { /* the CPU's unfused forwards, then the ReLU: the same values (+0 for -0) */
         std::vector<uint8_t> py(nbytes), pye(nbytes);
         std::vector<float> prm = b.rm, prv = b.rv;
-        CHECK_OK(amp_cpu_bn_fwd_train(&dn, b.x.data(), cg, cbeta, py.data(), nullptr, nullptr,
-                                      prm.data(), prv.data()));
-        CHECK_OK(amp_cpu_bn_fwd_eval(&dn, b.x.data(), cg, cbeta, erm.data(), erv.data(),
-                                     pye.data()));
+        CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &dn, b.x.data(), cg, cbeta, py.data(),
+                                      nullptr, nullptr, prm.data(), prv.data()));
+        CHECK_OK(amp_cpu_bn_fwd_eval(amp_cpu_device(), &dn, b.x.data(), cg, cbeta, erm.data(),
+                                     erv.data(), pye.data()));
         int64_t bad_relu = 0, zeroed = 0;
         for (int64_t e = 0; e < total; e++) {
             float pv = nv_load(py.data(), dt, e), pe = nv_load(pye.data(), dt, e);
@@ -215,8 +217,8 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
         for (int64_t e = 0; e < total; e++) /* PyTorch's threshold_backward: y <= 0 ? 0 : dy */
             nv_store(masked.data(), dt, e,
                      nv_load(cy.data(), dt, e) <= 0.0f ? 0.0f : nv_load(b.dy.data(), dt, e));
-        CHECK_OK(amp_cpu_bn_bwd(&dn, b.x.data(), masked.data(), nullptr, cg, csm.data(),
-                                csi.data(), mdx.data(), mdg.data(), mdb.data()));
+        CHECK_OK(amp_cpu_bn_bwd(amp_cpu_device(), &dn, b.x.data(), masked.data(), nullptr, cg,
+                                csm.data(), csi.data(), mdx.data(), mdg.data(), mdb.data()));
         int64_t bad_bwd = diff_dt(mdx.data(), cdx.data(), dt, total) +
                           diff_f32(mdg.data(), cdg.data(), c) + diff_f32(mdb.data(), cdb.data(), c);
         CHECK_MSG(bad_bwd == 0, "bn+relu bwd %s [%lld, %lld, %lld]: %lld values differ from bn's "
@@ -330,13 +332,13 @@ static void test_nan_channel(void) {
     ((float *)b.x.data())[(1 * 3 + 1) * 10 + 4] = NAN;
     size_t nbytes = b.x.size();
     dev_buf x = upload_vec(b.x.data(), nbytes), y(nbytes), sm(12), si(12);
-    CHECK_OK(amp_cuda_bn_fwd_train(&d, x.ptr, nullptr, nullptr, y.ptr, sm.dev<float>(),
-                                   si.dev<float>(), nullptr, nullptr));
+    CHECK_OK(amp_cuda_bn_fwd_train(amp_cuda_device(), &d, x.ptr, nullptr, nullptr, y.ptr,
+                                   sm.dev<float>(), si.dev<float>(), nullptr, nullptr));
     std::vector<float> cy(90), csm(3), csi(3);
-    CHECK_OK(amp_cpu_bn_fwd_train(&d, b.x.data(), nullptr, nullptr, cy.data(), csm.data(),
-                                  csi.data(), nullptr, nullptr));
-    CHECK_OK(amp_cuda_bn_bwd(&d, x.ptr, x.ptr, nullptr, nullptr, sm.dev<float>(), si.dev<float>(),
-                             nullptr, nullptr, nullptr));
+    CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, b.x.data(), nullptr, nullptr, cy.data(),
+                                  csm.data(), csi.data(), nullptr, nullptr));
+    CHECK_OK(amp_cuda_bn_bwd(amp_cuda_device(), &d, x.ptr, x.ptr, nullptr, nullptr, sm.dev<float>(),
+                             si.dev<float>(), nullptr, nullptr, nullptr));
     CHECK(dev_sync());
     y.download();
     sm.download();
@@ -350,45 +352,53 @@ static void test_nan_channel(void) {
 static void test_errors(void) {
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8], m[2] = {0, 0}, v[2] = {1, 1};
     amp_bn_desc d = {2, 2, 2, 1e-5f, 0.1f, AMP_F32, false};
-    CHECK_FAILS(amp_cuda_bn_fwd_train(nullptr, x, nullptr, nullptr, y, m, v, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_fwd_train(amp_cuda_device(), nullptr, x, nullptr, nullptr, y, m, v,
+                                      nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_fwd_train: argument 'd' is NULL");
-    CHECK_FAILS(amp_cuda_bn_fwd_train(&d, nullptr, nullptr, nullptr, y, m, v, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_fwd_train(amp_cuda_device(), &d, nullptr, nullptr, nullptr, y, m, v,
+                                      nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_fwd_train: argument 'x' is NULL");
-    CHECK_FAILS(amp_cuda_bn_fwd_train(&d, x, nullptr, nullptr, nullptr, m, v, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_fwd_train(amp_cuda_device(), &d, x, nullptr, nullptr, nullptr, m, v,
+                                      nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'y' is NULL");
-    CHECK_FAILS(amp_cuda_bn_fwd_eval(&d, x, nullptr, nullptr, m, nullptr, y), AMP_ERR_INVALID_ARG,
-                "amp_cuda_bn_fwd_eval: argument 'running_var' is NULL");
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, nullptr, v, y, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_fwd_eval(amp_cuda_device(), &d, x, nullptr, nullptr, m, nullptr, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_bn_fwd_eval: argument 'running_var' is NULL");
+    CHECK_FAILS(amp_cuda_bn_bwd(amp_cuda_device(), &d, x, x, nullptr, nullptr, nullptr, v, y,
+                                nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'save_mean' is NULL");
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, nullptr, nullptr, nullptr, m, v, y, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_bwd(amp_cuda_device(), &d, x, nullptr, nullptr, nullptr, m, v, y,
+                                nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'dy' is NULL");
     d.relu = true; /* the backward masks dy by the forward's y: it must be given */
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_bwd(amp_cuda_device(), &d, x, x, nullptr, nullptr, m, v, y, nullptr,
+                                nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'y' is NULL; d->relu is set");
     d.relu = false;
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, x, nullptr, m, v, y, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_bwd(amp_cuda_device(), &d, x, x, x, nullptr, m, v, y, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd: argument 'y' is given but d->relu is not");
     d.dtype = AMP_I32;
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
-                AMP_ERR_DTYPE,
-                "amp_cuda_bn_bwd: dtype i32 is not a float type");
+    CHECK_FAILS(amp_cuda_bn_bwd(amp_cuda_device(), &d, x, x, nullptr, nullptr, m, v, y, nullptr,
+                                nullptr),
+                AMP_ERR_DTYPE, "amp_cuda_bn_bwd: dtype i32 is not a float type");
     d.dtype = AMP_F16;
     d.n = 0;
-    CHECK_FAILS(amp_cuda_bn_fwd_eval(&d, x, nullptr, nullptr, m, v, y), AMP_ERR_SHAPE,
-                "[n 0, c 2, hw 2] has an empty dimension");
+    CHECK_FAILS(amp_cuda_bn_fwd_eval(amp_cuda_device(), &d, x, nullptr, nullptr, m, v, y),
+                AMP_ERR_SHAPE, "[n 0, c 2, hw 2] has an empty dimension");
     d.n = -3;
-    CHECK_FAILS(amp_cuda_bn_fwd_train(&d, x, nullptr, nullptr, y, m, v, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_fwd_train(amp_cuda_device(), &d, x, nullptr, nullptr, y, m, v, nullptr,
+                                      nullptr),
                 AMP_ERR_SHAPE, "empty dimension");
     d.n = 1, d.hw = 0;
-    CHECK_FAILS(amp_cuda_bn_bwd(&d, x, x, nullptr, nullptr, m, v, y, nullptr, nullptr),
-                AMP_ERR_SHAPE,
-                "hw 0");
+    CHECK_FAILS(amp_cuda_bn_bwd(amp_cuda_device(), &d, x, x, nullptr, nullptr, m, v, y, nullptr,
+                                nullptr),
+                AMP_ERR_SHAPE, "hw 0");
     d.hw = 1;
-    CHECK_FAILS(amp_cuda_bn_fwd_train(&d, x, nullptr, nullptr, y, m, v, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_bn_fwd_train(amp_cuda_device(), &d, x, nullptr, nullptr, y, m, v, nullptr,
+                                      nullptr),
                 AMP_ERR_SHAPE, "amp_cuda_bn_fwd_train: 1 value per channel (n 1 x hw 1)");
     /* Eval and backward accept one value per channel. */
     dev_buf xd = upload_vec(x, 8), yd(8), md = upload_vec(m, 8), vd = upload_vec(v, 8);
-    CHECK_OK(amp_cuda_bn_fwd_eval(&d, xd.ptr, nullptr, nullptr, md.dev<float>(),
+    CHECK_OK(amp_cuda_bn_fwd_eval(amp_cuda_device(), &d, xd.ptr, nullptr, nullptr, md.dev<float>(),
                                   vd.dev<float>(), yd.ptr));
     CHECK(dev_sync());
 }

@@ -27,16 +27,18 @@
 /* The CPU backend's entries and the one function they need from the rest of that backend,
  * written here over NVIDIA's conversions (round to nearest even, as memory.c's). */
 extern "C" {
-amp_status amp_cpu_bn_channel_sums(const amp_bn_desc *d, const void *x, const float *center,
-                                   const void *dy, float *out1, float *out2);
-amp_status amp_cpu_bn_sync_stats(const amp_bn_desc *d, int64_t count, const float *center,
-                                 const float *s1, const float *s2, float *mean, float *var,
-                                 float *invstd, float *running_mean, float *running_var);
-amp_status amp_cpu_bn_bwd_elemt(const amp_bn_desc *d, int64_t count, const void *x, const void *dy,
-                                const float *gamma, const float *mean, const float *invstd,
-                                const float *sum_dy, const float *sum_dy_xmu, void *dx);
-amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                        int64_t n) {
+amp_status amp_cpu_bn_channel_sums(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                                   const float *center, const void *dy, float *out1, float *out2);
+amp_status amp_cpu_bn_sync_stats(amp_device_ctx *dev, const amp_bn_desc *d, int64_t count,
+                                 const float *center, const float *s1, const float *s2, float *mean,
+                                 float *var, float *invstd, float *running_mean,
+                                 float *running_var);
+amp_status amp_cpu_bn_bwd_elemt(amp_device_ctx *dev, const amp_bn_desc *d, int64_t count,
+                                const void *x, const void *dy, const float *gamma,
+                                const float *mean, const float *invstd, const float *sum_dy,
+                                const float *sum_dy_xmu, void *dx);
+amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                           int64_t n) {
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
     return AMP_OK;
 }
@@ -94,12 +96,13 @@ static int64_t check_sums(const amp_bn_desc &d, const std::vector<uint8_t> &x,
                           std::vector<float> &o2, const char *what) {
     int64_t c = d.c, count = d.n * d.hw;
     dev_buf a((size_t)c * 4), b((size_t)c * 4);
-    CHECK_OK(amp_cuda_bn_channel_sums(&d, xd.ptr, cd ? cd->dev<float>() : nullptr,
-                                      dyd ? dyd->ptr : nullptr, a.dev<float>(), b.dev<float>()));
+    CHECK_OK(amp_cuda_bn_channel_sums(amp_cuda_device(), &d, xd.ptr,
+                                      cd ? cd->dev<float>() : nullptr, dyd ? dyd->ptr : nullptr,
+                                      a.dev<float>(), b.dev<float>()));
     o1.assign(c, 0.f);
     o2.assign(c, 0.f);
-    CHECK_OK(amp_cpu_bn_channel_sums(&d, x.data(), center, dy ? dy->data() : nullptr, o1.data(),
-                                     o2.data()));
+    CHECK_OK(amp_cpu_bn_channel_sums(amp_cpu_device(), &d, x.data(), center,
+                                     dy ? dy->data() : nullptr, o1.data(), o2.data()));
     CHECK(dev_sync());
     a.download();
     b.download();
@@ -176,16 +179,15 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
     dev_buf rmd = upload_vec(rm.data(), cb), rvd = upload_vec(rv.data(), cb);
     std::vector<float> cm(fills), cv(fills), ci(fills), crm(rm), crv(rv);
     const float *s2p = mean_only ? nullptr : s2d.dev<float>();
-    CHECK_OK(amp_cuda_bn_sync_stats(&d, count, centred ? cd.dev<float>() : nullptr,
-                                    s1d.dev<float>(), s2p, md.dev<float>(),
-                                    varinv ? vd.dev<float>() : nullptr,
-                                    varinv ? id.dev<float>() : nullptr,
-                                    running ? rmd.dev<float>() : nullptr,
-                                    running ? rvd.dev<float>() : nullptr));
-    CHECK_OK(amp_cpu_bn_sync_stats(&d, count, cen, s1.data(), mean_only ? nullptr : s2.data(),
-                                   cm.data(), varinv ? cv.data() : nullptr,
-                                   varinv ? ci.data() : nullptr, running ? crm.data() : nullptr,
-                                   running ? crv.data() : nullptr));
+    CHECK_OK(amp_cuda_bn_sync_stats(
+            amp_cuda_device(), &d, count, centred ? cd.dev<float>() : nullptr, s1d.dev<float>(),
+            s2p, md.dev<float>(), varinv ? vd.dev<float>() : nullptr,
+            varinv ? id.dev<float>() : nullptr, running ? rmd.dev<float>() : nullptr,
+            running ? rvd.dev<float>() : nullptr));
+    CHECK_OK(amp_cpu_bn_sync_stats(amp_cpu_device(), &d, count, cen, s1.data(),
+                                   mean_only ? nullptr : s2.data(), cm.data(),
+                                   varinv ? cv.data() : nullptr, varinv ? ci.data() : nullptr,
+                                   running ? crm.data() : nullptr, running ? crv.data() : nullptr));
     CHECK(dev_sync());
     for (dev_buf *b : {&md, &vd, &id, &rmd, &rvd}) b->download();
     bad_cpu += diff_f32(md.h<float>(), cm.data(), c) + diff_f32(vd.h<float>(), cv.data(), c) +
@@ -251,8 +253,8 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
      * doubled; then dx. The backward needs invstd: when it was not asked for, take the CPU's. */
     std::vector<float> mean_h(cm), invstd_h(c);
     if (!varinv)
-        CHECK_OK(amp_cpu_bn_sync_stats(&d, count, cen, s1.data(), s2.data(), mean_h.data(),
-                                       nullptr, invstd_h.data(), nullptr, nullptr));
+        CHECK_OK(amp_cpu_bn_sync_stats(amp_cpu_device(), &d, count, cen, s1.data(), s2.data(),
+                                       mean_h.data(), nullptr, invstd_h.data(), nullptr, nullptr));
     else
         invstd_h = ci;
     dev_buf meand = upload_vec(mean_h.data(), cb), invd = upload_vec(invstd_h.data(), cb);
@@ -264,13 +266,13 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t hw, int flags) 
     dev_buf dxd(nbytes);
     dev_buf &dxr = in_place ? dyd : dxd;
     const float *gp = affine ? gamma.data() : nullptr;
-    CHECK_OK(amp_cuda_bn_bwd_elemt(&d, count, xd.ptr, dyd.ptr, affine ? gd.dev<float>() : nullptr,
-                                   meand.dev<float>(), invd.dev<float>(), sdyd.dev<float>(),
-                                   sdotd.dev<float>(), dxr.ptr));
+    CHECK_OK(amp_cuda_bn_bwd_elemt(
+            amp_cuda_device(), &d, count, xd.ptr, dyd.ptr, affine ? gd.dev<float>() : nullptr,
+            meand.dev<float>(), invd.dev<float>(), sdyd.dev<float>(), sdotd.dev<float>(), dxr.ptr));
     std::vector<uint8_t> cdx(dy);
-    CHECK_OK(amp_cpu_bn_bwd_elemt(&d, count, x.data(), in_place ? cdx.data() : dy.data(), gp,
-                                  mean_h.data(), invstd_h.data(), sdy.data(), sdot.data(),
-                                  cdx.data()));
+    CHECK_OK(amp_cpu_bn_bwd_elemt(amp_cpu_device(), &d, count, x.data(),
+                                  in_place ? cdx.data() : dy.data(), gp, mean_h.data(),
+                                  invstd_h.data(), sdy.data(), sdot.data(), cdx.data()));
     CHECK(dev_sync());
     dxr.download();
     bad_cpu += diff_dt(dxr.host.data(), cdx.data(), dt, total);
@@ -337,10 +339,11 @@ static void test_nan_channel(void) {
     for (int i = 0; i < 90; i++) x[i] = (float)(2 * rnd_uniform() - 1);
     x[(1 * 3 + 1) * 10 + 4] = NAN;
     dev_buf xd = upload_vec(x.data(), 360), a(12), b(12);
-    CHECK_OK(amp_cuda_bn_channel_sums(&d, xd.ptr, nullptr, nullptr, a.dev<float>(),
-                                      b.dev<float>()));
+    CHECK_OK(amp_cuda_bn_channel_sums(amp_cuda_device(), &d, xd.ptr, nullptr, nullptr,
+                                      a.dev<float>(), b.dev<float>()));
     std::vector<float> ca(3), cbv(3);
-    CHECK_OK(amp_cpu_bn_channel_sums(&d, x.data(), nullptr, nullptr, ca.data(), cbv.data()));
+    CHECK_OK(amp_cpu_bn_channel_sums(amp_cpu_device(), &d, x.data(), nullptr, nullptr, ca.data(),
+                                     cbv.data()));
     CHECK(dev_sync());
     a.download();
     b.download();
@@ -384,42 +387,42 @@ static void test_order(void) {
 static void test_errors(void) {
     float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8], m[2] = {0, 0}, v[2] = {1, 1};
     amp_bn_desc d = {2, 2, 2, 1e-5f, 0.1f, AMP_F32, false};
-    CHECK_FAILS(amp_cuda_bn_channel_sums(nullptr, x, nullptr, nullptr, m, v), AMP_ERR_INVALID_ARG,
-                "amp_cuda_bn_channel_sums: argument 'd' is NULL");
-    CHECK_FAILS(amp_cuda_bn_channel_sums(&d, nullptr, nullptr, nullptr, m, v),
+    CHECK_FAILS(amp_cuda_bn_channel_sums(amp_cuda_device(), nullptr, x, nullptr, nullptr, m, v),
+                AMP_ERR_INVALID_ARG, "amp_cuda_bn_channel_sums: argument 'd' is NULL");
+    CHECK_FAILS(amp_cuda_bn_channel_sums(amp_cuda_device(), &d, nullptr, nullptr, nullptr, m, v),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_channel_sums: argument 'x' is NULL");
-    CHECK_FAILS(amp_cuda_bn_channel_sums(&d, x, nullptr, nullptr, m, nullptr),
+    CHECK_FAILS(amp_cuda_bn_channel_sums(amp_cuda_device(), &d, x, nullptr, nullptr, m, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'out2' is NULL");
-    CHECK_FAILS(amp_cuda_bn_sync_stats(&d, 8, nullptr, nullptr, v, m, nullptr, nullptr, nullptr,
-                                       nullptr),
+    CHECK_FAILS(amp_cuda_bn_sync_stats(amp_cuda_device(), &d, 8, nullptr, nullptr, v, m, nullptr,
+                                       nullptr, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_sync_stats: argument 's1' is NULL");
-    CHECK_FAILS(amp_cuda_bn_sync_stats(&d, 8, nullptr, m, v, nullptr, nullptr, nullptr, nullptr,
-                                       nullptr),
+    CHECK_FAILS(amp_cuda_bn_sync_stats(amp_cuda_device(), &d, 8, nullptr, m, v, nullptr, nullptr,
+                                       nullptr, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'mean' is NULL");
-    CHECK_FAILS(amp_cuda_bn_sync_stats(&d, 1, nullptr, m, v, m, nullptr, nullptr, nullptr,
-                                       nullptr),
+    CHECK_FAILS(amp_cuda_bn_sync_stats(amp_cuda_device(), &d, 1, nullptr, m, v, m, nullptr, nullptr,
+                                       nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_sync_stats: count 1 values per channel");
-    CHECK_FAILS(amp_cuda_bn_bwd_elemt(&d, 0, x, x, nullptr, m, v, m, v, y), AMP_ERR_INVALID_ARG,
-                "amp_cuda_bn_bwd_elemt: count 0");
-    CHECK_FAILS(amp_cuda_bn_bwd_elemt(&d, 8, x, x, nullptr, m, v, nullptr, v, y),
+    CHECK_FAILS(amp_cuda_bn_bwd_elemt(amp_cuda_device(), &d, 0, x, x, nullptr, m, v, m, v, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd_elemt: count 0");
+    CHECK_FAILS(amp_cuda_bn_bwd_elemt(amp_cuda_device(), &d, 8, x, x, nullptr, m, v, nullptr, v, y),
                 AMP_ERR_INVALID_ARG, "amp_cuda_bn_bwd_elemt: argument 'sum_dy' is NULL");
-    CHECK_FAILS(amp_cuda_bn_bwd_elemt(&d, 8, x, x, nullptr, m, nullptr, m, v, y),
+    CHECK_FAILS(amp_cuda_bn_bwd_elemt(amp_cuda_device(), &d, 8, x, x, nullptr, m, nullptr, m, v, y),
                 AMP_ERR_INVALID_ARG, "argument 'invstd' is NULL");
-    CHECK_FAILS(amp_cuda_bn_bwd_elemt(&d, 8, x, x, nullptr, m, v, m, v, nullptr),
+    CHECK_FAILS(amp_cuda_bn_bwd_elemt(amp_cuda_device(), &d, 8, x, x, nullptr, m, v, m, v, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'dx' is NULL");
     d.dtype = AMP_I32;
-    CHECK_FAILS(amp_cuda_bn_channel_sums(&d, x, nullptr, nullptr, m, v), AMP_ERR_DTYPE,
-                "amp_cuda_bn_channel_sums: dtype i32 is not a float type");
+    CHECK_FAILS(amp_cuda_bn_channel_sums(amp_cuda_device(), &d, x, nullptr, nullptr, m, v),
+                AMP_ERR_DTYPE, "amp_cuda_bn_channel_sums: dtype i32 is not a float type");
     d.dtype = AMP_F16;
     d.c = 0;
-    CHECK_FAILS(amp_cuda_bn_sync_stats(&d, 8, nullptr, m, v, m, nullptr, nullptr, nullptr,
-                                       nullptr),
+    CHECK_FAILS(amp_cuda_bn_sync_stats(amp_cuda_device(), &d, 8, nullptr, m, v, m, nullptr, nullptr,
+                                       nullptr, nullptr),
                 AMP_ERR_SHAPE, "empty dimension");
     /* One value per channel is enough for the mean (s2 NULL) and for the backward. */
     d.c = 2, d.n = 1, d.hw = 1;
     dev_buf s = upload_vec(x, 8), md(8);
-    CHECK_OK(amp_cuda_bn_sync_stats(&d, 1, nullptr, s.dev<float>(), nullptr, md.dev<float>(),
-                                    nullptr, nullptr, nullptr, nullptr));
+    CHECK_OK(amp_cuda_bn_sync_stats(amp_cuda_device(), &d, 1, nullptr, s.dev<float>(), nullptr,
+                                    md.dev<float>(), nullptr, nullptr, nullptr, nullptr));
     CHECK(dev_sync());
     md.download();
     CHECK(md.h<float>()[0] == 1.0f && md.h<float>()[1] == 2.0f);

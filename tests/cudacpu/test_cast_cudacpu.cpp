@@ -20,10 +20,10 @@
 #include "core/half.h"
 #include "dev_buffer.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "test_device.h"
 #include "test_util.h"
 
 /* What cast.cu needs from the rest of the library, which is not built here. */
-extern "C" cudaStream_t amp_cuda_stream(void) { return 0; }
 extern "C" size_t amp_dtype_size(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16 ? 2 : 4; }
 extern "C" const char *amp_dtype_name(amp_dtype dt) {
     static const char *names[] = {"f32", "f16", "bf16", "i32"};
@@ -49,7 +49,7 @@ static std::vector<D> run_cast(amp_dtype dst_dt, const std::vector<S> &src, amp_
     size_t n = src.size();
     dev_buf ds(n * sizeof(S)), dd(n * sizeof(D));
     ds.upload(src.data());
-    CHECK_OK(amp_cuda_cast(dd.ptr, dst_dt, ds.ptr, src_dt, (int64_t)n));
+    CHECK_OK(amp_cuda_cast(amp_cuda_device(), dd.ptr, dst_dt, ds.ptr, src_dt, (int64_t)n));
     CHECK(dev_sync());
     dd.download();
     CHECK_MSG(dd.guard_intact(), "cast %d -> %d wrote past n", src_dt, dst_dt);
@@ -177,7 +177,7 @@ static void test_same_dtype_copies(void) {
 static void test_fill(amp_dtype dt, int64_t n, float value) {
     size_t es = amp_dtype_size(dt), nbytes = (size_t)n * es;
     dev_buf d(nbytes);
-    CHECK_OK(amp_cuda_fill(d.ptr, dt, n, value));
+    CHECK_OK(amp_cuda_fill(amp_cuda_device(), d.ptr, dt, n, value));
     CHECK(dev_sync());
     d.download();
     uint32_t want = dt == AMP_F32   ? amp_f32_bits(value)
@@ -198,7 +198,7 @@ static void test_fill_scalar(amp_dtype dt) {
     float scalar = 0.1f, scale = -3.0f;
     dev_buf ds(sizeof(float)), d((size_t)n * amp_dtype_size(dt));
     ds.upload(&scalar);
-    CHECK_OK(amp_cuda_fill_scalar(d.ptr, dt, n, ds.dev<float>(), scale));
+    CHECK_OK(amp_cuda_fill_scalar(amp_cuda_device(), d.ptr, dt, n, ds.dev<float>(), scale));
     CHECK(dev_sync());
     d.download();
     float v = scale * scalar;
@@ -306,11 +306,11 @@ static void test_i32(void) {
 
     dev_buf d(100 * 4);
     const int32_t *h = d.h<int32_t>();
-    CHECK_OK(amp_cuda_fill(d.ptr, AMP_I32, 100, -3.7f));
+    CHECK_OK(amp_cuda_fill(amp_cuda_device(), d.ptr, AMP_I32, 100, -3.7f));
     CHECK(dev_sync());
     d.download();
     CHECK(h[0] == -3 && h[99] == -3 && d.guard_intact());
-    CHECK_OK(amp_cuda_fill(d.ptr, AMP_I32, 100, 1e10f));
+    CHECK_OK(amp_cuda_fill(amp_cuda_device(), d.ptr, AMP_I32, 100, 1e10f));
     CHECK(dev_sync());
     d.download();
     CHECK(h[0] == INT32_MAX && h[99] == INT32_MAX);
@@ -319,7 +319,8 @@ static void test_i32(void) {
     scalar.upload(&nan);
     d.h<int32_t>()[7] = 5;
     d.upload();
-    CHECK_OK(amp_cuda_fill_scalar(d.ptr, AMP_I32, 100, scalar.dev<float>(), 2.0f));
+    CHECK_OK(amp_cuda_fill_scalar(amp_cuda_device(), d.ptr, AMP_I32, 100, scalar.dev<float>(),
+                                  2.0f));
     CHECK(dev_sync());
     d.download();
     CHECK(h[7] == 0 && h[99] == 0);
@@ -327,18 +328,28 @@ static void test_i32(void) {
 
 static void test_errors(void) {
     float x = 0;
-    CHECK_FAILS(amp_cuda_cast(&x, AMP_F16, &x, AMP_F32, -1), AMP_ERR_INVALID_ARG, "n = -1 < 0");
-    CHECK_FAILS(amp_cuda_cast(&x, AMP_I32, &x, AMP_F16, 1), AMP_ERR_UNSUPPORTED, "f16 -> i32");
-    CHECK_FAILS(amp_cuda_cast(&x, AMP_BF16, &x, AMP_I32, 1), AMP_ERR_UNSUPPORTED, "i32 -> bf16");
-    CHECK_FAILS(amp_cuda_cast(&x, (amp_dtype)7, &x, AMP_F32, 1), AMP_ERR_DTYPE, "unknown dtype");
-    CHECK_FAILS(amp_cuda_cast(nullptr, AMP_F16, &x, AMP_F32, 1), AMP_ERR_INVALID_ARG, "'dst'");
-    CHECK_FAILS(amp_cuda_cast(&x, AMP_F16, nullptr, AMP_F32, 1), AMP_ERR_INVALID_ARG, "'src'");
-    CHECK_OK(amp_cuda_cast(nullptr, AMP_F16, nullptr, AMP_F32, 0));
-    CHECK_FAILS(amp_cuda_fill(&x, (amp_dtype)9, 1, 1.0f), AMP_ERR_DTYPE, "amp_cuda_fill: unknown dtype 9");
-    CHECK_FAILS(amp_cuda_fill(nullptr, AMP_F32, 1, 1.0f), AMP_ERR_INVALID_ARG, "'dst'");
-    CHECK_OK(amp_cuda_fill(nullptr, AMP_F32, 0, 1.0f));
-    CHECK_FAILS(amp_cuda_fill_scalar(&x, AMP_F32, 1, nullptr, 1.0f), AMP_ERR_INVALID_ARG, "'scalar'");
-    CHECK_FAILS(amp_cuda_fill_scalar(&x, AMP_F32, -2, &x, 1.0f), AMP_ERR_INVALID_ARG, "n = -2 < 0");
+    CHECK_FAILS(amp_cuda_cast(amp_cuda_device(), &x, AMP_F16, &x, AMP_F32, -1), AMP_ERR_INVALID_ARG,
+                "n = -1 < 0");
+    CHECK_FAILS(amp_cuda_cast(amp_cuda_device(), &x, AMP_I32, &x, AMP_F16, 1), AMP_ERR_UNSUPPORTED,
+                "f16 -> i32");
+    CHECK_FAILS(amp_cuda_cast(amp_cuda_device(), &x, AMP_BF16, &x, AMP_I32, 1), AMP_ERR_UNSUPPORTED,
+                "i32 -> bf16");
+    CHECK_FAILS(amp_cuda_cast(amp_cuda_device(), &x, (amp_dtype)7, &x, AMP_F32, 1), AMP_ERR_DTYPE,
+                "unknown dtype");
+    CHECK_FAILS(amp_cuda_cast(amp_cuda_device(), nullptr, AMP_F16, &x, AMP_F32, 1),
+                AMP_ERR_INVALID_ARG, "'dst'");
+    CHECK_FAILS(amp_cuda_cast(amp_cuda_device(), &x, AMP_F16, nullptr, AMP_F32, 1),
+                AMP_ERR_INVALID_ARG, "'src'");
+    CHECK_OK(amp_cuda_cast(amp_cuda_device(), nullptr, AMP_F16, nullptr, AMP_F32, 0));
+    CHECK_FAILS(amp_cuda_fill(amp_cuda_device(), &x, (amp_dtype)9, 1, 1.0f), AMP_ERR_DTYPE,
+                "amp_cuda_fill: unknown dtype 9");
+    CHECK_FAILS(amp_cuda_fill(amp_cuda_device(), nullptr, AMP_F32, 1, 1.0f), AMP_ERR_INVALID_ARG,
+                "'dst'");
+    CHECK_OK(amp_cuda_fill(amp_cuda_device(), nullptr, AMP_F32, 0, 1.0f));
+    CHECK_FAILS(amp_cuda_fill_scalar(amp_cuda_device(), &x, AMP_F32, 1, nullptr, 1.0f),
+                AMP_ERR_INVALID_ARG, "'scalar'");
+    CHECK_FAILS(amp_cuda_fill_scalar(amp_cuda_device(), &x, AMP_F32, -2, &x, 1.0f),
+                AMP_ERR_INVALID_ARG, "n = -2 < 0");
 }
 
 int main(void) {

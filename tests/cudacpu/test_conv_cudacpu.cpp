@@ -161,9 +161,10 @@ static void check_shape(const conv_shape &s, amp_dtype dt, bool with_bias) {
     dev_buf bias = random_buf(AMP_F32, d.c_out, 1.0, false);
     dev_buf y(numel_y(d) * es), dx(numel_x(d) * es), dw(numel_w(d) * es), db(d.c_out * 4);
     poison(y), poison(dx), poison(dw), poison(db);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, with_bias ? bias.dev<float>() : nullptr, y.ptr));
-    CHECK_OK(amp_cuda_conv2d_bwd_data(&d, dy.ptr, w.ptr, dx.ptr));
-    CHECK_OK(amp_cuda_conv2d_bwd_weight(&d, x.ptr, dy.ptr, dw.ptr,
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr,
+                                 with_bias ? bias.dev<float>() : nullptr, y.ptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_data(amp_cuda_device(), &d, dy.ptr, w.ptr, dx.ptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &d, x.ptr, dy.ptr, dw.ptr,
                                         with_bias ? db.dev<float>() : nullptr));
     CHECK(dev_sync());
     y.download(), dx.download(), dw.download();
@@ -215,9 +216,10 @@ static conv_run run_all(const amp_conv2d_desc &d, const dev_buf &x, const dev_bu
                         const dev_buf &dy, const dev_buf &bias) {
     const size_t es = amp_dtype_size(d.dtype);
     dev_buf y(numel_y(d) * es), dx(numel_x(d) * es), dw(numel_w(d) * es), db(d.c_out * 4);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, bias.dev<float>(), y.ptr));
-    CHECK_OK(amp_cuda_conv2d_bwd_data(&d, dy.ptr, w.ptr, dx.ptr));
-    CHECK_OK(amp_cuda_conv2d_bwd_weight(&d, x.ptr, dy.ptr, dw.ptr, db.dev<float>()));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, bias.dev<float>(), y.ptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_data(amp_cuda_device(), &d, dy.ptr, w.ptr, dx.ptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &d, x.ptr, dy.ptr, dw.ptr,
+                                        db.dev<float>()));
     CHECK(dev_sync());
     y.download(), dx.download(), dw.download(), db.download();
     return conv_run{y.host, dx.host, dw.host, db.host};
@@ -238,7 +240,7 @@ static void test_deterministic(void) {
         /* The default mode: cuDNN's deterministic backward algorithms (no atomics). */
         conv_run a = run_all(d, x, w, dy, bias), b = run_all(d, x, w, dy, bias);
         CHECK_MSG(same_bits(a, b), "%s: two deterministic runs differ", amp_dtype_name(dt));
-        amp_cuda_conv_stats_get(&st);
+        amp_cuda_conv_stats_get(amp_cuda_device(), &st);
         CHECK_MSG(st.bwd_data_algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 &&
                       st.bwd_filter_algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 &&
                       st.bwd_filter_algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,
@@ -249,13 +251,13 @@ static void test_deterministic(void) {
         amp_conv2d_desc nd = d;
         nd.allow_nondeterministic = true;
         conv_run c = run_all(nd, x, w, dy, bias);
-        amp_cuda_conv_stats_get(&st);
+        amp_cuda_conv_stats_get(amp_cuda_device(), &st);
         CHECK(st.bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 &&
               st.bwd_filter_algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
         CHECK(c.y == a.y);
         conv_run e = run_all(d, x, w, dy, bias);
         CHECK(same_bits(a, e));
-        amp_cuda_conv_stats_get(&st);
+        amp_cuda_conv_stats_get(amp_cuda_device(), &st);
         CHECK(st.bwd_data_algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
     }
 }
@@ -270,13 +272,14 @@ static void test_tf32_math(void) {
             dev_buf x = random_buf(dt, numel_x(d), 1.0, false);
             dev_buf w = random_buf(dt, numel_w(d), 1.0, false);
             dev_buf y(numel_y(d) * amp_dtype_size(dt));
-            CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y.ptr));
-            amp_cuda_conv_stats_get(&st);
+            CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, nullptr, y.ptr));
+            amp_cuda_conv_stats_get(amp_cuda_device(), &st);
             int want = dt == AMP_F32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
             CHECK_MSG(st.math_type == want, "%s, allow_tf32 %d: math type %d, want %d",
                       amp_dtype_name(dt), tf32, st.math_type, want);
-            CHECK_OK(amp_cuda_conv2d_bwd_weight(&d, x.ptr, y.ptr, w.ptr, nullptr));
-            amp_cuda_conv_stats_get(&st);
+            CHECK_OK(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &d, x.ptr, y.ptr, w.ptr,
+                                                nullptr));
+            amp_cuda_conv_stats_get(amp_cuda_device(), &st);
             CHECK(st.math_type == want);
             CHECK(dev_sync());
         }
@@ -285,7 +288,7 @@ static void test_tf32_math(void) {
 
 static int64_t searches(void) {
     amp_cuda_conv_stats st;
-    amp_cuda_conv_stats_get(&st);
+    amp_cuda_conv_stats_get(amp_cuda_device(), &st);
     return st.algo_searches;
 }
 
@@ -297,15 +300,15 @@ static void test_cache(void) {
     dev_buf dy = random_buf(AMP_F32, numel_y(d), 1.0, false);
     dev_buf y1(numel_y(d) * 4), y2(numel_y(d) * 4), dx(numel_x(d) * 4), dw(numel_w(d) * 4);
     int64_t s0 = searches();
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y1.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, nullptr, y1.ptr));
     CHECK(searches() == s0 + 1);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, nullptr, y2.ptr));
     CHECK(searches() == s0 + 1);
-    CHECK_OK(amp_cuda_conv2d_bwd_data(&d, dy.ptr, w.ptr, dx.ptr));
-    CHECK_OK(amp_cuda_conv2d_bwd_data(&d, dy.ptr, w.ptr, dx.ptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_data(amp_cuda_device(), &d, dy.ptr, w.ptr, dx.ptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_data(amp_cuda_device(), &d, dy.ptr, w.ptr, dx.ptr));
     CHECK(searches() == s0 + 2);
-    CHECK_OK(amp_cuda_conv2d_bwd_weight(&d, x.ptr, dy.ptr, dw.ptr, nullptr));
-    CHECK_OK(amp_cuda_conv2d_bwd_weight(&d, x.ptr, dy.ptr, dw.ptr, nullptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &d, x.ptr, dy.ptr, dw.ptr, nullptr));
+    CHECK_OK(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &d, x.ptr, dy.ptr, dw.ptr, nullptr));
     CHECK(searches() == s0 + 3);
     CHECK(dev_sync());
     y1.download(), y2.download();
@@ -316,26 +319,26 @@ static void test_cache(void) {
     h.dtype = AMP_BF16;
     dev_buf xh = random_buf(AMP_BF16, numel_x(h), 1.0, false);
     dev_buf wh = random_buf(AMP_BF16, numel_w(h), 1.0, false), yh(numel_y(h) * 2);
-    CHECK_OK(amp_cuda_conv2d_fwd(&h, xh.ptr, wh.ptr, nullptr, yh.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &h, xh.ptr, wh.ptr, nullptr, yh.ptr));
     CHECK(searches() == s0 + 4);
     amp_conv2d_desc nd = d;
     nd.allow_nondeterministic = true;
-    CHECK_OK(amp_cuda_conv2d_fwd(&nd, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &nd, x.ptr, w.ptr, nullptr, y2.ptr));
     CHECK(searches() == s0 + 5);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, nullptr, y2.ptr));
     CHECK(searches() == s0 + 5);
     nd.allow_nondeterministic = false; /* TF32 is another plan for f32, not for bf16 */
     nd.allow_tf32 = true;
-    CHECK_OK(amp_cuda_conv2d_fwd(&nd, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &nd, x.ptr, w.ptr, nullptr, y2.ptr));
     CHECK(searches() == s0 + 6);
     h.allow_tf32 = true;
-    CHECK_OK(amp_cuda_conv2d_fwd(&h, xh.ptr, wh.ptr, nullptr, yh.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &h, xh.ptr, wh.ptr, nullptr, yh.ptr));
     CHECK(searches() == s0 + 6);
 
     /* Shutdown forgets the plans and the handle; the next call makes both again. */
-    amp_cuda_conv_shutdown();
+    amp_cuda_conv_shutdown(amp_cuda_device());
     poison(y2);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, y2.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, nullptr, y2.ptr));
     CHECK(searches() == s0 + 7);
     CHECK(dev_sync());
     y2.download();
@@ -349,48 +352,53 @@ static void test_errors(void) {
     int64_t s0 = searches();
     amp_conv2d_desc bad = d;
     bad.dtype = AMP_I32;
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&bad, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_UNSUPPORTED,
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &bad, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_UNSUPPORTED,
                 "amp_cuda_conv2d_fwd: dtype i32: the convolution takes f32, f16 or bf16");
     bad = d;
     bad.h_out = 4;
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&bad, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_SHAPE,
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &bad, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_SHAPE,
                 "output 4x5, but input 5x5, kernel 3x3, stride (1, 1), pad (1, 1) give 5x5");
-    CHECK_FAILS(amp_cuda_conv2d_bwd_data(&bad, y.ptr, w.ptr, x.ptr), AMP_ERR_SHAPE,
-                "amp_cuda_conv2d_bwd_data: output 4x5");
-    CHECK_FAILS(amp_cuda_conv2d_bwd_weight(&bad, x.ptr, y.ptr, w.ptr, db.dev<float>()),
+    CHECK_FAILS(amp_cuda_conv2d_bwd_data(amp_cuda_device(), &bad, y.ptr, w.ptr, x.ptr),
+                AMP_ERR_SHAPE, "amp_cuda_conv2d_bwd_data: output 4x5");
+    CHECK_FAILS(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &bad, x.ptr, y.ptr, w.ptr,
+                                           db.dev<float>()),
                 AMP_ERR_SHAPE, "amp_cuda_conv2d_bwd_weight: output 4x5");
     bad = d;
     bad.stride_w = 0;
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&bad, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_SHAPE,
-                "stride (1, 0) must be >= 1");
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &bad, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_SHAPE, "stride (1, 0) must be >= 1");
     bad = d;
     bad.c_out = 0;
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&bad, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_SHAPE,
-                "every size must be >= 1");
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &bad, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_SHAPE, "every size must be >= 1");
     bad = d;
     bad.kh = 9, bad.h_out = 0; /* a window taller than the padded input */
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&bad, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_SHAPE,
-                "kernel 9x3");
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&d, nullptr, w.ptr, nullptr, y.ptr), AMP_ERR_INVALID_ARG,
-                "amp_cuda_conv2d_fwd: argument 'x' is NULL");
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&d, x.ptr, w.ptr, nullptr, nullptr), AMP_ERR_INVALID_ARG,
-                "argument 'y' is NULL");
-    CHECK_FAILS(amp_cuda_conv2d_bwd_data(&d, nullptr, w.ptr, x.ptr), AMP_ERR_INVALID_ARG,
-                "argument 'dy' is NULL");
-    CHECK_FAILS(amp_cuda_conv2d_bwd_weight(&d, x.ptr, y.ptr, nullptr, nullptr),
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &bad, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_SHAPE, "kernel 9x3");
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, nullptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_INVALID_ARG, "amp_cuda_conv2d_fwd: argument 'x' is NULL");
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, x.ptr, w.ptr, nullptr, nullptr),
+                AMP_ERR_INVALID_ARG, "argument 'y' is NULL");
+    CHECK_FAILS(amp_cuda_conv2d_bwd_data(amp_cuda_device(), &d, nullptr, w.ptr, x.ptr),
+                AMP_ERR_INVALID_ARG, "argument 'dy' is NULL");
+    CHECK_FAILS(amp_cuda_conv2d_bwd_weight(amp_cuda_device(), &d, x.ptr, y.ptr, nullptr, nullptr),
                 AMP_ERR_INVALID_ARG, "argument 'dw' is NULL");
-    CHECK_FAILS(amp_cuda_conv2d_bwd_weight(nullptr, x.ptr, y.ptr, w.ptr, nullptr),
-                AMP_ERR_INVALID_ARG, "argument 'd' is NULL");
+    CHECK_FAILS(
+            amp_cuda_conv2d_bwd_weight(amp_cuda_device(), nullptr, x.ptr, y.ptr, w.ptr, nullptr),
+            AMP_ERR_INVALID_ARG, "argument 'd' is NULL");
     /* Sizes beyond cuDNN's int descriptors. */
     bad = d;
     bad.c_in = (int64_t)1 << 31;
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&bad, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_UNSUPPORTED,
-                "cuDNN takes sizes up to 2147483647");
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &bad, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_UNSUPPORTED, "cuDNN takes sizes up to 2147483647");
     CHECK(searches() == s0);
     /* A tensor of 2^32 elements, which cuDNN's legacy descriptors refuse: its status and message
      * come back (nothing runs, so the small buffers are never read). */
     amp_conv2d_desc huge = make_desc({65536, 1, 256, 256, 1, 1, 1, 1, 1, 0, 0}, AMP_F32);
-    CHECK_FAILS(amp_cuda_conv2d_fwd(&huge, x.ptr, w.ptr, nullptr, y.ptr), AMP_ERR_BACKEND,
+    CHECK_FAILS(amp_cuda_conv2d_fwd(amp_cuda_device(), &huge, x.ptr, w.ptr, nullptr, y.ptr),
+                AMP_ERR_BACKEND,
                 "amp_cuda_conv2d_fwd: cudnnSetTensor4dDescriptor: CUDNN_STATUS_NOT_SUPPORTED: "
                 "tensor larger than 2 Giga-elements");
     CHECK(dev_sync());
@@ -398,7 +406,7 @@ static void test_errors(void) {
     /* The failed plan left nothing behind: a valid call still works. */
     dev_buf xv = random_buf(AMP_F32, numel_x(d), 1.0, false);
     dev_buf wv = random_buf(AMP_F32, numel_w(d), 1.0, false);
-    CHECK_OK(amp_cuda_conv2d_fwd(&d, xv.ptr, wv.ptr, nullptr, y.ptr));
+    CHECK_OK(amp_cuda_conv2d_fwd(amp_cuda_device(), &d, xv.ptr, wv.ptr, nullptr, y.ptr));
     CHECK(dev_sync());
     CHECK(!still_poisoned(y));
 }
@@ -409,6 +417,6 @@ int main(void) {
     test_tf32_math();
     test_cache();
     test_errors();
-    amp_cuda_conv_shutdown();
+    amp_cuda_conv_shutdown(amp_cuda_device());
     return test_summary("test_conv_cudacpu");
 }

@@ -21,16 +21,16 @@
  * rest of that backend, written here over NVIDIA's conversions (round to nearest even, as
  * memory.c's). */
 extern "C" {
-amp_status amp_cpu_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p, uint64_t seed,
-                               uint64_t offset, void *y, uint8_t *mask);
-amp_status amp_cpu_dropout_bwd(amp_dtype dt, int64_t n, const void *dy, const uint8_t *mask,
-                               float p, void *dx);
+amp_status amp_cpu_dropout_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x, float p,
+                               uint64_t seed, uint64_t offset, void *y, uint8_t *mask);
+amp_status amp_cpu_dropout_bwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *dy,
+                               const uint8_t *mask, float p, void *dx);
 amp_status amp_cpu_copy(void *dst, const void *src, size_t nbytes) {
     if (dst != src && nbytes) memmove(dst, src, nbytes);
     return AMP_OK;
 }
-amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                        int64_t n) {
+amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                           int64_t n) {
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
     return AMP_OK;
 }
@@ -77,16 +77,20 @@ static void run_case(amp_dtype dt, int64_t n, float p, uint64_t seed, uint64_t o
     size_t nbytes = (size_t)n * amp_dtype_size(dt);
     dev_buf x = random_buf(dt, n, 5.0, true);
     dev_buf y(nbytes), mask((size_t)n), dy = random_buf(dt, n, 1.0, true), dx(nbytes);
-    CHECK_OK(amp_cuda_dropout_fwd(dt, n, x.ptr, p, seed, offset, y.ptr, mask.dev<uint8_t>()));
-    CHECK_OK(amp_cuda_dropout_bwd(dt, n, dy.ptr, mask.dev<uint8_t>(), p, dx.ptr));
+    CHECK_OK(amp_cuda_dropout_fwd(amp_cuda_device(), dt, n, x.ptr, p, seed, offset, y.ptr,
+                                  mask.dev<uint8_t>()));
+    CHECK_OK(
+            amp_cuda_dropout_bwd(amp_cuda_device(), dt, n, dy.ptr, mask.dev<uint8_t>(), p, dx.ptr));
     CHECK(dev_sync());
     y.download();
     mask.download();
     dx.download();
     /* The CPU backend on the mirrors. */
     std::vector<uint8_t> cy(nbytes), cmask((size_t)n), cdx(nbytes);
-    CHECK_OK(amp_cpu_dropout_fwd(dt, n, x.host.data(), p, seed, offset, cy.data(), cmask.data()));
-    CHECK_OK(amp_cpu_dropout_bwd(dt, n, dy.host.data(), cmask.data(), p, cdx.data()));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), dt, n, x.host.data(), p, seed, offset, cy.data(),
+                                 cmask.data()));
+    CHECK_OK(amp_cpu_dropout_bwd(amp_cpu_device(), dt, n, dy.host.data(), cmask.data(), p,
+                                 cdx.data()));
     int64_t bad_mask = 0, bad_cpu = 0, bad_ref = 0, kept = 0;
     float scale = (float)(1.0 / (1.0 - (double)p));
     for (int64_t i = 0; i < n; i++) {
@@ -132,10 +136,14 @@ static void test_in_place(void) {
             dev_buf x = random_buf(dt, n, 2.0, true), mask((size_t)n);
             size_t nbytes = (size_t)n * amp_dtype_size(dt);
             std::vector<uint8_t> cy(nbytes), cmask((size_t)n), cdx(nbytes);
-            CHECK_OK(amp_cpu_dropout_fwd(dt, n, x.host.data(), p, 9, 11, cy.data(), cmask.data()));
-            CHECK_OK(amp_cpu_dropout_bwd(dt, n, cy.data(), cmask.data(), p, cdx.data()));
-            CHECK_OK(amp_cuda_dropout_fwd(dt, n, x.ptr, p, 9, 11, x.ptr, mask.dev<uint8_t>()));
-            CHECK_OK(amp_cuda_dropout_bwd(dt, n, x.ptr, mask.dev<uint8_t>(), p, x.ptr));
+            CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), dt, n, x.host.data(), p, 9, 11,
+                                         cy.data(), cmask.data()));
+            CHECK_OK(amp_cpu_dropout_bwd(amp_cpu_device(), dt, n, cy.data(), cmask.data(), p,
+                                         cdx.data()));
+            CHECK_OK(amp_cuda_dropout_fwd(amp_cuda_device(), dt, n, x.ptr, p, 9, 11, x.ptr,
+                                          mask.dev<uint8_t>()));
+            CHECK_OK(amp_cuda_dropout_bwd(amp_cuda_device(), dt, n, x.ptr, mask.dev<uint8_t>(), p,
+                                          x.ptr));
             CHECK(dev_sync());
             x.download();
             mask.download();
@@ -152,21 +160,22 @@ static void test_in_place(void) {
 static void test_errors(void) {
     float x[4] = {0}, y[4];
     uint8_t m[4];
-    CHECK_FAILS(amp_cuda_dropout_fwd(AMP_I32, 4, x, 0.5f, 0, 0, y, m), AMP_ERR_DTYPE,
-                "amp_cuda_dropout_fwd: dtype i32 is not a float type");
-    CHECK_FAILS(amp_cuda_dropout_fwd(AMP_F32, 4, x, 1.0f, 0, 0, y, m), AMP_ERR_INVALID_ARG,
-                "p = 1 is outside [0, 1)");
-    CHECK_FAILS(amp_cuda_dropout_fwd(AMP_F32, 4, x, NAN, 0, 0, y, m), AMP_ERR_INVALID_ARG,
-                "is outside [0, 1)");
-    CHECK_FAILS(amp_cuda_dropout_fwd(AMP_F32, -4, x, 0.5f, 0, 0, y, m), AMP_ERR_INVALID_ARG,
-                "n = -4 < 0");
-    CHECK_FAILS(amp_cuda_dropout_fwd(AMP_F16, 4, x, 0.5f, 0, 0, y, nullptr), AMP_ERR_INVALID_ARG,
-                "'mask' is NULL");
-    CHECK_FAILS(amp_cuda_dropout_bwd(AMP_F32, 4, x, m, -0.5f, y), AMP_ERR_INVALID_ARG,
-                "amp_cuda_dropout_bwd: p = -0.5 is outside [0, 1)");
-    CHECK_FAILS(amp_cuda_dropout_bwd(AMP_F32, 4, x, nullptr, 0.5f, y), AMP_ERR_INVALID_ARG,
-                "'mask' is NULL");
-    CHECK_OK(amp_cuda_dropout_fwd(AMP_BF16, 0, nullptr, 0.5f, 0, 0, nullptr, nullptr));
+    CHECK_FAILS(amp_cuda_dropout_fwd(amp_cuda_device(), AMP_I32, 4, x, 0.5f, 0, 0, y, m),
+                AMP_ERR_DTYPE, "amp_cuda_dropout_fwd: dtype i32 is not a float type");
+    CHECK_FAILS(amp_cuda_dropout_fwd(amp_cuda_device(), AMP_F32, 4, x, 1.0f, 0, 0, y, m),
+                AMP_ERR_INVALID_ARG, "p = 1 is outside [0, 1)");
+    CHECK_FAILS(amp_cuda_dropout_fwd(amp_cuda_device(), AMP_F32, 4, x, NAN, 0, 0, y, m),
+                AMP_ERR_INVALID_ARG, "is outside [0, 1)");
+    CHECK_FAILS(amp_cuda_dropout_fwd(amp_cuda_device(), AMP_F32, -4, x, 0.5f, 0, 0, y, m),
+                AMP_ERR_INVALID_ARG, "n = -4 < 0");
+    CHECK_FAILS(amp_cuda_dropout_fwd(amp_cuda_device(), AMP_F16, 4, x, 0.5f, 0, 0, y, nullptr),
+                AMP_ERR_INVALID_ARG, "'mask' is NULL");
+    CHECK_FAILS(amp_cuda_dropout_bwd(amp_cuda_device(), AMP_F32, 4, x, m, -0.5f, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_dropout_bwd: p = -0.5 is outside [0, 1)");
+    CHECK_FAILS(amp_cuda_dropout_bwd(amp_cuda_device(), AMP_F32, 4, x, nullptr, 0.5f, y),
+                AMP_ERR_INVALID_ARG, "'mask' is NULL");
+    CHECK_OK(amp_cuda_dropout_fwd(amp_cuda_device(), AMP_BF16, 0, nullptr, 0.5f, 0, 0, nullptr,
+                                  nullptr));
 }
 
 int main(void) {

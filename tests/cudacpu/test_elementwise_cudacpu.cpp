@@ -47,7 +47,7 @@ static void test_unary(void) {
                 float alpha = -0.3f;
                 dev_buf x = random_buf(dt, n, 100.0, true);
                 dev_buf y((size_t)n * amp_dtype_size(dt));
-                CHECK_OK(amp_cuda_unary(op, dt, n, x.ptr, alpha, y.ptr));
+                CHECK_OK(amp_cuda_unary(amp_cuda_device(), op, dt, n, x.ptr, alpha, y.ptr));
                 CHECK(dev_sync());
                 y.download();
                 std::vector<float> want(n);
@@ -69,7 +69,7 @@ static void test_binary_axpy(void) {
             dev_buf b = random_buf(dt, n, 50.0, false);
             for (amp_binary_op op : ops) {
                 dev_buf y((size_t)n * amp_dtype_size(dt));
-                CHECK_OK(amp_cuda_binary(op, dt, n, a.ptr, b.ptr, y.ptr));
+                CHECK_OK(amp_cuda_binary(amp_cuda_device(), op, dt, n, a.ptr, b.ptr, y.ptr));
                 CHECK(dev_sync());
                 y.download();
                 std::vector<float> want(n);
@@ -85,7 +85,7 @@ static void test_binary_axpy(void) {
             const float alpha = 0.7f;
             dev_buf y((size_t)n * amp_dtype_size(dt));
             y.upload(b.host.data());
-            CHECK_OK(amp_cuda_axpy(dt, n, alpha, a.ptr, y.ptr));
+            CHECK_OK(amp_cuda_axpy(amp_cuda_device(), dt, n, alpha, a.ptr, y.ptr));
             CHECK(dev_sync());
             y.download();
             std::vector<float> want(n);
@@ -108,14 +108,14 @@ static void test_in_place_and_copy(void) {
         std::vector<float> want(n);
         for (int64_t i = 0; i < n; i++)
             want[i] = ref_unary(AMP_UNARY_RELU, nv_load(x.host.data(), dt, i), 0);
-        CHECK_OK(amp_cuda_unary(AMP_UNARY_RELU, dt, n, x.ptr, 0.0f, x.ptr));
+        CHECK_OK(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_RELU, dt, n, x.ptr, 0.0f, x.ptr));
         CHECK(dev_sync());
         x.download();
         CHECK(count_wrong(x, dt, n, want) == 0 && x.guard_intact());
         dev_buf b = random_buf(dt, n, 10.0, false);
         for (int64_t i = 0; i < n; i++)
             want[i] = nv_load(x.host.data(), dt, i) * nv_load(b.host.data(), dt, i);
-        CHECK_OK(amp_cuda_binary(AMP_BINARY_MUL, dt, n, x.ptr, b.ptr, x.ptr));
+        CHECK_OK(amp_cuda_binary(amp_cuda_device(), AMP_BINARY_MUL, dt, n, x.ptr, b.ptr, x.ptr));
         CHECK(dev_sync());
         x.download();
         CHECK(count_wrong(x, dt, n, want) == 0 && x.guard_intact());
@@ -128,13 +128,14 @@ static void test_in_place_and_copy(void) {
     s[0] = 0x7fc01234u, s[m - 1] = 0xffa00001u; /* NaNs with payloads */
     src.upload();
     for (amp_dtype dt : {AMP_F32, AMP_I32}) {
-        CHECK_OK(amp_cuda_unary(AMP_UNARY_COPY, dt, m, src.ptr, 0.0f, dst.ptr));
+        CHECK_OK(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_COPY, dt, m, src.ptr, 0.0f, dst.ptr));
         CHECK(dev_sync());
         dst.download();
         CHECK(memcmp(dst.host.data(), src.host.data(), m * 4) == 0 && dst.guard_intact());
     }
     dev_buf half_dst(m * 2);
-    CHECK_OK(amp_cuda_unary(AMP_UNARY_COPY, AMP_BF16, m, src.ptr, 0.0f, half_dst.ptr));
+    CHECK_OK(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_COPY, AMP_BF16, m, src.ptr, 0.0f,
+                            half_dst.ptr));
     CHECK(dev_sync());
     half_dst.download();
     CHECK(memcmp(half_dst.host.data(), src.host.data(), m * 2) == 0 && half_dst.guard_intact());
@@ -142,22 +143,25 @@ static void test_in_place_and_copy(void) {
 
 static void test_errors(void) {
     float x[4] = {0}, y[4];
-    CHECK_FAILS(amp_cuda_unary((amp_unary_op)9, AMP_F32, 4, x, 1.0f, y), AMP_ERR_INVALID_ARG,
-                "amp_cuda_unary: unknown op 9");
-    CHECK_FAILS(amp_cuda_unary(AMP_UNARY_RELU, AMP_I32, 4, x, 1.0f, y), AMP_ERR_DTYPE,
-                "amp_cuda_unary: dtype i32 is not a float type");
-    CHECK_FAILS(amp_cuda_unary(AMP_UNARY_SCALE, AMP_F32, -1, x, 1.0f, y), AMP_ERR_INVALID_ARG,
-                "n = -1 < 0");
-    CHECK_FAILS(amp_cuda_unary(AMP_UNARY_RELU, AMP_F32, 4, nullptr, 1.0f, y), AMP_ERR_INVALID_ARG,
-                "argument 'x' is NULL");
-    CHECK_FAILS(amp_cuda_binary((amp_binary_op)7, AMP_F32, 4, x, x, y), AMP_ERR_INVALID_ARG,
-                "amp_cuda_binary: unknown op 7");
-    CHECK_FAILS(amp_cuda_binary(AMP_BINARY_ADD, AMP_F16, 4, x, nullptr, y), AMP_ERR_INVALID_ARG,
-                "argument 'b' is NULL");
-    CHECK_FAILS(amp_cuda_axpy(AMP_I32, 4, 1.0f, x, y), AMP_ERR_DTYPE, "amp_cuda_axpy: dtype i32");
-    CHECK_FAILS(amp_cuda_axpy(AMP_F32, 4, 1.0f, x, nullptr), AMP_ERR_INVALID_ARG, "'y' is NULL");
-    CHECK_OK(amp_cuda_binary(AMP_BINARY_SUB, AMP_BF16, 0, nullptr, nullptr, nullptr));
-    CHECK_OK(amp_cuda_axpy(AMP_F16, 0, 1.0f, nullptr, nullptr));
+    CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), (amp_unary_op)9, AMP_F32, 4, x, 1.0f, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op 9");
+    CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_RELU, AMP_I32, 4, x, 1.0f, y),
+                AMP_ERR_DTYPE, "amp_cuda_unary: dtype i32 is not a float type");
+    CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_SCALE, AMP_F32, -1, x, 1.0f, y),
+                AMP_ERR_INVALID_ARG, "n = -1 < 0");
+    CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_RELU, AMP_F32, 4, nullptr, 1.0f, y),
+                AMP_ERR_INVALID_ARG, "argument 'x' is NULL");
+    CHECK_FAILS(amp_cuda_binary(amp_cuda_device(), (amp_binary_op)7, AMP_F32, 4, x, x, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_binary: unknown op 7");
+    CHECK_FAILS(amp_cuda_binary(amp_cuda_device(), AMP_BINARY_ADD, AMP_F16, 4, x, nullptr, y),
+                AMP_ERR_INVALID_ARG, "argument 'b' is NULL");
+    CHECK_FAILS(amp_cuda_axpy(amp_cuda_device(), AMP_I32, 4, 1.0f, x, y), AMP_ERR_DTYPE,
+                "amp_cuda_axpy: dtype i32");
+    CHECK_FAILS(amp_cuda_axpy(amp_cuda_device(), AMP_F32, 4, 1.0f, x, nullptr), AMP_ERR_INVALID_ARG,
+                "'y' is NULL");
+    CHECK_OK(amp_cuda_binary(amp_cuda_device(), AMP_BINARY_SUB, AMP_BF16, 0, nullptr, nullptr,
+                             nullptr));
+    CHECK_OK(amp_cuda_axpy(amp_cuda_device(), AMP_F16, 0, 1.0f, nullptr, nullptr));
 }
 
 int main(void) {

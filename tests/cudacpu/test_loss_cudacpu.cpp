@@ -55,13 +55,13 @@ static void test_xent(void) {
             dev_buf lab((size_t)rows * 4), ls((size_t)n * 4), loss(4), dloss(4);
             upload_labels(lab, rows, classes);
             const int32_t *labels = lab.h<int32_t>();
-            CHECK_OK(amp_cuda_xent_fwd(dt, rows, classes, x.ptr, lab.dev<int32_t>(),
-                                       loss.dev<float>(), ls.dev<float>()));
+            CHECK_OK(amp_cuda_xent_fwd(amp_cuda_device(), dt, rows, classes, x.ptr,
+                                       lab.dev<int32_t>(), loss.dev<float>(), ls.dev<float>()));
             const float dl = 0.75f;
             set_scalar(dloss, dl);
             dev_buf g((size_t)n * amp_dtype_size(dt));
-            CHECK_OK(amp_cuda_xent_bwd(dt, rows, classes, ls.dev<float>(), lab.dev<int32_t>(),
-                                       dloss.dev<float>(), g.ptr));
+            CHECK_OK(amp_cuda_xent_bwd(amp_cuda_device(), dt, rows, classes, ls.dev<float>(),
+                                       lab.dev<int32_t>(), dloss.dev<float>(), g.ptr));
             CHECK(dev_sync());
             ls.download();
             g.download();
@@ -106,7 +106,7 @@ static void test_xent_special(void) {
     x.upload();
     dev_buf lab(rows * 4), ls(n * 4), loss(4);
     upload_labels(lab, rows, classes);
-    CHECK_OK(amp_cuda_xent_fwd(AMP_F32, rows, classes, x.ptr, lab.dev<int32_t>(),
+    CHECK_OK(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F32, rows, classes, x.ptr, lab.dev<int32_t>(),
                                loss.dev<float>(), ls.dev<float>()));
     CHECK(dev_sync());
     ls.download();
@@ -122,8 +122,8 @@ static void test_xent_special(void) {
     z.h<float>()[0] = -0.0f, z.h<float>()[1] = 0.0f;
     z.upload();
     lz.upload(); /* labels 0 */
-    CHECK_OK(amp_cuda_xent_fwd(AMP_F32, 2, 1, z.ptr, lz.dev<int32_t>(), loss.dev<float>(),
-                               l1.dev<float>()));
+    CHECK_OK(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F32, 2, 1, z.ptr, lz.dev<int32_t>(),
+                               loss.dev<float>(), l1.dev<float>()));
     CHECK(dev_sync());
     l1.download();
     CHECK(l1.h<float>()[0] == 0.0f && l1.h<float>()[1] == 0.0f);
@@ -131,7 +131,8 @@ static void test_xent_special(void) {
     CHECK(zero_loss == 0.0f);
 
     set_scalar(loss, 1.0f);
-    CHECK_OK(amp_cuda_xent_fwd(AMP_BF16, 0, 10, nullptr, nullptr, loss.dev<float>(), nullptr));
+    CHECK_OK(amp_cuda_xent_fwd(amp_cuda_device(), AMP_BF16, 0, 10, nullptr, nullptr,
+                               loss.dev<float>(), nullptr));
     CHECK(dev_sync());
     CHECK(std::isnan(get_scalar(loss)) && loss.guard_intact());
 }
@@ -148,8 +149,8 @@ static void test_xent_labels(void) {
     for (int64_t i = 0; i < n; i++) ls.h<float>()[i] = 42.0f;
     ls.upload();
     set_scalar(loss, 42.0f);
-    CHECK_FAILS(amp_cuda_xent_fwd(AMP_F16, rows, classes, x.ptr, lab.dev<int32_t>(),
-                                  loss.dev<float>(), ls.dev<float>()),
+    CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F16, rows, classes, x.ptr,
+                                  lab.dev<int32_t>(), loss.dev<float>(), ls.dev<float>()),
                 AMP_ERR_INVALID_ARG, "amp_cuda_xent_fwd: label 5 of row 3000 is outside [0, 5)");
     CHECK(dev_sync());
     ls.download();
@@ -159,8 +160,8 @@ static void test_xent_labels(void) {
 
     /* Backward does not wait: NaN rows, then the next forward names the lowest row, once. */
     set_scalar(dloss, 1.0f);
-    CHECK_OK(amp_cuda_xent_bwd(AMP_F16, rows, classes, ls.dev<float>(), lab.dev<int32_t>(),
-                               dloss.dev<float>(), g.ptr));
+    CHECK_OK(amp_cuda_xent_bwd(amp_cuda_device(), AMP_F16, rows, classes, ls.dev<float>(),
+                               lab.dev<int32_t>(), dloss.dev<float>(), g.ptr));
     CHECK(dev_sync());
     g.download();
     int64_t nan_rows = 0;
@@ -175,11 +176,12 @@ static void test_xent_labels(void) {
     lab.h<int32_t>()[4000] = 0;
     lab.h<int32_t>()[3000] = 4;
     lab.upload();
-    CHECK_FAILS(amp_cuda_xent_fwd(AMP_F16, rows, classes, x.ptr, lab.dev<int32_t>(),
-                                  loss.dev<float>(), ls.dev<float>()),
-                AMP_ERR_INVALID_ARG, "earlier amp_cuda_xent_bwd had a label outside [0, classes) "
+    CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F16, rows, classes, x.ptr,
+                                  lab.dev<int32_t>(), loss.dev<float>(), ls.dev<float>()),
+                AMP_ERR_INVALID_ARG,
+                "earlier amp_cuda_xent_bwd had a label outside [0, classes) "
                 "in row 3000");
-    CHECK_OK(amp_cuda_xent_fwd(AMP_F16, rows, classes, x.ptr, lab.dev<int32_t>(),
+    CHECK_OK(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F16, rows, classes, x.ptr, lab.dev<int32_t>(),
                                loss.dev<float>(), ls.dev<float>()));
     CHECK(dev_sync());
     CHECK(std::isfinite(get_scalar(loss)));
@@ -192,10 +194,11 @@ static void test_mse(void) {
             dev_buf a = random_buf(dt, n, 4.0, false), b = random_buf(dt, n, 4.0, false);
             dev_buf loss(4), dloss(4), da((size_t)n * amp_dtype_size(dt));
             set_scalar(loss, -1.0f);
-            CHECK_OK(amp_cuda_mse_fwd(dt, n, a.ptr, b.ptr, loss.dev<float>()));
+            CHECK_OK(amp_cuda_mse_fwd(amp_cuda_device(), dt, n, a.ptr, b.ptr, loss.dev<float>()));
             const float dl = 1.5f;
             set_scalar(dloss, dl);
-            CHECK_OK(amp_cuda_mse_bwd(dt, n, a.ptr, b.ptr, dloss.dev<float>(), da.ptr));
+            CHECK_OK(amp_cuda_mse_bwd(amp_cuda_device(), dt, n, a.ptr, b.ptr, dloss.dev<float>(),
+                                      da.ptr));
             CHECK(dev_sync());
             float got = get_scalar(loss);
             da.download();
@@ -231,8 +234,9 @@ static void test_mse(void) {
     }
     dev_buf dloss(4), loss(4);
     set_scalar(dloss, 2.0f);
-    CHECK_OK(amp_cuda_mse_fwd(AMP_F32, n, a.ptr, b.ptr, loss.dev<float>()));
-    CHECK_OK(amp_cuda_mse_bwd(AMP_F32, n, a.ptr, b.ptr, dloss.dev<float>(), a.ptr));
+    CHECK_OK(amp_cuda_mse_fwd(amp_cuda_device(), AMP_F32, n, a.ptr, b.ptr, loss.dev<float>()));
+    CHECK_OK(amp_cuda_mse_bwd(amp_cuda_device(), AMP_F32, n, a.ptr, b.ptr, dloss.dev<float>(),
+                              a.ptr));
     CHECK(dev_sync());
     a.download();
     int64_t bad = 0;
@@ -243,21 +247,22 @@ static void test_mse(void) {
 static void test_errors(void) {
     float x[4] = {0}, o[4];
     int32_t lab[2] = {0, 0};
-    CHECK_FAILS(amp_cuda_xent_fwd(AMP_I32, 2, 2, x, lab, o, o), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), AMP_I32, 2, 2, x, lab, o, o), AMP_ERR_DTYPE,
                 "amp_cuda_xent_fwd: dtype i32 is not a float type");
-    CHECK_FAILS(amp_cuda_xent_fwd(AMP_F32, 2, 0, x, lab, o, o), AMP_ERR_SHAPE,
+    CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F32, 2, 0, x, lab, o, o), AMP_ERR_SHAPE,
                 "logits [2, 0] need rows >= 0 and classes >= 1");
-    CHECK_FAILS(amp_cuda_xent_fwd(AMP_F32, 2, 2, x, nullptr, o, o), AMP_ERR_INVALID_ARG,
-                "argument 'labels' is NULL");
-    CHECK_FAILS(amp_cuda_xent_fwd(AMP_F32, 2, 2, x, lab, nullptr, o), AMP_ERR_INVALID_ARG,
-                "'loss' is NULL");
-    CHECK_FAILS(amp_cuda_xent_bwd(AMP_F32, 2, 2, x, lab, nullptr, o), AMP_ERR_INVALID_ARG,
-                "'dloss' is NULL");
-    CHECK_FAILS(amp_cuda_mse_fwd(AMP_F32, 2, x, nullptr, o), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F32, 2, 2, x, nullptr, o, o),
+                AMP_ERR_INVALID_ARG, "argument 'labels' is NULL");
+    CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), AMP_F32, 2, 2, x, lab, nullptr, o),
+                AMP_ERR_INVALID_ARG, "'loss' is NULL");
+    CHECK_FAILS(amp_cuda_xent_bwd(amp_cuda_device(), AMP_F32, 2, 2, x, lab, nullptr, o),
+                AMP_ERR_INVALID_ARG, "'dloss' is NULL");
+    CHECK_FAILS(amp_cuda_mse_fwd(amp_cuda_device(), AMP_F32, 2, x, nullptr, o), AMP_ERR_INVALID_ARG,
                 "amp_cuda_mse_fwd: argument 'b' is NULL");
-    CHECK_FAILS(amp_cuda_mse_bwd(AMP_F32, -1, x, x, o, o), AMP_ERR_INVALID_ARG, "n = -1 < 0");
-    CHECK_FAILS(amp_cuda_mse_bwd(AMP_F16, 2, x, x, o, nullptr), AMP_ERR_INVALID_ARG,
-                "'da' is NULL");
+    CHECK_FAILS(amp_cuda_mse_bwd(amp_cuda_device(), AMP_F32, -1, x, x, o, o), AMP_ERR_INVALID_ARG,
+                "n = -1 < 0");
+    CHECK_FAILS(amp_cuda_mse_bwd(amp_cuda_device(), AMP_F16, 2, x, x, o, nullptr),
+                AMP_ERR_INVALID_ARG, "'da' is NULL");
 }
 
 int main(void) {

@@ -99,8 +99,9 @@ static void test_unscale_values(void) {
                 buf_list L(ns, dt, dt == AMP_F16 ? 60000.0 : 1e6, true);
                 dev_buf found(4);
                 set_scalar(found, 7.5f); /* a clean list does not write the flag */
-                CHECK_OK(amp_cuda_unscale_multi(dt, (int64_t)ns.size(), ns.data(), L.xp.data(),
-                                                inv, L.op.data(), found.dev<float>(), NULL));
+                CHECK_OK(amp_cuda_unscale_multi(amp_cuda_device(), dt, (int64_t)ns.size(),
+                                                ns.data(), L.xp.data(), inv, L.op.data(),
+                                                found.dev<float>(), NULL));
                 CHECK(dev_sync());
                 int64_t bad = unscale_wrong(L, inv);
                 float flag = get_scalar(found);
@@ -128,15 +129,17 @@ static void test_unscale_flags(void) {
             set_scalar(found, 0.0f);
             set_scalar(inv, 0.25f);
             amp_step_scalars sc = {inv.dev<float>(), NULL};
-            CHECK_OK(amp_cuda_unscale_multi(dt, (int64_t)mixed.size(), mixed.data(), L.xp.data(),
-                                            0.0f, L.op.data(), found.dev<float>(), &sc));
+            CHECK_OK(amp_cuda_unscale_multi(amp_cuda_device(), dt, (int64_t)mixed.size(),
+                                            mixed.data(), L.xp.data(), 0.0f, L.op.data(),
+                                            found.dev<float>(), &sc));
             CHECK(dev_sync());
             CHECK_MSG(get_scalar(found) == 1.0f && unscale_wrong(L, 0.25f) == 0,
                       "%s %g at tensor %zu[%lld]", amp_dtype_name(dt), (double)sp.v, sp.t,
                       (long long)sp.j);
             L.set(sp.t, sp.j, keep);
-            CHECK_OK(amp_cuda_unscale_multi(dt, (int64_t)mixed.size(), mixed.data(), L.xp.data(),
-                                            0.5f, L.op.data(), found.dev<float>(), NULL));
+            CHECK_OK(amp_cuda_unscale_multi(amp_cuda_device(), dt, (int64_t)mixed.size(),
+                                            mixed.data(), L.xp.data(), 0.5f, L.op.data(),
+                                            found.dev<float>(), NULL));
             CHECK(dev_sync());
             CHECK(get_scalar(found) == 1.0f && unscale_wrong(L, 0.5f) == 0);
         }
@@ -151,8 +154,9 @@ static void test_unscale_in_place(void) {
     for (void *p : L.xp) outs.push_back((float *)p);
     dev_buf found(4);
     set_scalar(found, 0.0f);
-    CHECK_OK(amp_cuda_unscale_multi(AMP_F32, (int64_t)mixed.size(), mixed.data(), L.xp.data(),
-                                    1.0f / 1024.0f, outs.data(), found.dev<float>(), NULL));
+    CHECK_OK(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F32, (int64_t)mixed.size(), mixed.data(),
+                                    L.xp.data(), 1.0f / 1024.0f, outs.data(), found.dev<float>(),
+                                    NULL));
     CHECK(dev_sync());
     int64_t bad = 0;
     for (size_t i = 0; i < L.x.size(); i++) {
@@ -165,14 +169,16 @@ static void test_unscale_in_place(void) {
     /* out overlapping grad without being it is refused, before any launch */
     float *gd = (float *)L.xp[2];
     outs[2] = gd + 1;
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F32, (int64_t)mixed.size(), mixed.data(), L.xp.data(),
-                                       0.5f, outs.data(), found.dev<float>(), NULL),
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F32, (int64_t)mixed.size(),
+                                       mixed.data(), L.xp.data(), 0.5f, outs.data(),
+                                       found.dev<float>(), NULL),
                 AMP_ERR_INVALID_ARG, "out[2] overlaps grad[2] (f32)");
     buf_list H(mixed, AMP_BF16, 1.0, false);
     std::vector<float *> same;
     for (void *p : H.xp) same.push_back((float *)p);
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_BF16, (int64_t)mixed.size(), mixed.data(), H.xp.data(),
-                                       0.5f, same.data(), found.dev<float>(), NULL),
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_BF16, (int64_t)mixed.size(),
+                                       mixed.data(), H.xp.data(), 0.5f, same.data(),
+                                       found.dev<float>(), NULL),
                 AMP_ERR_INVALID_ARG, "overlaps grad[1] (bf16)");
 }
 
@@ -187,8 +193,8 @@ static void test_nonfinite(void) {
                 L.set(t, j, v);
                 dev_buf found(4);
                 set_scalar(found, 0.0f);
-                CHECK_OK(amp_cuda_nonfinite_multi(dt, (int64_t)mixed.size(), mixed.data(),
-                                                  L.xp.data(), found.dev<float>()));
+                CHECK_OK(amp_cuda_nonfinite_multi(amp_cuda_device(), dt, (int64_t)mixed.size(),
+                                                  mixed.data(), L.xp.data(), found.dev<float>()));
                 CHECK(dev_sync());
                 bool want = !std::isfinite(L.get(t, j));
                 float flag = get_scalar(found);
@@ -196,8 +202,8 @@ static void test_nonfinite(void) {
                           "nonfinite_multi %s: %g at tensor %zu: flag %g", amp_dtype_name(dt),
                           (double)v, t, (double)flag);
                 set_scalar(found, 1.0f); /* never cleared */
-                CHECK_OK(amp_cuda_nonfinite_multi(dt, (int64_t)mixed.size(), mixed.data(),
-                                                  L.xp.data(), found.dev<float>()));
+                CHECK_OK(amp_cuda_nonfinite_multi(amp_cuda_device(), dt, (int64_t)mixed.size(),
+                                                  mixed.data(), L.xp.data(), found.dev<float>()));
                 CHECK(get_scalar(found) == 1.0f);
                 for (auto &b : L.x) CHECK(b.guard_intact());
             }
@@ -206,8 +212,8 @@ static void test_nonfinite(void) {
     M.set(119, ns[119] - 1, NAN); /* the last tensor of the last launch */
     dev_buf found(4);
     set_scalar(found, 0.0f);
-    CHECK_OK(amp_cuda_nonfinite_multi(AMP_BF16, (int64_t)ns.size(), ns.data(), M.xp.data(),
-                                      found.dev<float>()));
+    CHECK_OK(amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_BF16, (int64_t)ns.size(), ns.data(),
+                                      M.xp.data(), found.dev<float>()));
     CHECK(get_scalar(found) == 1.0f);
 }
 
@@ -244,8 +250,8 @@ static float sum_squares_model(const buf_list &L) {
 static void check_sum_squares(const char *what, const buf_list &L) {
     dev_buf out(4);
     set_scalar(out, -1.0f);
-    CHECK_OK(amp_cuda_sum_squares_multi(L.dt, (int64_t)L.numel.size(), L.numel.data(),
-                                        L.xp.data(), out.dev<float>()));
+    CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), L.dt, (int64_t)L.numel.size(),
+                                        L.numel.data(), L.xp.data(), out.dev<float>()));
     CHECK(dev_sync());
     float got = get_scalar(out), model = sum_squares_model(L);
     long double ref = 0;
@@ -271,14 +277,14 @@ static void test_sum_squares(void) {
     buf_list S(mixed, AMP_F32, 1.0, false);
     S.set(2, 40000, -INFINITY);
     dev_buf out(4);
-    CHECK_OK(amp_cuda_sum_squares_multi(AMP_F32, (int64_t)mixed.size(), mixed.data(), S.xp.data(),
-                                        out.dev<float>()));
+    CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F32, (int64_t)mixed.size(),
+                                        mixed.data(), S.xp.data(), out.dev<float>()));
     CHECK(dev_sync());
     float got = get_scalar(out);
     CHECK(std::isinf(got) && got > 0);
     S.set(4, 0, NAN);
-    CHECK_OK(amp_cuda_sum_squares_multi(AMP_F32, (int64_t)mixed.size(), mixed.data(), S.xp.data(),
-                                        out.dev<float>()));
+    CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F32, (int64_t)mixed.size(),
+                                        mixed.data(), S.xp.data(), out.dev<float>()));
     CHECK(dev_sync());
     CHECK(std::isnan(get_scalar(out)));
     /* nothing to sum: 0 is written (no kernel) */
@@ -286,7 +292,8 @@ static void test_sum_squares(void) {
     void *nulls[] = {nullptr, nullptr};
     for (int64_t n : {0, 2}) {
         set_scalar(out, -1.0f);
-        CHECK_OK(amp_cuda_sum_squares_multi(AMP_BF16, n, zeros, nulls, out.dev<float>()));
+        CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_BF16, n, zeros, nulls,
+                                            out.dev<float>()));
         CHECK(dev_sync());
         float z = get_scalar(out);
         CHECK(z == 0.0f && !std::signbit(z));
@@ -299,49 +306,65 @@ static void test_errors(void) {
     dev_buf found(4);
     set_scalar(found, 0.0f);
     float *f = found.dev<float>();
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_I32, n, mixed.data(), L.xp.data(), 1.0f, L.op.data(), f,
-                                       NULL), AMP_ERR_DTYPE, "amp_cuda_unscale_multi: dtype i32");
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_I32, n, mixed.data(), L.xp.data(),
+                                       1.0f, L.op.data(), f, NULL),
+                AMP_ERR_DTYPE, "amp_cuda_unscale_multi: dtype i32");
     for (float inv : {0.0f, -1.0f, NAN, INFINITY})
-        CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, mixed.data(), L.xp.data(), inv,
-                                           L.op.data(), f, NULL), AMP_ERR_INVALID_ARG, "inv_scale");
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, mixed.data(), L.xp.data(), 1.0f, L.op.data(),
-                                       NULL, NULL), AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, -1, mixed.data(), L.xp.data(), 1.0f, L.op.data(),
-                                       f, NULL), AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, mixed.data(), NULL, 1.0f, L.op.data(), f, NULL),
+        CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
+                                           inv, L.op.data(), f, NULL),
+                    AMP_ERR_INVALID_ARG, "inv_scale");
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
+                                       1.0f, L.op.data(), NULL, NULL),
+                AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, -1, mixed.data(), L.xp.data(),
+                                       1.0f, L.op.data(), f, NULL),
+                AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), NULL, 1.0f,
+                                       L.op.data(), f, NULL),
                 AMP_ERR_INVALID_ARG, "'grad'");
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, mixed.data(), L.xp.data(), 1.0f, NULL, f, NULL),
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
+                                       1.0f, NULL, f, NULL),
                 AMP_ERR_INVALID_ARG, "'out'");
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, NULL, L.xp.data(), 1.0f, L.op.data(), f, NULL),
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, NULL, L.xp.data(), 1.0f,
+                                       L.op.data(), f, NULL),
                 AMP_ERR_INVALID_ARG, "'numel'");
     std::vector<float *> outs = L.op;
     outs[4] = nullptr;
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, mixed.data(), L.xp.data(), 1.0f, outs.data(),
-                                       f, NULL), AMP_ERR_INVALID_ARG, "out[4] is NULL");
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
+                                       1.0f, outs.data(), f, NULL),
+                AMP_ERR_INVALID_ARG, "out[4] is NULL");
     std::vector<int64_t> neg = mixed;
     neg[3] = -7;
-    CHECK_FAILS(amp_cuda_unscale_multi(AMP_F16, n, neg.data(), L.xp.data(), 1.0f, L.op.data(), f,
-                                       NULL), AMP_ERR_INVALID_ARG, "numel[3] = -7 < 0");
-    CHECK_OK(amp_cuda_unscale_multi(AMP_F16, 0, NULL, NULL, 1.0f, NULL, f, NULL));
-    CHECK_FAILS(amp_cuda_nonfinite_multi(AMP_I32, n, mixed.data(), L.xp.data(), f), AMP_ERR_DTYPE,
-                "amp_cuda_nonfinite_multi: dtype i32");
-    CHECK_FAILS(amp_cuda_nonfinite_multi(AMP_F16, n, mixed.data(), L.xp.data(), NULL),
+    CHECK_FAILS(amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, n, neg.data(), L.xp.data(), 1.0f,
+                                       L.op.data(), f, NULL),
+                AMP_ERR_INVALID_ARG, "numel[3] = -7 < 0");
+    CHECK_OK(
+            amp_cuda_unscale_multi(amp_cuda_device(), AMP_F16, 0, NULL, NULL, 1.0f, NULL, f, NULL));
+    CHECK_FAILS(
+            amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_I32, n, mixed.data(), L.xp.data(), f),
+            AMP_ERR_DTYPE, "amp_cuda_nonfinite_multi: dtype i32");
+    CHECK_FAILS(amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
+                                         NULL),
                 AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_FAILS(amp_cuda_nonfinite_multi(AMP_F16, n, mixed.data(), NULL, f), AMP_ERR_INVALID_ARG,
-                "'x'");
+    CHECK_FAILS(amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), NULL, f),
+                AMP_ERR_INVALID_ARG, "'x'");
     std::vector<void *> xs = L.xp;
     xs[2] = nullptr;
-    CHECK_FAILS(amp_cuda_nonfinite_multi(AMP_F16, n, mixed.data(), xs.data(), f),
+    CHECK_FAILS(amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), xs.data(), f),
                 AMP_ERR_INVALID_ARG, "x[2] is NULL (numel 70000)");
-    CHECK_OK(amp_cuda_nonfinite_multi(AMP_F16, 0, NULL, NULL, f));
-    CHECK_FAILS(amp_cuda_sum_squares_multi(AMP_I32, n, mixed.data(), L.xp.data(), f),
-                AMP_ERR_DTYPE, "amp_cuda_sum_squares_multi: dtype i32");
-    CHECK_FAILS(amp_cuda_sum_squares_multi(AMP_F16, n, mixed.data(), L.xp.data(), NULL),
+    CHECK_OK(amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_F16, 0, NULL, NULL, f));
+    CHECK_FAILS(
+            amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_I32, n, mixed.data(), L.xp.data(), f),
+            AMP_ERR_DTYPE, "amp_cuda_sum_squares_multi: dtype i32");
+    CHECK_FAILS(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
+                                           NULL),
                 AMP_ERR_INVALID_ARG, "'out'");
-    CHECK_FAILS(amp_cuda_sum_squares_multi(AMP_F16, -2, mixed.data(), L.xp.data(), f),
+    CHECK_FAILS(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, -2, mixed.data(),
+                                           L.xp.data(), f),
                 AMP_ERR_INVALID_ARG, "n = -2");
-    CHECK_FAILS(amp_cuda_sum_squares_multi(AMP_F16, n, mixed.data(), xs.data(), f),
-                AMP_ERR_INVALID_ARG, "x[2] is NULL");
+    CHECK_FAILS(
+            amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), xs.data(), f),
+            AMP_ERR_INVALID_ARG, "x[2] is NULL");
     CHECK(dev_sync());
     CHECK(get_scalar(found) == 0.0f); /* no failed call launched anything */
 }

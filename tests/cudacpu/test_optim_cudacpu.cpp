@@ -323,35 +323,38 @@ static const amp_lamb_desc lamb_cfgs[] = {
 
 static void sgd_case(const char *what, opt_list &L, const amp_sgd_desc &cfg, int gs_mode,
                      int fi_mode) {
-    run_case(what, L, gs_mode, fi_mode,
-             [&](float dgs, const amp_step_scalars *sc) {
-                 amp_sgd_desc d = cfg;
-                 d.grad_scale = dgs;
-                 return amp_cuda_sgd_multi(&d, &L.t, sc);
-             },
-             [&](std::vector<host_t> &w, float gs) { ref_sgd(L, w, cfg, gs); });
+    run_case(
+            what, L, gs_mode, fi_mode,
+            [&](float dgs, const amp_step_scalars *sc) {
+                amp_sgd_desc d = cfg;
+                d.grad_scale = dgs;
+                return amp_cuda_sgd_multi(amp_cuda_device(), &d, &L.t, sc);
+            },
+            [&](std::vector<host_t> &w, float gs) { ref_sgd(L, w, cfg, gs); });
 }
 
 static void adam_case(const char *what, opt_list &L, const amp_adam_desc &cfg, int gs_mode,
                       int fi_mode) {
-    run_case(what, L, gs_mode, fi_mode,
-             [&](float dgs, const amp_step_scalars *sc) {
-                 amp_adam_desc d = cfg;
-                 d.grad_scale = dgs;
-                 return amp_cuda_adam_multi(&d, &L.t, sc);
-             },
-             [&](std::vector<host_t> &w, float gs) { ref_adam(L, w, cfg, gs); });
+    run_case(
+            what, L, gs_mode, fi_mode,
+            [&](float dgs, const amp_step_scalars *sc) {
+                amp_adam_desc d = cfg;
+                d.grad_scale = dgs;
+                return amp_cuda_adam_multi(amp_cuda_device(), &d, &L.t, sc);
+            },
+            [&](std::vector<host_t> &w, float gs) { ref_adam(L, w, cfg, gs); });
 }
 
 static void lamb_case(const char *what, opt_list &L, const amp_lamb_desc &cfg, int gs_mode,
                       int fi_mode) {
-    run_case(what, L, gs_mode, fi_mode,
-             [&](float dgs, const amp_step_scalars *sc) {
-                 amp_lamb_desc d = cfg;
-                 d.grad_scale = dgs;
-                 return amp_cuda_lamb_multi(&d, &L.t, sc);
-             },
-             [&](std::vector<host_t> &w, float gs) { ref_lamb(L, w, cfg, gs); });
+    run_case(
+            what, L, gs_mode, fi_mode,
+            [&](float dgs, const amp_step_scalars *sc) {
+                amp_lamb_desc d = cfg;
+                d.grad_scale = dgs;
+                return amp_cuda_lamb_multi(amp_cuda_device(), &d, &L.t, sc);
+            },
+            [&](std::vector<host_t> &w, float gs) { ref_lamb(L, w, cfg, gs); });
 }
 
 /* An empty tensor first, last and in between, and one of two chunks. */
@@ -489,25 +492,27 @@ static void test_per_tensor(void) {
                      mode_name[st.md], amp_dtype_name(st.h_dt));
             opt_list L({70000}, g_dt, st.md, st.h_dt, 2.0);
             for (const amp_sgd_desc &cfg : {sgd_cfgs[0], sgd_cfgs[3]})
-                run_case(what, L, GS_HOST, FI_NONE,
-                         [&](float dgs, const amp_step_scalars *) {
-                             amp_sgd_desc d = cfg;
-                             d.grad_scale = dgs;
-                             d.half_copy = L.hp[0];
-                             d.half_dtype = st.h_dt;
-                             return amp_cuda_sgd_update(&d, 70000, L.pp[0], L.gp[0], g_dt,
-                                                        L.s1p[0]);
-                         },
-                         [&](std::vector<host_t> &w, float gs) { ref_sgd(L, w, cfg, gs); });
-            run_case(what, L, GS_NONE, FI_NONE,
-                     [&](float, const amp_step_scalars *) {
-                         amp_adam_desc d = adam_cfgs[1];
-                         d.half_copy = L.hp[0];
-                         d.half_dtype = st.h_dt;
-                         return amp_cuda_adam_update(&d, 70000, L.pp[0], L.gp[0], g_dt, L.s1p[0],
-                                                     L.s2p[0]);
-                     },
-                     [&](std::vector<host_t> &w, float gs) { ref_adam(L, w, adam_cfgs[1], gs); });
+                run_case(
+                        what, L, GS_HOST, FI_NONE,
+                        [&](float dgs, const amp_step_scalars *) {
+                            amp_sgd_desc d = cfg;
+                            d.grad_scale = dgs;
+                            d.half_copy = L.hp[0];
+                            d.half_dtype = st.h_dt;
+                            return amp_cuda_sgd_update(amp_cuda_device(), &d, 70000, L.pp[0],
+                                                       L.gp[0], g_dt, L.s1p[0]);
+                        },
+                        [&](std::vector<host_t> &w, float gs) { ref_sgd(L, w, cfg, gs); });
+            run_case(
+                    what, L, GS_NONE, FI_NONE,
+                    [&](float, const amp_step_scalars *) {
+                        amp_adam_desc d = adam_cfgs[1];
+                        d.half_copy = L.hp[0];
+                        d.half_dtype = st.h_dt;
+                        return amp_cuda_adam_update(amp_cuda_device(), &d, 70000, L.pp[0], L.gp[0],
+                                                    g_dt, L.s1p[0], L.s2p[0]);
+                    },
+                    [&](std::vector<host_t> &w, float gs) { ref_adam(L, w, adam_cfgs[1], gs); });
         }
 }
 
@@ -577,11 +582,11 @@ static void test_torch_refs(void) {
                     if (rc.kind == OPTIM_REF_SGD) {
                         amp_sgd_desc d = {rc.lr, rc.momentum, rc.dampening, rc.weight_decay,
                                           (bool)rc.nesterov, false, NULL, AMP_F32, 0.0f};
-                        CHECK_OK(amp_cuda_sgd_multi(&d, &t, NULL));
+                        CHECK_OK(amp_cuda_sgd_multi(amp_cuda_device(), &d, &t, NULL));
                     } else {
                         amp_adam_desc d = {rc.lr, rc.beta1, rc.beta2, rc.eps, rc.weight_decay,
                                            rc.kind == OPTIM_REF_ADAMW, 0, NULL, AMP_F32, 0.0f};
-                        CHECK_OK(amp_cuda_adam_multi(&d, &t, NULL));
+                        CHECK_OK(amp_cuda_adam_multi(amp_cuda_device(), &d, &t, NULL));
                     }
                 }
                 for (int64_t key = 0; key <= OPTIM_REF_N_STEPS && !dev_steps; key++) {
@@ -593,12 +598,12 @@ static void test_torch_refs(void) {
                     if (rc.kind == OPTIM_REF_SGD) {
                         amp_sgd_desc d = {rc.lr, rc.momentum, rc.dampening, rc.weight_decay,
                                           (bool)rc.nesterov, key == 0, NULL, AMP_F32, 0.0f};
-                        CHECK_OK(amp_cuda_sgd_multi(&d, &sl.t, NULL));
+                        CHECK_OK(amp_cuda_sgd_multi(amp_cuda_device(), &d, &sl.t, NULL));
                     } else {
                         amp_adam_desc d = {rc.lr, rc.beta1, rc.beta2, rc.eps, rc.weight_decay,
                                            rc.kind == OPTIM_REF_ADAMW, key + 1, NULL, AMP_F32,
                                            0.0f};
-                        CHECK_OK(amp_cuda_adam_multi(&d, &sl.t, NULL));
+                        CHECK_OK(amp_cuda_adam_multi(amp_cuda_device(), &d, &sl.t, NULL));
                     }
                 }
                 for (int i = 0; i < OPTIM_REF_N_PARAMS; i++)
@@ -654,7 +659,7 @@ static void test_lamb_ref(void) {
                                step, 0.0f};
             std::vector<host_t> want = L.host();
             ref_lamb(L, want, d, 1.0f);
-            CHECK_OK(amp_cuda_lamb_multi(&d, &L.t, NULL));
+            CHECK_OK(amp_cuda_lamb_multi(amp_cuda_device(), &d, &L.t, NULL));
             CHECK(dev_sync());
             std::vector<host_t> got = L.download();
             CHECK_MSG(same_host(rc.name, got, want), "%s step %d: model bits", rc.name, step);
@@ -696,70 +701,93 @@ static void test_errors(void) {
     amp_adam_desc ad = adam_cfgs[0];
     amp_lamb_desc ld = lamb_cfgs[0];
     amp_opt_tensors t = L.t;
-    CHECK_FAILS(amp_cuda_sgd_multi(NULL, &t, NULL), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), NULL, &t, NULL), AMP_ERR_INVALID_ARG,
                 "amp_cuda_sgd_multi: argument 'd'");
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, NULL, NULL), AMP_ERR_INVALID_ARG, "argument 't'");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, NULL, NULL), AMP_ERR_INVALID_ARG,
+                "argument 't'");
     t.grad_dtype = AMP_I32;
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &t, NULL), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &t, NULL), AMP_ERR_DTYPE,
                 "amp_cuda_lamb_multi: gradient dtype i32");
     t = L.t, t.half_dtype = AMP_F32;
-    CHECK_FAILS(amp_cuda_sgd_multi(&sd, &t, NULL), AMP_ERR_DTYPE, "half_dtype f32");
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_DTYPE,
+                "half_dtype f32");
     t = L.t;
     for (float bad : {-1.0f, NAN, INFINITY}) {
         sd.grad_scale = bad;
-        CHECK_FAILS(amp_cuda_sgd_multi(&sd, &t, NULL), AMP_ERR_INVALID_ARG, "grad_scale");
+        CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_INVALID_ARG,
+                    "grad_scale");
     }
     sd.grad_scale = 0.0f;
     t.n = -1;
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "n = -1");
     t = L.t, t.param = nullptr, t.half = nullptr;
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &t, NULL), AMP_ERR_INVALID_ARG, "no parameter");
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &t, NULL), AMP_ERR_INVALID_ARG,
+                "no parameter");
     t = L.t, t.grad = nullptr;
-    CHECK_FAILS(amp_cuda_sgd_multi(&sd, &t, NULL), AMP_ERR_INVALID_ARG, "grad list is NULL");
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_INVALID_ARG,
+                "grad list is NULL");
     t = L.t, t.state1 = nullptr;
-    CHECK_FAILS(amp_cuda_sgd_multi(&sd, &t, NULL), AMP_ERR_INVALID_ARG, "state1 list is NULL");
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "state1 list is NULL");
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_INVALID_ARG,
+                "state1 list is NULL");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "state1 list is NULL");
     t = L.t, t.state2 = nullptr;
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &t, NULL), AMP_ERR_INVALID_ARG, "state2 list is NULL");
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &t, NULL), AMP_ERR_INVALID_ARG,
+                "state2 list is NULL");
     t = L.t, t.numel = nullptr;
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "'numel'");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "'numel'");
     int64_t bad_numel[] = {4, -3, 70000};
     t = L.t, t.numel = bad_numel;
-    CHECK_FAILS(amp_cuda_sgd_multi(&sd, &t, NULL), AMP_ERR_INVALID_ARG, "numel[1] = -3 < 0");
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_INVALID_ARG,
+                "numel[1] = -3 < 0");
     int64_t huge[] = {4, 0, ((int64_t)1 << 41) + 1};
     t = L.t, t.numel = huge; /* refused before the planner, the workspace or a launch */
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &t, NULL), AMP_ERR_INVALID_ARG, "chunks of 65536");
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &t, NULL), AMP_ERR_INVALID_ARG,
+                "chunks of 65536");
     /* a NULL address in the last tensor: nothing of the first is written */
     std::vector<void *> g = L.gp;
     g[2] = nullptr;
     t = L.t, t.grad = g.data();
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "grad[2] is NULL");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "grad[2] is NULL");
     std::vector<float *> s2 = L.s2p;
     s2[0] = nullptr;
     t = L.t, t.state2 = s2.data();
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &t, NULL), AMP_ERR_INVALID_ARG, "state2[0] is NULL");
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &t, NULL), AMP_ERR_INVALID_ARG,
+                "state2[0] is NULL");
     ad.step = 0, ld.step = 0;
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, &L.t, NULL), AMP_ERR_INVALID_ARG, "step = 0");
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &L.t, NULL), AMP_ERR_INVALID_ARG, "step = 0, want >= 1");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &L.t, NULL), AMP_ERR_INVALID_ARG,
+                "step = 0");
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &L.t, NULL), AMP_ERR_INVALID_ARG,
+                "step = 0, want >= 1");
     ad.step = 1, ld.step = 1;
     ld.max_grad_norm = NAN;
-    CHECK_FAILS(amp_cuda_lamb_multi(&ld, &L.t, NULL), AMP_ERR_INVALID_ARG, "max_grad_norm is NaN");
+    CHECK_FAILS(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &L.t, NULL), AMP_ERR_INVALID_ARG,
+                "max_grad_norm is NaN");
     ld.max_grad_norm = 1.0f;
     /* a list's half copies are t->half; the descriptor's per-tensor pointer is refused */
     sd.half_copy = L.hp[0], ad.half_copy = L.hp[0];
-    CHECK_FAILS(amp_cuda_sgd_multi(&sd, &L.t, NULL), AMP_ERR_INVALID_ARG, "half_copy is set");
-    CHECK_FAILS(amp_cuda_adam_multi(&ad, &L.t, NULL), AMP_ERR_INVALID_ARG, "half_copy is set");
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &L.t, NULL), AMP_ERR_INVALID_ARG,
+                "half_copy is set");
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &L.t, NULL), AMP_ERR_INVALID_ARG,
+                "half_copy is set");
     sd.half_copy = NULL, ad.half_copy = NULL;
     /* per-tensor entries */
-    CHECK_FAILS(amp_cuda_sgd_update(&sd, -2, L.pp[0], L.gp[0], AMP_F16, L.s1p[0]),
-                AMP_ERR_INVALID_ARG, "amp_cuda_sgd_update: n = -2");
-    CHECK_FAILS(amp_cuda_adam_update(&ad, 4, NULL, L.gp[0], AMP_F16, L.s1p[0], L.s2p[0]),
+    CHECK_FAILS(
+            amp_cuda_sgd_update(amp_cuda_device(), &sd, -2, L.pp[0], L.gp[0], AMP_F16, L.s1p[0]),
+            AMP_ERR_INVALID_ARG, "amp_cuda_sgd_update: n = -2");
+    CHECK_FAILS(amp_cuda_adam_update(amp_cuda_device(), &ad, 4, NULL, L.gp[0], AMP_F16, L.s1p[0],
+                                     L.s2p[0]),
                 AMP_ERR_INVALID_ARG, "amp_cuda_adam_update: no parameter");
-    CHECK_FAILS(amp_cuda_adam_update(&ad, 4, L.pp[0], NULL, AMP_F16, L.s1p[0], L.s2p[0]),
+    CHECK_FAILS(amp_cuda_adam_update(amp_cuda_device(), &ad, 4, L.pp[0], NULL, AMP_F16, L.s1p[0],
+                                     L.s2p[0]),
                 AMP_ERR_INVALID_ARG, "amp_cuda_adam_update: argument 'grad' is NULL");
-    CHECK_FAILS(amp_cuda_sgd_update(&sd, 4, L.pp[0], L.gp[0], AMP_F16, NULL),
+    CHECK_FAILS(amp_cuda_sgd_update(amp_cuda_device(), &sd, 4, L.pp[0], L.gp[0], AMP_F16, NULL),
                 AMP_ERR_INVALID_ARG, "momentum = 0.9");
-    CHECK_FAILS(amp_cuda_adam_update(&ad, 4, L.pp[0], L.gp[0], AMP_I32, L.s1p[0], L.s2p[0]),
+    CHECK_FAILS(amp_cuda_adam_update(amp_cuda_device(), &ad, 4, L.pp[0], L.gp[0], AMP_I32, L.s1p[0],
+                                     L.s2p[0]),
                 AMP_ERR_DTYPE, "gradient dtype i32");
     CHECK(dev_sync());
     CHECK(same_host("after the errors", L.download(), before));
@@ -767,21 +795,22 @@ static void test_errors(void) {
      * empty tensors with NULL addresses */
     amp_opt_tensors none = {};
     none.grad_dtype = AMP_F32;
-    CHECK_FAILS(amp_cuda_sgd_multi(&sd, &none, NULL), AMP_ERR_INVALID_ARG, "no parameter");
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &none, NULL), AMP_ERR_INVALID_ARG,
+                "no parameter");
     none.param = L.pp.data();
-    CHECK_OK(amp_cuda_sgd_multi(&sd, &none, NULL));
-    CHECK_OK(amp_cuda_adam_multi(&ad, &none, NULL));
-    CHECK_OK(amp_cuda_lamb_multi(&ld, &none, NULL));
+    CHECK_OK(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &none, NULL));
+    CHECK_OK(amp_cuda_adam_multi(amp_cuda_device(), &ad, &none, NULL));
+    CHECK_OK(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &none, NULL));
     int64_t zeros[] = {0, 0, 0};
     void *nulls[3] = {nullptr, nullptr, nullptr};
     float *fnulls[3] = {nullptr, nullptr, nullptr};
     amp_opt_tensors empty = {3, zeros, nulls, AMP_F16, fnulls, nulls, AMP_BF16, fnulls, fnulls,
                              nullptr};
-    CHECK_OK(amp_cuda_sgd_multi(&sd, &empty, NULL));
-    CHECK_OK(amp_cuda_adam_multi(&ad, &empty, NULL));
-    CHECK_OK(amp_cuda_lamb_multi(&ld, &empty, NULL));
-    CHECK_OK(amp_cuda_sgd_update(&sd, 0, NULL, NULL, AMP_F32, NULL));
-    CHECK_OK(amp_cuda_adam_update(&ad, 0, NULL, NULL, AMP_F32, NULL, NULL));
+    CHECK_OK(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &empty, NULL));
+    CHECK_OK(amp_cuda_adam_multi(amp_cuda_device(), &ad, &empty, NULL));
+    CHECK_OK(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &empty, NULL));
+    CHECK_OK(amp_cuda_sgd_update(amp_cuda_device(), &sd, 0, NULL, NULL, AMP_F32, NULL));
+    CHECK_OK(amp_cuda_adam_update(amp_cuda_device(), &ad, 0, NULL, NULL, AMP_F32, NULL, NULL));
     CHECK(dev_sync());
 }
 

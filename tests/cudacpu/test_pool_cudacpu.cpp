@@ -23,10 +23,11 @@
 /* The CPU backend's max pooling and the one function it needs from the rest of that backend,
  * written here over NVIDIA's conversions (round to nearest even, as memory.c's). */
 extern "C" {
-amp_status amp_cpu_maxpool_fwd(const amp_pool_desc *d, const void *x, void *y);
-amp_status amp_cpu_maxpool_bwd(const amp_pool_desc *d, const void *dy, const void *x, void *dx);
-amp_status amp_cpu_cast(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
-                        int64_t n) {
+amp_status amp_cpu_maxpool_fwd(amp_device_ctx *dev, const amp_pool_desc *d, const void *x, void *y);
+amp_status amp_cpu_maxpool_bwd(amp_device_ctx *dev, const amp_pool_desc *d, const void *dy,
+                               const void *x, void *dx);
+amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
+                           int64_t n) {
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
     return AMP_OK;
 }
@@ -105,14 +106,14 @@ static void run_case(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w, i
         nv_store(dyh.data(), dt, o, (float)(2 * rnd_uniform() - 1));
     dev_buf x = upload_vec(xh.data(), xh.size()), y((size_t)n_out * es);
     dev_buf dy = upload_vec(dyh.data(), dyh.size()), dx((size_t)n_in * es);
-    CHECK_OK(amp_cuda_maxpool_fwd(&d, x.ptr, y.ptr));
+    CHECK_OK(amp_cuda_maxpool_fwd(amp_cuda_device(), &d, x.ptr, y.ptr));
     std::vector<uint8_t> cy((size_t)n_out * es), cdx((size_t)n_in * es);
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, xh.data(), cy.data()));
+    CHECK_OK(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, xh.data(), cy.data()));
     /* dx starts as garbage: it must be overwritten everywhere. */
     std::vector<uint8_t> junk((size_t)n_in * es, 0x7b);
     dx.upload(junk.data());
-    CHECK_OK(amp_cuda_maxpool_bwd(&d, dy.ptr, x.ptr, dx.ptr));
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dyh.data(), xh.data(), cdx.data()));
+    CHECK_OK(amp_cuda_maxpool_bwd(amp_cuda_device(), &d, dy.ptr, x.ptr, dx.ptr));
+    CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, dyh.data(), xh.data(), cdx.data()));
     CHECK(dev_sync());
     y.download();
     dx.download();
@@ -177,8 +178,8 @@ static void test_special_windows(void) {
                          -INFINITY, -INFINITY, NAN, NAN,  1.0f, 2.0f, -0.0f, 0.0f};
     const float dyv[4] = {1.0f, 2.0f, 3.0f, 4.0f};
     dev_buf xd = upload_vec(x, sizeof x), yd(16), dyd = upload_vec(dyv, sizeof dyv), dxd(64);
-    CHECK_OK(amp_cuda_maxpool_fwd(&d, xd.ptr, yd.ptr));
-    CHECK_OK(amp_cuda_maxpool_bwd(&d, dyd.ptr, xd.ptr, dxd.ptr));
+    CHECK_OK(amp_cuda_maxpool_fwd(amp_cuda_device(), &d, xd.ptr, yd.ptr));
+    CHECK_OK(amp_cuda_maxpool_bwd(amp_cuda_device(), &d, dyd.ptr, xd.ptr, dxd.ptr));
     CHECK(dev_sync());
     yd.download();
     dxd.download();
@@ -193,32 +194,34 @@ static void test_special_windows(void) {
 static void test_errors(void) {
     float x[16] = {0}, y[4];
     amp_pool_desc d = pool_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
-    CHECK_FAILS(amp_cuda_maxpool_fwd(nullptr, x, y), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), nullptr, x, y), AMP_ERR_INVALID_ARG,
                 "amp_cuda_maxpool_fwd: argument 'd' is NULL");
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&d, nullptr, y), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &d, nullptr, y), AMP_ERR_INVALID_ARG,
                 "amp_cuda_maxpool_fwd: argument 'x' is NULL");
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&d, x, nullptr), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &d, x, nullptr), AMP_ERR_INVALID_ARG,
                 "argument 'y' is NULL");
-    CHECK_FAILS(amp_cuda_maxpool_bwd(&d, y, x, nullptr), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_maxpool_bwd(amp_cuda_device(), &d, y, x, nullptr), AMP_ERR_INVALID_ARG,
                 "amp_cuda_maxpool_bwd: argument 'dx' is NULL");
-    CHECK_FAILS(amp_cuda_maxpool_bwd(&d, nullptr, x, x), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_maxpool_bwd(amp_cuda_device(), &d, nullptr, x, x), AMP_ERR_INVALID_ARG,
                 "argument 'dy' is NULL");
-    CHECK_FAILS(amp_cuda_maxpool_bwd(&d, y, nullptr, x), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cuda_maxpool_bwd(amp_cuda_device(), &d, y, nullptr, x), AMP_ERR_INVALID_ARG,
                 "amp_cuda_maxpool_bwd: argument 'x' is NULL");
     amp_pool_desc e = d;
     e.dtype = AMP_I32;
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&e, x, y), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &e, x, y), AMP_ERR_DTYPE,
                 "amp_cuda_maxpool_fwd: dtype i32 is not a float type");
     e = d, e.n = 0;
-    CHECK_FAILS(amp_cuda_maxpool_bwd(&e, y, x, x), AMP_ERR_SHAPE, "has an empty dimension");
+    CHECK_FAILS(amp_cuda_maxpool_bwd(amp_cuda_device(), &e, y, x, x), AMP_ERR_SHAPE,
+                "has an empty dimension");
     e = d, e.stride = 0;
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&e, x, y), AMP_ERR_INVALID_ARG, "stride 0");
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &e, x, y), AMP_ERR_INVALID_ARG, "stride 0");
     e = pool_desc(AMP_F16, 1, 1, 4, 4, 3, 1, 1), e.pad = 2;
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&e, x, y), AMP_ERR_INVALID_ARG, "pad 2");
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &e, x, y), AMP_ERR_INVALID_ARG, "pad 2");
     e = d, e.h_out = 3;
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&e, x, y), AMP_ERR_SHAPE, "output 3 x 2");
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &e, x, y), AMP_ERR_SHAPE, "output 3 x 2");
     e = pool_desc(AMP_BF16, 1, 1, 65536, 65536, 2, 2, 0);
-    CHECK_FAILS(amp_cuda_maxpool_fwd(&e, x, y), AMP_ERR_SHAPE, "does not fit an i32 plane index");
+    CHECK_FAILS(amp_cuda_maxpool_fwd(amp_cuda_device(), &e, x, y), AMP_ERR_SHAPE,
+                "does not fit an i32 plane index");
 }
 
 int main(void) {

@@ -30,7 +30,7 @@ static void test_sum(void) {
             float got[2];
             for (int run = 0; run < 2; run++) {
                 set_scalar(out, -1.0f);
-                CHECK_OK(amp_cuda_sum(dt, n, x.ptr, alpha, out.dev<float>()));
+                CHECK_OK(amp_cuda_sum(amp_cuda_device(), dt, n, x.ptr, alpha, out.dev<float>()));
                 CHECK(dev_sync());
                 got[run] = get_scalar(out);
             }
@@ -58,7 +58,7 @@ static void test_sum(void) {
         h[0] = p[0];
         if (p[1] != 0.0f) h[n - 1] = p[1];
         x.upload();
-        CHECK_OK(amp_cuda_sum(AMP_F32, n, x.ptr, 2.0f, out.dev<float>()));
+        CHECK_OK(amp_cuda_sum(amp_cuda_device(), AMP_F32, n, x.ptr, 2.0f, out.dev<float>()));
         CHECK(dev_sync());
         float got = get_scalar(out);
         bool want_nan = std::isnan(p[0]) || p[1] != 0.0f;
@@ -78,8 +78,9 @@ static void test_sum_rows(void) {
             dev_buf out((size_t)cols * 4), again((size_t)cols * 4);
             for (int64_t j = 0; j < cols; j++) out.h<float>()[j] = -7.0f;
             out.upload();
-            CHECK_OK(amp_cuda_sum_rows(dt, rows, cols, x.ptr, out.dev<float>()));
-            CHECK_OK(amp_cuda_sum_rows(dt, rows, cols, x.ptr, again.dev<float>()));
+            CHECK_OK(amp_cuda_sum_rows(amp_cuda_device(), dt, rows, cols, x.ptr, out.dev<float>()));
+            CHECK_OK(amp_cuda_sum_rows(amp_cuda_device(), dt, rows, cols, x.ptr,
+                                       again.dev<float>()));
             CHECK(dev_sync());
             out.download();
             again.download();
@@ -105,7 +106,7 @@ static void test_sum_rows(void) {
     nv_store(x.host.data(), AMP_BF16, 1500 * cols + 32, -INFINITY);
     x.upload();
     dev_buf out(cols * 4);
-    CHECK_OK(amp_cuda_sum_rows(AMP_BF16, rows, cols, x.ptr, out.dev<float>()));
+    CHECK_OK(amp_cuda_sum_rows(amp_cuda_device(), AMP_BF16, rows, cols, x.ptr, out.dev<float>()));
     CHECK(dev_sync());
     out.download();
     int64_t odd = 0;
@@ -116,16 +117,21 @@ static void test_sum_rows(void) {
 
 static void test_errors(void) {
     float x[4] = {0}, o[4];
-    CHECK_FAILS(amp_cuda_sum(AMP_I32, 4, x, 1.0f, o), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cuda_sum(amp_cuda_device(), AMP_I32, 4, x, 1.0f, o), AMP_ERR_DTYPE,
                 "amp_cuda_sum: dtype i32 is not a float type");
-    CHECK_FAILS(amp_cuda_sum(AMP_F32, -2, x, 1.0f, o), AMP_ERR_INVALID_ARG, "n = -2 < 0");
-    CHECK_FAILS(amp_cuda_sum(AMP_F32, 4, x, 1.0f, nullptr), AMP_ERR_INVALID_ARG, "'out' is NULL");
-    CHECK_FAILS(amp_cuda_sum(AMP_F32, 4, nullptr, 1.0f, o), AMP_ERR_INVALID_ARG, "'x' is NULL");
-    CHECK_FAILS(amp_cuda_sum_rows(AMP_I32, 2, 2, x, o), AMP_ERR_DTYPE, "dtype i32");
-    CHECK_FAILS(amp_cuda_sum_rows(AMP_F32, -1, 2, x, o), AMP_ERR_SHAPE,
+    CHECK_FAILS(amp_cuda_sum(amp_cuda_device(), AMP_F32, -2, x, 1.0f, o), AMP_ERR_INVALID_ARG,
+                "n = -2 < 0");
+    CHECK_FAILS(amp_cuda_sum(amp_cuda_device(), AMP_F32, 4, x, 1.0f, nullptr), AMP_ERR_INVALID_ARG,
+                "'out' is NULL");
+    CHECK_FAILS(amp_cuda_sum(amp_cuda_device(), AMP_F32, 4, nullptr, 1.0f, o), AMP_ERR_INVALID_ARG,
+                "'x' is NULL");
+    CHECK_FAILS(amp_cuda_sum_rows(amp_cuda_device(), AMP_I32, 2, 2, x, o), AMP_ERR_DTYPE,
+                "dtype i32");
+    CHECK_FAILS(amp_cuda_sum_rows(amp_cuda_device(), AMP_F32, -1, 2, x, o), AMP_ERR_SHAPE,
                 "amp_cuda_sum_rows: shape [-1, 2] has a negative size");
-    CHECK_FAILS(amp_cuda_sum_rows(AMP_F32, 2, 2, nullptr, o), AMP_ERR_INVALID_ARG, "'x' is NULL");
-    CHECK_OK(amp_cuda_sum_rows(AMP_F32, 5, 0, nullptr, nullptr));
+    CHECK_FAILS(amp_cuda_sum_rows(amp_cuda_device(), AMP_F32, 2, 2, nullptr, o),
+                AMP_ERR_INVALID_ARG, "'x' is NULL");
+    CHECK_OK(amp_cuda_sum_rows(amp_cuda_device(), AMP_F32, 5, 0, nullptr, nullptr));
 }
 
 int main(void) {

@@ -54,7 +54,8 @@ static void test_unscale_values(void) {
                 dev_buf g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e6);
                 dev_buf out((size_t)n * 4), found(4);
                 set_scalar(found, 0.0f);
-                CHECK_OK(amp_cuda_unscale(dt, n, g.ptr, inv, out.dev<float>(), found.dev<float>()));
+                CHECK_OK(amp_cuda_unscale(amp_cuda_device(), dt, n, g.ptr, inv, out.dev<float>(),
+                                          found.dev<float>()));
                 CHECK(dev_sync());
                 out.download();
                 float flag = get_scalar(found);
@@ -80,7 +81,8 @@ static void test_unscale_flags(void) {
             nv_store(g.host.data(), dt, where[w], poison[w]);
             g.upload();
             set_scalar(found, 0.0f);
-            CHECK_OK(amp_cuda_unscale(dt, n, g.ptr, 0.5f, out.dev<float>(), found.dev<float>()));
+            CHECK_OK(amp_cuda_unscale(amp_cuda_device(), dt, n, g.ptr, 0.5f, out.dev<float>(),
+                                      found.dev<float>()));
             CHECK(dev_sync());
             out.download();
             float flag = get_scalar(found);
@@ -91,7 +93,8 @@ static void test_unscale_flags(void) {
             /* Never cleared by a clean tensor afterwards (the flag is not re-uploaded). */
             nv_store(g.host.data(), dt, where[w], keep);
             g.upload();
-            CHECK_OK(amp_cuda_unscale(dt, n, g.ptr, 0.5f, out.dev<float>(), found.dev<float>()));
+            CHECK_OK(amp_cuda_unscale(amp_cuda_device(), dt, n, g.ptr, 0.5f, out.dev<float>(),
+                                      found.dev<float>()));
             CHECK(dev_sync());
             CHECK(get_scalar(found) == 1.0f);
         }
@@ -104,13 +107,15 @@ static void test_unscale_flags(void) {
     gh[0] = 3e38f, gh[1] = -1.0f, gh[2] = 0.0f;
     g.upload();
     set_scalar(found, 7.5f);
-    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g.ptr, 4.0f, out.dev<float>(), found.dev<float>()));
+    CHECK_OK(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 3, g.ptr, 4.0f, out.dev<float>(),
+                              found.dev<float>()));
     CHECK(dev_sync());
     out.download();
     CHECK(get_scalar(found) == 7.5f && std::isinf(oh[0]) && oh[1] == -4.0f && oh[2] == 0.0f);
     gh[2] = INFINITY;
     g.upload();
-    CHECK_OK(amp_cuda_unscale(AMP_F32, 3, g.ptr, 1.0f, out.dev<float>(), found.dev<float>()));
+    CHECK_OK(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 3, g.ptr, 1.0f, out.dev<float>(),
+                              found.dev<float>()));
     CHECK(dev_sync());
     out.download();
     CHECK(get_scalar(found) == 1.0f && std::isinf(oh[2]));
@@ -125,17 +130,20 @@ static void test_unscale_in_place(void) {
     dev_buf found(4);
     set_scalar(found, 0.0f);
     float *gd = g.dev<float>();
-    CHECK_OK(amp_cuda_unscale(AMP_F32, n, gd, 1.0f / 1024.0f, gd, found.dev<float>()));
+    CHECK_OK(amp_cuda_unscale(amp_cuda_device(), AMP_F32, n, gd, 1.0f / 1024.0f, gd,
+                              found.dev<float>()));
     CHECK(dev_sync());
     g.download();
     CHECK(count_wrong(copy.data(), AMP_F32, n, 1.0f / 1024.0f, g.h<float>()) == 0 &&
           get_scalar(found) == 1.0f);
     CHECK(g.guard_intact());
     /* Rejected before any launch: the pointers are compared, not read. */
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 100, gd, 0.5f, gd + 1, found.dev<float>()),
-                AMP_ERR_INVALID_ARG, "out overlaps grad (f32)");
-    CHECK_FAILS(amp_cuda_unscale(AMP_BF16, 100, gd, 0.5f, gd, found.dev<float>()),
-                AMP_ERR_INVALID_ARG, "out overlaps grad (bf16)");
+    CHECK_FAILS(
+            amp_cuda_unscale(amp_cuda_device(), AMP_F32, 100, gd, 0.5f, gd + 1, found.dev<float>()),
+            AMP_ERR_INVALID_ARG, "out overlaps grad (f32)");
+    CHECK_FAILS(
+            amp_cuda_unscale(amp_cuda_device(), AMP_BF16, 100, gd, 0.5f, gd, found.dev<float>()),
+            AMP_ERR_INVALID_ARG, "out overlaps grad (bf16)");
 }
 
 /* The kernels' order, written out: per-thread grid-stride sums, then in each block the warp
@@ -190,7 +198,7 @@ static void test_sum_squares(void) {
             dev_buf x = random_grads(dt, n, 100.0);
             dev_buf out(4);
             set_scalar(out, -1.0f);
-            CHECK_OK(amp_cuda_sum_squares(dt, n, x.ptr, out.dev<float>()));
+            CHECK_OK(amp_cuda_sum_squares(amp_cuda_device(), dt, n, x.ptr, out.dev<float>()));
             CHECK(dev_sync());
             float got = get_scalar(out);
             float model = sum_squares_model(x.host.data(), dt, n);
@@ -214,13 +222,13 @@ static void test_sum_squares(void) {
     float *vh = v.h<float>();
     vh[0] = 1.0f, vh[1] = -INFINITY, vh[2] = 2.0f, vh[3] = 0.0f;
     v.upload();
-    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v.dev<float>(), out.dev<float>()));
+    CHECK_OK(amp_cuda_sum_squares(amp_cuda_device(), AMP_F32, 4, v.dev<float>(), out.dev<float>()));
     CHECK(dev_sync());
     float got = get_scalar(out);
     CHECK(std::isinf(got) && got > 0);
     vh[2] = NAN;
     v.upload();
-    CHECK_OK(amp_cuda_sum_squares(AMP_F32, 4, v.dev<float>(), out.dev<float>()));
+    CHECK_OK(amp_cuda_sum_squares(amp_cuda_device(), AMP_F32, 4, v.dev<float>(), out.dev<float>()));
     CHECK(dev_sync());
     CHECK(std::isnan(get_scalar(out)));
 }
@@ -240,7 +248,7 @@ static void test_nonfinite(void) {
                 nv_store(g.host.data(), dt, where[w], v);
                 g.upload();
                 set_scalar(found, 0.0f);
-                CHECK_OK(amp_cuda_nonfinite(dt, n, g.ptr, found.dev<float>()));
+                CHECK_OK(amp_cuda_nonfinite(amp_cuda_device(), dt, n, g.ptr, found.dev<float>()));
                 CHECK(dev_sync());
                 bool want = !std::isfinite(nv_load(g.host.data(), dt, where[w]));
                 float flag = get_scalar(found);
@@ -250,33 +258,44 @@ static void test_nonfinite(void) {
                 nv_store(g.host.data(), dt, where[w], keep);
                 g.upload();
                 set_scalar(found, 1.0f);
-                CHECK_OK(amp_cuda_nonfinite(dt, n, g.ptr, found.dev<float>()));
+                CHECK_OK(amp_cuda_nonfinite(amp_cuda_device(), dt, n, g.ptr, found.dev<float>()));
                 CHECK(get_scalar(found) == 1.0f);
             }
         CHECK(g.guard_intact());
     }
     float x = 0.0f, f = 0.0f;
-    CHECK_FAILS(amp_cuda_nonfinite(AMP_I32, 1, &x, &f), AMP_ERR_DTYPE, "dtype i32");
-    CHECK_FAILS(amp_cuda_nonfinite(AMP_F32, 1, &x, nullptr), AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_OK(amp_cuda_nonfinite(AMP_F16, 0, nullptr, &f));
+    CHECK_FAILS(amp_cuda_nonfinite(amp_cuda_device(), AMP_I32, 1, &x, &f), AMP_ERR_DTYPE,
+                "dtype i32");
+    CHECK_FAILS(amp_cuda_nonfinite(amp_cuda_device(), AMP_F32, 1, &x, nullptr), AMP_ERR_INVALID_ARG,
+                "'found_inf'");
+    CHECK_OK(amp_cuda_nonfinite(amp_cuda_device(), AMP_F16, 0, nullptr, &f));
 }
 
 static void test_errors(void) {
     float x[4] = {0}, o[4], found = 0.0f;
-    CHECK_FAILS(amp_cuda_unscale(AMP_I32, 4, x, 1.0f, o, &found), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_I32, 4, x, 1.0f, o, &found), AMP_ERR_DTYPE,
                 "amp_cuda_unscale: gradient dtype i32");
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, -1, x, 1.0f, o, &found), AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, 0.0f, o, &found), AMP_ERR_INVALID_ARG,
-                "inv_scale = 0, want a finite value > 0");
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, NAN, o, &found), AMP_ERR_INVALID_ARG, "inv_scale = nan");
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, nullptr, 1.0f, o, &found), AMP_ERR_INVALID_ARG, "'grad'");
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, 1.0f, nullptr, &found), AMP_ERR_INVALID_ARG, "'out'");
-    CHECK_FAILS(amp_cuda_unscale(AMP_F32, 4, x, 1.0f, o, nullptr), AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_OK(amp_cuda_unscale(AMP_F16, 0, nullptr, 1.0f, nullptr, &found));
-    CHECK_FAILS(amp_cuda_sum_squares(AMP_I32, 4, x, o), AMP_ERR_DTYPE, "input dtype i32");
-    CHECK_FAILS(amp_cuda_sum_squares(AMP_F32, -3, x, o), AMP_ERR_INVALID_ARG, "n = -3");
-    CHECK_FAILS(amp_cuda_sum_squares(AMP_F32, 4, x, nullptr), AMP_ERR_INVALID_ARG, "'out'");
-    CHECK_FAILS(amp_cuda_sum_squares(AMP_F32, 4, nullptr, o), AMP_ERR_INVALID_ARG, "'x'");
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_F32, -1, x, 1.0f, o, &found),
+                AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 4, x, 0.0f, o, &found),
+                AMP_ERR_INVALID_ARG, "inv_scale = 0, want a finite value > 0");
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 4, x, NAN, o, &found),
+                AMP_ERR_INVALID_ARG, "inv_scale = nan");
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 4, nullptr, 1.0f, o, &found),
+                AMP_ERR_INVALID_ARG, "'grad'");
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 4, x, 1.0f, nullptr, &found),
+                AMP_ERR_INVALID_ARG, "'out'");
+    CHECK_FAILS(amp_cuda_unscale(amp_cuda_device(), AMP_F32, 4, x, 1.0f, o, nullptr),
+                AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_OK(amp_cuda_unscale(amp_cuda_device(), AMP_F16, 0, nullptr, 1.0f, nullptr, &found));
+    CHECK_FAILS(amp_cuda_sum_squares(amp_cuda_device(), AMP_I32, 4, x, o), AMP_ERR_DTYPE,
+                "input dtype i32");
+    CHECK_FAILS(amp_cuda_sum_squares(amp_cuda_device(), AMP_F32, -3, x, o), AMP_ERR_INVALID_ARG,
+                "n = -3");
+    CHECK_FAILS(amp_cuda_sum_squares(amp_cuda_device(), AMP_F32, 4, x, nullptr),
+                AMP_ERR_INVALID_ARG, "'out'");
+    CHECK_FAILS(amp_cuda_sum_squares(amp_cuda_device(), AMP_F32, 4, nullptr, o),
+                AMP_ERR_INVALID_ARG, "'x'");
 }
 
 int main(void) {

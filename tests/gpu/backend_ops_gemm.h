@@ -52,7 +52,7 @@ static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *
         .bias_grad = p[4],
         .allow_tf32 = r->flags & ALLOW_TF32,
     };
-    return be->k.gemm(&d);
+    return be->k.gemm(be->dev, &d);
 }
 
 /* The ConvNet's and MLP's layers: fc1 of the MLP (784 -> 2048, here 784 -> 256 at batch 64), the

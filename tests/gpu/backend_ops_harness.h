@@ -397,10 +397,10 @@ static bool tcase_execute(tcase *c, const struct op_row *r, const char *row, con
         else memset(stage, PREFILL_BYTE[k], s->nbytes);
         memset(stage + s->nbytes, GUARD_BYTE, GUARD_NBYTES);
         what = "alloc";
-        st = be->alloc(total, &dev[i]);
+        st = be->alloc(be->dev, total, &dev[i]);
         if (st != AMP_OK) break;
         what = "copy_from_host";
-        st = be->copy_from_host(dev[i], stage, total);
+        st = be->copy_from_host(be->dev, dev[i], stage, total);
     }
     if (st == AMP_OK) {
         what = member;
@@ -408,19 +408,19 @@ static bool tcase_execute(tcase *c, const struct op_row *r, const char *row, con
     }
     if (st == AMP_OK) {
         what = "sync";
-        st = be->sync();
+        st = be->sync(be->dev);
     }
     for (int i = 0; i < MAX_SLOTS && st == AMP_OK; i++) {
         slot *s = &c->s[i];
         if (s->role == ROLE_NONE) continue;
         what = "copy_to_host";
-        st = be->copy_to_host(s->back[k], dev[i], s->nbytes + GUARD_NBYTES);
+        st = be->copy_to_host(be->dev, s->back[k], dev[i], s->nbytes + GUARD_NBYTES);
     }
     if (st != AMP_OK)
         printf("       %s: %s: %s returned %d: %s\n", row, be->name, what, (int)st,
                amp_last_error());
     for (int i = 0; i < MAX_SLOTS; i++)
-        if (dev[i]) be->free(dev[i]);
+        if (dev[i]) be->free(be->dev, dev[i]);
     return st == AMP_OK;
 }
 

@@ -214,7 +214,7 @@ static amp_status run_sgd_multi(const op_row *r, const amp_backend *be, void *co
     amp_sgd_desc d = {.lr = r->f[0], .momentum = r->f[1], .dampening = r->f[2],
                       .weight_decay = r->f[3], .nesterov = r->flags & NESTEROV,
                       .first_step = r->flags & FIRST_STEP, .grad_scale = m.grad_scale};
-    amp_status st = be->k.sgd_multi(&d, &m.t, m.scalars);
+    amp_status st = be->k.sgd_multi(be->dev, &d, &m.t, m.scalars);
     mt_call_free(&m);
     return st;
 }
@@ -230,7 +230,7 @@ static amp_status run_adam_multi(const op_row *r, const amp_backend *be, void *c
     amp_adam_desc d = {.lr = r->f[0], .beta1 = r->f[1], .beta2 = r->f[2], .eps = r->f[3],
                        .weight_decay = r->f[4], .decoupled = r->flags & DECOUPLED,
                        .step = r->s[2], .grad_scale = m.grad_scale};
-    amp_status st = be->k.adam_multi(&d, &m.t, m.scalars);
+    amp_status st = be->k.adam_multi(be->dev, &d, &m.t, m.scalars);
     mt_call_free(&m);
     return st;
 }
@@ -249,7 +249,7 @@ static amp_status run_lamb_multi(const op_row *r, const amp_backend *be, void *c
                        .grad_averaging = !(r->flags & MT_NO_GRAD_AVG),
                        .adapt_all = r->flags & MT_ADAPT_ALL, .max_grad_norm = r->f[5],
                        .step = r->s[2], .grad_scale = m.grad_scale};
-    amp_status st = be->k.lamb_multi(&d, &m.t, m.scalars);
+    amp_status st = be->k.lamb_multi(be->dev, &d, &m.t, m.scalars);
     mt_call_free(&m);
     return st;
 }
@@ -277,9 +277,9 @@ static amp_status run_unscale_multi(const op_row *r, const amp_backend *be, void
     void **grad = mt_void_list(L, p[0], ek_of(r->dt));
     float **out = mt_float_list(L, r->flags & MT_IN_PLACE ? p[0] : p[1]);
     amp_step_scalars sc = {.grad_scale = p[3]};
-    amp_status st = be->k.unscale_multi(r->dt, L->k, L->numel, (const void *const *)grad,
-                                      p[3] ? MT_DECOY_SCALE : r->f[0], out, p[2],
-                                      p[3] ? &sc : NULL);
+    amp_status st =
+            be->k.unscale_multi(be->dev, r->dt, L->k, L->numel, (const void *const *)grad,
+                                p[3] ? MT_DECOY_SCALE : r->f[0], out, p[2], p[3] ? &sc : NULL);
     free(grad);
     free(out);
     free(L);
@@ -303,7 +303,8 @@ static void setup_nonfinite_multi(const op_row *r, tcase *c) {
 static amp_status run_nonfinite_multi(const op_row *r, const amp_backend *be, void *const *p) {
     mt_layout *L = mt_layout_make(r);
     void **x = mt_void_list(L, p[0], ek_of(r->dt));
-    amp_status st = be->k.nonfinite_multi(r->dt, L->k, L->numel, (const void *const *)x, p[1]);
+    amp_status st =
+            be->k.nonfinite_multi(be->dev, r->dt, L->k, L->numel, (const void *const *)x, p[1]);
     free(x);
     free(L);
     return st;
@@ -319,7 +320,8 @@ static void setup_sum_squares_multi(const op_row *r, tcase *c) {
 static amp_status run_sum_squares_multi(const op_row *r, const amp_backend *be, void *const *p) {
     mt_layout *L = mt_layout_make(r);
     void **x = mt_void_list(L, p[0], ek_of(r->dt));
-    amp_status st = be->k.sum_squares_multi(r->dt, L->k, L->numel, (const void *const *)x, p[1]);
+    amp_status st =
+            be->k.sum_squares_multi(be->dev, r->dt, L->k, L->numel, (const void *const *)x, p[1]);
     free(x);
     free(L);
     return st;

@@ -12,7 +12,7 @@ static void setup_unscale(const op_row *r, tcase *c) {
     in_range(c, 2, "found_inf", ROLE_INOUT, EK_F32, 1, 0, 0);
 }
 static amp_status run_unscale(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.unscale(r->dt, r->s[0], p[0], r->f[0], p[1], p[2]);
+    return be->k.unscale(be->dev, r->dt, r->s[0], p[0], r->f[0], p[1], p[2]);
 }
 
 /* ---- The rows ------------------------------------------------------------------------------- */

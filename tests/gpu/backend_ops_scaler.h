@@ -47,7 +47,7 @@ static void setup_scaler_seed(const op_row *r, tcase *c) {
     scaler_state(r, c);
 }
 static amp_status run_scaler_seed(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.scaler_seed(p[0], r->f[1]);
+    return be->k.scaler_seed(be->dev, p[0], r->f[1]);
 }
 
 /* scaler_clip: f = {scale, sumsq_f32, sumsq_half, max_norm}; the state seeded on the host first
@@ -59,7 +59,7 @@ static void setup_scaler_clip(const op_row *r, tcase *c) {
     if (!(r->flags & SC_NO_HALF)) scaler_scalar(c, 2, "sumsq_half", ROLE_IN, r->f[2]);
 }
 static amp_status run_scaler_clip(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.scaler_clip(p[0], p[1], p[2], r->f[3]);
+    return be->k.scaler_clip(be->dev, p[0], p[1], p[2], r->f[3]);
 }
 
 /* scaler_update: s = {growth_tracker, hysteresis_left, growth_interval, hysteresis}, f = {scale,
@@ -76,7 +76,8 @@ static amp_status run_scaler_update(const op_row *r, const amp_backend *be, void
                             .growth_interval = r->s[2], .hysteresis = (int32_t)r->s[3],
                             .dynamic = !!(r->flags & SC_DYNAMIC),
                             .check_overflow = !!(r->flags & SC_CHECK_OVERFLOW)};
-    return be->k.scaler_update(p[0], &sp, p[1], r->flags & SC_CHECKS, r->flags & SC_OTHER_SKIP);
+    return be->k.scaler_update(be->dev, p[0], &sp, p[1], r->flags & SC_CHECKS,
+                               r->flags & SC_OTHER_SKIP);
 }
 
 /* ---- The rows ------------------------------------------------------------------------------- */

@@ -34,7 +34,7 @@ static void setup_bn_channel_sums(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_channel_sums(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->k.bn_channel_sums(&d, p[0], p[1], p[2], p[3], p[4]);
+    return be->k.bn_channel_sums(be->dev, &d, p[0], p[1], p[2], p[3], p[4]);
 }
 
 /* bn_sync_stats: s = {c, count}, f = {eps, momentum}; d = [1, c, 1]. s1 / count in
@@ -64,7 +64,8 @@ static void setup_bn_sync_stats(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_sync_stats(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_sync_desc(r);
-    return be->k.bn_sync_stats(&d, r->s[1], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_sync_stats(be->dev, &d, r->s[1], p[0], p[1], p[2], p[3], p[4], p[5], p[6],
+                               p[7]);
 }
 
 /* bn_bwd_elemt: s = {n, c, hw, count}, f = {eps}; x in the row's range, dy in [-1, 1), mean in
@@ -84,7 +85,7 @@ static void setup_bn_bwd_elemt(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_bwd_elemt(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->k.bn_bwd_elemt(&d, r->s[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_bwd_elemt(be->dev, &d, r->s[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* ---- The rows ------------------------------------------------------------------------------- */

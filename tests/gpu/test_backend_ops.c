@@ -98,7 +98,7 @@ static void setup_cast(const op_row *r, tcase *c) {
     slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt2), r->s[0]);
 }
 static amp_status run_cast(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.cast(p[1], r->dt2, p[0], r->dt, r->s[0]);
+    return be->k.cast(be->dev, p[1], r->dt2, p[0], r->dt, r->s[0]);
 }
 
 /* fill: s = {n}, f = {value}. */
@@ -106,7 +106,7 @@ static void setup_fill(const op_row *r, tcase *c) {
     slot_decl(c, 0, "dst", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_fill(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.fill(p[0], r->dt, r->s[0], r->f[0]);
+    return be->k.fill(be->dev, p[0], r->dt, r->s[0], r->f[0]);
 }
 
 /* fill_scalar: s = {n}, f = {*scalar, scale}. */
@@ -116,7 +116,7 @@ static void setup_fill_scalar(const op_row *r, tcase *c) {
     slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_fill_scalar(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.fill_scalar(p[1], r->dt, r->s[0], p[0], r->f[1]);
+    return be->k.fill_scalar(be->dev, p[1], r->dt, r->s[0], p[0], r->f[1]);
 }
 
 /* conv2d: s = {n, c_in, h, w, c_out, kh, kw, stride_h, stride_w, pad_h, pad_w}; dtype dt. */
@@ -146,7 +146,7 @@ static void setup_conv_fwd(const op_row *r, tcase *c) {
 }
 static amp_status run_conv_fwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_conv2d_desc d = conv_desc(r);
-    return be->k.conv2d_fwd(&d, p[0], p[1], p[2], p[3]);
+    return be->k.conv2d_fwd(be->dev, &d, p[0], p[1], p[2], p[3]);
 }
 
 static void setup_conv_bwd_data(const op_row *r, tcase *c) {
@@ -157,7 +157,7 @@ static void setup_conv_bwd_data(const op_row *r, tcase *c) {
 }
 static amp_status run_conv_bwd_data(const op_row *r, const amp_backend *be, void *const *p) {
     amp_conv2d_desc d = conv_desc(r);
-    return be->k.conv2d_bwd_data(&d, p[0], p[1], p[2]);
+    return be->k.conv2d_bwd_data(be->dev, &d, p[0], p[1], p[2]);
 }
 
 static void setup_conv_bwd_weight(const op_row *r, tcase *c) {
@@ -169,7 +169,7 @@ static void setup_conv_bwd_weight(const op_row *r, tcase *c) {
 }
 static amp_status run_conv_bwd_weight(const op_row *r, const amp_backend *be, void *const *p) {
     amp_conv2d_desc d = conv_desc(r);
-    return be->k.conv2d_bwd_weight(&d, p[0], p[1], p[2], p[3]);
+    return be->k.conv2d_bwd_weight(be->dev, &d, p[0], p[1], p[2], p[3]);
 }
 
 /* Batch norm: s = {n, c, hw}, f = {eps, momentum}; x in the row's range, gamma in [0.5, 1.5),
@@ -198,7 +198,7 @@ static void setup_bn_train(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_train(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->k.bn_fwd_train(&d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_fwd_train(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 static void setup_bn_eval(const op_row *r, tcase *c) {
@@ -210,7 +210,7 @@ static void setup_bn_eval(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_eval(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->k.bn_fwd_eval(&d, p[0], p[1], p[2], p[3], p[4], p[5]);
+    return be->k.bn_fwd_eval(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
 /* bn_bwd: x and dy in the row's range; save_mean and save_invstd are x's batch statistics,
@@ -244,7 +244,7 @@ static void setup_bn_bwd(const op_row *r, tcase *c) {
 }
 static amp_status run_bn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_bn_desc d = bn_desc(r);
-    return be->k.bn_bwd(&d, p[0], p[1], p[8], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return be->k.bn_bwd(be->dev, &d, p[0], p[1], p[8], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* Max pooling: s = {n, c, h, w, k, stride, pad}. */
@@ -264,7 +264,7 @@ static void setup_pool_fwd(const op_row *r, tcase *c) {
 }
 static amp_status run_pool_fwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_pool_desc d = pool_desc(r);
-    return be->k.maxpool_fwd(&d, p[0], p[1]);
+    return be->k.maxpool_fwd(be->dev, &d, p[0], p[1]);
 }
 
 /* maxpool_bwd: dy and the forward's input x, whose windows' maxima the backward finds again;
@@ -277,7 +277,7 @@ static void setup_pool_bwd(const op_row *r, tcase *c) {
 }
 static amp_status run_pool_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_pool_desc d = pool_desc(r);
-    return be->k.maxpool_bwd(&d, p[0], p[1], p[2]);
+    return be->k.maxpool_bwd(be->dev, &d, p[0], p[1], p[2]);
 }
 
 /* unary: s = {n}, op, f = {alpha}. */
@@ -286,7 +286,7 @@ static void setup_unary(const op_row *r, tcase *c) {
     slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_unary(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.unary((amp_unary_op)r->op, r->dt, r->s[0], p[0], r->f[0], p[1]);
+    return be->k.unary(be->dev, (amp_unary_op)r->op, r->dt, r->s[0], p[0], r->f[0], p[1]);
 }
 
 /* binary: s = {n}, op. */
@@ -296,7 +296,7 @@ static void setup_binary(const op_row *r, tcase *c) {
     slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_binary(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.binary((amp_binary_op)r->op, r->dt, r->s[0], p[0], p[1], p[2]);
+    return be->k.binary(be->dev, (amp_binary_op)r->op, r->dt, r->s[0], p[0], p[1], p[2]);
 }
 
 /* axpy: s = {n}, f = {alpha}; y is read and written. */
@@ -306,7 +306,7 @@ static void setup_axpy(const op_row *r, tcase *c) {
     gen_main(r, c, 1);
 }
 static amp_status run_axpy(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.axpy(r->dt, r->s[0], r->f[0], p[0], p[1]);
+    return be->k.axpy(be->dev, r->dt, r->s[0], r->f[0], p[0], p[1]);
 }
 
 /* sum: s = {n}, f = {alpha}. */
@@ -315,7 +315,7 @@ static void setup_sum(const op_row *r, tcase *c) {
     slot_decl(c, 1, "out", ROLE_OUT, EK_F32, 1);
 }
 static amp_status run_sum(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.sum(r->dt, r->s[0], p[0], r->f[0], p[1]);
+    return be->k.sum(be->dev, r->dt, r->s[0], p[0], r->f[0], p[1]);
 }
 
 /* sum_rows: s = {rows, cols}. */
@@ -324,7 +324,7 @@ static void setup_sum_rows(const op_row *r, tcase *c) {
     slot_decl(c, 1, "out", ROLE_OUT, EK_F32, r->s[1]);
 }
 static amp_status run_sum_rows(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.sum_rows(r->dt, r->s[0], r->s[1], p[0], p[1]);
+    return be->k.sum_rows(be->dev, r->dt, r->s[0], r->s[1], p[0], p[1]);
 }
 
 /* Cross-entropy: s = {rows, classes}; labels uniform over the classes. */
@@ -340,7 +340,7 @@ static void setup_xent_fwd(const op_row *r, tcase *c) {
     slot_decl(c, 3, "logsoftmax", ROLE_OUT, EK_F32, r->s[0] * r->s[1]);
 }
 static amp_status run_xent_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.xent_fwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
+    return be->k.xent_fwd(be->dev, r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
 }
 
 /* xent_bwd: f = {dloss}; logsoftmax is that of logits in the row's range, computed in double. */
@@ -361,7 +361,7 @@ static void setup_xent_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 3, "dlogits", ROLE_OUT, ek_of(r->dt), rows * classes);
 }
 static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.xent_bwd(r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
+    return be->k.xent_bwd(be->dev, r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
 }
 
 /* MSE: s = {n}; bwd f = {dloss}. */
@@ -371,7 +371,7 @@ static void setup_mse_fwd(const op_row *r, tcase *c) {
     slot_decl(c, 2, "loss", ROLE_OUT, EK_F32, 1);
 }
 static amp_status run_mse_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.mse_fwd(r->dt, r->s[0], p[0], p[1], p[2]);
+    return be->k.mse_fwd(be->dev, r->dt, r->s[0], p[0], p[1], p[2]);
 }
 
 static void setup_mse_bwd(const op_row *r, tcase *c) {
@@ -382,7 +382,7 @@ static void setup_mse_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 3, "da", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_mse_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.mse_bwd(r->dt, r->s[0], p[0], p[1], p[2], p[3]);
+    return be->k.mse_bwd(be->dev, r->dt, r->s[0], p[0], p[1], p[2], p[3]);
 }
 
 /* Dropout: s = {n, seed, offset}, f = {p}; the backward's mask keeps with probability 1 - p. */
@@ -392,8 +392,8 @@ static void setup_dropout_fwd(const op_row *r, tcase *c) {
     slot_decl(c, 2, "mask", ROLE_OUT, EK_U8, r->s[0]);
 }
 static amp_status run_dropout_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.dropout_fwd(r->dt, r->s[0], p[0], r->f[0], (uint64_t)r->s[1], (uint64_t)r->s[2],
-                           p[1], p[2]);
+    return be->k.dropout_fwd(be->dev, r->dt, r->s[0], p[0], r->f[0], (uint64_t)r->s[1],
+                             (uint64_t)r->s[2], p[1], p[2]);
 }
 
 static void setup_dropout_bwd(const op_row *r, tcase *c) {
@@ -403,7 +403,7 @@ static void setup_dropout_bwd(const op_row *r, tcase *c) {
     slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), r->s[0]);
 }
 static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.dropout_bwd(r->dt, r->s[0], p[0], p[1], r->f[0], p[2]);
+    return be->k.dropout_bwd(be->dev, r->dt, r->s[0], p[0], p[1], r->f[0], p[2]);
 }
 
 /* ---- The rows' dtypes and tolerances -------------------------------------------------------- */

@@ -34,15 +34,15 @@ static size_t reuse_rounds(cudaStream_t side, bool record) {
     size_t corrupted = 0;
     for (int r = 0; r < ROUNDS; r++) {
         void *p = NULL, *q = NULL;
-        CHECK_OK(amp_cuda_alloc(BLOCK_BYTES, &p));
+        CHECK_OK(amp_cuda_alloc(amp_cuda_device(), BLOCK_BYTES, &p));
         CHECK(cudaMemsetAsync(p, 0xAB, BLOCK_BYTES, side) == cudaSuccess);
-        if (record) CHECK_OK(amp_cuda_record_stream(p, side));
-        amp_cuda_free(p);
-        CHECK_OK(amp_cuda_alloc(BLOCK_BYTES, &q));
-        CHECK(cudaMemsetAsync(q, 0x00, BLOCK_BYTES, amp_cuda_stream()) == cudaSuccess);
+        if (record) CHECK_OK(amp_cuda_record_stream(amp_cuda_device(), p, side));
+        amp_cuda_free(amp_cuda_device(), p);
+        CHECK_OK(amp_cuda_alloc(amp_cuda_device(), BLOCK_BYTES, &q));
+        CHECK(cudaMemsetAsync(q, 0x00, BLOCK_BYTES, amp_cuda_device()->stream) == cudaSuccess);
         CHECK(cudaDeviceSynchronize() == cudaSuccess);
         corrupted += count_not(q, 0x00, BLOCK_BYTES) != 0;
-        amp_cuda_free(q);
+        amp_cuda_free(amp_cuda_device(), q);
     }
     return corrupted;
 }
@@ -63,8 +63,8 @@ static void test_record_stream(void) {
         CHECK_MSG(raced > 0, "the deliberate race was never observed in %d rounds", ROUNDS);
     }
     CHECK(cudaStreamDestroy(side) == cudaSuccess);
-    CHECK_FAILS(amp_cuda_record_stream((void *)(uintptr_t)0x1000, side), AMP_ERR_INVALID_ARG,
-                "not a live block");
+    CHECK_FAILS(amp_cuda_record_stream(amp_cuda_device(), (void *)(uintptr_t)0x1000, side),
+                AMP_ERR_INVALID_ARG, "not a live block");
 }
 
 /* Batches through the stager, each read by a queued op before the next puts: every step sees
@@ -123,9 +123,10 @@ static void test_stager_fresh_pair(void) {
     int wrong = 0;
     for (int r = 0; r < ROUNDS; r++) {
         void *p = NULL;
-        CHECK_OK(amp_cuda_alloc(sizeof hx, &p)); /* the class the batch's x will take */
-        CHECK(cudaMemsetAsync(p, 0xFF, sizeof hx, amp_cuda_stream()) == cudaSuccess);
-        amp_cuda_free(p);
+        CHECK_OK(amp_cuda_alloc(amp_cuda_device(), sizeof hx,
+                                &p)); /* the class the batch's x will take */
+        CHECK(cudaMemsetAsync(p, 0xFF, sizeof hx, amp_cuda_device()->stream) == cudaSuccess);
+        amp_cuda_free(amp_cuda_device(), p);
         amp_stager *st = NULL;
         CHECK_OK(amp_stager_create(ctx, &st));
         for (int i = 0; i < N * PIX; i++) hx[i] = (float)(r + i % 7);

@@ -3,7 +3,8 @@
  * the y its ReLU needs, a dropout p of 1, a negative count: refused naming the entry, the
  * backend's kernel never reached); a good call reaches it once; a backend without the entry
  * answers AMP_ERR_UNSUPPORTED naming entry and backend; a profiled call goes through the
- * counting function; and the table has a slot, a name and an id for every line of the list. */
+ * counting function; every call hands the kernel its table's device context; and the table has
+ * a slot, a name and an id for every line of the list. */
 #include <string.h>
 
 #include "amp/amp.h"
@@ -14,26 +15,32 @@
 #include "test_util.h"
 
 static int g_gemm_calls, g_bn_bwd_calls, g_dropout_calls;
+/* The device context each stub was last called with. */
+static amp_device_ctx *g_gemm_dev, *g_dropout_dev;
 
-static amp_status stub_gemm(const amp_gemm_desc *d) {
+static amp_status stub_gemm(amp_device_ctx *dev, const amp_gemm_desc *d) {
     (void)d;
     g_gemm_calls++;
+    g_gemm_dev = dev;
     return AMP_OK;
 }
 
-static amp_status stub_bn_bwd(const amp_bn_desc *d, const void *x, const void *dy, const void *y,
-                              const float *gamma, const float *save_mean, const float *save_invstd,
-                              void *dx, float *dgamma, float *dbeta) {
+static amp_status stub_bn_bwd(amp_device_ctx *dev, const amp_bn_desc *d, const void *x,
+                              const void *dy, const void *y, const float *gamma,
+                              const float *save_mean, const float *save_invstd, void *dx,
+                              float *dgamma, float *dbeta) {
     (void)d, (void)x, (void)dy, (void)y, (void)gamma, (void)save_mean, (void)save_invstd;
     (void)dx, (void)dgamma, (void)dbeta;
     g_bn_bwd_calls++;
     return AMP_OK;
 }
 
-static amp_status stub_dropout_fwd(amp_dtype dt, int64_t n, const void *x, float p,
-                                   uint64_t seed, uint64_t offset, void *y, uint8_t *mask) {
+static amp_status stub_dropout_fwd(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x,
+                                   float p, uint64_t seed, uint64_t offset, void *y,
+                                   uint8_t *mask) {
     (void)dt, (void)n, (void)x, (void)p, (void)seed, (void)offset, (void)y, (void)mask;
     g_dropout_calls++;
+    g_dropout_dev = dev;
     return AMP_OK;
 }
 
@@ -59,16 +66,23 @@ int main(void) {
                 AMP_ERR_INVALID_ARG, "dropout_fwd");
     CHECK(g_dropout_calls == 0);
 
-    /* A good call reaches the kernel once, profiled or not. */
+    /* A good call reaches the kernel once, profiled or not, with the table's device context (a
+     * table of its own here: the stubs never look inside it). */
+    static char own_context;
+    b.dev = (amp_device_ctx *)&own_context;
     amp_gemm_desc good = {.m = 1, .n = 1, .k = 1};
     CHECK_OK(AMP_BE(&b, gemm, &good));
-    CHECK(g_gemm_calls == 1);
+    CHECK(g_gemm_calls == 1 && g_gemm_dev == b.dev);
+    g_gemm_dev = NULL;
     amp_profile_begin(false);
     CHECK_OK(AMP_BE(&b, gemm, &good));
     amp_op_profile p;
     amp_profile_end(&p);
     CHECK(g_gemm_calls == 2 && p.calls[AMP_OPCAT_GEMM_CONV] == 1 &&
-          p.flops[AMP_OPCAT_GEMM_CONV] == 2.0);
+          p.flops[AMP_OPCAT_GEMM_CONV] == 2.0 && g_gemm_dev == b.dev);
+    CHECK_OK(AMP_BE(&b, dropout_fwd, AMP_F32, 4, buf, 0.5f, 1, 0, buf, NULL));
+    CHECK(g_dropout_calls == 1 && g_dropout_dev == b.dev);
+    CHECK(amp_backend_cpu()->dev != NULL && amp_backend_cpu()->dev != b.dev);
     bn.relu = false;
     CHECK_OK(AMP_BE(&b, bn_bwd, &bn, buf, buf, NULL, buf, buf, buf, buf, buf, buf));
     CHECK(g_bn_bwd_calls == 1);

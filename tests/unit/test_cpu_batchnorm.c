@@ -37,8 +37,9 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
     memcpy(rv0, rv, (size_t)c * 4);
     float *smean = malloc((size_t)c * 4), *sinv = malloc((size_t)c * 4);
     float *dgamma = malloc((size_t)c * 4), *dbeta = malloc((size_t)c * 4);
-    CHECK_OK(amp_cpu_bn_fwd_train(&d, x, gamma, beta, y, smean, sinv, rm, rv));
-    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, gamma, smean, sinv, dx, dgamma, dbeta));
+    CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, x, gamma, beta, y, smean, sinv, rm, rv));
+    CHECK_OK(amp_cpu_bn_bwd(amp_cpu_device(), &d, x, dy, NULL, gamma, smean, sinv, dx, dgamma,
+                            dbeta));
     int bad_stats = 0, bad_y = 0, bad_dx = 0, bad_param = 0;
     for (int64_t ch = 0; ch < c; ch++) {
         double sum = 0, sq = 0;
@@ -86,7 +87,7 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
     CHECK_MSG(bad_dx == 0, "bn dx %s: %d wrong", amp_dtype_name(dt), bad_dx);
 
     /* Eval: normalise with the running stats just updated. */
-    CHECK_OK(amp_cpu_bn_fwd_eval(&d, x, gamma, beta, rm, rv, y));
+    CHECK_OK(amp_cpu_bn_fwd_eval(amp_cpu_device(), &d, x, gamma, beta, rm, rv, y));
     int bad_eval = 0;
     for (int64_t e = 0; e < total; e++) {
         int64_t ch = (e / hw) % c;
@@ -103,23 +104,25 @@ static void test_train_and_backward(amp_dtype dt, int64_t n, int64_t c, int64_t 
 static void test_optional_pointers(void) {
     amp_bn_desc d = {.n = 2, .c = 1, .hw = 2, .eps = 0.0f, .momentum = 0.1f, .dtype = AMP_F32};
     float x[4] = {1, 2, 3, 6}, y[4], m, inv, dx[4], dy[4] = {1, 1, 1, 1};
-    CHECK_OK(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y, &m, &inv, NULL, NULL));
+    CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, x, NULL, NULL, y, &m, &inv, NULL, NULL));
     CHECK(m == 3.0f && fabsf(inv - 1.0f / sqrtf(3.5f)) < 1e-7f);
     CHECK(fabsf(y[0] + 2.0f / sqrtf(3.5f)) < 1e-6f && fabsf(y[3] - 3.0f / sqrtf(3.5f)) < 1e-6f);
-    CHECK_OK(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y, NULL, NULL, NULL, NULL));
+    CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, x, NULL, NULL, y, NULL, NULL, NULL, NULL));
     /* A constant dy has no gradient through the normalisation. */
-    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL));
+    CHECK_OK(amp_cpu_bn_bwd(amp_cpu_device(), &d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL));
     CHECK(fabsf(dx[0]) < 1e-6f && fabsf(dx[3]) < 1e-6f);
-    CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL));
+    CHECK_OK(amp_cpu_bn_bwd(amp_cpu_device(), &d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL));
     d.n = 1;
     d.hw = 1;
-    CHECK_FAILS(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y, &m, &inv, NULL, NULL), AMP_ERR_SHAPE,
-                "1 value per channel");
+    CHECK_FAILS(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, x, NULL, NULL, y, &m, &inv, NULL, NULL),
+                AMP_ERR_SHAPE, "1 value per channel");
     d.c = 0;
-    CHECK_FAILS(amp_cpu_bn_fwd_eval(&d, x, NULL, NULL, &m, &inv, y), AMP_ERR_SHAPE, "c 0");
+    CHECK_FAILS(amp_cpu_bn_fwd_eval(amp_cpu_device(), &d, x, NULL, NULL, &m, &inv, y),
+                AMP_ERR_SHAPE, "c 0");
     d.c = 1;
     d.dtype = AMP_I32;
-    CHECK_FAILS(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_bn_bwd(amp_cpu_device(), &d, x, dy, NULL, NULL, &m, &inv, dx, NULL, NULL),
+                AMP_ERR_DTYPE, "i32");
 }
 
 /* Same bits with 1 and 2 threads, past the parallel threshold. */
@@ -136,8 +139,10 @@ static void test_thread_determinism(void) {
         dx[t] = malloc((size_t)total * 2);
         float *s = stats[t];
         for (int ch = 0; ch < 6; ch++) s[12 + ch] = 0.0f, s[18 + ch] = 1.0f;
-        CHECK_OK(amp_cpu_bn_fwd_train(&d, x, NULL, NULL, y[t], s, s + 6, s + 12, s + 18));
-        CHECK_OK(amp_cpu_bn_bwd(&d, x, dy, NULL, NULL, s, s + 6, dx[t], s + 24, s + 30));
+        CHECK_OK(amp_cpu_bn_fwd_train(amp_cpu_device(), &d, x, NULL, NULL, y[t], s, s + 6, s + 12,
+                                      s + 18));
+        CHECK_OK(amp_cpu_bn_bwd(amp_cpu_device(), &d, x, dy, NULL, NULL, s, s + 6, dx[t], s + 24,
+                                s + 30));
     }
     CHECK(memcmp(stats[0], stats[1], sizeof stats[0]) == 0);
     CHECK(memcmp(y[0], y[1], (size_t)total * 2) == 0);

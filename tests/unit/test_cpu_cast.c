@@ -66,7 +66,7 @@ static void test_widen_all_patterns(amp_dtype dt, float (*ref)(uint16_t)) {
     for (int shift = 0; shift < 9; shift += 4) {
         for (int i = 0; i < N; i++) h[i] = (uint16_t)(i - shift);
         memset(f, 0, sizeof f);
-        CHECK_OK(amp_cpu_cast(f, AMP_F32, h, dt, N));
+        CHECK_OK(amp_cpu_cast(amp_cpu_device(), f, AMP_F32, h, dt, N));
         int bad = 0;
         for (int i = 0; i < N; i++)
             if (amp_f32_bits(f[i]) != amp_f32_bits(ref(h[i])) && bad++ < 5)
@@ -75,7 +75,7 @@ static void test_widen_all_patterns(amp_dtype dt, float (*ref)(uint16_t)) {
         CHECK_MSG(bad == 0, "%s widen: %d of %d patterns differ", amp_dtype_name(dt), bad, N);
         /* And narrowing each widened value gives the pattern back (NaN: canonical). */
         static uint16_t back[N];
-        CHECK_OK(amp_cpu_cast(back, dt, f, AMP_F32, N));
+        CHECK_OK(amp_cpu_cast(amp_cpu_device(), back, dt, f, AMP_F32, N));
         bad = 0;
         for (int i = 0; i < N; i++) {
             int nan = dt == AMP_F16 ? (h[i] & 0x7fff) > 0x7c00 : (h[i] & 0x7fff) > 0x7f80;
@@ -89,7 +89,7 @@ static void test_narrow_random(amp_dtype dt, uint16_t (*ref)(float), int64_t n) 
     float *f = malloc((size_t)n * sizeof *f);
     uint16_t *h = malloc((size_t)n * sizeof *h);
     for (int64_t i = 0; i < n; i++) f[i] = interesting_f32();
-    CHECK_OK(amp_cpu_cast(h, dt, f, AMP_F32, n));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), h, dt, f, AMP_F32, n));
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++)
         if (h[i] != ref(f[i]) && bad++ < 5)
@@ -106,15 +106,15 @@ static void test_half_to_half(void) {
     enum { N = 65536 };
     static uint16_t src[N], dst[N];
     for (int i = 0; i < N; i++) src[i] = (uint16_t)i;
-    CHECK_OK(amp_cpu_cast(dst, AMP_BF16, src, AMP_F16, N));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), dst, AMP_BF16, src, AMP_F16, N));
     int bad = 0;
     for (int i = 0; i < N; i++) bad += dst[i] != amp_f32_to_bf16_bits(amp_f16_bits_to_f32(src[i]));
     CHECK_MSG(bad == 0, "f16 -> bf16: %d differ", bad);
-    CHECK_OK(amp_cpu_cast(dst, AMP_F16, src, AMP_BF16, N));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), dst, AMP_F16, src, AMP_BF16, N));
     bad = 0;
     for (int i = 0; i < N; i++) bad += dst[i] != amp_f32_to_f16_bits(amp_bf16_bits_to_f32(src[i]));
     CHECK_MSG(bad == 0, "bf16 -> f16: %d differ", bad);
-    CHECK_OK(amp_cpu_cast(dst, AMP_F16, src, AMP_F16, N));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), dst, AMP_F16, src, AMP_F16, N));
     CHECK(memcmp(dst, src, sizeof src) == 0);
 }
 
@@ -124,20 +124,24 @@ static void test_i32(void) {
     int32_t want[] = {0, 0, 1, -1, 16777216, 2147483520, INT32_MAX, INT32_MAX,
                       INT32_MIN, INT32_MIN, 0, INT32_MAX, INT32_MIN};
     int32_t got[13];
-    CHECK_OK(amp_cpu_cast(got, AMP_I32, f, AMP_F32, 13));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), got, AMP_I32, f, AMP_F32, 13));
     for (int i = 0; i < 13; i++)
         CHECK_MSG(got[i] == want[i], "f32 %g -> i32 %d, want %d", (double)f[i], got[i], want[i]);
     int32_t ints[] = {0, -5, 16777217, INT32_MAX, INT32_MIN};
     float back[5];
-    CHECK_OK(amp_cpu_cast(back, AMP_F32, ints, AMP_I32, 5));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), back, AMP_F32, ints, AMP_I32, 5));
     for (int i = 0; i < 5; i++) CHECK(back[i] == (float)(double)ints[i]);
     CHECK(back[2] == 16777216.0f); /* ties to even */
     uint16_t h[5];
-    CHECK_FAILS(amp_cpu_cast(h, AMP_F16, ints, AMP_I32, 5), AMP_ERR_UNSUPPORTED, "i32");
-    CHECK_FAILS(amp_cpu_cast(ints, AMP_I32, h, AMP_BF16, 5), AMP_ERR_UNSUPPORTED, "bf16");
-    CHECK_FAILS(amp_cpu_cast(back, AMP_F32, f, AMP_F32, -1), AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_FAILS(amp_cpu_cast(back, (amp_dtype)9, f, AMP_F32, 1), AMP_ERR_DTYPE, "dtype");
-    CHECK_OK(amp_cpu_cast(NULL, AMP_F32, NULL, AMP_F16, 0));
+    CHECK_FAILS(amp_cpu_cast(amp_cpu_device(), h, AMP_F16, ints, AMP_I32, 5), AMP_ERR_UNSUPPORTED,
+                "i32");
+    CHECK_FAILS(amp_cpu_cast(amp_cpu_device(), ints, AMP_I32, h, AMP_BF16, 5), AMP_ERR_UNSUPPORTED,
+                "bf16");
+    CHECK_FAILS(amp_cpu_cast(amp_cpu_device(), back, AMP_F32, f, AMP_F32, -1), AMP_ERR_INVALID_ARG,
+                "n = -1");
+    CHECK_FAILS(amp_cpu_cast(amp_cpu_device(), back, (amp_dtype)9, f, AMP_F32, 1), AMP_ERR_DTYPE,
+                "dtype");
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), NULL, AMP_F32, NULL, AMP_F16, 0));
 }
 
 static void test_fill(void) {
@@ -148,21 +152,23 @@ static void test_fill(void) {
     f[N] = 7.0f;
     h[N] = 7;
     k[N] = 7;
-    CHECK_OK(amp_cpu_fill(f, AMP_F32, N, -2.5f));
+    CHECK_OK(amp_cpu_fill(amp_cpu_device(), f, AMP_F32, N, -2.5f));
     CHECK(f[0] == -2.5f && f[N - 1] == -2.5f && f[N] == 7.0f);
-    CHECK_OK(amp_cpu_fill(h, AMP_F16, N, 0.1f));
+    CHECK_OK(amp_cpu_fill(amp_cpu_device(), h, AMP_F16, N, 0.1f));
     CHECK(h[0] == amp_f32_to_f16_bits(0.1f) && h[N - 1] == h[0] && h[N] == 7);
-    CHECK_OK(amp_cpu_fill(h, AMP_BF16, N, NAN));
+    CHECK_OK(amp_cpu_fill(amp_cpu_device(), h, AMP_BF16, N, NAN));
     CHECK(h[0] == 0x7fff && h[N - 1] == 0x7fff && h[N] == 7);
-    CHECK_OK(amp_cpu_fill(k, AMP_I32, N, -3.7f));
+    CHECK_OK(amp_cpu_fill(amp_cpu_device(), k, AMP_I32, N, -3.7f));
     CHECK(k[0] == -3 && k[N - 1] == -3 && k[N] == 7);
     float s = 3.0f;
-    CHECK_OK(amp_cpu_fill_scalar(f, AMP_F32, 5, &s, 0.25f));
+    CHECK_OK(amp_cpu_fill_scalar(amp_cpu_device(), f, AMP_F32, 5, &s, 0.25f));
     CHECK(f[0] == 0.75f && f[4] == 0.75f && f[5] == -2.5f);
-    CHECK_OK(amp_cpu_fill_scalar(h, AMP_BF16, 3, &s, 1.0f / 3.0f));
+    CHECK_OK(amp_cpu_fill_scalar(amp_cpu_device(), h, AMP_BF16, 3, &s, 1.0f / 3.0f));
     CHECK(h[2] == amp_f32_to_bf16_bits(1.0f));
-    CHECK_FAILS(amp_cpu_fill_scalar(f, AMP_F32, 5, NULL, 1.0f), AMP_ERR_INVALID_ARG, "scalar");
-    CHECK_FAILS(amp_cpu_fill(f, AMP_F32, -2, 0.0f), AMP_ERR_INVALID_ARG, "n = -2");
+    CHECK_FAILS(amp_cpu_fill_scalar(amp_cpu_device(), f, AMP_F32, 5, NULL, 1.0f),
+                AMP_ERR_INVALID_ARG, "scalar");
+    CHECK_FAILS(amp_cpu_fill(amp_cpu_device(), f, AMP_F32, -2, 0.0f), AMP_ERR_INVALID_ARG,
+                "n = -2");
 }
 
 int main(void) {

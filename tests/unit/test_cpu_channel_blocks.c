@@ -47,7 +47,7 @@ static void check_widen(amp_dtype dt, int which, int64_t n, int64_t c, int64_t h
     float *flat = malloc((size_t)numel * 4), *dst = malloc((size_t)size * 4);
     /* Every bit pattern, in an order that puts different ones side by side. */
     for (int64_t i = 0; i < numel; i++) src[i] = (uint16_t)((uint64_t)i * 40503u + 11u);
-    CHECK_OK(amp_cpu_cast(flat, AMP_F32, src, dt, numel));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), flat, AMP_F32, src, dt, numel));
     memset(dst, 0xa5, (size_t)size * 4);
     amp_cpu_widen_to_c16(dst, &l, src, dt, n, c, hw);
     int64_t bad = 0;
@@ -91,7 +91,7 @@ static void check_narrow(amp_dtype dt, int which, int64_t n, int64_t c, int64_t 
                 int64_t e = (i * c + ch) * hw + p;
                 flat[e] = src[at(&l, i, ch, p)] = narrow_value(dt, (uint64_t)e);
             }
-    CHECK_OK(amp_cpu_cast(want, dt, flat, AMP_F32, numel));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), want, dt, flat, AMP_F32, numel));
     memset(got, 0xa5, (size_t)numel * 2);
     amp_cpu_narrow_from_c16(got, dt, src, &l, n, c, hw);
     int64_t bad = 0;
@@ -138,7 +138,7 @@ typedef struct pair {
 
 static pair pair_random(int64_t n) {
     pair p = {test_random_tensor(AMP_F16, n, -1, 1), malloc((size_t)n * 4 + 4), n};
-    CHECK_OK(amp_cpu_cast(p.f, AMP_F32, p.h, AMP_F16, n));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), p.f, AMP_F32, p.h, AMP_F16, n));
     return p;
 }
 
@@ -148,7 +148,7 @@ static void pair_free(pair *p) { free(p->h), free(p->f); }
 static void check_rounded(const char *what, const amp_conv2d_desc *d, const void *got,
                           const float *want, int64_t n) {
     uint16_t *w = malloc((size_t)n * 2 + 2);
-    CHECK_OK(amp_cpu_cast(w, AMP_F16, want, AMP_F32, n));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), w, AMP_F16, want, AMP_F32, n));
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad += ((const uint16_t *)got)[i] != w[i];
     CHECK_MSG(bad == 0, "f16 %s n=%lld %lld->%lld %lldx%lld: %lld of %lld elements differ", what,
@@ -167,16 +167,16 @@ static void check_conv_f16(amp_conv2d_desc d) {
     uint16_t *y = malloc((size_t)ny * 2), *dx = malloc((size_t)nx * 2), *dw = malloc((size_t)nw * 2);
     float *fy = malloc((size_t)ny * 4), *fdx = malloc((size_t)nx * 4), *fdw = malloc((size_t)nw * 4);
     float db[64], fdb[64];
-    CHECK_OK(amp_cpu_conv2d_fwd(&d, x.h, w.h, bias, y));
-    CHECK_OK(amp_cpu_conv2d_fwd(&f, x.f, w.f, bias, fy));
+    CHECK_OK(amp_cpu_conv2d_fwd(amp_cpu_device(), &d, x.h, w.h, bias, y));
+    CHECK_OK(amp_cpu_conv2d_fwd(amp_cpu_device(), &f, x.f, w.f, bias, fy));
     check_rounded("forward", &d, y, fy, ny);
-    CHECK_OK(amp_cpu_conv2d_bwd_data(&d, dy.h, w.h, dx));
-    CHECK_OK(amp_cpu_conv2d_bwd_data(&f, dy.f, w.f, fdx));
+    CHECK_OK(amp_cpu_conv2d_bwd_data(amp_cpu_device(), &d, dy.h, w.h, dx));
+    CHECK_OK(amp_cpu_conv2d_bwd_data(amp_cpu_device(), &f, dy.f, w.f, fdx));
     check_rounded("backward data", &d, dx, fdx, nx);
     /* With fewer than 8 input channels, channels-last and sliced over the batch: these batches
      * fit in one slice, so the f32 weight gradient is rounded once, as here. */
-    CHECK_OK(amp_cpu_conv2d_bwd_weight(&d, x.h, dy.h, dw, db));
-    CHECK_OK(amp_cpu_conv2d_bwd_weight(&f, x.f, dy.f, fdw, fdb));
+    CHECK_OK(amp_cpu_conv2d_bwd_weight(amp_cpu_device(), &d, x.h, dy.h, dw, db));
+    CHECK_OK(amp_cpu_conv2d_bwd_weight(amp_cpu_device(), &f, x.f, dy.f, fdw, fdb));
     check_rounded("backward weight", &d, dw, fdw, nw);
     CHECK(memcmp(db, fdb, (size_t)d.c_out * sizeof *db) == 0);
     pair_free(&x), pair_free(&w), pair_free(&dy);

@@ -47,9 +47,9 @@ static void check_op(const char *name, int kind, int op, ref_fn ref, amp_dtype d
     void *a = test_random_tensor(dt, n, -4.0, 4.0), *b = test_random_tensor(dt, n, -4.0, 4.0),
          *y = malloc((size_t)n * test_dtype_size(dt));
     if (kind == KIND_AXPY) memcpy(y, b, (size_t)n * test_dtype_size(dt));
-    amp_status s = kind == KIND_UNARY    ? amp_cpu_unary(op, dt, n, a, alpha, y)
-                   : kind == KIND_BINARY ? amp_cpu_binary(op, dt, n, a, b, y)
-                                         : amp_cpu_axpy(dt, n, alpha, a, y);
+    amp_status s = kind == KIND_UNARY    ? amp_cpu_unary(amp_cpu_device(), op, dt, n, a, alpha, y)
+                   : kind == KIND_BINARY ? amp_cpu_binary(amp_cpu_device(), op, dt, n, a, b, y)
+                                         : amp_cpu_axpy(amp_cpu_device(), dt, n, alpha, a, y);
     CHECK_OK(s);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -103,44 +103,44 @@ static void test_special_values(void) {
         float fy[8];
         void *pa = a, *pb = b, *py = fy;
         if (dt != AMP_F32) {
-            CHECK_OK(amp_cpu_cast(ha, dt, a, AMP_F32, 8));
-            CHECK_OK(amp_cpu_cast(hb, dt, b, AMP_F32, 8));
+            CHECK_OK(amp_cpu_cast(amp_cpu_device(), ha, dt, a, AMP_F32, 8));
+            CHECK_OK(amp_cpu_cast(amp_cpu_device(), hb, dt, b, AMP_F32, 8));
             pa = ha;
             pb = hb;
             py = hy;
         }
-        CHECK_OK(amp_cpu_binary(AMP_BINARY_ADD, dt, 8, pa, pb, py));
+        CHECK_OK(amp_cpu_binary(amp_cpu_device(), AMP_BINARY_ADD, dt, 8, pa, pb, py));
         CHECK(isnan(test_load(py, dt, 0)) && test_load(py, dt, 1) == INFINITY &&
               isnan(test_load(py, dt, 4)));
         CHECK(isnan(test_load(py, dt, 5)) && test_load(py, dt, 6) == INFINITY);
-        CHECK_OK(amp_cpu_binary(AMP_BINARY_MUL, dt, 8, pa, pb, py));
+        CHECK_OK(amp_cpu_binary(amp_cpu_device(), AMP_BINARY_MUL, dt, 8, pa, pb, py));
         CHECK(isnan(test_load(py, dt, 0)) && test_load(py, dt, 2) == -INFINITY);
         CHECK(test_load(py, dt, 6) == -INFINITY);
         CHECK(signbit(test_load(py, dt, 3)) && test_load(py, dt, 3) == 0.0f);
-        CHECK_OK(amp_cpu_unary(AMP_UNARY_RELU, dt, 8, pa, 0.0f, py));
+        CHECK_OK(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_RELU, dt, 8, pa, 0.0f, py));
         CHECK(isnan(test_load(py, dt, 0)) && test_load(py, dt, 1) == INFINITY &&
               test_load(py, dt, 2) == 0.0f);
         CHECK(signbit(test_load(py, dt, 3)) && !signbit(test_load(py, dt, 6)) &&
               test_load(py, dt, 6) == 0.0f);
-        CHECK_OK(amp_cpu_binary(AMP_BINARY_RELU_BWD, dt, 8, pa, pb, py));
+        CHECK_OK(amp_cpu_binary(amp_cpu_device(), AMP_BINARY_RELU_BWD, dt, 8, pa, pb, py));
         CHECK(test_load(py, dt, 0) == 1.0f && test_load(py, dt, 1) == 1.0f &&
               test_load(py, dt, 2) == 0.0f);
         CHECK(test_load(py, dt, 3) == 0.0f && isnan(test_load(py, dt, 4)) &&
               test_load(py, dt, 6) == 0.0f);
-        CHECK_OK(amp_cpu_unary(AMP_UNARY_SCALE, dt, 8, pb, 0.0f, py));
+        CHECK_OK(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_SCALE, dt, 8, pb, 0.0f, py));
         CHECK(test_load(py, dt, 0) == 0.0f && isnan(test_load(py, dt, 4)) &&
               isnan(test_load(py, dt, 5)));
-        CHECK_OK(amp_cpu_axpy(dt, 8, 2.0f, pb, pa)); /* a += 2 b */
+        CHECK_OK(amp_cpu_axpy(amp_cpu_device(), dt, 8, 2.0f, pb, pa)); /* a += 2 b */
         CHECK(isnan(test_load(pa, dt, 0)) && isnan(test_load(pa, dt, 5)) &&
               test_load(pa, dt, 6) == INFINITY);
         CHECK(test_load(pa, dt, 7) == 14.0f);
     }
     /* Copy keeps every bit, NaN payloads included, in any dtype. */
     uint16_t src[3] = {0x7c01, 0xfe12, 0x3c00}, dst[3];
-    CHECK_OK(amp_cpu_unary(AMP_UNARY_COPY, AMP_F16, 3, src, 0.0f, dst));
+    CHECK_OK(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_COPY, AMP_F16, 3, src, 0.0f, dst));
     CHECK(memcmp(src, dst, sizeof src) == 0);
     int32_t isrc[2] = {-7, 9}, idst[2];
-    CHECK_OK(amp_cpu_unary(AMP_UNARY_COPY, AMP_I32, 2, isrc, 0.0f, idst));
+    CHECK_OK(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_COPY, AMP_I32, 2, isrc, 0.0f, idst));
     CHECK(idst[0] == -7 && idst[1] == 9);
 }
 
@@ -150,20 +150,23 @@ static void test_in_place_and_errors(void) {
     for (int i = 0; i < N; i++) h[i] = amp_f32_to_bf16_bits((float)(i % 17) - 8.0f);
     for (int i = 0; i < N; i++)
         ref[i] = amp_f32_to_bf16_bits(fmaxf(amp_bf16_bits_to_f32(h[i]), 0.0f));
-    CHECK_OK(amp_cpu_unary(AMP_UNARY_RELU, AMP_BF16, N, h, 0.0f, h));
+    CHECK_OK(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_RELU, AMP_BF16, N, h, 0.0f, h));
     CHECK(memcmp(h, ref, sizeof h) == 0);
     float f[4] = {1, 2, 3, 4};
-    CHECK_OK(amp_cpu_binary(AMP_BINARY_MUL, AMP_F32, 4, f, f, f));
+    CHECK_OK(amp_cpu_binary(amp_cpu_device(), AMP_BINARY_MUL, AMP_F32, 4, f, f, f));
     CHECK(f[0] == 1 && f[3] == 16);
     int32_t k[4] = {0};
-    CHECK_FAILS(amp_cpu_binary(AMP_BINARY_ADD, AMP_I32, 4, k, k, k), AMP_ERR_DTYPE, "i32");
-    CHECK_FAILS(amp_cpu_unary(AMP_UNARY_RELU, AMP_I32, 4, k, 0.0f, k), AMP_ERR_DTYPE, "i32");
-    CHECK_FAILS(amp_cpu_binary((amp_binary_op)42, AMP_F32, 4, f, f, f), AMP_ERR_INVALID_ARG,
-                "op 42");
-    CHECK_FAILS(amp_cpu_unary(AMP_UNARY_RELU, AMP_F32, 4, NULL, 0.0f, f), AMP_ERR_INVALID_ARG,
-                "'x'");
-    CHECK_FAILS(amp_cpu_axpy(AMP_F32, -1, 1.0f, f, f), AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_OK(amp_cpu_axpy(AMP_F32, 0, 1.0f, NULL, NULL));
+    CHECK_FAILS(amp_cpu_binary(amp_cpu_device(), AMP_BINARY_ADD, AMP_I32, 4, k, k, k),
+                AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_RELU, AMP_I32, 4, k, 0.0f, k),
+                AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_binary(amp_cpu_device(), (amp_binary_op)42, AMP_F32, 4, f, f, f),
+                AMP_ERR_INVALID_ARG, "op 42");
+    CHECK_FAILS(amp_cpu_unary(amp_cpu_device(), AMP_UNARY_RELU, AMP_F32, 4, NULL, 0.0f, f),
+                AMP_ERR_INVALID_ARG, "'x'");
+    CHECK_FAILS(amp_cpu_axpy(amp_cpu_device(), AMP_F32, -1, 1.0f, f, f), AMP_ERR_INVALID_ARG,
+                "n = -1");
+    CHECK_OK(amp_cpu_axpy(amp_cpu_device(), AMP_F32, 0, 1.0f, NULL, NULL));
 }
 
 /* ---- dropout -------------------------------------------------------------------------------- */
@@ -175,7 +178,7 @@ static void test_dropout(void) {
     for (int i = 0; i < N; i++) x[i] = (float)(test_uniform() * 2.0 - 1.0);
     const float p = 0.3f, scale = (float)(1.0 / (1.0 - 0.3f));
     omp_set_num_threads(1);
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_F32, N, x, p, 1234, 77, y, m));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, N, x, p, 1234, 77, y, m));
     int64_t kept = 0, bad = 0;
     for (int i = 0; i < N; i++) {
         int keep = amp_philox_uniform(1234, 77 + (uint64_t)i) >= p; /* the contract's rule */
@@ -187,23 +190,23 @@ static void test_dropout(void) {
     CHECK_MSG(fabs(frac - 0.7) < 0.003, "kept fraction %.5f, want 0.7", frac);
     /* Same (seed, offset): same mask, whatever the thread count; shifted offset: shifted mask. */
     omp_set_num_threads(2);
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_F32, N, x, p, 1234, 77, y2, m2));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, N, x, p, 1234, 77, y2, m2));
     CHECK(memcmp(m, m2, N) == 0 && memcmp(y, y2, N * sizeof *y) == 0);
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_F32, N - 5, x + 5, p, 1234, 82, y2, m2));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, N - 5, x + 5, p, 1234, 82, y2, m2));
     CHECK(memcmp(m + 5, m2, N - 5) == 0);
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_F32, N, x, p, 1235, 77, y2, m2));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, N, x, p, 1235, 77, y2, m2));
     int64_t same = 0;
     for (int i = 0; i < N; i++) same += m[i] == m2[i];
     CHECK_MSG(fabs((double)same / N - 0.58) < 0.01, "another seed agrees on %lld", (long long)same);
     /* Backward: dx = dy * mask * scale. */
-    CHECK_OK(amp_cpu_dropout_bwd(AMP_F32, N, x, m, p, y2));
+    CHECK_OK(amp_cpu_dropout_bwd(amp_cpu_device(), AMP_F32, N, x, m, p, y2));
     bad = 0;
     for (int i = 0; i < N; i++) bad += y2[i] != (m[i] ? x[i] * scale : 0.0f);
     CHECK(bad == 0);
     /* bf16 storage: the f32 result rounded once. */
     uint16_t *hx = malloc(N * 2), *hy = malloc(N * 2);
-    CHECK_OK(amp_cpu_cast(hx, AMP_BF16, x, AMP_F32, N));
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_BF16, N, hx, p, 1234, 77, hy, m2));
+    CHECK_OK(amp_cpu_cast(amp_cpu_device(), hx, AMP_BF16, x, AMP_F32, N));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_BF16, N, hx, p, 1234, 77, hy, m2));
     CHECK(memcmp(m, m2, N) == 0);
     bad = 0;
     for (int i = 0; i < N; i++) {
@@ -212,19 +215,21 @@ static void test_dropout(void) {
     }
     CHECK(bad == 0);
     /* p = 0 copies; a dropped NaN stays NaN (x * 0 * scale, as PyTorch). */
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_BF16, N, hx, 0.0f, 1, 0, hy, m2));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_BF16, N, hx, 0.0f, 1, 0, hy, m2));
     CHECK(memcmp(hx, hy, N * 2) == 0 && m2[0] == 1 && m2[N - 1] == 1);
     float nx[64], ny[64];
     uint8_t nm[64];
     for (int i = 0; i < 64; i++) nx[i] = NAN;
-    CHECK_OK(amp_cpu_dropout_fwd(AMP_F32, 64, nx, 0.5f, 9, 0, ny, nm));
+    CHECK_OK(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, 64, nx, 0.5f, 9, 0, ny, nm));
     int nan_out = 0, dropped = 0;
     for (int i = 0; i < 64; i++) nan_out += isnan(ny[i]), dropped += !nm[i];
     CHECK(nan_out == 64 && dropped > 0);
-    CHECK_FAILS(amp_cpu_dropout_fwd(AMP_F32, 4, x, 1.0f, 1, 0, y, m), AMP_ERR_INVALID_ARG, "p = 1");
-    CHECK_FAILS(amp_cpu_dropout_fwd(AMP_F32, 4, x, -0.1f, 1, 0, y, m), AMP_ERR_INVALID_ARG,
-                "p = -0.1");
-    CHECK_FAILS(amp_cpu_dropout_bwd(AMP_F32, 4, x, m, NAN, y), AMP_ERR_INVALID_ARG, "p = nan");
+    CHECK_FAILS(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, 4, x, 1.0f, 1, 0, y, m),
+                AMP_ERR_INVALID_ARG, "p = 1");
+    CHECK_FAILS(amp_cpu_dropout_fwd(amp_cpu_device(), AMP_F32, 4, x, -0.1f, 1, 0, y, m),
+                AMP_ERR_INVALID_ARG, "p = -0.1");
+    CHECK_FAILS(amp_cpu_dropout_bwd(amp_cpu_device(), AMP_F32, 4, x, m, NAN, y),
+                AMP_ERR_INVALID_ARG, "p = nan");
     free(x);
     free(y);
     free(y2);

@@ -91,7 +91,7 @@ static double check_gemm(gcase g, double rel_tol) {
                        .alpha = g.alpha, .beta = g.beta, .a = a.p, .a_dtype = g.at, .lda = lda,
                        .b = b.p, .b_dtype = g.bt, .ldb = ldb, .c = c.p, .c_dtype = g.ct,
                        .ldc = ldc, .bias = g.bias ? bias : NULL};
-    CHECK_OK(amp_cpu_gemm(&d));
+    CHECK_OK(amp_cpu_gemm(amp_cpu_device(), &d));
 
     double worst = 0;
     int64_t total = g.samples ? g.samples : g.m * g.n;
@@ -219,33 +219,33 @@ static void test_gemm_edges(void) {
     for (int i = 0; i < 4; i++) c[i] = NAN;
     amp_gemm_desc d = {.m = 2, .n = 2, .k = 3, .alpha = 1, .a = a, .a_dtype = AMP_F32, .lda = 3,
                        .b = b, .b_dtype = AMP_F32, .ldb = 2, .c = c, .c_dtype = AMP_F32, .ldc = 2};
-    CHECK_OK(amp_cpu_gemm(&d));
+    CHECK_OK(amp_cpu_gemm(amp_cpu_device(), &d));
     CHECK(c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11);
     /* k == 0: C = beta * C + bias. */
     float bias[2] = {1, -1};
     amp_gemm_desc e = d;
     e.k = 0, e.beta = 2, e.bias = bias;
-    CHECK_OK(amp_cpu_gemm(&e));
+    CHECK_OK(amp_cpu_gemm(amp_cpu_device(), &e));
     CHECK(c[0] == 9 && c[1] == 9 && c[2] == 21 && c[3] == 21);
     /* m == 0 or n == 0: nothing to do, nothing touched. */
     amp_gemm_desc z = d;
     z.m = 0;
-    CHECK_OK(amp_cpu_gemm(&z));
+    CHECK_OK(amp_cpu_gemm(amp_cpu_device(), &z));
     CHECK(c[0] == 9);
 
     amp_gemm_desc bad = d;
     bad.lda = 2;
-    CHECK_FAILS(amp_cpu_gemm(&bad), AMP_ERR_SHAPE, "lda=2");
+    CHECK_FAILS(amp_cpu_gemm(amp_cpu_device(), &bad), AMP_ERR_SHAPE, "lda=2");
     bad = d;
     bad.ldc = 1;
-    CHECK_FAILS(amp_cpu_gemm(&bad), AMP_ERR_SHAPE, "ldc=1");
+    CHECK_FAILS(amp_cpu_gemm(amp_cpu_device(), &bad), AMP_ERR_SHAPE, "ldc=1");
     bad = d;
     bad.b_dtype = AMP_I32;
-    CHECK_FAILS(amp_cpu_gemm(&bad), AMP_ERR_UNSUPPORTED, "f32, f16 or bf16");
+    CHECK_FAILS(amp_cpu_gemm(amp_cpu_device(), &bad), AMP_ERR_UNSUPPORTED, "f32, f16 or bf16");
     bad = d;
     bad.a = NULL;
-    CHECK_FAILS(amp_cpu_gemm(&bad), AMP_ERR_INVALID_ARG, "d->a");
-    CHECK_FAILS(amp_cpu_gemm(NULL), AMP_ERR_INVALID_ARG, "'d'");
+    CHECK_FAILS(amp_cpu_gemm(amp_cpu_device(), &bad), AMP_ERR_INVALID_ARG, "d->a");
+    CHECK_FAILS(amp_cpu_gemm(amp_cpu_device(), NULL), AMP_ERR_INVALID_ARG, "'d'");
 }
 
 /* The same inputs give the same bits on repeated calls (the plan comes from the cache). */
@@ -258,10 +258,10 @@ static void test_gemm_repeat(void) {
         amp_gemm_desc d = {.trans_b = true, .m = m, .n = n, .k = k, .alpha = 1, .a = a.p,
                            .a_dtype = t, .lda = k, .b = b.p, .b_dtype = t, .ldb = k, .c = c1,
                            .c_dtype = AMP_F32, .ldc = n};
-        CHECK_OK(amp_cpu_gemm(&d));
+        CHECK_OK(amp_cpu_gemm(amp_cpu_device(), &d));
         for (int r = 0; r < 3; r++) {
             d.c = c2;
-            CHECK_OK(amp_cpu_gemm(&d));
+            CHECK_OK(amp_cpu_gemm(amp_cpu_device(), &d));
             CHECK_MSG(!memcmp(c1, c2, (size_t)(m * n) * 4), "gemm dtype %d: call %d differs", t,
                       r + 2);
         }
@@ -289,7 +289,7 @@ static amp_status conc_gemm(int shape, const float *a, const float *b, float *c)
     amp_gemm_desc d = {.m = 1 + shape % 16, .n = 16, .k = 8 + shape, .alpha = 1, .a = a,
                        .a_dtype = AMP_F32, .lda = 128, .b = b, .b_dtype = AMP_F32, .ldb = 16,
                        .c = c, .c_dtype = AMP_F32, .ldc = 16};
-    return amp_cpu_gemm(&d);
+    return amp_cpu_gemm(amp_cpu_device(), &d);
 }
 
 static void *conc_worker(void *p) {
@@ -414,9 +414,9 @@ static void check_conv(amp_conv2d_desc d, bool bias, double rel_tol) {
     buf dw = buf_new(d.dtype, nw_of(&d));
     float *b = malloc((size_t)d.c_out * sizeof *b), *db = malloc((size_t)d.c_out * sizeof *db);
     for (int64_t o = 0; o < d.c_out; o++) b[o] = frand(), db[o] = NAN;
-    CHECK_OK(amp_cpu_conv2d_fwd(&d, x.p, w.p, bias ? b : NULL, y.p));
-    CHECK_OK(amp_cpu_conv2d_bwd_data(&d, dy.p, w.p, dx.p));
-    CHECK_OK(amp_cpu_conv2d_bwd_weight(&d, x.p, dy.p, dw.p, bias ? db : NULL));
+    CHECK_OK(amp_cpu_conv2d_fwd(amp_cpu_device(), &d, x.p, w.p, bias ? b : NULL, y.p));
+    CHECK_OK(amp_cpu_conv2d_bwd_data(amp_cpu_device(), &d, dy.p, w.p, dx.p));
+    CHECK_OK(amp_cpu_conv2d_bwd_weight(amp_cpu_device(), &d, x.p, dy.p, dw.p, bias ? db : NULL));
     conv_ref r = conv_reference(&d, x.v, w.v, bias ? b : NULL, dy.v);
     double e[4] = {worst_err(&y, r.y, r.y_mag, ny_of(&d), rel_tol),
                    worst_err(&dx, r.dx, r.dx_mag, nx_of(&d), rel_tol),
@@ -474,9 +474,9 @@ static void test_conv_repeat(void) {
     float *dw[2] = {malloc(nw), malloc(nw)}, db[2][32], bias[32];
     for (int o = 0; o < 32; o++) bias[o] = frand();
     for (int r = 0; r < 2; r++) {
-        CHECK_OK(amp_cpu_conv2d_fwd(&d, x.p, w.p, bias, y[r]));
-        CHECK_OK(amp_cpu_conv2d_bwd_data(&d, dy.p, w.p, dx[r]));
-        CHECK_OK(amp_cpu_conv2d_bwd_weight(&d, x.p, dy.p, dw[r], db[r]));
+        CHECK_OK(amp_cpu_conv2d_fwd(amp_cpu_device(), &d, x.p, w.p, bias, y[r]));
+        CHECK_OK(amp_cpu_conv2d_bwd_data(amp_cpu_device(), &d, dy.p, w.p, dx[r]));
+        CHECK_OK(amp_cpu_conv2d_bwd_weight(amp_cpu_device(), &d, x.p, dy.p, dw[r], db[r]));
     }
     CHECK(!memcmp(y[0], y[1], ny));
     CHECK(!memcmp(dx[0], dx[1], nx));
@@ -493,17 +493,22 @@ static void test_conv_errors(void) {
     float x[50] = {0}, w[54] = {0}, y[75];
     amp_conv2d_desc bad = d;
     bad.h_out = 4;
-    CHECK_FAILS(amp_cpu_conv2d_fwd(&bad, x, w, NULL, y), AMP_ERR_SHAPE, "output 4x5");
+    CHECK_FAILS(amp_cpu_conv2d_fwd(amp_cpu_device(), &bad, x, w, NULL, y), AMP_ERR_SHAPE,
+                "output 4x5");
     bad = d;
     bad.kh = 9, bad.pad_h = 1;
-    CHECK_FAILS(amp_cpu_conv2d_bwd_data(&bad, y, w, x), AMP_ERR_SHAPE, "kernel 9x3");
+    CHECK_FAILS(amp_cpu_conv2d_bwd_data(amp_cpu_device(), &bad, y, w, x), AMP_ERR_SHAPE,
+                "kernel 9x3");
     bad = d;
     bad.stride_w = 0;
-    CHECK_FAILS(amp_cpu_conv2d_bwd_weight(&bad, x, y, w, NULL), AMP_ERR_SHAPE, "stride");
+    CHECK_FAILS(amp_cpu_conv2d_bwd_weight(amp_cpu_device(), &bad, x, y, w, NULL), AMP_ERR_SHAPE,
+                "stride");
     bad = d;
     bad.dtype = AMP_I32;
-    CHECK_FAILS(amp_cpu_conv2d_fwd(&bad, x, w, NULL, y), AMP_ERR_UNSUPPORTED, "f32, f16 or bf16");
-    CHECK_FAILS(amp_cpu_conv2d_fwd(&d, x, NULL, NULL, y), AMP_ERR_INVALID_ARG, "'w'");
+    CHECK_FAILS(amp_cpu_conv2d_fwd(amp_cpu_device(), &bad, x, w, NULL, y), AMP_ERR_UNSUPPORTED,
+                "f32, f16 or bf16");
+    CHECK_FAILS(amp_cpu_conv2d_fwd(amp_cpu_device(), &d, x, NULL, NULL, y), AMP_ERR_INVALID_ARG,
+                "'w'");
 }
 
 int main(void) {

@@ -37,9 +37,9 @@ static void check_config(amp_dtype dt, int64_t n, int64_t c, int64_t h, int64_t 
         test_store(x, dt, i, -1.0f - (float)(int)(test_uniform() * 4));
     for (int64_t i = 0; i < planes * out_sz; i++)
         test_store(dy, dt, i, (float)(test_uniform() * 2 - 1));
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK_OK(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y));
     memset(dx, 0xff, in_bytes); /* NaN: every element must be written */
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
+    CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, dy, x, dx));
     int bad = 0;
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t oh = 0; oh < d.h_out; oh++)
@@ -75,7 +75,7 @@ static int64_t picked_by(const amp_pool_desc *d, const float *x, int64_t o) {
     float *dy = calloc((size_t)out_n, sizeof *dy), *dx = malloc((size_t)in_n * sizeof *dx);
     dy[o] = 1.0f;
     int64_t at = -1, ones = 0, others = 0;
-    CHECK_OK(amp_cpu_maxpool_bwd(d, dy, x, dx));
+    CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), d, dy, x, dx));
     for (int64_t i = 0; i < in_n; i++) {
         if (dx[i] == 1.0f) at = i, ones++;
         else if (dx[i] != 0.0f) others++;
@@ -91,7 +91,7 @@ static void test_rules(void) {
     for (int i = 0; i < 16; i++) x[i] = -5.0f;
     x[5] = NAN;
     x[15] = -INFINITY;
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK_OK(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y));
     CHECK(y[0] == -5.0f && picked_by(&d, x, 0) == 0);          /* corner: only x[0] is in bounds */
     CHECK(y[1] == -5.0f && picked_by(&d, x, 1) == 0);          /* tie of x[0], x[1]: the first */
     CHECK(isnan(y[6]) && picked_by(&d, x, 6) == 5);            /* NaN wins */
@@ -101,7 +101,7 @@ static void test_rules(void) {
     /* Backward with overlapping windows: x[0] is the argmax of outputs 0, 1, 5. */
     float dy[25], dx[16];
     for (int i = 0; i < 25; i++) dy[i] = 1.0f;
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
+    CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, dy, x, dx));
     float total = 0;
     for (int i = 0; i < 16; i++) total += dx[i];
     CHECK(total == 25.0f && dx[0] == 3.0f);
@@ -117,7 +117,7 @@ static void test_rules_2x2(void) {
     x[2] = NAN, x[8] = NAN;                /* window 1: two NaN, the last one holds the argmax */
     x[10] = x[11] = x[15] = x[16] = -INFINITY; /* window 2: -inf only */
     x[13] = -1.0f, x[18] = -1.0f;          /* window 3: a tie of -1, the first wins */
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
+    CHECK_OK(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y));
     CHECK(y[0] == -5.0f && picked_by(&d, x, 0) == 0);
     CHECK(isnan(y[1]) && picked_by(&d, x, 1) == 8);
     CHECK(y[2] == -INFINITY && picked_by(&d, x, 2) == 10);
@@ -127,7 +127,7 @@ static void test_rules_2x2(void) {
     float dy[4] = {-0.0f, 1.0f, 2.0f, 3.0f}, dx[20], want[20] = {0};
     for (int i = 0; i < 20; i++) dx[i] = 7.0f;
     want[8] = 1.0f, want[10] = 2.0f, want[13] = 3.0f;
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
+    CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, dy, x, dx));
     CHECK(memcmp(dx, want, sizeof want) == 0);
 }
 
@@ -166,8 +166,8 @@ static void test_2x2_special_values(amp_dtype dt) {
     for (int64_t i = 0; i < out_n; i++)
         test_store(dy, dt, i, i % 5 == 0 ? -0.0f : (float)(int)(test_uniform() * 9) - 4.0f);
     memset(dx, 0xff, (size_t)in_n * es);
-    CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y));
-    CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx));
+    CHECK_OK(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y));
+    CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, dy, x, dx));
     float *want_dx = calloc((size_t)in_n, sizeof *want_dx);
     int bad_y = 0, bad_dx = 0;
     for (int64_t pl = 0; pl < 2; pl++)
@@ -199,16 +199,16 @@ static void test_errors(void) {
     float x[16] = {0}, y[16];
     amp_pool_desc d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
     d.h_out = 3;
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_SHAPE, "output 3 x 2");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y), AMP_ERR_SHAPE, "output 3 x 2");
     d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 2);
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_INVALID_ARG, "pad 2");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y), AMP_ERR_INVALID_ARG, "pad 2");
     d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 1, 0);
     d.stride = 0;
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_INVALID_ARG, "stride 0");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y), AMP_ERR_INVALID_ARG, "stride 0");
     d = make_desc(AMP_I32, 1, 1, 4, 4, 2, 2, 0);
-    CHECK_FAILS(amp_cpu_maxpool_fwd(&d, x, y), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y), AMP_ERR_DTYPE, "i32");
     d = make_desc(AMP_F32, 1, 1, 4, 4, 2, 2, 0);
-    CHECK_FAILS(amp_cpu_maxpool_bwd(&d, y, NULL, x), AMP_ERR_INVALID_ARG, "x");
+    CHECK_FAILS(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, y, NULL, x), AMP_ERR_INVALID_ARG, "x");
 }
 
 static void test_thread_determinism(void) {
@@ -220,8 +220,8 @@ static void test_thread_determinism(void) {
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
         y[t] = malloc((size_t)out_n * 2), dx[t] = malloc((size_t)in_n * 2);
-        CHECK_OK(amp_cpu_maxpool_fwd(&d, x, y[t]));
-        CHECK_OK(amp_cpu_maxpool_bwd(&d, dy, x, dx[t]));
+        CHECK_OK(amp_cpu_maxpool_fwd(amp_cpu_device(), &d, x, y[t]));
+        CHECK_OK(amp_cpu_maxpool_bwd(amp_cpu_device(), &d, dy, x, dx[t]));
     }
     CHECK(memcmp(y[0], y[1], (size_t)out_n * 2) == 0);
     CHECK(memcmp(dx[0], dx[1], (size_t)in_n * 2) == 0);

@@ -33,7 +33,7 @@ static void test_sum(void) {
             long double ref = 0;
             for (int64_t i = 0; i < n; i++) ref += test_load(x, dt, i);
             float got = -1.0f;
-            CHECK_OK(amp_cpu_sum(dt, n, x, -0.5f, &got));
+            CHECK_OK(amp_cpu_sum(amp_cpu_device(), dt, n, x, -0.5f, &got));
             /* Double accumulation: only the final f32 rounding is left. */
             double want = (double)(-0.5L * ref);
             CHECK_MSG(rel_close(got, want, 0x1p-23, 1e-30), "sum %s n=%lld: %.9g vs %.9g",
@@ -41,12 +41,13 @@ static void test_sum(void) {
             free(x);
         }
     float inf_nan[3] = {1.0f, INFINITY, 2.0f}, got;
-    CHECK_OK(amp_cpu_sum(AMP_F32, 3, inf_nan, 1.0f, &got));
+    CHECK_OK(amp_cpu_sum(amp_cpu_device(), AMP_F32, 3, inf_nan, 1.0f, &got));
     CHECK(got == INFINITY);
     inf_nan[0] = NAN;
-    CHECK_OK(amp_cpu_sum(AMP_F32, 3, inf_nan, 1.0f, &got));
+    CHECK_OK(amp_cpu_sum(amp_cpu_device(), AMP_F32, 3, inf_nan, 1.0f, &got));
     CHECK(isnan(got));
-    CHECK_FAILS(amp_cpu_sum(AMP_I32, 3, inf_nan, 1.0f, &got), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_sum(amp_cpu_device(), AMP_I32, 3, inf_nan, 1.0f, &got), AMP_ERR_DTYPE,
+                "i32");
 }
 
 static void test_sum_rows(void) {
@@ -58,7 +59,7 @@ static void test_sum_rows(void) {
             int64_t rows = shapes[k][0], cols = shapes[k][1];
             void *x = test_random_tensor(dt, rows * cols, -2.0, 2.0);
             float *out = malloc((size_t)cols * sizeof *out);
-            CHECK_OK(amp_cpu_sum_rows(dt, rows, cols, x, out));
+            CHECK_OK(amp_cpu_sum_rows(amp_cpu_device(), dt, rows, cols, x, out));
             int bad = 0;
             for (int64_t j = 0; j < cols; j++) {
                 long double ref = 0;
@@ -87,12 +88,12 @@ static void test_mse(void) {
                 ref += diff * diff;
             }
             float loss, dloss = 1.5f;
-            CHECK_OK(amp_cpu_mse_fwd(dt, n, a, b, &loss));
+            CHECK_OK(amp_cpu_mse_fwd(amp_cpu_device(), dt, n, a, b, &loss));
             /* Each square is rounded to f32 before the double sum: a few f32 ulps. */
             double want_loss = (double)(ref / n);
             CHECK_MSG(rel_close(loss, want_loss, 4 * 0x1p-23, 0), "mse %s n=%lld: %.9g vs %.9g",
                       amp_dtype_name(dt), (long long)n, (double)loss, want_loss);
-            CHECK_OK(amp_cpu_mse_bwd(dt, n, a, b, &dloss, da));
+            CHECK_OK(amp_cpu_mse_bwd(amp_cpu_device(), dt, n, a, b, &dloss, da));
             double ulp = dt == AMP_F32 ? 0x1p-22 : dt == AMP_F16 ? 0x1p-10 : 0x1p-7;
             int bad = 0;
             for (int64_t i = 0; i < n; i++) {
@@ -107,9 +108,9 @@ static void test_mse(void) {
             free(da);
         }
     float a[2] = {1.0f, NAN}, b[2] = {0.0f, 0.0f}, loss;
-    CHECK_OK(amp_cpu_mse_fwd(AMP_F32, 2, a, b, &loss));
+    CHECK_OK(amp_cpu_mse_fwd(amp_cpu_device(), AMP_F32, 2, a, b, &loss));
     CHECK(isnan(loss));
-    CHECK_OK(amp_cpu_mse_fwd(AMP_F32, 0, NULL, NULL, &loss));
+    CHECK_OK(amp_cpu_mse_fwd(amp_cpu_device(), AMP_F32, 0, NULL, NULL, &loss));
     CHECK(isnan(loss)); /* torch: mean over no elements */
 }
 
@@ -142,7 +143,7 @@ static void test_xent(void) {
             float *ls = malloc((size_t)n * sizeof *ls), loss;
             double *rls = malloc((size_t)n * sizeof *rls), rloss;
             void *dx = malloc((size_t)n * test_dtype_size(dt));
-            CHECK_OK(amp_cpu_xent_fwd(dt, rows, classes, x, labels, &loss, ls));
+            CHECK_OK(amp_cpu_xent_fwd(amp_cpu_device(), dt, rows, classes, x, labels, &loss, ls));
             ref_xent(x, dt, rows, classes, labels, &rloss, rls);
             double tol = k == 2 ? 1e-4 : 2e-6; /* f32 x - max near 1e3 keeps 2^-14 absolute */
             CHECK_MSG(rel_close(loss, rloss, 1e-5, tol), "xent %s [%lld,%lld]: %.9g vs %.9g",
@@ -151,7 +152,7 @@ static void test_xent(void) {
             for (int64_t i = 0; i < n; i++) bad += !rel_close(ls[i], rls[i], 1e-6, tol);
             CHECK_MSG(bad == 0, "logsoftmax %s: %d wrong", amp_dtype_name(dt), bad);
             float dloss = 0.75f;
-            CHECK_OK(amp_cpu_xent_bwd(dt, rows, classes, ls, labels, &dloss, dx));
+            CHECK_OK(amp_cpu_xent_bwd(amp_cpu_device(), dt, rows, classes, ls, labels, &dloss, dx));
             /* Against the saved log-softmax, so the backward is checked on its own; the error
              * scales with the terms (softmax and one-hot), since their difference may cancel. */
             double ulp = dt == AMP_F32 ? 0x1p-22 : dt == AMP_F16 ? 0x1p-10 : 0x1p-7;
@@ -177,19 +178,22 @@ static void test_xent(void) {
 static void test_xent_errors(void) {
     float x[6] = {1, 2, 3, 4, 5, 6}, ls[6], loss = 123.0f, dloss = 1.0f;
     int32_t labels[2] = {2, 3};
-    CHECK_FAILS(amp_cpu_xent_fwd(AMP_F32, 2, 3, x, labels, &loss, ls), AMP_ERR_INVALID_ARG,
-                "label 3 of row 1");
+    CHECK_FAILS(amp_cpu_xent_fwd(amp_cpu_device(), AMP_F32, 2, 3, x, labels, &loss, ls),
+                AMP_ERR_INVALID_ARG, "label 3 of row 1");
     CHECK(loss == 123.0f); /* nothing written */
     labels[1] = -1;
-    CHECK_FAILS(amp_cpu_xent_bwd(AMP_F32, 2, 3, ls, labels, &dloss, x), AMP_ERR_INVALID_ARG,
-                "label -1 of row 1");
+    CHECK_FAILS(amp_cpu_xent_bwd(amp_cpu_device(), AMP_F32, 2, 3, ls, labels, &dloss, x),
+                AMP_ERR_INVALID_ARG, "label -1 of row 1");
     labels[1] = 0;
-    CHECK_FAILS(amp_cpu_xent_fwd(AMP_F32, 2, 0, x, labels, &loss, ls), AMP_ERR_SHAPE, "classes");
-    CHECK_FAILS(amp_cpu_xent_fwd(AMP_I32, 2, 3, x, labels, &loss, ls), AMP_ERR_DTYPE, "i32");
-    CHECK_FAILS(amp_cpu_xent_fwd(AMP_F32, 2, 3, x, NULL, &loss, ls), AMP_ERR_INVALID_ARG, "labels");
+    CHECK_FAILS(amp_cpu_xent_fwd(amp_cpu_device(), AMP_F32, 2, 0, x, labels, &loss, ls),
+                AMP_ERR_SHAPE, "classes");
+    CHECK_FAILS(amp_cpu_xent_fwd(amp_cpu_device(), AMP_I32, 2, 3, x, labels, &loss, ls),
+                AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(amp_cpu_xent_fwd(amp_cpu_device(), AMP_F32, 2, 3, x, NULL, &loss, ls),
+                AMP_ERR_INVALID_ARG, "labels");
     /* A NaN logit poisons its row, as in PyTorch. */
     x[4] = NAN;
-    CHECK_OK(amp_cpu_xent_fwd(AMP_F32, 2, 3, x, labels, &loss, ls));
+    CHECK_OK(amp_cpu_xent_fwd(amp_cpu_device(), AMP_F32, 2, 3, x, labels, &loss, ls));
     CHECK(isnan(loss) && isnan(ls[3]) && isnan(ls[5]) && !isnan(ls[0]));
 }
 
@@ -206,13 +210,14 @@ static void test_thread_determinism(void) {
     for (int t = 0; t < 2; t++) {
         omp_set_num_threads(t + 1);
         float *o = out[t];
-        CHECK_OK(amp_cpu_sum(AMP_F32, n, x, 1.0f, &o[0]));
-        CHECK_OK(amp_cpu_sum(AMP_BF16, n, h, 1.0f, &o[1]));
-        CHECK_OK(amp_cpu_mse_fwd(AMP_F32, n, x, y, &o[2]));
-        CHECK_OK(amp_cpu_sum_rows(AMP_F32, rows, cols, x, &o[3]));
-        CHECK_OK(amp_cpu_sum_rows(AMP_BF16, n / 3, 3, h, &o[300]));
-        CHECK_OK(amp_cpu_sum_rows(AMP_F32, 1024, 1000, y, &o[310]));
-        CHECK_OK(amp_cpu_xent_fwd(AMP_F32, n / classes, classes, x, labels, &o[1400], ls));
+        CHECK_OK(amp_cpu_sum(amp_cpu_device(), AMP_F32, n, x, 1.0f, &o[0]));
+        CHECK_OK(amp_cpu_sum(amp_cpu_device(), AMP_BF16, n, h, 1.0f, &o[1]));
+        CHECK_OK(amp_cpu_mse_fwd(amp_cpu_device(), AMP_F32, n, x, y, &o[2]));
+        CHECK_OK(amp_cpu_sum_rows(amp_cpu_device(), AMP_F32, rows, cols, x, &o[3]));
+        CHECK_OK(amp_cpu_sum_rows(amp_cpu_device(), AMP_BF16, n / 3, 3, h, &o[300]));
+        CHECK_OK(amp_cpu_sum_rows(amp_cpu_device(), AMP_F32, 1024, 1000, y, &o[310]));
+        CHECK_OK(amp_cpu_xent_fwd(amp_cpu_device(), AMP_F32, n / classes, classes, x, labels,
+                                  &o[1400], ls));
         o[1401] = ls[12345];
     }
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);

@@ -40,8 +40,8 @@ static float rnd_uniform(float lo, float hi) {
 
 static void *dev_from_host(const void *host, size_t nbytes) {
     void *d = NULL;
-    CHECK_OK(gpu->alloc(nbytes, &d));
-    if (d) CHECK_OK(gpu->copy_from_host(d, host, nbytes));
+    CHECK_OK(gpu->alloc(gpu->dev, nbytes, &d));
+    if (d) CHECK_OK(gpu->copy_from_host(gpu->dev, d, host, nbytes));
     return d;
 }
 
@@ -58,34 +58,34 @@ static float load_host(const void *p, amp_dtype dt, size_t i) {
 
 static void test_memory(void) {
     void *a = NULL, *b = NULL;
-    CHECK_OK(gpu->alloc(1000, &a));
+    CHECK_OK(gpu->alloc(gpu->dev, 1000, &a));
     CHECK(a != NULL && ((uintptr_t)a & 63) == 0);
     size_t in_use = 0, cached = 0;
-    amp_cuda_alloc_stats(&in_use, &cached);
+    amp_cuda_alloc_stats(amp_cuda_device(), &in_use, &cached);
     CHECK(in_use >= 1000);
-    gpu->free(a);
+    gpu->free(gpu->dev, a);
     /* Steady state: the same size comes back from the cache, not from cudaMalloc. */
-    CHECK_OK(gpu->alloc(1000, &b));
+    CHECK_OK(gpu->alloc(gpu->dev, 1000, &b));
     CHECK(b == a);
-    gpu->free(b);
-    gpu->free(NULL);
+    gpu->free(gpu->dev, b);
+    gpu->free(gpu->dev, NULL);
 
     enum { N = 5000 };
     static float h[N], back[N];
     for (int i = 0; i < N; i++) h[i] = (float)i * 0.5f - 7.0f;
     float *d1 = dev_from_host(h, sizeof h), *d2 = NULL;
-    CHECK_OK(gpu->alloc(sizeof h, (void **)&d2));
-    CHECK_OK(gpu->copy(d2, d1, sizeof h));
-    CHECK_OK(gpu->copy_to_host(back, d2, sizeof h));
+    CHECK_OK(gpu->alloc(gpu->dev, sizeof h, (void **)&d2));
+    CHECK_OK(gpu->copy(gpu->dev, d2, d1, sizeof h));
+    CHECK_OK(gpu->copy_to_host(gpu->dev, back, d2, sizeof h));
     CHECK(memcmp(back, h, sizeof h) == 0);
-    CHECK_OK(gpu->memset_zero(d2 + 10, 100 * sizeof(float)));
-    CHECK_OK(gpu->copy_to_host(back, d2, sizeof h));
+    CHECK_OK(gpu->memset_zero(gpu->dev, d2 + 10, 100 * sizeof(float)));
+    CHECK_OK(gpu->copy_to_host(gpu->dev, back, d2, sizeof h));
     int bad = 0;
     for (int i = 0; i < N; i++) bad += back[i] != ((i >= 10 && i < 110) ? 0.0f : h[i]);
     CHECK_MSG(bad == 0, "memset_zero: %d wrong", bad);
-    CHECK_OK(gpu->sync());
-    gpu->free(d1);
-    gpu->free(d2);
+    CHECK_OK(gpu->sync(gpu->dev));
+    gpu->free(gpu->dev, d1);
+    gpu->free(gpu->dev, d2);
 }
 
 /* Every conversion on random data and specials: bit-exact with core/half.h and the CPU backend. */
@@ -102,12 +102,12 @@ static void test_cast_fill(void) {
         for (int b = 0; b < 3; b++) {
             amp_dtype from = dts[a], to = dts[b];
             /* the source in `from`, made by the CPU backend */
-            CHECK_OK(cpu->k.cast(mid, from, src, AMP_F32, N));
+            CHECK_OK(cpu->k.cast(cpu->dev, mid, from, src, AMP_F32, N));
             void *ds = dev_from_host(mid, N * amp_dtype_size(from)), *dd = NULL;
-            CHECK_OK(gpu->alloc(N * amp_dtype_size(to), &dd));
-            CHECK_OK(gpu->k.cast(dd, to, ds, from, N));
-            CHECK_OK(gpu->copy_to_host(out_gpu, dd, N * amp_dtype_size(to)));
-            CHECK_OK(cpu->k.cast(out_cpu, to, mid, from, N));
+            CHECK_OK(gpu->alloc(gpu->dev, N * amp_dtype_size(to), &dd));
+            CHECK_OK(gpu->k.cast(gpu->dev, dd, to, ds, from, N));
+            CHECK_OK(gpu->copy_to_host(gpu->dev, out_gpu, dd, N * amp_dtype_size(to)));
+            CHECK_OK(cpu->k.cast(cpu->dev, out_cpu, to, mid, from, N));
             CHECK_MSG(memcmp(out_gpu, out_cpu, N * amp_dtype_size(to)) == 0, "cast %s -> %s",
                       amp_dtype_name(from), amp_dtype_name(to));
             int bad = 0;
@@ -120,23 +120,23 @@ static void test_cast_fill(void) {
             }
             CHECK_MSG(bad == 0, "cast %s -> %s: %d differ from core/half.h", amp_dtype_name(from),
                       amp_dtype_name(to), bad);
-            gpu->free(ds);
-            gpu->free(dd);
+            gpu->free(gpu->dev, ds);
+            gpu->free(gpu->dev, dd);
         }
         amp_dtype dt = dts[a];
         void *d = NULL;
         float *scalar = NULL, three = 3.0f;
-        CHECK_OK(gpu->alloc(N * 4, &d));
-        CHECK_OK(gpu->k.fill(d, dt, N, 0.1f));
-        CHECK_OK(gpu->copy_to_host(out_gpu, d, N * amp_dtype_size(dt)));
-        CHECK_OK(cpu->k.fill(out_cpu, dt, N, 0.1f));
+        CHECK_OK(gpu->alloc(gpu->dev, N * 4, &d));
+        CHECK_OK(gpu->k.fill(gpu->dev, d, dt, N, 0.1f));
+        CHECK_OK(gpu->copy_to_host(gpu->dev, out_gpu, d, N * amp_dtype_size(dt)));
+        CHECK_OK(cpu->k.fill(cpu->dev, out_cpu, dt, N, 0.1f));
         CHECK_MSG(memcmp(out_gpu, out_cpu, N * amp_dtype_size(dt)) == 0, "fill %s", amp_dtype_name(dt));
         scalar = dev_from_host(&three, sizeof three);
-        CHECK_OK(gpu->k.fill_scalar(d, dt, N, scalar, -0.25f));
-        CHECK_OK(gpu->copy_to_host(out_gpu, d, N * amp_dtype_size(dt)));
+        CHECK_OK(gpu->k.fill_scalar(gpu->dev, d, dt, N, scalar, -0.25f));
+        CHECK_OK(gpu->copy_to_host(gpu->dev, out_gpu, d, N * amp_dtype_size(dt)));
         CHECK(load_host(out_gpu, dt, 0) == -0.75f && load_host(out_gpu, dt, N - 1) == -0.75f);
-        gpu->free(scalar);
-        gpu->free(d);
+        gpu->free(gpu->dev, scalar);
+        gpu->free(gpu->dev, d);
     }
 }
 
@@ -172,8 +172,8 @@ static void test_gemm_case(gemm_case g) {
                        .alpha = g.alpha, .beta = g.beta, .a = da, .a_dtype = g.a_dt, .lda = lda,
                        .b = db, .b_dtype = g.b_dt, .ldb = ldb, .c = dc, .c_dtype = g.c_dt,
                        .ldc = ldc, .bias = g.bias ? dbias : NULL};
-    CHECK_OK(gpu->k.gemm(&d));
-    CHECK_OK(gpu->copy_to_host(c_gpu, dc, (size_t)(g.m * ldc) * cs));
+    CHECK_OK(gpu->k.gemm(gpu->dev, &d));
+    CHECK_OK(gpu->copy_to_host(gpu->dev, c_gpu, dc, (size_t)(g.m * ldc) * cs));
     bool have_cpu = cpu->k.gemm != NULL;
     if (have_cpu) {
         memcpy(c_cpu, c, (size_t)(g.m * ldc) * cs);
@@ -182,7 +182,7 @@ static void test_gemm_case(gemm_case g) {
         dh.b = b;
         dh.c = c_cpu;
         dh.bias = g.bias ? bias : NULL;
-        CHECK_OK(cpu->k.gemm(&dh));
+        CHECK_OK(cpu->k.gemm(cpu->dev, &dh));
     }
     double unit = g.c_dt == AMP_F16 ? 0x1p-11 : g.c_dt == AMP_BF16 ? 0x1p-8 : 0x1p-24;
     double eps_ab = 1e-6 * g.k; /* f32 accumulation of k products */
@@ -219,10 +219,10 @@ static void test_gemm_case(gemm_case g) {
               g.ta, g.tb, g.m, g.n, g.k, g.pad, amp_dtype_name(g.a_dt), amp_dtype_name(g.b_dt),
               amp_dtype_name(g.c_dt),
               g.alpha, g.beta, g.bias, bad, bad_cpu, pad_touched);
-    gpu->free(da);
-    gpu->free(db);
-    gpu->free(dc);
-    gpu->free(dbias);
+    gpu->free(gpu->dev, da);
+    gpu->free(gpu->dev, db);
+    gpu->free(gpu->dev, dc);
+    gpu->free(gpu->dev, dbias);
     free(a);
     free(b);
     free(c);
@@ -269,10 +269,10 @@ static void test_gemm(void) {
     amp_gemm_desc bad = {.m = 2, .n = 2, .k = 2, .a = dummy, .a_dtype = AMP_F16, .lda = 2,
                          .b = dummy, .b_dtype = AMP_I32, .ldb = 2, .c = dummy,
                          .c_dtype = AMP_F32, .ldc = 2, .alpha = 1};
-    CHECK_FAILS(gpu->k.gemm(&bad), AMP_ERR_UNSUPPORTED, "i32");
+    CHECK_FAILS(gpu->k.gemm(gpu->dev, &bad), AMP_ERR_UNSUPPORTED, "i32");
     bad.b_dtype = AMP_F16;
     bad.lda = 1;
-    CHECK_FAILS(gpu->k.gemm(&bad), AMP_ERR_SHAPE, "lda");
+    CHECK_FAILS(gpu->k.gemm(gpu->dev, &bad), AMP_ERR_SHAPE, "lda");
 }
 
 int main(void) {

@@ -86,8 +86,8 @@ static float round_to(amp_dtype dt, float v) {
 /* Device memory of nbytes (at least 1) holding host's bytes, when host is given. */
 static void *dev_copy(const void *host, size_t nbytes) {
     void *d = NULL;
-    CHECK_OK(gpu->alloc(nbytes ? nbytes : 1, &d));
-    if (d && host && nbytes) CHECK_OK(gpu->copy_from_host(d, host, nbytes));
+    CHECK_OK(gpu->alloc(gpu->dev, nbytes ? nbytes : 1, &d));
+    if (d && host && nbytes) CHECK_OK(gpu->copy_from_host(gpu->dev, d, host, nbytes));
     return d;
 }
 
@@ -151,13 +151,14 @@ static void gdata_run(const gcase *g, gdata *d) {
     void *da = dev_copy(d->a, an), *db = dev_copy(d->b, bn), *dc = dev_copy(d->c0, cn);
     float *dbias = dev_copy(d->bias, (size_t)g->n * 4), *dbg = dev_copy(NULL, (size_t)g->m * 4);
     amp_gemm_desc dd = desc_of(g, d, da, db, dc, dbias, dbg);
-    CHECK_OK(gpu->k.gemm(&dd));
-    CHECK_OK(gpu->copy_to_host(d->c[0], dc, cn));
-    CHECK_OK(gpu->copy_to_host(d->bg[0], dbg, (size_t)g->m * 4));
+    CHECK_OK(gpu->k.gemm(gpu->dev, &dd));
+    CHECK_OK(gpu->copy_to_host(gpu->dev, d->c[0], dc, cn));
+    CHECK_OK(gpu->copy_to_host(gpu->dev, d->bg[0], dbg, (size_t)g->m * 4));
     memcpy(d->c[1], d->c0, cn);
     amp_gemm_desc dh = desc_of(g, d, d->a, d->b, d->c[1], d->bias, d->bg[1]);
-    CHECK_OK(cpu->k.gemm(&dh));
-    gpu->free(da), gpu->free(db), gpu->free(dc), gpu->free(dbias), gpu->free(dbg);
+    CHECK_OK(cpu->k.gemm(cpu->dev, &dh));
+    gpu->free(gpu->dev, da), gpu->free(gpu->dev, db), gpu->free(gpu->dev, dc),
+            gpu->free(gpu->dev, dbias), gpu->free(gpu->dev, dbg);
 }
 
 static double op_a(const gcase *g, const gdata *d, int i, int p, bool round_tf32) {
@@ -229,7 +230,7 @@ static void check_fused(const gcase *g) {
               : fuse_bg ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     int compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     amp_cuda_gemm_stats st;
-    amp_cuda_gemm_stats_get(&st);
+    amp_cuda_gemm_stats_get(amp_cuda_device(), &st);
     CHECK_MSG(st.epilogue == epi && st.direct == direct && st.compute == compute,
               "%s x %s -> %s bias=%d relu=%d bias_grad=%d tf32=%d alpha=%g: ran epilogue %d, "
               "direct %d, compute %d; want %d, %d, %d", dn(g->a_dt), dn(g->b_dt), dn(g->c_dt),
@@ -371,23 +372,24 @@ static void test_half_bias_direct(void) {
         void *da = dev_copy(d.a, an), *db = dev_copy(d.b, bn), *dc = dev_copy(d.c0, cn);
         float *dbias = dev_copy(d.bias, (size_t)g.n * 4);
         amp_gemm_desc dd = desc_of(&g, &d, da, db, dc, dbias, NULL);
-        CHECK_OK(gpu->k.gemm(&dd)); /* the plan and cuBLASLt's workspace, made once */
-        CHECK_OK(gpu->sync());
+        CHECK_OK(gpu->k.gemm(gpu->dev, &dd)); /* the plan and cuBLASLt's workspace, made once */
+        CHECK_OK(gpu->sync(gpu->dev));
         size_t in_use = 0, peak = 0;
-        gpu->memory_stats(&in_use, &peak);
-        gpu->memory_reset_peak();
-        CHECK_OK(gpu->k.gemm(&dd));
+        gpu->memory_stats(gpu->dev, &in_use, &peak);
+        gpu->memory_reset_peak(gpu->dev);
+        CHECK_OK(gpu->k.gemm(gpu->dev, &dd));
         check_fused(&g);
-        CHECK_OK(gpu->sync());
+        CHECK_OK(gpu->sync(gpu->dev));
         size_t in_use2 = 0, peak2 = 0;
-        gpu->memory_stats(&in_use2, &peak2);
+        gpu->memory_stats(gpu->dev, &in_use2, &peak2);
         CHECK_MSG(peak2 - in_use < (size_t)(g.m * g.n) * 4 / 8,
                   "half C with a bias (relu %d): the call took %zu bytes (an m x n f32 scratch "
                   "is %d)", g.relu, peak2 - in_use, g.m * g.n * 4);
         CHECK(in_use2 == in_use);
-        CHECK_OK(gpu->copy_to_host(d.c[0], dc, cn));
+        CHECK_OK(gpu->copy_to_host(gpu->dev, d.c[0], dc, cn));
         CHECK_MSG(c_errors(&g, &d, 0, false, "direct") == 0, "half C with a bias: wrong values");
-        gpu->free(da), gpu->free(db), gpu->free(dc), gpu->free(dbias);
+        gpu->free(gpu->dev, da), gpu->free(gpu->dev, db), gpu->free(gpu->dev, dc),
+                gpu->free(gpu->dev, dbias);
         gdata_free(&d);
     }
 }
@@ -397,30 +399,32 @@ static void test_errors(void) {
     const amp_backend *bes[2] = {gpu, cpu};
     for (int i = 0; i < 2; i++) {
         void *a = NULL, *g = NULL;
-        CHECK_OK(bes[i]->alloc(sizeof dummy, &a));
-        CHECK_OK(bes[i]->alloc(sizeof bg, &g));
+        CHECK_OK(bes[i]->alloc(bes[i]->dev, sizeof dummy, &a));
+        CHECK_OK(bes[i]->alloc(bes[i]->dev, sizeof bg, &g));
         amp_gemm_desc d = {.trans_a = true, .m = 2, .n = 2, .k = 2, .alpha = 1, .a = a,
                            .a_dtype = AMP_F32, .lda = 2, .b = a, .b_dtype = AMP_F32, .ldb = 2,
                            .c = a, .c_dtype = AMP_F32, .ldc = 2, .epilogue = (amp_gemm_epilogue)7};
         const char *who = i ? "amp_cpu_gemm" : "amp_cuda_gemm";
         char want[96];
         snprintf(want, sizeof want, "%s: unknown epilogue 7", who);
-        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, want);
+        CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG, want);
         d.epilogue = AMP_GEMM_EPILOGUE_NONE;
         d.bias_grad = g;
         d.trans_a = false;
-        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, "bias_grad needs trans_a");
+        CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG,
+                    "bias_grad needs trans_a");
         d.trans_a = true;
         d.bias = g;
-        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, "cannot be combined with a bias");
+        CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG,
+                    "cannot be combined with a bias");
         d.bias = NULL;
         d.epilogue = AMP_GEMM_EPILOGUE_RELU;
-        CHECK_FAILS(bes[i]->k.gemm(&d), AMP_ERR_INVALID_ARG, "or an epilogue");
+        CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG, "or an epilogue");
         d.epilogue = AMP_GEMM_EPILOGUE_NONE;
-        CHECK_OK(bes[i]->k.gemm(&d));
-        CHECK_OK(bes[i]->sync());
-        bes[i]->free(a);
-        bes[i]->free(g);
+        CHECK_OK(bes[i]->k.gemm(bes[i]->dev, &d));
+        CHECK_OK(bes[i]->sync(bes[i]->dev));
+        bes[i]->free(bes[i]->dev, a);
+        bes[i]->free(bes[i]->dev, g);
     }
 }
 
@@ -490,9 +494,9 @@ static void ctx_conv(bool nondet, bool tf32) {
     CHECK_OK(amp_conv2d(x, w, NULL, 1, 1, &y));
     if (y) CHECK_OK(amp_mean(y, &loss));
     if (loss) CHECK_OK(amp_backward(loss));
-    CHECK_OK(gpu->sync());
+    CHECK_OK(gpu->sync(gpu->dev));
     amp_cuda_conv_stats st;
-    amp_cuda_conv_stats_get(&st);
+    amp_cuda_conv_stats_get(amp_cuda_device(), &st);
     bool algo0 = st.bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 &&
                  st.bwd_filter_algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
     bool det = st.bwd_data_algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 &&

@@ -283,12 +283,12 @@ static void test_errors(amp_ctx *ctx) {
                 "amp_sync_batchnorm2d_relu: beta has 5 elements");
     amp_bn_desc d = {.n = 2, .c = 4, .hw = 9, .eps = 1e-5f, .momentum = 0.1f, .dtype = AMP_F32,
                      .relu = true};
-    CHECK_FAILS(ctx->backend->k.bn_bwd(&d, x->data, x->data, NULL, NULL, g->data, g->data, NULL,
-                                     NULL, NULL),
+    CHECK_FAILS(ctx->backend->k.bn_bwd(ctx->backend->dev, &d, x->data, x->data, NULL, NULL, g->data,
+                                       g->data, NULL, NULL, NULL),
                 AMP_ERR_INVALID_ARG, "argument 'y' is NULL; d->relu is set");
     d.relu = false;
-    CHECK_FAILS(ctx->backend->k.bn_bwd(&d, x->data, x->data, x->data, NULL, g->data, g->data, NULL,
-                                     NULL, NULL),
+    CHECK_FAILS(ctx->backend->k.bn_bwd(ctx->backend->dev, &d, x->data, x->data, x->data, NULL,
+                                       g->data, g->data, NULL, NULL, NULL),
                 AMP_ERR_INVALID_ARG, "argument 'y' is given but d->relu is not set");
     amp_tensor_free(x);
     amp_tensor_free(g);

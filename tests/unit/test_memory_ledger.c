@@ -292,7 +292,7 @@ static void test_table(void) {
             if (k != AMP_MEM_WORKSPACE) check_kind(&u, (amp_mem_kind)k, want[k], "table");
     }
     void *stranger = NULL; /* straight from the backend: freed, counted nowhere */
-    CHECK_OK(ctx->backend->alloc(256, &stranger));
+    CHECK_OK(ctx->backend->alloc(ctx->backend->dev, 256, &stranger));
     amp_ledger_free(ctx, stranger);
     amp_ledger_free(ctx, NULL);
     amp_mem_usage u = usage_now(ctx, "stranger");

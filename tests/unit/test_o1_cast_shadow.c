@@ -114,7 +114,7 @@ static amp_tensor *weight(rig *r, int j) { return amp_model_param(r->m, 2 * j); 
 
 /* n elements of backend memory p (dtype dt) as host bytes. */
 static void read_back(const rig *r, const void *p, size_t nbytes, void *host) {
-    CHECK_OK(r->ctx->backend->copy_to_host(host, p, nbytes));
+    CHECK_OK(r->ctx->backend->copy_to_host(r->ctx->backend->dev, host, p, nbytes));
 }
 
 /* Whether the half bits at `data` are w's values rounded to half. */

@@ -81,11 +81,12 @@ static void free_params(amp_tensor *params[N_PARAMS]) {
  * rounded values, the dtype follows, and the gradient becomes a half tensor. */
 static void cast_like_amp(amp_tensor *t, amp_dtype dt) {
     uint16_t *half = NULL;
-    CHECK_OK(t->backend->alloc((size_t)t->numel * sizeof(uint16_t), (void **)&half));
+    CHECK_OK(t->backend->alloc(t->backend->dev, (size_t)t->numel * sizeof(uint16_t),
+                               (void **)&half));
     if (!half) return;
     const float *f = t->data;
     for (int64_t k = 0; k < t->numel; k++) half[k] = round_half(f[k], dt);
-    t->backend->free(t->data);
+    t->backend->free(t->backend->dev, t->data);
     t->data = half;
     t->dtype = dt;
     amp_tensor_free(t->grad);

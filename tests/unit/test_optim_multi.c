@@ -222,10 +222,10 @@ static void check_one(int op, int c, int64_t n, const int64_t *numel, amp_dtype 
     amp_opt_tensors t = bank_list(&multi);
     if (op == 0) {
         sgd_per_tensor(&sgd_cases[c], &per);
-        CHECK_OK(amp_cpu_sgd_multi(&sgd_cases[c], &t, NULL));
+        CHECK_OK(amp_cpu_sgd_multi(amp_cpu_device(), &sgd_cases[c], &t, NULL));
     } else {
         adam_per_tensor(&adam_cases[c], &per);
-        CHECK_OK(amp_cpu_adam_multi(&adam_cases[c], &t, NULL));
+        CHECK_OK(amp_cpu_adam_multi(amp_cpu_device(), &adam_cases[c], &t, NULL));
     }
     CHECK_MSG(bank_same(&per, &multi) && bank_guards_ok(&multi),
               "%s case %d, %lld tensors, grad %s, %s (half %s): multi != per tensor",
@@ -250,8 +250,8 @@ static void test_equals_per_tensor(void) {
     bank b = bank_make(N_MANY, many_numel, AMP_F32, MODE_F32, AMP_F32, 2, 1.0f);
     bank a2 = bank_clone(&a), b2 = bank_clone(&b);
     amp_opt_tensors ta = bank_list(&a), tb = bank_list(&b);
-    CHECK_OK(amp_cpu_adam_multi(&adam_cases[1], &ta, NULL));
-    CHECK_OK(amp_cpu_adam_multi(&adam_cases[1], &tb, NULL));
+    CHECK_OK(amp_cpu_adam_multi(amp_cpu_device(), &adam_cases[1], &ta, NULL));
+    CHECK_OK(amp_cpu_adam_multi(amp_cpu_device(), &adam_cases[1], &tb, NULL));
     adam_per_tensor(&adam_cases[1], &a2);
     adam_per_tensor(&adam_cases[1], &b2);
     CHECK(bank_same(&a, &a2) && bank_same(&b, &b2));
@@ -293,7 +293,7 @@ static double lamb_ref_run(const lamb_ref_case *rc, int mode, amp_dtype h_dt) {
         bank before = bank_clone(&b);
         amp_lamb_desc d = lamb_desc_of(rc, step);
         amp_opt_tensors t = bank_list(&b);
-        CHECK_OK(amp_cpu_lamb_multi(&d, &t, NULL));
+        CHECK_OK(amp_cpu_lamb_multi(amp_cpu_device(), &d, &t, NULL));
         for (int k = 0, off = 0; k < LAMB_REF_N_TENSORS; off += lamb_ref_numel[k++]) {
             double e = fmax(tensor_err(b.param[k], rc->param[step - 1] + off, numel[k]),
                             fmax(tensor_err(b.s1[k], rc->exp_avg[step - 1] + off, numel[k]),
@@ -394,7 +394,7 @@ static void test_lamb_plain(void) {
                                                    gs > 0.0f ? 1.0f / gs : 1.0f);
                     bank b = bank_clone(&a);
                     amp_opt_tensors t = bank_list(&a);
-                    CHECK_OK(amp_cpu_lamb_multi(&lamb_cases[c], &t, NULL));
+                    CHECK_OK(amp_cpu_lamb_multi(amp_cpu_device(), &lamb_cases[c], &t, NULL));
                     lamb_plain(&lamb_cases[c], &b, NULL);
                     CHECK_MSG(bank_same(&a, &b) && bank_guards_ok(&a),
                               "lamb case %d list %d grad %s %s: multi != plain loop", c, list,
@@ -411,16 +411,16 @@ static amp_status run_op(int op, bank *b, float desc_scale, const amp_step_scala
     if (op == 0) {
         amp_sgd_desc d = sgd_cases[0];
         d.grad_scale = desc_scale;
-        return amp_cpu_sgd_multi(&d, &t, sc);
+        return amp_cpu_sgd_multi(amp_cpu_device(), &d, &t, sc);
     }
     if (op == 1) {
         amp_adam_desc d = adam_cases[0];
         d.grad_scale = desc_scale;
-        return amp_cpu_adam_multi(&d, &t, sc);
+        return amp_cpu_adam_multi(amp_cpu_device(), &d, &t, sc);
     }
     amp_lamb_desc d = lamb_cases[0];
     d.grad_scale = desc_scale;
-    return amp_cpu_lamb_multi(&d, &t, sc);
+    return amp_cpu_lamb_multi(amp_cpu_device(), &d, &t, sc);
 }
 
 static void test_scalars_and_threads(void) {
@@ -461,9 +461,10 @@ static void test_scalar_zero(void) {
     amp_opt_tensors ta = bank_list(&a), tb = bank_list(&b);
     const float zero = 0.0f;
     amp_step_scalars sc = {.grad_scale = &zero};
-    CHECK_OK(amp_cpu_sgd_multi(&sgd_cases[2], &ta, &sc));
+    CHECK_OK(amp_cpu_sgd_multi(amp_cpu_device(), &sgd_cases[2], &ta, &sc));
     CHECK(bank_same(&a, &orig));
-    CHECK_OK(amp_cpu_sgd_multi(&sgd_cases[2], &tb, NULL)); /* desc.grad_scale 0: none */
+    CHECK_OK(amp_cpu_sgd_multi(amp_cpu_device(), &sgd_cases[2], &tb,
+                               NULL)); /* desc.grad_scale 0: none */
     CHECK(!bank_same(&b, &orig));
     bank_free(&a), bank_free(&b), bank_free(&orig);
 }
@@ -488,9 +489,9 @@ static void test_step_counts(void) {
             if (op == 0) {
                 amp_sgd_desc d = sgd_cases[0];
                 d.first_step = true; /* not read */
-                CHECK_OK(amp_cpu_sgd_multi(&d, &t, &skip));
+                CHECK_OK(amp_cpu_sgd_multi(amp_cpu_device(), &d, &t, &skip));
                 CHECK(memcmp(steps, steps0, sizeof steps) == 0 && bank_same(&multi, &orig));
-                CHECK_OK(amp_cpu_sgd_multi(&d, &t, NULL));
+                CHECK_OK(amp_cpu_sgd_multi(amp_cpu_device(), &d, &t, NULL));
                 for (int64_t i = 0; i < N_MIXED; i++) {
                     amp_sgd_desc di = sgd_cases[0];
                     di.first_step = steps0[i] == 0;
@@ -502,9 +503,9 @@ static void test_step_counts(void) {
             } else if (op == 1) {
                 amp_adam_desc d = adam_cases[0];
                 d.step = 0; /* not read */
-                CHECK_OK(amp_cpu_adam_multi(&d, &t, &skip));
+                CHECK_OK(amp_cpu_adam_multi(amp_cpu_device(), &d, &t, &skip));
                 CHECK(memcmp(steps, steps0, sizeof steps) == 0 && bank_same(&multi, &orig));
-                CHECK_OK(amp_cpu_adam_multi(&d, &t, NULL));
+                CHECK_OK(amp_cpu_adam_multi(amp_cpu_device(), &d, &t, NULL));
                 for (int64_t i = 0; i < N_MIXED; i++) {
                     amp_adam_desc di = adam_cases[0];
                     di.step = ref.numel[i] > 0 ? steps0[i] + 1 : 1;
@@ -517,9 +518,9 @@ static void test_step_counts(void) {
             } else {
                 amp_lamb_desc d = lamb_cases[0];
                 d.step = 0; /* not read */
-                CHECK_OK(amp_cpu_lamb_multi(&d, &t, &skip));
+                CHECK_OK(amp_cpu_lamb_multi(amp_cpu_device(), &d, &t, &skip));
                 CHECK(memcmp(steps, steps0, sizeof steps) == 0 && bank_same(&multi, &orig));
-                CHECK_OK(amp_cpu_lamb_multi(&d, &t, NULL));
+                CHECK_OK(amp_cpu_lamb_multi(amp_cpu_device(), &d, &t, NULL));
                 lamb_plain(&d, &ref, steps0);
             }
             CHECK_MSG(bank_same(&multi, &ref), "op %d %s: per-tensor steps differ", op,
@@ -542,10 +543,11 @@ static void test_unscale_multi(void) {
             bank b = bank_clone(&a);
             const float inv = 1.0f / 1024.0f;
             float fa = 0.25f, fb = 0.25f; /* a clean list leaves the flag as it is */
-            CHECK_OK(amp_cpu_unscale_multi(dt, n, numel, (const void *const *)a.grad, inv,
-                                           a.param, &fa, NULL));
+            CHECK_OK(amp_cpu_unscale_multi(amp_cpu_device(), dt, n, numel,
+                                           (const void *const *)a.grad, inv, a.param, &fa, NULL));
             for (int64_t i = 0; i < n; i++)
-                CHECK_OK(amp_cpu_unscale(dt, numel[i], b.grad[i], inv, b.param[i], &fb));
+                CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, numel[i], b.grad[i], inv, b.param[i],
+                                         &fb));
             CHECK(bank_same(&a, &b) && bank_guards_ok(&a) && fa == 0.25f && fb == 0.25f);
             /* an inf in the last tensor (in the last launch of the long list), then a NaN in the
              * middle of a multi-chunk tensor: the flag is set, values as per tensor */
@@ -558,10 +560,12 @@ static void test_unscale_multi(void) {
                 float dev = inv;
                 amp_step_scalars sc = {.grad_scale = &dev, .found_inf = &(float){1.0f}};
                 /* the scale from the scalar; found_inf in scalars is not a skip here */
-                CHECK_OK(amp_cpu_unscale_multi(dt, n, numel, (const void *const *)a.grad, 7.0f,
-                                               a.param, &fa, &sc));
+                CHECK_OK(amp_cpu_unscale_multi(amp_cpu_device(), dt, n, numel,
+                                               (const void *const *)a.grad, 7.0f, a.param, &fa,
+                                               &sc));
                 for (int64_t i = 0; i < n; i++)
-                    CHECK_OK(amp_cpu_unscale(dt, numel[i], b.grad[i], inv, b.param[i], &fb));
+                    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, numel[i], b.grad[i], inv,
+                                             b.param[i], &fb));
                 CHECK(fa == 1.0f && fb == 1.0f && bank_same(&a, &b));
             }
             bank_free(&a), bank_free(&b);
@@ -571,11 +575,13 @@ static void test_unscale_multi(void) {
     bank b = bank_clone(&a), orig = bank_clone(&a);
     float f = 0.0f, f2 = 0.0f;
     omp_set_num_threads(1);
-    CHECK_OK(amp_cpu_unscale_multi(AMP_F32, N_MIXED, mixed_numel, (const void *const *)a.grad,
-                                   0.5f, (float *const *)a.grad, &f, NULL));
+    CHECK_OK(amp_cpu_unscale_multi(amp_cpu_device(), AMP_F32, N_MIXED, mixed_numel,
+                                   (const void *const *)a.grad, 0.5f, (float *const *)a.grad, &f,
+                                   NULL));
     omp_set_num_threads(2);
-    CHECK_OK(amp_cpu_unscale_multi(AMP_F32, N_MIXED, mixed_numel, (const void *const *)b.grad,
-                                   0.5f, (float *const *)b.grad, &f2, NULL));
+    CHECK_OK(amp_cpu_unscale_multi(amp_cpu_device(), AMP_F32, N_MIXED, mixed_numel,
+                                   (const void *const *)b.grad, 0.5f, (float *const *)b.grad, &f2,
+                                   NULL));
     CHECK(bank_same(&a, &b) && bank_guards_ok(&a) && f == 0.0f && f2 == 0.0f);
     int64_t wrong = 0;
     for (int64_t i = 0; i < N_MIXED; i++)
@@ -583,7 +589,7 @@ static void test_unscale_multi(void) {
             wrong += ((float *)a.grad[i])[j] != ((float *)orig.grad[i])[j] * 0.5f;
     CHECK_MSG(wrong == 0, "unscale_multi in place: %lld values wrong", (long long)wrong);
     bank_free(&a), bank_free(&b), bank_free(&orig);
-    CHECK_OK(amp_cpu_unscale_multi(AMP_F16, 0, NULL, NULL, 1.0f, NULL, &f, NULL));
+    CHECK_OK(amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, 0, NULL, NULL, 1.0f, NULL, &f, NULL));
 }
 
 static void test_nonfinite_multi(void) {
@@ -591,8 +597,8 @@ static void test_nonfinite_multi(void) {
         amp_dtype dt = dts[g];
         bank a = bank_make(N_MANY, many_numel, dt, MODE_F32, AMP_F32, 0, 1000.0f);
         float found = 0.5f;
-        CHECK_OK(amp_cpu_nonfinite_multi(dt, N_MANY, many_numel, (const void *const *)a.grad,
-                                         &found));
+        CHECK_OK(amp_cpu_nonfinite_multi(amp_cpu_device(), dt, N_MANY, many_numel,
+                                         (const void *const *)a.grad, &found));
         CHECK(found == 0.5f);
         const int64_t where[] = {0, 60, N_MANY - 1}; /* first, middle, the last launch */
         for (int w = 0; w < 3; w++)
@@ -601,12 +607,12 @@ static void test_nonfinite_multi(void) {
                 float keep = test_load(a.grad[t], dt, j);
                 test_store(a.grad[t], dt, j, s == 0 ? INFINITY : s == 1 ? -INFINITY : NAN);
                 found = 0.0f;
-                CHECK_OK(amp_cpu_nonfinite_multi(dt, N_MANY, many_numel,
+                CHECK_OK(amp_cpu_nonfinite_multi(amp_cpu_device(), dt, N_MANY, many_numel,
                                                  (const void *const *)a.grad, &found));
                 CHECK_MSG(found == 1.0f, "nonfinite_multi %s: tensor %lld not flagged",
                           amp_dtype_name(dt), (long long)t);
                 test_store(a.grad[t], dt, j, keep);
-                CHECK_OK(amp_cpu_nonfinite_multi(dt, N_MANY, many_numel,
+                CHECK_OK(amp_cpu_nonfinite_multi(amp_cpu_device(), dt, N_MANY, many_numel,
                                                  (const void *const *)a.grad, &found));
                 CHECK(found == 1.0f); /* never cleared */
             }
@@ -629,13 +635,15 @@ static void test_sum_squares_multi(void) {
                     ref += v * v;
                 }
             float got = -1.0f, t1 = -1.0f;
-            CHECK_OK(amp_cpu_sum_squares_multi(dt, n, numel, (const void *const *)a.grad, &got));
+            CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), dt, n, numel,
+                                               (const void *const *)a.grad, &got));
             double want = (double)ref;
             CHECK_MSG(fabs(got - want) <= 0x1p-24 * want * 1.0001,
                       "sum_squares_multi %s list %d: %.9g vs %.12g", amp_dtype_name(dt), list,
                       (double)got, want);
             omp_set_num_threads(1);
-            CHECK_OK(amp_cpu_sum_squares_multi(dt, n, numel, (const void *const *)a.grad, &t1));
+            CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), dt, n, numel,
+                                               (const void *const *)a.grad, &t1));
             omp_set_num_threads(2);
             CHECK(amp_f32_bits(t1) == amp_f32_bits(got));
             bank_free(&a);
@@ -643,9 +651,9 @@ static void test_sum_squares_multi(void) {
     float out = -1.0f, v[3] = {1.0f, NAN, 2.0f};
     const void *x[1] = {v};
     int64_t nv[1] = {3};
-    CHECK_OK(amp_cpu_sum_squares_multi(AMP_F32, 1, nv, x, &out));
+    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 1, nv, x, &out));
     CHECK(isnan(out));
-    CHECK_OK(amp_cpu_sum_squares_multi(AMP_F32, 0, NULL, NULL, &out));
+    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 0, NULL, NULL, &out));
     CHECK(out == 0.0f);
 }
 
@@ -654,15 +662,17 @@ static void test_sum_squares_multi(void) {
 static void test_empty_and_table(void) {
     amp_opt_tensors none = {.n = 0, .grad_dtype = AMP_F16, .param = NULL,
                             .half = (void *const *)&none, .half_dtype = AMP_BF16};
-    CHECK_OK(amp_cpu_sgd_multi(&sgd_cases[0], &none, NULL));
-    CHECK_OK(amp_cpu_adam_multi(&adam_cases[0], &none, NULL));
-    CHECK_OK(amp_cpu_lamb_multi(&lamb_cases[0], &none, NULL));
+    CHECK_OK(amp_cpu_sgd_multi(amp_cpu_device(), &sgd_cases[0], &none, NULL));
+    CHECK_OK(amp_cpu_adam_multi(amp_cpu_device(), &adam_cases[0], &none, NULL));
+    CHECK_OK(amp_cpu_lamb_multi(amp_cpu_device(), &lamb_cases[0], &none, NULL));
     int64_t zeros[3] = {0, 0, 0};
     bank e = bank_make(3, zeros, AMP_F32, MODE_O2, AMP_F16, 2, 1.0f); /* all pointers NULL */
     for (int op = 0; op < 3; op++) CHECK_OK(run_op(op, &e, 0.0f, NULL));
     float found = 0.0f, out = -1.0f;
-    CHECK_OK(amp_cpu_nonfinite_multi(AMP_F32, 3, zeros, (const void *const *)e.grad, &found));
-    CHECK_OK(amp_cpu_sum_squares_multi(AMP_F32, 3, zeros, (const void *const *)e.grad, &out));
+    CHECK_OK(amp_cpu_nonfinite_multi(amp_cpu_device(), AMP_F32, 3, zeros,
+                                     (const void *const *)e.grad, &found));
+    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 3, zeros,
+                                       (const void *const *)e.grad, &out));
     CHECK(found == 0.0f && out == 0.0f);
     bank_free(&e);
 
@@ -681,55 +691,69 @@ static void test_errors(void) {
     const amp_sgd_desc *sgd = &sgd_cases[0];
     const amp_adam_desc *adam = &adam_cases[0];
     const amp_lamb_desc *lamb = &lamb_cases[0];
-    CHECK_FAILS(amp_cpu_sgd_multi(NULL, &t, NULL), AMP_ERR_INVALID_ARG, "'d'");
-    CHECK_FAILS(amp_cpu_adam_multi(adam, NULL, NULL), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), NULL, &t, NULL), AMP_ERR_INVALID_ARG, "'d'");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), adam, NULL, NULL), AMP_ERR_INVALID_ARG,
                 "amp_cpu_adam_multi: the tensor list is NULL");
     u = t, u.n = -1;
-    CHECK_FAILS(amp_cpu_sgd_multi(sgd, &u, NULL), AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), sgd, &u, NULL), AMP_ERR_INVALID_ARG, "n = -1");
     u = t, u.grad_dtype = AMP_I32;
-    CHECK_FAILS(amp_cpu_lamb_multi(lamb, &u, NULL), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cpu_lamb_multi(amp_cpu_device(), lamb, &u, NULL), AMP_ERR_DTYPE,
                 "amp_cpu_lamb_multi: gradient dtype i32");
     u = t, u.half_dtype = AMP_F32;
-    CHECK_FAILS(amp_cpu_adam_multi(adam, &u, NULL), AMP_ERR_DTYPE, "half_dtype f32");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), adam, &u, NULL), AMP_ERR_DTYPE,
+                "half_dtype f32");
     u = t, u.param = NULL, u.half = NULL;
-    CHECK_FAILS(amp_cpu_sgd_multi(sgd, &u, NULL), AMP_ERR_INVALID_ARG, "no parameters");
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), sgd, &u, NULL), AMP_ERR_INVALID_ARG,
+                "no parameters");
     u = t, u.numel = NULL;
-    CHECK_FAILS(amp_cpu_sgd_multi(sgd, &u, NULL), AMP_ERR_INVALID_ARG, "numel is NULL");
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), sgd, &u, NULL), AMP_ERR_INVALID_ARG,
+                "numel is NULL");
     u = t, u.grad = NULL;
-    CHECK_FAILS(amp_cpu_lamb_multi(lamb, &u, NULL), AMP_ERR_INVALID_ARG, "grad is NULL");
+    CHECK_FAILS(amp_cpu_lamb_multi(amp_cpu_device(), lamb, &u, NULL), AMP_ERR_INVALID_ARG,
+                "grad is NULL");
     u = t, u.state1 = NULL;
-    CHECK_FAILS(amp_cpu_sgd_multi(sgd, &u, NULL), AMP_ERR_INVALID_ARG, "momentum buffer");
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), sgd, &u, NULL), AMP_ERR_INVALID_ARG,
+                "momentum buffer");
     u = t, u.state2 = NULL;
-    CHECK_FAILS(amp_cpu_adam_multi(adam, &u, NULL), AMP_ERR_INVALID_ARG, "exp_avg_sq");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), adam, &u, NULL), AMP_ERR_INVALID_ARG,
+                "exp_avg_sq");
     int64_t bad_numel[3] = {5, -3, 7};
     u = t, u.numel = bad_numel;
-    CHECK_FAILS(amp_cpu_adam_multi(adam, &u, NULL), AMP_ERR_INVALID_ARG, "tensor 1 has numel -3");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), adam, &u, NULL), AMP_ERR_INVALID_ARG,
+                "tensor 1 has numel -3");
     /* a bad last tensor: the first two must not have moved */
     void *grads[3] = {b.grad[0], b.grad[1], NULL};
     u = t, u.grad = grads;
-    CHECK_FAILS(amp_cpu_sgd_multi(sgd, &u, NULL), AMP_ERR_INVALID_ARG, "tensor 2 (7 elements)");
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), sgd, &u, NULL), AMP_ERR_INVALID_ARG,
+                "tensor 2 (7 elements)");
     float *s1[3] = {b.s1[0], NULL, b.s1[2]};
     u = t, u.state1 = s1;
-    CHECK_FAILS(amp_cpu_lamb_multi(lamb, &u, NULL), AMP_ERR_INVALID_ARG, "has no exp_avg (NULL)");
+    CHECK_FAILS(amp_cpu_lamb_multi(amp_cpu_device(), lamb, &u, NULL), AMP_ERR_INVALID_ARG,
+                "has no exp_avg (NULL)");
     amp_adam_desc ad = *adam;
     ad.step = 0;
-    CHECK_FAILS(amp_cpu_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "step = 0");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "step = 0");
     ad = *adam, ad.grad_scale = NAN;
-    CHECK_FAILS(amp_cpu_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "grad_scale = nan");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "grad_scale = nan");
     ad = *adam, ad.half_copy = b.half[0];
-    CHECK_FAILS(amp_cpu_adam_multi(&ad, &t, NULL), AMP_ERR_INVALID_ARG, "half_copy is set");
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "half_copy is set");
     const float neg = -1.0f;
     amp_step_scalars sc = {.grad_scale = &neg};
-    CHECK_FAILS(amp_cpu_sgd_multi(sgd, &t, &sc), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cpu_sgd_multi(amp_cpu_device(), sgd, &t, &sc), AMP_ERR_INVALID_ARG,
                 "*scalars->grad_scale = -1");
     amp_lamb_desc ld = *lamb;
     ld.max_grad_norm = NAN;
-    CHECK_FAILS(amp_cpu_lamb_multi(&ld, &t, NULL), AMP_ERR_INVALID_ARG, "max_grad_norm is NaN");
+    CHECK_FAILS(amp_cpu_lamb_multi(amp_cpu_device(), &ld, &t, NULL), AMP_ERR_INVALID_ARG,
+                "max_grad_norm is NaN");
     ld = *lamb, ld.step = -2;
-    CHECK_FAILS(amp_cpu_lamb_multi(&ld, &t, NULL), AMP_ERR_INVALID_ARG, "step = -2");
+    CHECK_FAILS(amp_cpu_lamb_multi(amp_cpu_device(), &ld, &t, NULL), AMP_ERR_INVALID_ARG,
+                "step = -2");
     int64_t steps[3] = {0, 4, -1};
     u = t, u.steps = steps;
-    CHECK_FAILS(amp_cpu_adam_multi(adam, &u, NULL), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_cpu_adam_multi(amp_cpu_device(), adam, &u, NULL), AMP_ERR_INVALID_ARG,
                 "tensor 2 has step count -1");
     CHECK(steps[0] == 0 && steps[1] == 4);
     CHECK(bank_same(&b, &orig)); /* no failing call wrote anything */
@@ -737,30 +761,37 @@ static void test_errors(void) {
     /* the loss scaler's entries */
     float *out[3] = {b.param[0], b.param[1], b.param[2]}, found = 0.0f, sum = 0.0f;
     const void *const *g = (const void *const *)b.grad;
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_I32, 3, numel, g, 1.0f, out, &found, NULL),
-                AMP_ERR_DTYPE, "amp_cpu_unscale_multi: dtype i32");
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F16, 3, numel, g, 0.0f, out, &found, NULL),
-                AMP_ERR_INVALID_ARG, "inv_scale = 0");
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F16, 3, numel, g, 1.0f, out, NULL, NULL),
-                AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F16, 3, numel, g, 1.0f, NULL, &found, NULL),
-                AMP_ERR_INVALID_ARG, "out is NULL");
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F16, -1, numel, g, 1.0f, out, &found, NULL),
-                AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F16, 3, numel, g, 1.0f, out, &found, &sc),
-                AMP_ERR_INVALID_ARG, "*scalars->grad_scale = -1");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_I32, 3, numel, g, 1.0f, out, &found, NULL),
+            AMP_ERR_DTYPE, "amp_cpu_unscale_multi: dtype i32");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, 3, numel, g, 0.0f, out, &found, NULL),
+            AMP_ERR_INVALID_ARG, "inv_scale = 0");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, 3, numel, g, 1.0f, out, NULL, NULL),
+            AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, 3, numel, g, 1.0f, NULL, &found, NULL),
+            AMP_ERR_INVALID_ARG, "out is NULL");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, -1, numel, g, 1.0f, out, &found, NULL),
+            AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, 3, numel, g, 1.0f, out, &found, &sc),
+            AMP_ERR_INVALID_ARG, "*scalars->grad_scale = -1");
     float *overlap[3] = {b.param[0], (float *)b.grad[1], b.param[2]}; /* f16 grad under f32 out */
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F16, 3, numel, g, 1.0f, overlap, &found, NULL),
+    CHECK_FAILS(amp_cpu_unscale_multi(amp_cpu_device(), AMP_F16, 3, numel, g, 1.0f, overlap, &found,
+                                      NULL),
                 AMP_ERR_INVALID_ARG, "tensor 1: out overlaps grad");
-    CHECK_FAILS(amp_cpu_nonfinite_multi(AMP_F32, 3, numel, NULL, &found), AMP_ERR_INVALID_ARG,
-                "amp_cpu_nonfinite_multi: x is NULL");
+    CHECK_FAILS(amp_cpu_nonfinite_multi(amp_cpu_device(), AMP_F32, 3, numel, NULL, &found),
+                AMP_ERR_INVALID_ARG, "amp_cpu_nonfinite_multi: x is NULL");
     const void *xs[3] = {b.grad[0], NULL, b.grad[2]};
-    CHECK_FAILS(amp_cpu_nonfinite_multi(AMP_F16, 3, numel, xs, &found), AMP_ERR_INVALID_ARG,
-                "tensor 1 (6 elements): x[1] is NULL");
-    CHECK_FAILS(amp_cpu_sum_squares_multi(AMP_F16, 3, numel, g, NULL), AMP_ERR_INVALID_ARG,
-                "amp_cpu_sum_squares_multi: argument 'out'");
-    CHECK_FAILS(amp_cpu_sum_squares_multi(AMP_F16, 3, bad_numel, g, &sum), AMP_ERR_INVALID_ARG,
-                "tensor 1 has numel -3");
+    CHECK_FAILS(amp_cpu_nonfinite_multi(amp_cpu_device(), AMP_F16, 3, numel, xs, &found),
+                AMP_ERR_INVALID_ARG, "tensor 1 (6 elements): x[1] is NULL");
+    CHECK_FAILS(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F16, 3, numel, g, NULL),
+                AMP_ERR_INVALID_ARG, "amp_cpu_sum_squares_multi: argument 'out'");
+    CHECK_FAILS(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F16, 3, bad_numel, g, &sum),
+                AMP_ERR_INVALID_ARG, "tensor 1 has numel -3");
     CHECK(bank_same(&b, &orig) && found == 0.0f && sum == 0.0f);
     bank_free(&b), bank_free(&orig);
 }

@@ -66,8 +66,8 @@ static void replay_torch_case(const scaler_ref_case *rc) {
 
         float found_inf = 0.0f, inv = amp_scaler_inv_scale(s);
         for (int p = 0; p < SCALER_REF_N_PARAMS; p++)
-            CHECK_OK(amp_cpu_unscale(AMP_F32, scaler_ref_param_numel[p], grad + off[p], inv,
-                                     grad + off[p], &found_inf));
+            CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F32, scaler_ref_param_numel[p],
+                                     grad + off[p], inv, grad + off[p], &found_inf));
         bool skip = amp_scaler_update(s, found_inf != 0.0f, false);
         bad_skip += skip != (rc->skipped[step] != 0);
         if (!skip) {
@@ -519,12 +519,14 @@ static void test_clip_inf_norm(void) {
     float *dst[1] = {g};
     int64_t numel[1] = {2};
     amp_step_scalars sc = {.grad_scale = &d.clip_coef};
-    CHECK_OK(amp_cpu_unscale_multi(AMP_F32, 1, numel, src, 1.0f, dst, &flag, &sc));
+    CHECK_OK(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F32, 1, numel, src, 1.0f, dst, &flag, &sc));
     CHECK(g[0] == 0.0f && g[1] == 0.0f && flag == 0.0f);
     float bad = -1.0f;
     sc.grad_scale = &bad;
-    CHECK_FAILS(amp_cpu_unscale_multi(AMP_F32, 1, numel, src, 1.0f, dst, &flag, &sc),
-                AMP_ERR_INVALID_ARG, "grad_scale");
+    CHECK_FAILS(
+            amp_cpu_unscale_multi(amp_cpu_device(), AMP_F32, 1, numel, src, 1.0f, dst, &flag, &sc),
+            AMP_ERR_INVALID_ARG, "grad_scale");
 }
 
 int main(void) {

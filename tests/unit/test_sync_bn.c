@@ -217,7 +217,7 @@ static void test_entries(void) {
     float center[C] = {5.0f, 4.5f}, o1[C], o2[C];
     double worst = 0;
     for (int pass = 0; pass < 2; pass++) {
-        CHECK_OK(be->k.bn_channel_sums(&d, x, center, pass ? dy : NULL, o1, o2));
+        CHECK_OK(be->k.bn_channel_sums(be->dev, &d, x, center, pass ? dy : NULL, o1, o2));
         for (int ch = 0; ch < C; ch++) {
             double r1 = 0, r2 = 0;
             for (int i = 0; i < N; i++)
@@ -236,7 +236,7 @@ static void test_entries(void) {
     float s1[C] = {3.0f, -2.0f}, s2[C] = {4000.0f, 5000.0f}, mean[C], var[C], inv[C];
     float rm[C] = {0.5f, 1.5f}, rv[C] = {1.0f, 2.0f};
     int64_t cnt = 3 * N * HW;
-    CHECK_OK(be->k.bn_sync_stats(&d, cnt, center, s1, s2, mean, var, inv, rm, rv));
+    CHECK_OK(be->k.bn_sync_stats(be->dev, &d, cnt, center, s1, s2, mean, var, inv, rm, rv));
     double w2 = 0;
     for (int ch = 0; ch < C; ch++) {
         double m = center[ch] + (double)s1[ch] / cnt;
@@ -251,7 +251,7 @@ static void test_entries(void) {
     }
     CHECK_MSG(w2 < 1e-6, "bn_sync_stats off by %g", w2);
     float gamma[C] = {1.5f, 0.5f}, sdy[C] = {10.0f, -4.0f}, sdx[C] = {30.0f, 7.0f};
-    CHECK_OK(be->k.bn_bwd_elemt(&d, cnt, x, dy, gamma, mean, inv, sdy, sdx, dx));
+    CHECK_OK(be->k.bn_bwd_elemt(be->dev, &d, cnt, x, dy, gamma, mean, inv, sdy, sdx, dx));
     double w3 = 0;
     for (int i = 0; i < NX; i++) {
         int ch = (int)((i / HW) % C);
@@ -263,11 +263,11 @@ static void test_entries(void) {
     CHECK_MSG(w3 < 1e-5, "bn_bwd_elemt off by %g", w3);
     printf("entries vs double reference: sums %.2g, stats %.2g, dx %.2g\n", worst, w2, w3);
     /* Entry checks name the entry. */
-    CHECK_FAILS(be->k.bn_channel_sums(NULL, x, NULL, NULL, o1, o2), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(be->k.bn_channel_sums(be->dev, NULL, x, NULL, NULL, o1, o2), AMP_ERR_INVALID_ARG,
                 "amp_cpu_bn_channel_sums");
-    CHECK_FAILS(be->k.bn_sync_stats(&d, 1, NULL, s1, s2, mean, var, inv, NULL, NULL),
+    CHECK_FAILS(be->k.bn_sync_stats(be->dev, &d, 1, NULL, s1, s2, mean, var, inv, NULL, NULL),
                 AMP_ERR_INVALID_ARG, "count 1");
-    CHECK_FAILS(be->k.bn_bwd_elemt(&d, cnt, x, dy, gamma, mean, inv, NULL, sdx, dx),
+    CHECK_FAILS(be->k.bn_bwd_elemt(be->dev, &d, cnt, x, dy, gamma, mean, inv, NULL, sdx, dx),
                 AMP_ERR_INVALID_ARG, "sum_dy");
     free(x);
     free(dy);

@@ -74,7 +74,7 @@ static void test_unscale_values(void) {
             void *g = random_grads(dt, n, dt == AMP_F16 ? 60000.0 : 1e6);
             for (int j = 0; j < 4; j++) {
                 float *out = out_with_guard(n), found = 0.0f;
-                CHECK_OK(amp_cpu_unscale(dt, n, g, invs[j], out, &found));
+                CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, n, g, invs[j], out, &found));
                 int nonfinite;
                 int64_t bad = count_wrong(g, dt, n, invs[j], out, &nonfinite);
                 CHECK_MSG(bad == 0 && !nonfinite, "unscale %s n=%lld inv=%g: %lld wrong",
@@ -101,7 +101,7 @@ static void test_unscale_flags(void) {
                 float keep = test_load(g, dt, where[w]);
                 test_store(g, dt, where[w], poison[p]);
                 float *out = out_with_guard(n), found = 0.0f;
-                CHECK_OK(amp_cpu_unscale(dt, n, g, 0.25f, out, &found));
+                CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, n, g, 0.25f, out, &found));
                 int nonfinite;
                 int64_t bad = count_wrong(g, dt, n, 0.25f, out, &nonfinite);
                 CHECK_MSG(found == 1.0f && nonfinite && bad == 0,
@@ -110,7 +110,7 @@ static void test_unscale_flags(void) {
                           (double)found, (long long)bad);
                 /* Never cleared: a later clean tensor leaves the flag at 1. */
                 test_store(g, dt, where[w], keep);
-                CHECK_OK(amp_cpu_unscale(dt, n, g, 0.25f, out, &found));
+                CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, n, g, 0.25f, out, &found));
                 CHECK(found == 1.0f);
                 CHECK(guard_intact(out, n));
                 free(out);
@@ -119,24 +119,24 @@ static void test_unscale_flags(void) {
     }
     /* A clean tensor does not write the flag at all (any value stays). */
     float g[3] = {1.0f, 2.0f, 3.0f}, out[3], found = 7.5f;
-    CHECK_OK(amp_cpu_unscale(AMP_F32, 3, g, 0.5f, out, &found));
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 3, g, 0.5f, out, &found));
     CHECK(found == 7.5f);
     /* torch's rule: the input is tested, not the product. A finite input that overflows when
      * multiplied (scale < 1) is not flagged; an inf input is flagged even with inv_scale 1. */
     float big[2] = {3e38f, -3e38f};
     found = 0.0f;
-    CHECK_OK(amp_cpu_unscale(AMP_F32, 2, big, 4.0f, out, &found));
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 2, big, 4.0f, out, &found));
     CHECK(found == 0.0f && isinf(out[0]) && out[0] > 0 && isinf(out[1]) && out[1] < 0);
     float inf1[2] = {INFINITY, 1.0f};
-    CHECK_OK(amp_cpu_unscale(AMP_F32, 2, inf1, 1.0f, out, &found));
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 2, inf1, 1.0f, out, &found));
     CHECK(found == 1.0f && isinf(out[0]) && out[1] == 1.0f);
     /* f16: the largest finite half is finite; its inf is not. */
     uint16_t h[2] = {0x7bff, 0xfbff};
     found = 0.0f;
-    CHECK_OK(amp_cpu_unscale(AMP_F16, 2, h, 1.0f, out, &found));
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F16, 2, h, 1.0f, out, &found));
     CHECK(found == 0.0f && out[0] == 65504.0f && out[1] == -65504.0f);
     h[1] = 0xfc00;
-    CHECK_OK(amp_cpu_unscale(AMP_F16, 2, h, 1.0f, out, &found));
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F16, 2, h, 1.0f, out, &found));
     CHECK(found == 1.0f);
 }
 
@@ -148,14 +148,14 @@ static void test_unscale_in_place(void) {
     g[777] = NAN;
     copy[777] = NAN;
     float found = 0.0f;
-    CHECK_OK(amp_cpu_unscale(AMP_F32, n, g, 1.0f / 1024.0f, g, &found));
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F32, n, g, 1.0f / 1024.0f, g, &found));
     int nonfinite;
     CHECK(count_wrong(copy, AMP_F32, n, 1.0f / 1024.0f, g, &nonfinite) == 0 && found == 1.0f);
     /* Partial overlap, or any overlap with a half gradient, is refused. */
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 100, g, 0.5f, g + 1, &found), AMP_ERR_INVALID_ARG,
-                "out overlaps grad (f32)");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F16, 100, g, 0.5f, g, &found), AMP_ERR_INVALID_ARG,
-                "out overlaps grad (f16)");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 100, g, 0.5f, g + 1, &found),
+                AMP_ERR_INVALID_ARG, "out overlaps grad (f32)");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F16, 100, g, 0.5f, g, &found),
+                AMP_ERR_INVALID_ARG, "out overlaps grad (f16)");
     free(g);
     free(copy);
 }
@@ -167,9 +167,9 @@ static void test_unscale_threads(void) {
         void *g = random_grads(dt, n, 3e4);
         float *o1 = malloc((size_t)n * 4), *o2 = malloc((size_t)n * 4), f1 = 0, f2 = 0;
         omp_set_num_threads(1);
-        CHECK_OK(amp_cpu_unscale(dt, n, g, 1.0f / 8192.0f, o1, &f1));
+        CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, n, g, 1.0f / 8192.0f, o1, &f1));
         omp_set_num_threads(2);
-        CHECK_OK(amp_cpu_unscale(dt, n, g, 1.0f / 8192.0f, o2, &f2));
+        CHECK_OK(amp_cpu_unscale(amp_cpu_device(), dt, n, g, 1.0f / 8192.0f, o2, &f2));
         CHECK(memcmp(o1, o2, (size_t)n * 4) == 0 && f1 == 0.0f && f2 == 0.0f);
         free(g);
         free(o1);
@@ -179,19 +179,23 @@ static void test_unscale_threads(void) {
 
 static void test_unscale_errors(void) {
     float g[4] = {0}, out[4], found = 0.0f;
-    CHECK_FAILS(amp_cpu_unscale(AMP_I32, 4, g, 1.0f, out, &found), AMP_ERR_DTYPE,
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_I32, 4, g, 1.0f, out, &found), AMP_ERR_DTYPE,
                 "amp_cpu_unscale: gradient dtype i32");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, -1, g, 1.0f, out, &found), AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 4, g, 0.0f, out, &found), AMP_ERR_INVALID_ARG,
-                "inv_scale = 0, want a finite value > 0");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 4, g, INFINITY, out, &found), AMP_ERR_INVALID_ARG,
-                "inv_scale = inf");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 4, g, NAN, out, &found), AMP_ERR_INVALID_ARG,
-                "inv_scale = nan");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 4, NULL, 1.0f, out, &found), AMP_ERR_INVALID_ARG, "'grad'");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 4, g, 1.0f, NULL, &found), AMP_ERR_INVALID_ARG, "'out'");
-    CHECK_FAILS(amp_cpu_unscale(AMP_F32, 4, g, 1.0f, out, NULL), AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_OK(amp_cpu_unscale(AMP_F16, 0, NULL, 1.0f, NULL, &found));
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, -1, g, 1.0f, out, &found),
+                AMP_ERR_INVALID_ARG, "n = -1");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 4, g, 0.0f, out, &found),
+                AMP_ERR_INVALID_ARG, "inv_scale = 0, want a finite value > 0");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 4, g, INFINITY, out, &found),
+                AMP_ERR_INVALID_ARG, "inv_scale = inf");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 4, g, NAN, out, &found),
+                AMP_ERR_INVALID_ARG, "inv_scale = nan");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 4, NULL, 1.0f, out, &found),
+                AMP_ERR_INVALID_ARG, "'grad'");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 4, g, 1.0f, NULL, &found),
+                AMP_ERR_INVALID_ARG, "'out'");
+    CHECK_FAILS(amp_cpu_unscale(amp_cpu_device(), AMP_F32, 4, g, 1.0f, out, NULL),
+                AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_OK(amp_cpu_unscale(amp_cpu_device(), AMP_F16, 0, NULL, 1.0f, NULL, &found));
     /* Through the table. */
     const amp_backend *cpu = amp_backend_cpu();
     CHECK(cpu->k.unscale == amp_cpu_unscale);
