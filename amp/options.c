@@ -208,5 +208,5 @@ void amp_options_log(const amp_options *o) {
     if (o->quiet) return;
     char text[1024];
     amp_options_describe(o, text, sizeof text);
-    amp_log(AMP_LOG_INFO, "%s", text);
+    amp_log_msg(AMP_LOG_INFO, "%s", text);
 }

@@ -111,7 +111,7 @@ static void log_overflow(amp_scaler *s, const char *what, float scale, const cha
     char count[64] = "";
     if (k == LOG_FIRST) snprintf(count, sizeof count, " (further overflows: every %dth)", LOG_EVERY);
     if (k > LOG_FIRST) snprintf(count, sizeof count, " (overflow %lld)", (long long)k);
-    amp_log(AMP_LOG_INFO, "Gradient overflow.  Skipping step, loss scaler %d %s %s%s%s",
+    amp_log_msg(AMP_LOG_INFO, "Gradient overflow.  Skipping step, loss scaler %d %s %s%s%s",
             s->cfg.loss_id, what, num, note, count);
 }
 
@@ -158,7 +158,7 @@ static void log_overflows_since(amp_scaler *s, const amp_scaler_dev *d) {
         char num[48];
         format_scale(num, sizeof num, d->scale);
         if (!s->cfg.quiet)
-            amp_log(AMP_LOG_INFO, "Gradient overflow.  Skipped %lld steps since the last report, "
+            amp_log_msg(AMP_LOG_INFO, "Gradient overflow.  Skipped %lld steps since the last report, "
                     "loss scaler %d's scale is now %s", (long long)k, s->cfg.loss_id, num);
         return;
     }

@@ -37,10 +37,10 @@ static void amp_log_nonfinite_skips(amp_state *st, int64_t n) {
     bool due = before < 10 || st->nonfinite_skips / 100 != before / 100;
     if (!due) return;
     if (n == 1)
-        amp_log(AMP_LOG_INFO, "Non-finite gradient.  Skipping step (skip_nonfinite; %lld so far)",
+        amp_log_msg(AMP_LOG_INFO, "Non-finite gradient.  Skipping step (skip_nonfinite; %lld so far)",
                 (long long)st->nonfinite_skips);
     else
-        amp_log(AMP_LOG_INFO, "Non-finite gradients.  Skipped %lld steps since the last report "
+        amp_log_msg(AMP_LOG_INFO, "Non-finite gradients.  Skipped %lld steps since the last report "
                 "(skip_nonfinite; %lld so far)", (long long)n, (long long)st->nonfinite_skips);
 }
 

@@ -218,7 +218,7 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
 static void amp_log_nonfinite_skip(amp_state *st) {
     int64_t n = ++st->nonfinite_skips;
     if (st->opts.quiet || (n > 10 && n % 100)) return;
-    amp_log(AMP_LOG_INFO, "Non-finite gradient.  Skipping step (skip_nonfinite; %lld so far)",
+    amp_log_msg(AMP_LOG_INFO, "Non-finite gradient.  Skipping step (skip_nonfinite; %lld so far)",
             (long long)n);
 }
 

@@ -397,7 +397,7 @@ static amp_status amp_ckpt_apply_scalers(const amp_st_reader *r, amp_optimizer *
     amp_options o;
     if (!amp_st_reader_meta(r, META_LOSSES)) return AMP_OK;
     if (amp_get_options(opt, &o) != AMP_OK) {
-        amp_log(AMP_LOG_INFO, "checkpoint '%s': loss scaler state not applied (amp_initialize was "
+        amp_log_msg(AMP_LOG_INFO, "checkpoint '%s': loss scaler state not applied (amp_initialize was "
                 "not called before the load)", amp_st_reader_label(r));
         return AMP_OK;
     }
@@ -436,7 +436,7 @@ static void amp_ckpt_note_machine(const amp_st_reader *r) {
     char now[16];
     snprintf(now, sizeof now, "%d", omp_get_max_threads());
     if ((threads && strcmp(threads, now)) || (isa && strcmp(isa, amp_cpu_isa())))
-        amp_log(AMP_LOG_INFO, "checkpoint '%s' was saved with %s threads on [%s], this run has %s "
+        amp_log_msg(AMP_LOG_INFO, "checkpoint '%s' was saved with %s threads on [%s], this run has %s "
                 "on [%s]: the run goes on, but not bit for bit as it would have (oneDNN's "
                 "reductions depend on both)", amp_st_reader_label(r), threads ? threads : "?",
                 isa ? isa : "?", now, amp_cpu_isa());

@@ -64,7 +64,13 @@ typedef enum amp_gemm_epilogue {
  *    BGRADB epilogue). Summed in f32 or better and rounded to f32 once; the order may differ
  *    from sum_rows'. Needs trans_a, and neither bias nor an epilogue (AMP_ERR_INVALID_ARG);
  *  - allow_tf32: the CUDA backend may round f32 inputs to TF32 (amp_ctx_opts.allow_tf32); the
- *    CPU backend ignores it and computes true f32. */
+ *    CPU backend ignores it and computes true f32;
+ *  - batch, stride_a, stride_b, stride_c: a strided batch (cuBLASLt's batch count and strided
+ *    offsets, oneDNN's batch dim): `batch` products, product i of the matrices at a + i stride_a,
+ *    b + i stride_b into c + i stride_c (in elements); a stride of 0 for A or B uses one matrix
+ *    for every product (a broadcast). batch 0 or 1: one product, strides unused. With a batch,
+ *    bias (the same row for every product) and the epilogue apply to each product; bias_grad is
+ *    refused. The products' C must not overlap (stride_c >= (m - 1) ldc + n). */
 typedef struct amp_gemm_desc {
     bool trans_a, trans_b;
     int64_t m, n, k;
@@ -76,6 +82,8 @@ typedef struct amp_gemm_desc {
     amp_gemm_epilogue epilogue;
     float *bias_grad;
     bool allow_tf32;
+    int64_t batch;
+    int64_t stride_a, stride_b, stride_c;
 } amp_gemm_desc;
 
 /* 2-D convolution, NCHW x OIHW, groups 1, dilation 1, symmetric zero padding. x, w, y share
@@ -126,7 +134,14 @@ typedef enum amp_unary_op {
     AMP_UNARY_COPY,       /* y = x */
     AMP_UNARY_ADD_SCALAR, /* y = x + alpha */
     AMP_UNARY_DIV_SCALAR, /* y = x / alpha (a true division, as PyTorch's x / s) */
+    /* kernels/math/transcendental.h's functions, the same bits on every backend: */
+    AMP_UNARY_EXP,     /* y = e^x */
+    AMP_UNARY_LOG,     /* y = ln x */
+    AMP_UNARY_TANH,    /* y = tanh x */
+    AMP_UNARY_SIGMOID, /* y = 1 / (1 + e^-x) */
+    AMP_UNARY_SILU,    /* y = x sigmoid(x) */
 } amp_unary_op;
+#define AMP_UNARY_LAST AMP_UNARY_SILU
 
 typedef enum amp_binary_op {
     AMP_BINARY_ADD,      /* y = a + b */
@@ -134,7 +149,43 @@ typedef enum amp_binary_op {
     AMP_BINARY_MUL,      /* y = a * b */
     AMP_BINARY_RELU_BWD, /* y = a <= 0 ? 0 : b (a = relu output, b = dy; PyTorch's
                             threshold_backward: a NaN output lets dy through) */
+    AMP_BINARY_DIV,         /* y = a / b (IEEE division) */
+    AMP_BINARY_TANH_BWD,    /* y = b (1 - a^2): a = tanh's output, b = dy */
+    AMP_BINARY_SIGMOID_BWD, /* y = b (1 - a) a: a = sigmoid's output, b = dy */
+    AMP_BINARY_SILU_BWD,    /* y = b s (1 + a (1 - s)), s = sigmoid(a): a = SiLU's input, b = dy */
 } amp_binary_op;
+#define AMP_BINARY_LAST AMP_BINARY_SILU_BWD
+
+/* Strided views for the ops on dims (core/shape.h resolves PyTorch's rules into these): a
+ * logical array of shape[0..ndim) whose element at multi-index i sits at sum_k i_k stride[k]
+ * (in elements) from its base pointer; a stride of 0 repeats one element along that dim (a
+ * broadcast). Strides are >= 0; the output's are the dense row-major ones unless given. */
+#define AMP_BE_MAX_DIMS 8
+
+/* y = op(a, b) elementwise over broadcast operands: y is dense of shape[0..ndim); a and b are
+ * read through their strides. Any amp_binary_op; f32 arithmetic, one rounding (as binary). */
+typedef struct amp_bcast_desc {
+    amp_binary_op op;
+    amp_dtype dt;
+    int ndim;
+    int64_t shape[AMP_BE_MAX_DIMS];
+    int64_t a_stride[AMP_BE_MAX_DIMS], b_stride[AMP_BE_MAX_DIMS];
+} amp_bcast_desc;
+
+/* dst = src over shape[0..ndim), both through their strides (permute, narrow, cat, expand):
+ * bits copied, any dtype (i32 too). dst's strides must not make two elements overlap. */
+typedef struct amp_strided_desc {
+    amp_dtype dt;
+    int ndim;
+    int64_t shape[AMP_BE_MAX_DIMS];
+    int64_t src_stride[AMP_BE_MAX_DIMS], dst_stride[AMP_BE_MAX_DIMS];
+} amp_strided_desc;
+
+/* Reductions over the middle dim of a dense [outer, n, inner] array (reduce_dim). */
+typedef enum amp_reduce_op {
+    AMP_REDUCE_SUM, /* y = alpha * sum over j (alpha 1/n: the mean) */
+    AMP_REDUCE_MAX, /* y = the largest x (NaN wins, as torch.max), idx = its first j */
+} amp_reduce_op;
 
 /* SGD exactly as torch.optim.SGD (maximize=False):
  *   g = grad + weight_decay * p
@@ -368,6 +419,17 @@ amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d);
  * window fits the padded input, h_out/w_out are PyTorch's floor((in + 2 pad - k) / stride) + 1
  * (AMP_ERR_SHAPE); dtype f32, f16 or bf16 (AMP_ERR_UNSUPPORTED). The pointers are each entry's. */
 amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d);
+
+/* reduce_dim's and scatter_dim's: a known op, a float dtype, outer, inner >= 0 and n >= 1
+ * (AMP_ERR_INVALID_ARG / AMP_ERR_DTYPE naming fn). */
+amp_status amp_backend_check_reduce_dim(const char *fn, amp_reduce_op op, amp_dtype dt,
+                                        int64_t outer, int64_t n, int64_t inner);
+/* binary_bcast's descriptor: set, a known op, a float dtype, 1 <= ndim <= AMP_BE_MAX_DIMS,
+ * extents >= 0, strides >= 0. */
+amp_status amp_backend_check_bcast(const char *fn, const amp_bcast_desc *d);
+/* copy_strided's descriptor: set, a dtype, 1 <= ndim <= AMP_BE_MAX_DIMS, extents and strides
+ * >= 0. */
+amp_status amp_backend_check_strided(const char *fn, const amp_strided_desc *d);
 
 /* The table's entries by name (core/backend_entries.c): how many there are, the name of entry i,
  * whether `be` fills it, and the first entry `be` leaves NULL (NULL when it has them all). The

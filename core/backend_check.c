@@ -209,6 +209,17 @@ amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d) {
 amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d) {
     if (d->epilogue != AMP_GEMM_EPILOGUE_NONE && d->epilogue != AMP_GEMM_EPILOGUE_RELU)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: unknown epilogue %d", fn, (int)d->epilogue);
+    if (d->batch < 0 || d->stride_a < 0 || d->stride_b < 0 || d->stride_c < 0)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: batch %lld, strides %lld, %lld, %lld: none may "
+                        "be negative", fn, (long long)d->batch, (long long)d->stride_a,
+                        (long long)d->stride_b, (long long)d->stride_c);
+    if (d->batch > 1 && d->bias_grad)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: bias_grad with a batch of %lld products (sum "
+                        "the bias gradient over them in one GEMM)", fn, (long long)d->batch);
+    if (d->batch > 1 && d->m > 0 && d->n > 0 && d->stride_c < (d->m - 1) * d->ldc + d->n)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: stride_c %lld makes the products' C overlap "
+                        "(m %lld, ldc %lld, n %lld)", fn, (long long)d->stride_c,
+                        (long long)d->m, (long long)d->ldc, (long long)d->n);
     if (!d->bias_grad) return AMP_OK;
     if (!d->trans_a)
         return amp_fail(AMP_ERR_INVALID_ARG,

@@ -32,6 +32,13 @@ static inline double amp_flops_bn_elems(const amp_bn_desc *d) {
     return (double)d->n * (double)d->c * (double)d->hw;
 }
 
+/* The elements of a shape (an output's: one FLOP each). */
+static inline double amp_flops_shape(int ndim, const int64_t *shape) {
+    double n = 1.0;
+    for (int k = 0; k < ndim; k++) n *= (double)shape[k];
+    return n;
+}
+
 static inline double amp_flops_pool_out(const amp_pool_desc *d) {
     return (double)d->n * (double)d->c * (double)d->h_out * (double)d->w_out;
 }

@@ -31,10 +31,10 @@ static amp_status amp_ctx_pick_backend(amp_device want, const amp_backend **out)
     if (want == AMP_DEVICE_CUDA)
         return amp_fail_context(AMP_ERR_NO_DEVICE, "amp_ctx_create: device CUDA was asked for");
     if (cuda)
-        amp_log(AMP_LOG_INFO, "the CUDA backend has no %s entry yet; using the CPU backend",
+        amp_log_msg(AMP_LOG_INFO, "the CUDA backend has no %s entry yet; using the CPU backend",
                 missing);
     else
-        amp_log(AMP_LOG_INFO, "%s; using the CPU backend", amp_last_error());
+        amp_log_msg(AMP_LOG_INFO, "%s; using the CPU backend", amp_last_error());
     *out = amp_backend_cpu();
     return AMP_OK;
 }

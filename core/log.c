@@ -18,7 +18,7 @@ static void amp_log_init(void) {
         if (strcmp(env, names[i]) == 0) amp_log_threshold = (amp_log_level)i;
 }
 
-void amp_log(amp_log_level level, const char *fmt, ...) {
+void amp_log_msg(amp_log_level level, const char *fmt, ...) {
     pthread_once(&amp_log_once, amp_log_init);
     if (level > amp_log_threshold) return;
     char line[1024];

@@ -10,7 +10,7 @@ typedef enum amp_log_level { AMP_LOG_ERROR, AMP_LOG_WARN, AMP_LOG_INFO, AMP_LOG_
 #ifdef __cplusplus
 extern "C" {
 #endif
-void amp_log(amp_log_level level, const char *fmt, ...) AMP_PRINTF(2, 3);
+void amp_log_msg(amp_log_level level, const char *fmt, ...) AMP_PRINTF(2, 3);
 #ifdef __cplusplus
 }
 #endif

@@ -20,7 +20,7 @@ static void amp_trace_log(void *user, const char *op, const amp_tensor *const *i
     if (off < sizeof line)
         snprintf(line + off, sizeof line - off, " -> %s%s", amp_dtype_name(out->dtype),
                  amp_shape_str(out, shape, sizeof shape));
-    amp_log(AMP_LOG_INFO, "%s", line);
+    amp_log_msg(AMP_LOG_INFO, "%s", line);
 }
 
 void amp_trace_enable(amp_ctx *ctx, bool enabled) {

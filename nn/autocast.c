@@ -118,6 +118,7 @@ amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n) {
     amp_dtype target;
     if (cat == AMP_CAT_HALF && ctx->autocast.enabled) target = ctx->autocast.half;
     else if (cat == AMP_CAT_FP32 && mixed) target = AMP_F32;
+    else if (cat == AMP_CAT_WIDEN && ctx->autocast.enabled) target = AMP_F32;
     else if (cat == AMP_CAT_PROMOTE && mixed) target = widest;
     else return AMP_OK;
     for (int i = 0; i < n; i++)

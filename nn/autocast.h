@@ -5,8 +5,11 @@
  *   HALF    GEMM, linear, conv: float inputs cast to the half type (tensor-core math);
  *   FP32    losses and reductions: run in f32 (the kernels widen half inputs on load and accumulate
  *           in f32 or double; inputs of different dtypes are cast to f32); results are f32;
- *   PROMOTE add, mul: the widest float input type, as PyTorch's type promotion (with or without
- *           autocast);
+ *   WIDEN   exp, log (torch.amp's fp32 list, ops whose kernels write their input's dtype): float
+ *           inputs cast to f32 under autocast, so they run and return in f32; without autocast
+ *           the input's dtype;
+ *   PROMOTE add, sub, mul, div: the widest float input type, as PyTorch's type promotion (with
+ *           or without autocast);
  *   PASS    relu, pooling, dropout, reshape, batch norm: the input's dtype (batch norm's statistics
  *           and parameters are f32 whatever the input dtype). */
 #ifndef AMP_NN_AUTOCAST_H
@@ -14,7 +17,13 @@
 
 #include "nn/autograd.h"
 
-typedef enum amp_cast_category { AMP_CAT_HALF, AMP_CAT_FP32, AMP_CAT_PROMOTE, AMP_CAT_PASS } amp_cast_category;
+typedef enum amp_cast_category {
+    AMP_CAT_HALF,
+    AMP_CAT_FP32,
+    AMP_CAT_WIDEN,
+    AMP_CAT_PROMOTE,
+    AMP_CAT_PASS
+} amp_cast_category;
 
 /* Replaces in[0..n) (NULL entries and i32 tensors untouched) with their casts for category. */
 amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n);

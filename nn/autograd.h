@@ -9,7 +9,7 @@
 #include "core/ctx.h"
 #include "core/tensor_internal.h"
 
-#define AMP_NODE_MAX_IN 3
+#define AMP_NODE_MAX_IN 8
 #define AMP_NODE_MAX_SAVED 3
 
 typedef struct amp_tape_node amp_tape_node;
@@ -61,6 +61,11 @@ amp_status amp_grad_target(amp_tensor *t, amp_tensor **grad, float *beta);
 void amp_grad_mark_written(amp_tensor *t);
 /* grad(t) += alpha * src, without a temporary (src has t's numel and dtype). */
 amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha);
+
+/* A view of x (nn/ops_shape.c): a step struct over x's data from element `at`, of another shape
+ * (numel from it), sharing x's version counter; not recorded (the caller records it). */
+amp_status amp_view_step(amp_tensor *x, int ndim, const int64_t *shape, int64_t at,
+                         amp_tensor **out);
 
 /* Input checks shared by the ops; each names the op and the argument. */
 amp_status amp_check_tensor(const char *op, const char *arg, const amp_tensor *t, int ndim);

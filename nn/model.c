@@ -207,7 +207,7 @@ void amp_model_free(amp_model *m) {
         /* Its parent owns it; freeing it here would leave the parent pointing at freed memory. */
         (void)amp_fail(AMP_ERR_STATE, "amp_model_free: model '%s' belongs to a parent and goes "
                        "with it; not freed", m->name);
-        amp_log(AMP_LOG_WARN, "%s", amp_last_error());
+        amp_log_msg(AMP_LOG_WARN, "%s", amp_last_error());
         return;
     }
     amp_ctx *ctx = m->ctx;

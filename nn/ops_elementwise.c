@@ -1,9 +1,11 @@
-/* Elementwise ops: relu, add, mul (same shapes), dropout; accumulate (in place, not recorded). */
+/* Elementwise ops: relu, add, sub, mul, div (broadcast operands: ops_broadcast.c), dropout;
+ * accumulate (in place, not recorded). */
 #include "core/ctx.h"
 #include "core/error.h"
 #include "core/tensor_internal.h"
 #include "core/rng.h"
 #include "nn/autocast.h"
+#include "nn/broadcast_internal.h"
 
 static amp_status amp_relu_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_grad_sink s;
@@ -31,13 +33,7 @@ static amp_status amp_check_binary(const char *op, const amp_tensor *a, const am
     AMP_TRY(amp_check_tensor(op, "a", a, 0));
     AMP_TRY(amp_check_tensor(op, "b", b, 0));
     AMP_TRY(amp_check_float(op, "a", a));
-    AMP_TRY(amp_check_same_dtype(op, a, b));
-    if (!amp_same_shape(a, b)) {
-        char ba[64], bb[64];
-        return amp_fail(AMP_ERR_SHAPE, "%s: a %s and b %s differ in shape", op,
-                        amp_shape_str(a, ba, sizeof ba), amp_shape_str(b, bb, sizeof bb));
-    }
-    return AMP_OK;
+    return amp_check_same_dtype(op, a, b);
 }
 
 static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op kind,
@@ -50,6 +46,7 @@ static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op
     a = io[0];
     b = io[1];
     AMP_TRY(amp_check_binary(op, a, b));
+    if (!amp_same_shape(a, b)) return amp_bcast_binary_run(op, name, kind, a, b, out);
     amp_tensor *y;
     AMP_TRY(amp_tensor_step_like(a, a->dtype, &y));
     AMP_TRY(AMP_BE(a->backend, binary, kind, a->dtype, a->numel, a->data, b->data, y->data));
@@ -84,6 +81,42 @@ static amp_status amp_mul_bwd(amp_tape_node *node, const amp_tensor *dy) {
 
 amp_status amp_mul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     return amp_binary_run("amp_mul", "mul", AMP_BINARY_MUL, amp_mul_bwd, a, b, out);
+}
+
+static amp_status amp_sub_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    AMP_TRY(amp_grad_accumulate(node->in[0], dy, 1.0f));
+    return amp_grad_accumulate(node->in[1], dy, -1.0f);
+}
+
+amp_status amp_sub(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    return amp_binary_run("amp_sub", "sub", AMP_BINARY_SUB, amp_sub_bwd, a, b, out);
+}
+
+/* d(a/b) = dy / b for a; for b, -(dy / b) * y (y = a / b: PyTorch's -dy a / b^2 with the
+ * quotient already formed), each rounded once per pass. */
+static amp_status amp_div_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    const amp_backend *be = dy->backend;
+    amp_tensor *a = node->in[0], *b = node->in[1];
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(a, &s));
+    if (s.buf)
+        AMP_TRY(AMP_BE(be, binary, AMP_BINARY_DIV, dy->dtype, dy->numel, dy->data, b->data,
+                       s.buf->data));
+    AMP_TRY(amp_grad_end(&s));
+    AMP_TRY(amp_grad_begin(b, &s));
+    if (s.buf) {
+        AMP_TRY(AMP_BE(be, binary, AMP_BINARY_DIV, dy->dtype, dy->numel, dy->data, b->data,
+                       s.buf->data));
+        AMP_TRY(AMP_BE(be, binary, AMP_BINARY_MUL, dy->dtype, dy->numel, s.buf->data,
+                       node->out->data, s.buf->data));
+        AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, dy->dtype, dy->numel, s.buf->data, -1.0f,
+                       s.buf->data));
+    }
+    return amp_grad_end(&s);
+}
+
+amp_status amp_div(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    return amp_binary_run("amp_div", "div", AMP_BINARY_DIV, amp_div_bwd, a, b, out);
 }
 
 typedef struct amp_dropout_aux {

@@ -1,65 +1,10 @@
-/* linear, linear_relu and matmul: GEMMs on the backend. The bias is added in the GEMM (an
+/* linear and linear_relu: GEMMs on the backend (the GEMM helpers: nn/gemm.c). The bias is added in the GEMM (an
  * epilogue on cuBLASLt), linear_relu's ReLU is the GEMM's epilogue (a pass over its output, NaN
  * kept), and a linear layer's bias gradient is taken in its weight-gradient GEMM (core/backend.h,
  * amp_gemm_desc). */
 #include "core/error.h"
 #include "nn/autocast.h"
-
-/* C[m, n] = op(A) op(B) of row-major tensors, C overwritten, with the context's TF32 switch; the
- * caller adds a bias, an epilogue or a bias gradient. c: the output, or the tensor whose
- * gradient C is (amp_gemm_grad then points C at it). */
-static amp_gemm_desc amp_gemm_desc_of(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                                      const amp_tensor *a, int64_t lda, const amp_tensor *b,
-                                      int64_t ldb, amp_tensor *c) {
-    return (amp_gemm_desc){.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f,
-                           .beta = 0.0f, .a = a->data, .a_dtype = a->dtype, .lda = lda,
-                           .b = b->data, .b_dtype = b->dtype, .ldb = ldb, .c = c->data,
-                           .c_dtype = c->dtype, .ldc = n, .allow_tf32 = c->ctx->allow_tf32};
-}
-
-static amp_status amp_gemm(const amp_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                           const amp_tensor *a, int64_t lda, const amp_tensor *b, int64_t ldb,
-                           amp_tensor *c) {
-    amp_gemm_desc d = amp_gemm_desc_of(ta, tb, m, n, k, a, lda, b, ldb, c);
-    return AMP_BE(be, gemm, &d);
-}
-
-/* C = the gradient of t, from the GEMM d (its C unset): written through t's sink; or, when t is
- * autocast's half copy of an f32 tensor (O1's per-step weight cast), straight into that tensor's
- * f32 gradient (half x half -> f32, beta 1 after an earlier contribution). That skips the half
- * gradient, its rounding to half and the cast's backward pass over it (which torch.autocast and
- * Apex O1 make: a read of the half gradient and a write of the f32 one per parameter); an
- * overflow of the half type there no longer reaches the f32 gradient. *wrote: whether t wanted
- * a gradient at all. */
-static amp_status amp_gemm_grad(const amp_backend *be, amp_gemm_desc d, amp_tensor *t, bool *wrote) {
-    *wrote = false;
-    amp_tensor *src = amp_cast_f32_source(t);
-    /* An f32 leaf (a parameter at O0 and O1, an input) takes the GEMM's output in place too, with
-     * beta 1 after an earlier contribution: the bits of a temporary added to it (the GEMM sums
-     * in f32 either way, and the f32 sum is rounded once), without the temporary, which
-     * accumulation over micro-batches would otherwise need for every weight. */
-    if (!src && t && t->requires_grad && t->dtype == AMP_F32 && !(t->flags & AMP_TENSOR_STEP))
-        src = t;
-    if (src) {
-        amp_tensor *g;
-        AMP_TRY(amp_grad_target(src, &g, &d.beta));
-        d.c = g->data;
-        d.c_dtype = AMP_F32;
-        AMP_TRY(AMP_BE(be, gemm, &d));
-        amp_grad_mark_written(src);
-        *wrote = true;
-        return AMP_OK;
-    }
-    amp_grad_sink s;
-    AMP_TRY(amp_grad_begin(t, &s));
-    if (s.buf) {
-        d.c = s.buf->data;
-        d.c_dtype = s.buf->dtype;
-        AMP_TRY(AMP_BE(be, gemm, &d));
-        *wrote = true;
-    }
-    return amp_grad_end(&s);
-}
+#include "nn/gemm_internal.h"
 
 /* The backward of z = x @ w^T + b from dz: dx = dz @ w, dw = dz^T @ x, db = column sums of dz.
  * When both dw and db are wanted, db comes out of dw's GEMM (its bias_grad: dz^T is that GEMM's
@@ -138,52 +83,31 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     return AMP_OK;
 }
 
-amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
+/* x [..., in] with more than two dims: run as [N, in] (a free reshape each way, recorded, so the
+ * gradient comes back in x's shape), as PyTorch's linear over [B, T, C]. */
+static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backward_fn bwd,
+                                amp_gemm_epilogue epilogue, amp_tensor *x, amp_tensor *w,
+                                amp_tensor *b, amp_tensor **out) {
     AMP_CHECK_ARG(out);
-    return amp_linear_run("amp_linear", "linear", amp_linear_bwd, AMP_GEMM_EPILOGUE_NONE, x, w, b,
-                          out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    if (x->ndim <= 2) return amp_linear_run(op, node_name, bwd, epilogue, x, w, b, out);
+    AMP_TRY(amp_check_tensor(op, "w", w, 2));
+    int64_t flat[2] = {x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
+    amp_tensor *x2, *y2;
+    AMP_TRY(amp_reshape(x, 2, flat, &x2));
+    AMP_TRY(amp_linear_run(op, node_name, bwd, epilogue, x2, w, b, &y2));
+    int64_t shape[AMP_MAX_DIMS];
+    for (int k = 0; k < x->ndim - 1; k++) shape[k] = x->shape[k];
+    shape[x->ndim - 1] = w->shape[0];
+    return amp_reshape(y2, x->ndim, shape, out);
+}
+
+amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
+    return amp_linear_nd("amp_linear", "linear", amp_linear_bwd, AMP_GEMM_EPILOGUE_NONE, x, w, b,
+                         out);
 }
 
 amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
-    AMP_CHECK_ARG(out);
-    return amp_linear_run("amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
-                          AMP_GEMM_EPILOGUE_RELU, x, w, b, out);
-}
-
-/* y[m,n] = a[m,k] @ b[k,n]:  da = dy @ b^T,  db = a^T @ dy. */
-static amp_status amp_matmul_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    amp_tensor *a = node->in[0], *b = node->in[1];
-    int64_t m = a->shape[0], k = a->shape[1], n = b->shape[1];
-    bool wrote;
-    AMP_TRY(amp_gemm_grad(dy->backend, amp_gemm_desc_of(false, true, m, k, n, dy, n, b, n, a), a,
-                          &wrote));
-    return amp_gemm_grad(dy->backend, amp_gemm_desc_of(true, false, k, n, m, a, k, dy, n, b), b,
-                         &wrote);
-}
-
-amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
-    static const char *op = "amp_matmul";
-    AMP_CHECK_ARG(out);
-    AMP_TRY(amp_check_tensor(op, "a", a, 2));
-    AMP_TRY(amp_check_tensor(op, "b", b, 2));
-    amp_tensor *io[2] = {a, b};
-    AMP_TRY(amp_autocast(AMP_CAT_HALF, io, 2));
-    a = io[0];
-    b = io[1];
-    AMP_TRY(amp_check_float(op, "a", a));
-    AMP_TRY(amp_check_same_dtype(op, a, b));
-    char ba[64], bb[64];
-    if (a->shape[1] != b->shape[0])
-        return amp_fail(AMP_ERR_SHAPE, "%s: a %s @ b %s: inner dimensions differ", op,
-                        amp_shape_str(a, ba, sizeof ba), amp_shape_str(b, bb, sizeof bb));
-    int64_t shape[2] = {a->shape[0], b->shape[1]};
-    amp_tensor *y;
-    AMP_TRY(amp_tensor_step(a->ctx, a->dtype, 2, shape, &y));
-    AMP_TRY(amp_gemm(a->backend, false, false, shape[0], shape[1], a->shape[1], a, a->shape[1], b,
-                     b->shape[1], y));
-    amp_tensor *in[2] = {a, b};
-    amp_tape_node *node;
-    AMP_TRY(amp_record(y, "matmul", amp_matmul_bwd, 2, in, 0, &node));
-    *out = y;
-    return AMP_OK;
+    return amp_linear_nd("amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
+                         AMP_GEMM_EPILOGUE_RELU, x, w, b, out);
 }

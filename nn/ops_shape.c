@@ -1,6 +1,31 @@
-/* reshape and flatten: new shape over the same data; the gradient flows back unchanged. */
+/* reshape and flatten: new shape over the same data; the gradient flows back unchanged. And the
+ * step struct every view is (amp_view_step: reshape's, and narrow's in ops_views.c). */
 #include "core/error.h"
 #include "nn/autograd.h"
+
+amp_status amp_view_step(amp_tensor *x, int ndim, const int64_t *shape, int64_t at,
+                         amp_tensor **out) {
+    amp_tensor *y;
+    AMP_TRY(amp_ctx_step_alloc(x->ctx, sizeof *y, (void **)&y));
+    *y = *x; /* x's dtype, backend and version counter */
+    y->ndim = ndim;
+    y->numel = 1;
+    for (int i = 0; i < AMP_MAX_DIMS; i++) {
+        y->shape[i] = i < ndim ? shape[i] : 1;
+        if (i < ndim) y->numel *= shape[i];
+    }
+    y->data = (char *)x->data + at * (int64_t)amp_dtype_size(x->dtype);
+    y->grad = NULL;
+    y->requires_grad = false;
+    y->grad_written = false;
+    y->node = NULL;
+    /* The struct is step memory; the data stays x's (read-only if x is a kept cast). */
+    y->flags = AMP_TENSOR_STEP | (x->flags & AMP_TENSOR_SHARED);
+    y->step_gen = x->ctx->step_gen;
+    y->region = x->ctx->region_gen;
+    *out = y;
+    return AMP_OK;
+}
 
 static amp_status amp_reshape_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_grad_accumulate(node->in[0], dy, 1.0f);
@@ -18,18 +43,7 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
                         amp_shape_str(x, b, sizeof b), (long long)x->numel, (long long)numel);
     }
     amp_tensor *y;
-    AMP_TRY(amp_ctx_step_alloc(x->ctx, sizeof *y, (void **)&y));
-    *y = *x;
-    y->ndim = ndim;
-    for (int i = 0; i < AMP_MAX_DIMS; i++) y->shape[i] = i < ndim ? shape[i] : 1;
-    y->grad = NULL;
-    y->requires_grad = false;
-    y->grad_written = false;
-    y->node = NULL;
-    /* The struct is step memory; the data stays x's (read-only if x is a kept cast). */
-    y->flags = AMP_TENSOR_STEP | (x->flags & AMP_TENSOR_SHARED);
-    y->step_gen = x->ctx->step_gen;
-    y->region = x->ctx->region_gen;
+    AMP_TRY(amp_view_step(x, ndim, shape, 0, &y));
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "reshape", amp_reshape_bwd, 1, &x, 0, &node));
     *out = y;

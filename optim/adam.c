@@ -71,7 +71,7 @@ amp_status amp_adam_create_params(amp_tensor *const *params, const char *const *
                                         out));
     (*out)->adam = o;
     if (o.decoupled && o.weight_decay == 0.0f)
-        amp_log(AMP_LOG_INFO, "AdamW with weight_decay 0 (torch.optim.AdamW's default is 1e-2; "
+        amp_log_msg(AMP_LOG_INFO, "AdamW with weight_decay 0 (torch.optim.AdamW's default is 1e-2; "
                               "libamp applies no default)");
     return AMP_OK;
 }

@@ -42,7 +42,7 @@ typedef enum gc_fill {
 typedef struct gc_in {
     const char *name;
     int ndim;
-    int64_t shape[4];
+    int64_t shape[AMP_MAX_DIMS];
     gc_fill fill;
     double lo, hi;
     bool grad;
@@ -60,7 +60,7 @@ struct gc_case {
     int n_in;
     gc_in in[GC_MAX_IN];
     int y_ndim;
-    int64_t y_shape[4];
+    int64_t y_shape[AMP_MAX_DIMS];
     int kernel, stride, pad; /* conv2d (stride, pad) and maxpool2d */
     float p;                 /* dropout */
     bool rng_saved;          /* dropout: the RNG state of the first draw, replayed each pass */

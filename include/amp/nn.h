@@ -14,7 +14,8 @@ extern "C" {
 #endif
 
 /* ---- ops (outputs first in the backend; here the result comes back through `out`) ---- */
-/* y = x @ w^T + b: x [n, in], w [out, in], b [out] or NULL. */
+/* y = x @ w^T + b: x [n, in] or [..., in] (any leading dims, as a [B, T, C] activation: one
+ * GEMM over them all), w [out, in], b [out] or NULL; y [..., out]. */
 amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
 /* y = relu(x @ w^T + b) as one op (the bias in the GEMM's epilogue, the ReLU in place on its
  * output: one tensor instead of two), which a sequential model uses for a linear layer directly
@@ -56,15 +57,58 @@ amp_status amp_maxpool2d(amp_tensor *x, int kernel, int stride, int padding, amp
 amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor **out);
 /* [n, ...] -> [n, rest]. */
 amp_status amp_flatten(amp_tensor *x, amp_tensor **out);
-/* Elementwise, same shapes. */
+/* Elementwise a + b, a - b, a * b, a / b (IEEE division), in the wider of the two dtypes
+ * (PyTorch's type promotion), computed in f32 with one rounding. Shapes broadcast as PyTorch's
+ * (aligned at the last dim, each pair of extents equal or one of them 1): a bias [C] over
+ * [B, T, C], a mask [1, 1, T, T] over [B, H, T, T]; the gradient of a repeated operand is summed
+ * over the dims it was repeated along. */
 amp_status amp_add(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+amp_status amp_sub(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 amp_status amp_mul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+amp_status amp_div(amp_tensor *a, amp_tensor *b, amp_tensor **out);
+/* Pointwise functions: e^x, ln x, tanh x, sigmoid(x) = 1 / (1 + e^-x), silu(x) = x sigmoid(x),
+ * in x's dtype, computed in f32 by one implementation shared by every backend (the same bits on
+ * the CPU and CUDA; within 1 ulp of the exact value for exp, log and tanh, 2 for sigmoid, 3 for
+ * SiLU). Under autocast (O1) exp and log run in f32 (torch.amp's fp32 list); tanh, sigmoid and
+ * SiLU keep their input's dtype. Gradients as PyTorch's: dy e^x, dy / x, dy (1 - y^2),
+ * dy y (1 - y), dy s (1 + x (1 - s)). */
+amp_status amp_exp(amp_tensor *x, amp_tensor **out);
+amp_status amp_log(amp_tensor *x, amp_tensor **out);
+amp_status amp_tanh(amp_tensor *x, amp_tensor **out);
+amp_status amp_sigmoid(amp_tensor *x, amp_tensor **out);
+amp_status amp_silu(amp_tensor *x, amp_tensor **out);
 /* x * s, x + s, x / s with a number s (PyTorch's `loss / accumulation_steps`): x's dtype kept (a
  * scalar does not promote, as in PyTorch), computed in f32 with one rounding; x / s is a true
  * division, as is its gradient dy / s. */
 amp_status amp_mul_scalar(amp_tensor *x, float s, amp_tensor **out);
 amp_status amp_add_scalar(amp_tensor *x, float s, amp_tensor **out);
 amp_status amp_div_scalar(amp_tensor *x, float s, amp_tensor **out);
+/* Reductions over one dim (a negative dim counts from the end; keepdim keeps it, of extent 1):
+ * x.sum(dim), x.mean(dim), and x.max(dim) with the index of the maximum (i32, the first place
+ * it occurs; a NaN counts as the maximum, as in torch.max; indices may be NULL). Sums in f64 in
+ * index order, rounded once to f32 then to x's dtype: the same bits on every backend. Under
+ * autocast (O1) sum runs in f32 (torch.amp's fp32 list), mean and max in x's dtype. The gradient
+ * of max goes to the index it took. */
+amp_status amp_sum_dim(amp_tensor *x, int dim, bool keepdim, amp_tensor **out);
+amp_status amp_mean_dim(amp_tensor *x, int dim, bool keepdim, amp_tensor **out);
+amp_status amp_max_dim(amp_tensor *x, int dim, bool keepdim, amp_tensor **values,
+                       amp_tensor **indices);
+/* Rearranging dims. Tensors are dense row-major, so a piece along dim is a view that costs
+ * nothing when it is one block of memory (every dim before dim of extent 1), else one strided
+ * copy; a permutation and a concatenation are one strided copy each (PyTorch's
+ * .permute(...).contiguous(), torch.cat). Gradients flow back through the same copies.
+ *   narrow:    [start, start + length) along dim;
+ *   split:     pieces of `size` along dim (the last may be shorter), n_outs of them exactly;
+ *   chunk:     `chunks` equal pieces along dim (the extent must divide);
+ *   permute:   y's dim k is x's dim dims[k] (x.permute(dims));
+ *   transpose: dims dim0 and dim1 swapped;
+ *   cat:       1 to 8 tensors of one dtype and shape but along dim, joined along it. */
+amp_status amp_narrow(amp_tensor *x, int dim, int64_t start, int64_t length, amp_tensor **out);
+amp_status amp_split(amp_tensor *x, int64_t size, int dim, amp_tensor **outs, int n_outs);
+amp_status amp_chunk(amp_tensor *x, int chunks, int dim, amp_tensor **outs);
+amp_status amp_permute(amp_tensor *x, const int *dims, amp_tensor **out);
+amp_status amp_transpose(amp_tensor *x, int dim0, int dim1, amp_tensor **out);
+amp_status amp_cat(amp_tensor *const *xs, int n, int dim, amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 /* Fused log-softmax + NLL, mean over rows: logits [n, classes], labels i32 [n]. */

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define AMP_MAX_DIMS 4
+#define AMP_MAX_DIMS 8
 
 typedef enum amp_dtype { AMP_F32 = 0, AMP_F16 = 1, AMP_BF16 = 2, AMP_I32 = 3 } amp_dtype;
 

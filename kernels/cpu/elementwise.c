@@ -1,4 +1,5 @@
-/* CPU backend: unary, binary and axpy elementwise ops.
+/* CPU backend: unary, binary and axpy elementwise ops (the transcendental ones through
+ * kernels/math/transcendental.h, which the CUDA backend shares: the same bits on both).
  *
  * Outputs are overwritten (axpy updates y in place by contract). Every op computes in f32: f32
  * tensors are read and written in place; f16/bf16 tensors are processed in tiles widened into f32
@@ -13,6 +14,7 @@
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/binary.h"
 #include "kernels/math/relu.h"
+#include "kernels/math/transcendental.h"
 
 /* Elements per tile: three f32 tiles (a, b, y) take 12 KiB, which stays in L1 with the data. */
 #define EW_TILE 1024
@@ -34,6 +36,21 @@ static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, 
     case AMP_UNARY_DIV_SCALAR:
         for (int64_t i = 0; i < n; i++) y[i] = amp_div_scalar(x[i], alpha);
         break;
+    case AMP_UNARY_EXP:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_expf(x[i]);
+        break;
+    case AMP_UNARY_LOG:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_logf(x[i]);
+        break;
+    case AMP_UNARY_TANH:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_tanhf(x[i]);
+        break;
+    case AMP_UNARY_SIGMOID:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_sigmoidf(x[i]);
+        break;
+    case AMP_UNARY_SILU:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_siluf(x[i]);
+        break;
     }
 }
 
@@ -50,6 +67,18 @@ static void binary_tile(amp_binary_op op, int64_t n, const float *a, const float
         break;
     case AMP_BINARY_RELU_BWD:
         for (int64_t i = 0; i < n; i++) y[i] = amp_relu_bwd(a[i], b[i]);
+        break;
+    case AMP_BINARY_DIV:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_div(a[i], b[i]);
+        break;
+    case AMP_BINARY_TANH_BWD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_tanh_bwd(a[i], b[i]);
+        break;
+    case AMP_BINARY_SIGMOID_BWD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_sigmoid_bwd(a[i], b[i]);
+        break;
+    case AMP_BINARY_SILU_BWD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_silu_bwd(a[i], b[i]);
         break;
     }
 }
@@ -122,7 +151,7 @@ static void relu_half_run(amp_dtype dt, int64_t n, const void *a, const void *b,
 
 amp_status amp_cpu_unary(amp_device_ctx *dev, amp_unary_op op, amp_dtype dt, int64_t n,
                          const void *x, float alpha, void *y) {
-    if ((int)op < 0 || (int)op > (int)AMP_UNARY_DIV_SCALAR)
+    if ((int)op < 0 || (int)op > (int)AMP_UNARY_LAST)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_unary: unknown op %d", (int)op);
     if (op == AMP_UNARY_COPY) {
         /* A copy keeps every bit (NaN payloads too), in any dtype, as torch.Tensor.copy_. */
@@ -145,8 +174,7 @@ amp_status amp_cpu_unary(amp_device_ctx *dev, amp_unary_op op, amp_dtype dt, int
 
 amp_status amp_cpu_binary(amp_device_ctx *dev, amp_binary_op op, amp_dtype dt, int64_t n,
                           const void *a, const void *b, void *y) {
-    if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
-        op != AMP_BINARY_RELU_BWD)
+    if ((int)op < 0 || (int)op > (int)AMP_BINARY_LAST)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_binary: unknown op %d", (int)op);
     AMP_TRY(amp_backend_check_float(__func__, dt));
     AMP_TRY(amp_backend_check_n(__func__, n));

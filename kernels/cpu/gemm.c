@@ -36,6 +36,7 @@
 /* Everything a plan depends on; zeroed before filling because the cache compares its bytes. */
 typedef struct gemm_key {
     int64_t m, n, k, lda, ldb, ldc;
+    int64_t batch, stride_a, stride_b, stride_c; /* batch 1: one product */
     float alpha, beta;
     int32_t a_dtype, b_dtype, c_dtype, n_threads;
     uint8_t trans_a, trans_b, has_bias, unused;
@@ -55,11 +56,19 @@ static void gemm_plan_destroy(void *p) {
 }
 
 /* The strides of a logical rows x cols operand stored row-major with leading dimension ld,
- * transposed in memory when `trans`. */
-static amp_status operand_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld,
-                             bool trans, amp_dtype dt) {
+ * transposed in memory when `trans`; with a batch, a leading batch dim of that stride (one
+ * matrix for them all, oneDNN's broadcast, where the stride is 0). */
+static amp_status operand_md(dnnl_memory_desc_t *md, int64_t batch, int64_t stride, int64_t rows,
+                             int64_t cols, int64_t ld, bool trans, amp_dtype dt) {
     dnnl_data_type_t ddt = dnnl_f32;
     AMP_TRY(amp_dnnl_dtype(dt, "gemm operand", &ddt));
+    if (batch > 1) {
+        int64_t span = (trans ? cols : rows) * ld;
+        dnnl_dims_t dims = {stride ? batch : 1, rows, cols};
+        dnnl_dims_t strides = {stride ? stride : span, trans ? 1 : ld, trans ? ld : 1};
+        AMP_DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 3, dims, ddt, strides));
+        return AMP_OK;
+    }
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
     AMP_DNNL_TRY(dnnl_memory_desc_init_by_strides(md, 2, dims, ddt, strides));
@@ -84,13 +93,19 @@ static amp_status gemm_attr_fill(dnnl_primitive_attr_t attr, const gemm_key *key
 }
 
 static amp_status gemm_plan_fill(gemm_plan *plan, const gemm_key *key, dnnl_primitive_attr_t attr) {
-    AMP_TRY(operand_md(&plan->a_md, key->m, key->k, key->lda, key->trans_a, key->a_dtype));
-    AMP_TRY(operand_md(&plan->b_md, key->k, key->n, key->ldb, key->trans_b, key->b_dtype));
-    AMP_TRY(operand_md(&plan->c_md, key->m, key->n, key->ldc, false, key->c_dtype));
+    int64_t nb = key->batch;
+    AMP_TRY(operand_md(&plan->a_md, nb, key->stride_a, key->m, key->k, key->lda, key->trans_a,
+                       key->a_dtype));
+    AMP_TRY(operand_md(&plan->b_md, nb, key->stride_b, key->k, key->n, key->ldb, key->trans_b,
+                       key->b_dtype));
+    AMP_TRY(operand_md(&plan->c_md, nb, key->stride_c, key->m, key->n, key->ldc, false,
+                       key->c_dtype));
     bool bias_post_op = key->has_bias && key->alpha != 1.0f;
     if (key->has_bias) {
-        dnnl_dims_t dims = {1, key->n};
-        AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&plan->bias_md, 2, dims, dnnl_f32, dnnl_ab));
+        dnnl_dims_t dims = {1, 1, key->n};
+        AMP_DNNL_TRY(dnnl_memory_desc_init_by_tag(&plan->bias_md, nb > 1 ? 3 : 2,
+                                                  nb > 1 ? dims : dims + 1, dnnl_f32,
+                                                  nb > 1 ? dnnl_abc : dnnl_ab));
         plan->bias_arg = bias_post_op ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(key->beta != 0.0f ? 1 : 0) |
                                          DNNL_ARG_SRC_1)
                                       : DNNL_ARG_BIAS;
@@ -170,7 +185,7 @@ static amp_status gemm_run(const gemm_plan *plan, const amp_gemm_desc *d, void *
 
 static int64_t gemm_padded_ldb(const amp_gemm_desc *d) {
     const int64_t esize = (int64_t)sizeof(float), line = 64 / esize; /* f32 B only */
-    if (d->b_dtype != AMP_F32 || d->trans_b || d->m < GEMM_PAD_MIN_M ||
+    if (d->batch > 1 || d->b_dtype != AMP_F32 || d->trans_b || d->m < GEMM_PAD_MIN_M ||
         (d->ldb * esize) % 4096 != 0 || d->k * d->n * esize < GEMM_PAD_MIN_BYTES)
         return 0;
     return (d->n + line - 1) / line * line + line;
@@ -242,6 +257,20 @@ static amp_status gemm_widened(const amp_gemm_desc *d) {
     AMP_TRY(gemm_core(&w));
     if (c_nbytes) amp_dnnl_narrow(d->c, d->c_dtype, d->m, d->n, d->ldc, c32);
     return AMP_OK;
+}
+
+/* How many products d asks for, and product i of them as a descriptor of one. */
+static int64_t gemm_count(const amp_gemm_desc *d) { return d->batch > 1 ? d->batch : 1; }
+
+static amp_gemm_desc gemm_slice(const amp_gemm_desc *d, int64_t i) {
+    amp_gemm_desc one = *d;
+    one.batch = 0;
+    if (d->batch > 1) {
+        one.a = (const char *)d->a + i * d->stride_a * (int64_t)amp_dtype_size(d->a_dtype);
+        one.b = (const char *)d->b + i * d->stride_b * (int64_t)amp_dtype_size(d->b_dtype);
+        one.c = (char *)d->c + i * d->stride_c * (int64_t)amp_dtype_size(d->c_dtype);
+    }
+    return one;
 }
 
 /* k == 0: the product is empty, C = beta * C + bias (oneDNN rejects a zero-sized K). */
@@ -331,14 +360,26 @@ amp_status amp_cpu_gemm(amp_device_ctx *dev, const amp_gemm_desc *d) {
         h.bias = rounded;
     }
     amp_status s = gemm_core(&h);
-    if (s == AMP_OK && h.epilogue == AMP_GEMM_EPILOGUE_RELU) gemm_relu_pass(&h);
+    for (int64_t i = 0; s == AMP_OK && h.epilogue == AMP_GEMM_EPILOGUE_RELU && i < gemm_count(&h);
+         i++) {
+        amp_gemm_desc one = gemm_slice(&h, i);
+        gemm_relu_pass(&one);
+    }
     free(rounded);
     return s;
 }
 
-/* C = alpha op(A) op(B) + beta C (+ bias): everything but the fused parts; d validated, C set. */
+/* C = alpha op(A) op(B) + beta C (+ bias): everything but the fused parts; d validated, C set.
+ * A batch runs as one oneDNN primitive with a batch dim; where oneDNN lacks the dtypes (the
+ * widened route) or k is 0, product by product. */
 static amp_status gemm_core(const amp_gemm_desc *d) {
-    if (d->k == 0) return gemm_empty_k(d);
+    if (d->k == 0) {
+        for (int64_t i = 0; i < gemm_count(d); i++) {
+            amp_gemm_desc one = gemm_slice(d, i);
+            AMP_TRY(gemm_empty_k(&one));
+        }
+        return AMP_OK;
+    }
     AMP_CHECK_ARG(d->a);
     AMP_CHECK_ARG(d->b);
 
@@ -351,6 +392,9 @@ static amp_status gemm_core(const amp_gemm_desc *d) {
     key.a_dtype = d->a_dtype, key.b_dtype = d->b_dtype, key.c_dtype = d->c_dtype;
     key.trans_a = d->trans_a, key.trans_b = d->trans_b, key.has_bias = d->bias != NULL;
     key.n_threads = amp_dnnl_threads();
+    key.batch = d->batch > 1 ? d->batch : 1;
+    if (key.batch > 1)
+        key.stride_a = d->stride_a, key.stride_b = d->stride_b, key.stride_c = d->stride_c;
 
     gemm_plan *plan = NULL;
     amp_dnnl_cache_ref *ref = NULL;
@@ -363,6 +407,11 @@ static amp_status gemm_core(const amp_gemm_desc *d) {
                                 amp_dtype_name(d->c_dtype));
     if (plan->prim) {
         s = gemm_run_plan(plan, d, padded_ldb);
+    } else if (d->batch > 1) {
+        for (int64_t i = 0; s == AMP_OK && i < d->batch; i++) {
+            amp_gemm_desc one = gemm_slice(d, i);
+            s = gemm_widened(&one);
+        }
     } else {
         s = gemm_widened(d);
     }

@@ -1,5 +1,6 @@
-/* CPU backend: sum (to a backend scalar), sum of squares (the loss scaler's gradient norm) and
- * sum over rows (bias gradients).
+/* CPU backend: sum (to a backend scalar), sum of squares (the loss scaler's gradient norm), sum
+ * over rows (bias gradients), and sum or max over one dim (reduce_dim) with max's backward
+ * (scatter_dim).
  *
  * Determinism: the data is cut into chunks whose bounds depend only on the shape; each chunk is
  * summed in double in a fixed order (8 interleaved lanes, then a fixed tree), and the chunk sums
@@ -12,6 +13,8 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_tile.h"
+#include "kernels/math/load_store.h"
+#include "kernels/math/strided.h"
 #include "kernels/math/unscale.h"
 
 /* Chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
@@ -123,5 +126,78 @@ amp_status amp_cpu_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int
         out[j] = (float)s;
     }
     free(partial);
+    return AMP_OK;
+}
+
+/* reduce_dim: outputs in blocks of REDUCE_DIM_BLOCK consecutive i of one o; each output
+ * accumulates over j = 0, 1, ... in that order (double for sums), as the CUDA kernel's one
+ * thread per output does, so both give the same bits; the block keeps the reads of each j
+ * contiguous. */
+#define REDUCE_DIM_BLOCK 64
+
+amp_status amp_cpu_reduce_dim(amp_device_ctx *dev, amp_reduce_op op, amp_dtype dt, int64_t outer,
+                              int64_t n, int64_t inner, const void *x, float alpha, void *y,
+                              int32_t *idx) {
+    AMP_TRY(amp_backend_check_reduce_dim(__func__, op, dt, outer, n, inner));
+    if (outer == 0 || inner == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    int64_t blocks = (inner + REDUCE_DIM_BLOCK - 1) / REDUCE_DIM_BLOCK;
+#pragma omp parallel for schedule(static) if (outer * n * inner >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t ob = 0; ob < outer * blocks; ob++) {
+        int64_t o = ob / blocks, i0 = (ob % blocks) * REDUCE_DIM_BLOCK;
+        int64_t len = inner - i0 < REDUCE_DIM_BLOCK ? inner - i0 : REDUCE_DIM_BLOCK;
+        int64_t base = o * n * inner + i0;
+        double sum[REDUCE_DIM_BLOCK];
+        float best[REDUCE_DIM_BLOCK];
+        int32_t at[REDUCE_DIM_BLOCK];
+        for (int64_t i = 0; i < len; i++) {
+            sum[i] = 0.0;
+            best[i] = amp_load_f32(x, dt, base + i);
+            at[i] = 0;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            int64_t row = base + j * inner;
+            if (op == AMP_REDUCE_SUM) {
+                for (int64_t i = 0; i < len; i++) sum[i] += (double)amp_load_f32(x, dt, row + i);
+            } else {
+                for (int64_t i = 0; i < len; i++) {
+                    float v = amp_load_f32(x, dt, row + i);
+                    if (amp_max_takes(v, best[i])) {
+                        best[i] = v;
+                        at[i] = (int32_t)j;
+                    }
+                }
+            }
+        }
+        for (int64_t i = 0; i < len; i++) {
+            int64_t out = o * inner + i0 + i;
+            if (op == AMP_REDUCE_SUM) {
+                amp_store_f32(y, dt, out, (float)((double)alpha * sum[i]));
+            } else {
+                amp_store_f32(y, dt, out, best[i]);
+                if (idx) idx[out] = at[i];
+            }
+        }
+    }
+    return AMP_OK;
+}
+
+amp_status amp_cpu_scatter_dim(amp_device_ctx *dev, amp_dtype dt, int64_t outer, int64_t n,
+                               int64_t inner, const int32_t *idx, const void *dy, void *dx) {
+    AMP_TRY(amp_backend_check_reduce_dim(__func__, AMP_REDUCE_SUM, dt, outer, n, inner));
+    if (outer == 0 || inner == 0) return AMP_OK;
+    AMP_CHECK_ARG(idx);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(dx);
+#pragma omp parallel for schedule(static) if (outer * n * inner >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t oj = 0; oj < outer * n; oj++) {
+        int64_t o = oj / n, j = oj % n;
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t src = o * inner + i;
+            float v = idx[src] == j ? amp_load_f32(dy, dt, src) : 0.0f;
+            amp_store_f32(dx, dt, oj * inner + i, v);
+        }
+    }
     return AMP_OK;
 }

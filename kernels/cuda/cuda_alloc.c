@@ -241,7 +241,7 @@ void amp_cuda_free(amp_device_ctx *dev, void *p) {
         pthread_mutex_unlock(&a->lock);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            amp_log(AMP_LOG_ERROR, "amp_cuda_free: cudaFree(%p): %s (%s)", p,
+            amp_log_msg(AMP_LOG_ERROR, "amp_cuda_free: cudaFree(%p): %s (%s)", p,
                     cudaGetErrorString(e), cudaGetErrorName(e));
         }
         return;
@@ -280,10 +280,10 @@ void amp_cuda_free(amp_device_ctx *dev, void *p) {
     }
     pthread_mutex_unlock(&a->lock);
     if (event_failed)
-        amp_log(AMP_LOG_ERROR, "amp_cuda_free: could not record an event for a block used on "
+        amp_log_msg(AMP_LOG_ERROR, "amp_cuda_free: could not record an event for a block used on "
                                "another stream; the block is not reused");
     else if (!b && !event_failed)
-        amp_log(AMP_LOG_ERROR, "amp_cuda_free: %p was not allocated by the CUDA backend", p);
+        amp_log_msg(AMP_LOG_ERROR, "amp_cuda_free: %p was not allocated by the CUDA backend", p);
 }
 
 amp_status amp_cuda_record_stream(amp_device_ctx *dev, void *p, cudaStream_t stream) {
@@ -354,10 +354,10 @@ void amp_cuda_alloc_state_free(amp_cuda_alloc_state *a) {
     amp_status s = release_cached_locked(a);
     size_t live = a->in_use;
     pthread_mutex_unlock(&a->lock);
-    if (s != AMP_OK) amp_log(AMP_LOG_ERROR, "amp_cuda_alloc_state_free: %s", amp_last_error());
+    if (s != AMP_OK) amp_log_msg(AMP_LOG_ERROR, "amp_cuda_alloc_state_free: %s", amp_last_error());
     /* Blocks still handed out belong to tensors not freed: their memory goes with the process. */
     if (live)
-        amp_log(AMP_LOG_WARN,
+        amp_log_msg(AMP_LOG_WARN,
                 "amp_cuda_alloc_state_free: %zu bytes still allocated by the "
                 "device context closed",
                 live);

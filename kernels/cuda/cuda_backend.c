@@ -161,7 +161,7 @@ amp_status amp_cuda_device_open(int ordinal, amp_backend **out) {
 void amp_cuda_device_close(amp_backend *be) {
     if (!be) return;
     if (be == g_backend) {
-        amp_log(AMP_LOG_ERROR, "amp_cuda_device_close: the default table is the process's; it "
+        amp_log_msg(AMP_LOG_ERROR, "amp_cuda_device_close: the default table is the process's; it "
                                "is not closed");
         return;
     }
@@ -196,7 +196,7 @@ static void amp_cuda_probe(void) {
         snprintf(g_why, sizeof g_why, "no usable CUDA device: %s", amp_last_error());
         return;
     }
-    amp_log(AMP_LOG_DEBUG, "CUDA backend on device %d: %s (sm_%d%d, %d SMs, %zu MiB)", ordinal,
+    amp_log_msg(AMP_LOG_DEBUG, "CUDA backend on device %d: %s (sm_%d%d, %d SMs, %zu MiB)", ordinal,
             prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem >> 20);
     g_backend = be;
 }

@@ -1,8 +1,10 @@
-/* Elementwise ops on the device: the CUDA side of the table's unary (relu, scale, copy), binary
- * (add, sub, mul, relu_bwd) and axpy.
+/* Elementwise ops on the device: the CUDA side of the table's unary (relu, scale, copy, the
+ * scalar forms, exp, log, tanh, sigmoid, SiLU), binary (add, sub, mul, div, the backward forms)
+ * and axpy.
  *
  * Numerics: f16/bf16 are widened exactly to f32 (kernels/math/load_store.h), computed in f32 by
- * the CPU backend's own per-element functions (kernels/math/relu.h, binary.h) and rounded back to
+ * the CPU backend's own per-element functions (kernels/math/relu.h, binary.h, transcendental.h)
+ * and rounded back to
  * nearest even, so both backends write the same bits, NaN and signed zeros included. axpy's
  * product is rounded before the add (amp_axpy uses amp_mul_rn), as the CPU's, which nvcc would
  * otherwise contract into an fma. copy is a byte copy in any dtype (i32 too), keeping NaN
@@ -22,8 +24,10 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/math/binary.h"
+#include "kernels/math/binary_op.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/relu.h"
+#include "kernels/math/transcendental.h"
 
 template <amp_unary_op OP>
 static __device__ inline float unary_elem(float x, float alpha) {
@@ -31,18 +35,18 @@ static __device__ inline float unary_elem(float x, float alpha) {
     case AMP_UNARY_RELU: return amp_relu(x);
     case AMP_UNARY_ADD_SCALAR: return amp_add_scalar(x, alpha);
     case AMP_UNARY_DIV_SCALAR: return amp_div_scalar(x, alpha);
+    case AMP_UNARY_EXP: return amp_expf(x);
+    case AMP_UNARY_LOG: return amp_logf(x);
+    case AMP_UNARY_TANH: return amp_tanhf(x);
+    case AMP_UNARY_SIGMOID: return amp_sigmoidf(x);
+    case AMP_UNARY_SILU: return amp_siluf(x);
     default: return amp_scale(x, alpha);
     }
 }
 
 template <amp_binary_op OP>
 static __device__ inline float binary_elem(float a, float b) {
-    switch (OP) {
-    case AMP_BINARY_ADD: return amp_add(a, b);
-    case AMP_BINARY_SUB: return amp_sub(a, b);
-    case AMP_BINARY_MUL: return amp_mul(a, b);
-    default: return amp_relu_bwd(a, b);
-    }
+    return amp_binary_apply(OP, a, b); /* OP is a constant: the switch folds away */
 }
 
 template <amp_dtype D, amp_unary_op OP>
@@ -71,45 +75,49 @@ static unsigned grid_for(int64_t n) {
     return (unsigned)(blocks < AMP_CUDA_MAX_BLOCKS ? blocks : AMP_CUDA_MAX_BLOCKS);
 }
 
+/* One kernel per (dtype, op): the op is a template argument, so each loop is straight. */
+#define UNARY_CASE(OP)                                                                             \
+    case OP: unary_kernel<D, OP><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n); break
 template <amp_dtype D>
 static void unary_dt_launch(amp_unary_op op, int64_t n, const void *x, float alpha, void *y,
                             cudaStream_t stream) {
     unsigned grid = grid_for(n);
     switch (op) {
-    case AMP_UNARY_RELU:
-        unary_kernel<D, AMP_UNARY_RELU><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
-        break;
-    case AMP_UNARY_ADD_SCALAR:
-        unary_kernel<D, AMP_UNARY_ADD_SCALAR><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
-        break;
-    case AMP_UNARY_DIV_SCALAR:
-        unary_kernel<D, AMP_UNARY_DIV_SCALAR><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
-        break;
+        UNARY_CASE(AMP_UNARY_RELU);
+        UNARY_CASE(AMP_UNARY_ADD_SCALAR);
+        UNARY_CASE(AMP_UNARY_DIV_SCALAR);
+        UNARY_CASE(AMP_UNARY_EXP);
+        UNARY_CASE(AMP_UNARY_LOG);
+        UNARY_CASE(AMP_UNARY_TANH);
+        UNARY_CASE(AMP_UNARY_SIGMOID);
+        UNARY_CASE(AMP_UNARY_SILU);
     default:
         unary_kernel<D, AMP_UNARY_SCALE><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
         break;
     }
 }
+#undef UNARY_CASE
 
+#define BINARY_CASE(OP)                                                                            \
+    case OP: binary_kernel<D, OP><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, y, n); break
 template <amp_dtype D>
 static void binary_dt_launch(amp_binary_op op, int64_t n, const void *a, const void *b, void *y,
                              cudaStream_t stream) {
     unsigned grid = grid_for(n);
     switch (op) {
-    case AMP_BINARY_ADD:
-        binary_kernel<D, AMP_BINARY_ADD><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, y, n);
-        break;
-    case AMP_BINARY_SUB:
-        binary_kernel<D, AMP_BINARY_SUB><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, y, n);
-        break;
-    case AMP_BINARY_MUL:
-        binary_kernel<D, AMP_BINARY_MUL><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, y, n);
-        break;
+        BINARY_CASE(AMP_BINARY_ADD);
+        BINARY_CASE(AMP_BINARY_SUB);
+        BINARY_CASE(AMP_BINARY_MUL);
+        BINARY_CASE(AMP_BINARY_DIV);
+        BINARY_CASE(AMP_BINARY_TANH_BWD);
+        BINARY_CASE(AMP_BINARY_SIGMOID_BWD);
+        BINARY_CASE(AMP_BINARY_SILU_BWD);
     default:
         binary_kernel<D, AMP_BINARY_RELU_BWD><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, y, n);
         break;
     }
 }
+#undef BINARY_CASE
 
 /* relu, scale, + or / a scalar of n >= 1 elements of a float dtype (validated by the caller). */
 extern "C" amp_status amp_cuda_unary_launch(amp_unary_op op, amp_dtype dt, int64_t n,
@@ -156,7 +164,7 @@ extern "C" amp_status amp_cuda_axpy_launch(amp_dtype dt, int64_t n, float alpha,
 
 extern "C" amp_status amp_cuda_unary(amp_device_ctx *dev, amp_unary_op op, amp_dtype dt, int64_t n,
                                      const void *x, float alpha, void *y) {
-    if ((int)op < 0 || (int)op > (int)AMP_UNARY_DIV_SCALAR)
+    if ((int)op < 0 || (int)op > (int)AMP_UNARY_LAST)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op %d", (int)op);
     if (op != AMP_UNARY_COPY || dt != AMP_I32) AMP_TRY(amp_backend_check_float("amp_cuda_unary", dt));
     AMP_TRY(amp_backend_check_n("amp_cuda_unary", n));
@@ -174,8 +182,7 @@ extern "C" amp_status amp_cuda_unary(amp_device_ctx *dev, amp_unary_op op, amp_d
 
 extern "C" amp_status amp_cuda_binary(amp_device_ctx *dev, amp_binary_op op, amp_dtype dt,
                                       int64_t n, const void *a, const void *b, void *y) {
-    if (op != AMP_BINARY_ADD && op != AMP_BINARY_SUB && op != AMP_BINARY_MUL &&
-        op != AMP_BINARY_RELU_BWD)
+    if ((int)op < 0 || (int)op > (int)AMP_BINARY_LAST)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_cuda_binary: unknown op %d", (int)op);
     AMP_TRY(amp_backend_check_float("amp_cuda_binary", dt));
     AMP_TRY(amp_backend_check_n("amp_cuda_binary", n));

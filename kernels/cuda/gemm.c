@@ -82,6 +82,7 @@ typedef struct gemm_key {
     int64_t m, n, k, lda, ldb, ldd;
     int32_t ab_dt, d_dt;
     uint32_t align_a, align_b, align_d, align_vec; /* vec: the bias or bias-gradient vector */
+    int64_t batch, stride_a, stride_b, stride_c;   /* batch 1: one product */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -218,6 +219,19 @@ static amp_status plan_build(amp_cuda_gemm_state *g, gemm_plan *p, const gemm_ke
     AMP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lb, ab, b_rows, b_cols, key->lda));
     AMP_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->ld, cuda_type((amp_dtype)key->d_dt),
                                               (uint64_t)key->n, (uint64_t)key->m, key->ldd));
+    if (key->batch > 1) {
+        /* cuBLASLt's A is our B and its B our A (column-major view of row-major data). */
+        cublasLtMatrixLayout_t layouts[3] = {p->la, p->lb, p->ld};
+        int64_t strides[3] = {key->stride_b, key->stride_a, key->stride_c};
+        int32_t count = (int32_t)key->batch;
+        for (int i = 0; i < 3; i++) {
+            AMP_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(
+                layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+            AMP_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(
+                layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                sizeof strides[i]));
+        }
+    }
     bool found = false;
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)key->epilogue;
     AMP_TRY(plan_pick_algo(g, p, epi, vec, &found));
@@ -375,6 +389,20 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_dev
         key.align_b = align_of(b);
         key.align_d = align_of(dst);
         key.align_vec = vec ? align_of(vec) : 0;
+        if (d->batch > 1) {
+            /* every product's pointers: the base's alignment and the stride's */
+            key.batch = d->batch, key.stride_a = d->stride_a, key.stride_b = d->stride_b;
+            key.stride_c = d->stride_c;
+            size_t es_ab = amp_dtype_size(ab_dt), es_d = amp_dtype_size(d_dt);
+            uint32_t sa = align_of((const void *)(uintptr_t)(d->stride_a * es_ab));
+            uint32_t sb = align_of((const void *)(uintptr_t)(d->stride_b * es_ab));
+            uint32_t sd = align_of((const void *)(uintptr_t)(d->stride_c * es_d));
+            key.align_a = key.align_a < sa ? key.align_a : sa;
+            key.align_b = key.align_b < sb ? key.align_b : sb;
+            key.align_d = key.align_d < sd ? key.align_d : sd;
+        } else {
+            key.batch = 1;
+        }
         AMP_TRY(plan_get(dev->gemm, &key, vec, &p));
         /* A half C cannot take a missed bias in a later pass without a second rounding. */
         if (direct && d_dt != AMP_F32 && p->epilogue != want) {
@@ -435,11 +463,30 @@ static amp_status bias_round(amp_gemm_desc *d, void *scratch[SCR_N], amp_device_
     return AMP_OK;
 }
 
+/* A batch cuBLASLt runs in one call: operands of one dtype, a C cuBLASLt writes itself, nothing
+ * fused. The rest goes product by product. */
+static bool batch_native(const amp_gemm_desc *d) {
+    amp_dtype ab = d->a_dtype;
+    return d->a_dtype == d->b_dtype && (d->c_dtype == AMP_F32 || d->c_dtype == ab) && !d->bias &&
+           d->epilogue == AMP_GEMM_EPILOGUE_NONE && d->n > 0 && d->k > 0;
+}
+
 amp_status amp_cuda_gemm(amp_device_ctx *dev, const amp_gemm_desc *desc) {
     AMP_TRY(gemm_validate(desc));
     void *scratch[SCR_N] = {NULL};
     amp_status s = AMP_OK;
     if (desc->m == 0) return AMP_OK;
+    if (desc->batch > 1 && !batch_native(desc)) {
+        for (int64_t i = 0; i < desc->batch; i++) {
+            amp_gemm_desc one = *desc;
+            one.batch = 0;
+            one.a = (const char *)desc->a + i * desc->stride_a * (int64_t)amp_dtype_size(desc->a_dtype);
+            one.b = (const char *)desc->b + i * desc->stride_b * (int64_t)amp_dtype_size(desc->b_dtype);
+            one.c = (char *)desc->c + i * desc->stride_c * (int64_t)amp_dtype_size(desc->c_dtype);
+            AMP_TRY(amp_cuda_gemm(dev, &one));
+        }
+        return AMP_OK;
+    }
     amp_gemm_desc d = *desc;
     if (d.bias && d.c_dtype != AMP_F32 && d.n > 0) s = bias_round(&d, scratch, dev);
     if (s == AMP_OK && (d.n == 0 || d.k == 0)) {

@@ -1,5 +1,6 @@
 /* Sums on the device: the CUDA side of the table's sum (alpha * sum(x) into one f32 backend
- * scalar) and sum_rows (column sums of a [rows, cols] matrix: bias gradients).
+ * scalar), sum_rows (column sums of a [rows, cols] matrix: bias gradients), and reduce_dim (sum
+ * or max over the middle dim of [outer, n, inner]) with max's backward, scatter_dim.
  *
  * Both are deterministic without float atomics: every order is fixed by the shape.
  *  - sum: the two-pass scheme of block_reduce.cuh (per-thread grid-stride sums in double, block
@@ -24,6 +25,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/math/load_store.h"
+#include "kernels/math/strided.h"
 
 /* Threads per block of sum_rows: one column each, so a warp reads 32 consecutive elements of a
  * row (128 bytes of f32). */
@@ -167,4 +169,97 @@ extern "C" amp_status amp_cuda_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64
     amp_status s = amp_cuda_sum_rows_launch(dt, rows, cols, x, out, partials, dev->stream);
     amp_cuda_free(dev, partials); /* as in amp_cuda_sum; free(NULL) is a no-op */
     return s;
+}
+
+template <amp_dtype D>
+static __global__ void reduce_dim_kernel(amp_reduce_op op, int64_t outer, int64_t n,
+                                         int64_t inner, const void *x, float alpha, void *y,
+                                         int32_t *idx) {
+    int64_t total = outer * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        int64_t o = t / inner, i = t % inner, base = o * n * inner + i;
+        if (op == AMP_REDUCE_SUM) {
+            double s = 0.0;
+            for (int64_t j = 0; j < n; j++) s += (double)amp_load_f32(x, D, base + j * inner);
+            amp_store_f32(y, D, t, (float)((double)alpha * s));
+        } else {
+            float best = amp_load_f32(x, D, base);
+            int32_t at = 0;
+            for (int64_t j = 1; j < n; j++) {
+                float v = amp_load_f32(x, D, base + j * inner);
+                if (amp_max_takes(v, best)) {
+                    best = v;
+                    at = (int32_t)j;
+                }
+            }
+            amp_store_f32(y, D, t, best);
+            if (idx) idx[t] = at;
+        }
+    }
+}
+
+template <amp_dtype D>
+static __global__ void scatter_dim_kernel(int64_t outer, int64_t n, int64_t inner,
+                                          const int32_t *idx, const void *dy, void *dx) {
+    int64_t total = outer * n * inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        int64_t i = e % inner, oj = e / inner, o = oj / n, j = oj % n, src = o * inner + i;
+        amp_store_f32(dx, D, e, idx[src] == j ? amp_load_f32(dy, D, src) : 0.0f);
+    }
+}
+
+extern "C" amp_status amp_cuda_reduce_dim(amp_device_ctx *dev, amp_reduce_op op, amp_dtype dt,
+                                          int64_t outer, int64_t n, int64_t inner,
+                                          const void *x, float alpha, void *y, int32_t *idx) {
+    AMP_TRY(amp_backend_check_reduce_dim("amp_cuda_reduce_dim", op, dt, outer, n, inner));
+    if (outer == 0 || inner == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    cudaStream_t stream = dev->stream;
+    unsigned grid = grid_for(outer * inner);
+    switch (dt) {
+    case AMP_F16:
+        reduce_dim_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(op, outer, n, inner, x,
+                                                                        alpha, y, idx);
+        break;
+    case AMP_BF16:
+        reduce_dim_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(op, outer, n, inner, x,
+                                                                         alpha, y, idx);
+        break;
+    default:
+        reduce_dim_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(op, outer, n, inner, x,
+                                                                        alpha, y, idx);
+        break;
+    }
+    AMP_CUDA_LAUNCHED(stream);
+    return AMP_OK;
+}
+
+extern "C" amp_status amp_cuda_scatter_dim(amp_device_ctx *dev, amp_dtype dt, int64_t outer,
+                                           int64_t n, int64_t inner, const int32_t *idx,
+                                           const void *dy, void *dx) {
+    AMP_TRY(amp_backend_check_reduce_dim("amp_cuda_scatter_dim", AMP_REDUCE_SUM, dt, outer, n,
+                                         inner));
+    if (outer == 0 || inner == 0) return AMP_OK;
+    AMP_CHECK_ARG(idx);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(dx);
+    cudaStream_t stream = dev->stream;
+    unsigned grid = grid_for(outer * n * inner);
+    switch (dt) {
+    case AMP_F16:
+        scatter_dim_kernel<AMP_F16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(outer, n, inner, idx,
+                                                                         dy, dx);
+        break;
+    case AMP_BF16:
+        scatter_dim_kernel<AMP_BF16><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(outer, n, inner, idx,
+                                                                          dy, dx);
+        break;
+    default:
+        scatter_dim_kernel<AMP_F32><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(outer, n, inner, idx,
+                                                                         dy, dx);
+        break;
+    }
+    AMP_CUDA_LAUNCHED(stream);
+    return AMP_OK;
 }

@@ -8,6 +8,7 @@
 AMP_HD static inline float amp_add(float a, float b) { return a + b; }
 AMP_HD static inline float amp_sub(float a, float b) { return a - b; }
 AMP_HD static inline float amp_mul(float a, float b) { return a * b; }
+AMP_HD static inline float amp_div(float a, float b) { return a / b; }
 AMP_HD static inline float amp_scale(float x, float alpha) { return alpha * x; }
 AMP_HD static inline float amp_add_scalar(float x, float alpha) { return x + alpha; }
 AMP_HD static inline float amp_div_scalar(float x, float alpha) { return x / alpha; }

@@ -19,26 +19,36 @@
 enum {
     GEMM_RELU = 1 << 10,      /* epilogue AMP_GEMM_EPILOGUE_RELU */
     GEMM_BIAS_GRAD = 1 << 11, /* bias_grad (with TRANS_A) */
+    GEMM_BCAST_B = 1 << 12,   /* with a batch: one B for every product (stride_b 0) */
 };
 
-/* gemm: s = {m, n, k, pad}: every leading dimension is its row length + pad; a and b in dt, c in
- * dt2, f = {alpha, beta}. With beta = 0, c starts as NaN: BLAS does not read C then. bias (f32,
- * n) with BIAS; bias_grad (f32, m) with GEMM_BIAS_GRAD. */
+/* gemm: s = {m, n, k, pad, batch}: every leading dimension is its row length + pad; a and b in
+ * dt, c in dt2, f = {alpha, beta}. With beta = 0, c starts as NaN: BLAS does not read C then.
+ * bias (f32, n) with BIAS; bias_grad (f32, m) with GEMM_BIAS_GRAD. A batch (s[4] > 1) stacks the
+ * products' matrices densely, one after another (B once with GEMM_BCAST_B). */
 static int64_t gemm_cols(const op_row *r, int which) {
     int64_t m = r->s[0], n = r->s[1], k = r->s[2];
     if (which == 0) return (r->flags & TRANS_A ? m : k) + r->s[3];
     if (which == 1) return (r->flags & TRANS_B ? k : n) + r->s[3];
     return n + r->s[3];
 }
-static void setup_gemm(const op_row *r, tcase *c) {
+/* The elements of one product's stored A (0), B (1) or C (2). */
+static int64_t gemm_span(const op_row *r, int which) {
     int64_t m = r->s[0], n = r->s[1], k = r->s[2];
-    in_main(r, c, 0, "a", ek_of(r->dt), (r->flags & TRANS_A ? k : m) * gemm_cols(r, 0));
-    in_main(r, c, 1, "b", ek_of(r->dt), (r->flags & TRANS_B ? n : k) * gemm_cols(r, 1));
-    slot_decl(c, 2, "c", ROLE_INOUT, ek_of(r->dt2), m * gemm_cols(r, 2));
+    int64_t rows = which == 0 ? (r->flags & TRANS_A ? k : m)
+                   : which == 1 ? (r->flags & TRANS_B ? n : k) : m;
+    return rows * gemm_cols(r, which);
+}
+static int64_t gemm_batch(const op_row *r) { return r->s[4] > 1 ? r->s[4] : 1; }
+static void setup_gemm(const op_row *r, tcase *c) {
+    int64_t n = r->s[1], nb = gemm_batch(r), nb_b = r->flags & GEMM_BCAST_B ? 1 : nb;
+    in_main(r, c, 0, "a", ek_of(r->dt), nb * gemm_span(r, 0));
+    in_main(r, c, 1, "b", ek_of(r->dt), nb_b * gemm_span(r, 1));
+    slot_decl(c, 2, "c", ROLE_INOUT, ek_of(r->dt2), nb * gemm_span(r, 2));
     if (r->f[1] != 0.0f) gen_main(r, c, 2);
     else gen_uniform(c, 2, NAN, NAN);
     if (r->flags & BIAS) in_range(c, 3, "bias", ROLE_IN, EK_F32, n, -1, 1);
-    if (r->flags & GEMM_BIAS_GRAD) slot_decl(c, 4, "bias_grad", ROLE_OUT, EK_F32, m);
+    if (r->flags & GEMM_BIAS_GRAD) slot_decl(c, 4, "bias_grad", ROLE_OUT, EK_F32, r->s[0]);
 }
 static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *p) {
     amp_gemm_desc d = {
@@ -51,6 +61,10 @@ static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *
         .epilogue = r->flags & GEMM_RELU ? AMP_GEMM_EPILOGUE_RELU : AMP_GEMM_EPILOGUE_NONE,
         .bias_grad = p[4],
         .allow_tf32 = r->flags & ALLOW_TF32,
+        .batch = r->s[4],
+        .stride_a = gemm_span(r, 0),
+        .stride_b = r->flags & GEMM_BCAST_B ? 0 : gemm_span(r, 1),
+        .stride_c = gemm_span(r, 2),
     };
     return be->k.gemm(be->dev, &d);
 }
@@ -81,6 +95,14 @@ static const op_row gemm_rows[] = {
     {"gemm_bf16_tn_dw_dbias_fc1", E_gemm, {256, 784, 64}, BF16, BF16, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
     {"gemm_f32_tn_dbias_alpha_beta", E_gemm, {24, 40, 33, 1}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD, .f = {2, 0.5f}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     {"gemm_f32_tn_dbias_tf32", E_gemm, {32, 48, 64}, F32, F32, .flags = TRANS_A | GEMM_BIAS_GRAD | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
+    /* Strided batches: attention's scores Q K^T and output P V per (batch, head), a shared B,
+     * a half C with a bias and a ReLU (product by product on CUDA), an f16 batch (widened by
+     * product on the CPU). */
+    {"gemm_batch_f32_nt_scores", E_gemm, {17, 17, 32, 0, 12}, F32, F32, .flags = TRANS_B, .f = {0.17677669f, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_batch_bf16_nn_pv", E_gemm, {33, 64, 33, 0, 8}, BF16, BF16, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"gemm_batch_bf16_f32c_shared_b", E_gemm, {24, 40, 48, 0, 5}, BF16, F32, .flags = GEMM_BCAST_B, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    {"gemm_batch_f16_tn_beta_ld", E_gemm, {20, 24, 28, 3, 4}, F16, F16, .flags = TRANS_A, .f = {1, 0.5f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"gemm_batch_bf16_nt_bias_relu", E_gemm, {16, 32, 40, 0, 3}, BF16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
     /* TF32: f32 inputs may be rounded; half inputs are not affected. */
     {"gemm_f32_nn_tf32", E_gemm, {64, 96, 64}, F32, F32, .flags = ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},
     {"gemm_f32_nt_bias_relu_tf32", E_gemm, {16, 40, 64, 2}, F32, F32, .flags = TRANS_B | BIAS | GEMM_RELU | ALLOW_TF32, .f = {1, 0}, .tol = TOL(3e-2, 1e-2), .lo = -1, .hi = 1},

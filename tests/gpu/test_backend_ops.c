@@ -442,6 +442,98 @@ typedef struct entry_info {
     amp_status (*run)(const op_row *r, const amp_backend *be, void *const *p);
 } entry_info;
 
+/* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
+static void setup_reduce_dim(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0] * r->s[1] * r->s[2]);
+    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), r->s[0] * r->s[2]);
+    if (r->op == AMP_REDUCE_MAX) slot_decl(c, 2, "idx", ROLE_OUT, EK_I32, r->s[0] * r->s[2]);
+}
+static amp_status run_reduce_dim(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->k.reduce_dim(be->dev, (amp_reduce_op)r->op, r->dt, r->s[0], r->s[1], r->s[2], p[0],
+                            r->f[0], p[1], r->op == AMP_REDUCE_MAX ? p[2] : NULL);
+}
+
+/* scatter_dim: s = {outer, n, inner}; idx in [0, n). */
+static void setup_scatter_dim(const op_row *r, tcase *c) {
+    int64_t m = r->s[0] * r->s[2];
+    int32_t *idx = slot_decl(c, 0, "idx", ROLE_IN, EK_I32, m);
+    for (int64_t j = 0; j < m; j++) idx[j] = (int32_t)rng_below(&c->rng, r->s[1]);
+    in_main(r, c, 1, "dy", ek_of(r->dt), m);
+    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), r->s[0] * r->s[1] * r->s[2]);
+}
+static amp_status run_scatter_dim(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->k.scatter_dim(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
+}
+
+/* binary_bcast: s = {ndim, flags-free shape...}: the output [s1, s2, s3, s4] (ndim 4) with a
+ * broadcast along the dims whose bit is set in f[0] for a and f[1] for b (bit k: dim k). */
+static void bcast_desc(const op_row *r, amp_bcast_desc *d, int64_t *na, int64_t *nb) {
+    memset(d, 0, sizeof *d);
+    d->op = (amp_binary_op)r->op;
+    d->dt = r->dt;
+    d->ndim = (int)r->s[0];
+    int64_t sa = 1, sb = 1;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        d->shape[k] = r->s[1 + k];
+        bool ba = ((int)r->f[0] >> k) & 1, bb = ((int)r->f[1] >> k) & 1;
+        d->a_stride[k] = ba ? 0 : sa;
+        d->b_stride[k] = bb ? 0 : sb;
+        sa *= ba ? 1 : d->shape[k];
+        sb *= bb ? 1 : d->shape[k];
+    }
+    *na = sa;
+    *nb = sb;
+}
+static void setup_binary_bcast(const op_row *r, tcase *c) {
+    amp_bcast_desc d;
+    int64_t na, nb;
+    bcast_desc(r, &d, &na, &nb);
+    in_main(r, c, 0, "a", ek_of(r->dt), na);
+    in_main(r, c, 1, "b", ek_of(r->dt), nb);
+    int64_t n = 1;
+    for (int k = 0; k < d.ndim; k++) n *= d.shape[k];
+    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), n);
+}
+static amp_status run_binary_bcast(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_bcast_desc d;
+    int64_t na, nb;
+    bcast_desc(r, &d, &na, &nb);
+    return be->k.binary_bcast(be->dev, &d, p[0], p[1], p[2]);
+}
+
+/* copy_strided: s = {ndim, shape...}, f = {permutation as decimal digits, dim 0 first}: dst is
+ * the dense permutation of a dense src (dst dim k = src dim perm[k]), strided reads. */
+static void strided_desc(const op_row *r, amp_strided_desc *d) {
+    memset(d, 0, sizeof *d);
+    d->dt = r->dt;
+    d->ndim = (int)r->s[0];
+    int perm[AMP_BE_MAX_DIMS], code = (int)r->f[0];
+    for (int k = d->ndim - 1; k >= 0; k--, code /= 10) perm[k] = code % 10;
+    int64_t src_stride[AMP_BE_MAX_DIMS], st = 1;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        src_stride[k] = st;
+        st *= r->s[1 + k];
+    }
+    int64_t dst_st = 1;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        d->shape[k] = r->s[1 + perm[k]];
+        d->src_stride[k] = src_stride[perm[k]];
+        d->dst_stride[k] = dst_st;
+        dst_st *= d->shape[k];
+    }
+}
+static void setup_copy_strided(const op_row *r, tcase *c) {
+    int64_t n = 1;
+    for (int k = 0; k < r->s[0]; k++) n *= r->s[1 + k];
+    in_main(r, c, 0, "src", ek_of(r->dt), n);
+    slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt), n);
+}
+static amp_status run_copy_strided(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_strided_desc d;
+    strided_desc(r, &d);
+    return be->k.copy_strided(be->dev, &d, p[0], p[1]);
+}
+
 #define ENTRY(name, fn)                                                                            \
     [E_##name] = {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name), setup_##fn,       \
                   run_##fn}
@@ -460,7 +552,9 @@ static const entry_info entries[E_N] = {
     ENTRY(sum_squares_multi, sum_squares_multi), ENTRY(scaler_seed, scaler_seed),
     ENTRY(scaler_clip, scaler_clip), ENTRY(scaler_update, scaler_update),
     ENTRY(bn_channel_sums, bn_channel_sums), ENTRY(bn_sync_stats, bn_sync_stats),
-    ENTRY(bn_bwd_elemt, bn_bwd_elemt),
+    ENTRY(bn_bwd_elemt, bn_bwd_elemt), ENTRY(reduce_dim, reduce_dim),
+    ENTRY(scatter_dim, scatter_dim), ENTRY(binary_bcast, binary_bcast),
+    ENTRY(copy_strided, copy_strided),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
@@ -563,6 +657,23 @@ static const op_row rows[] = {
     {"unary_div_scalar_f16", E_unary, {10007}, F16, .op = AMP_UNARY_DIV_SCALAR, .f = {-7.0f}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"unary_copy_f32", E_unary, {10007}, F32, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"unary_copy_f16", E_unary, {10007}, F16, .op = AMP_UNARY_COPY, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    /* kernels/math/transcendental.h on both backends: the same value (a NaN made by an operation
+     * may differ in payload); ranges that reach overflow, underflow and negative logarithms. */
+    {"unary_exp_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_EXP, .tol = TOL(0, 0), .lo = -90, .hi = 90, .specials = true},
+    {"unary_exp_f16", E_unary, {10007}, F16, .op = AMP_UNARY_EXP, .tol = TOL(0, 0), .lo = -90, .hi = 90, .specials = true},
+    {"unary_exp_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_EXP, .tol = TOL(0, 0), .lo = -90, .hi = 90, .specials = true},
+    {"unary_log_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_LOG, .tol = TOL(0, 0), .lo = -1, .hi = 10000.0, .specials = true},
+    {"unary_log_f16", E_unary, {10007}, F16, .op = AMP_UNARY_LOG, .tol = TOL(0, 0), .lo = -1, .hi = 10000.0, .specials = true},
+    {"unary_log_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_LOG, .tol = TOL(0, 0), .lo = -1, .hi = 10000.0, .specials = true},
+    {"unary_tanh_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_TANH, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_tanh_f16", E_unary, {10007}, F16, .op = AMP_UNARY_TANH, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_tanh_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_TANH, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_sigmoid_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_SIGMOID, .tol = TOL(0, 0), .lo = -110, .hi = 110, .specials = true},
+    {"unary_sigmoid_f16", E_unary, {10007}, F16, .op = AMP_UNARY_SIGMOID, .tol = TOL(0, 0), .lo = -110, .hi = 110, .specials = true},
+    {"unary_sigmoid_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_SIGMOID, .tol = TOL(0, 0), .lo = -110, .hi = 110, .specials = true},
+    {"unary_silu_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_SILU, .tol = TOL(0, 0), .lo = -160, .hi = 40, .specials = true},
+    {"unary_silu_f16", E_unary, {10007}, F16, .op = AMP_UNARY_SILU, .tol = TOL(0, 0), .lo = -160, .hi = 40, .specials = true},
+    {"unary_silu_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_SILU, .tol = TOL(0, 0), .lo = -160, .hi = 40, .specials = true},
     /* Binary: add/sub/mul are one rounding each; relu_bwd selects. */
     {"binary_add_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"binary_add_f16", E_binary, {10007}, F16, .op = AMP_BINARY_ADD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
@@ -573,6 +684,43 @@ static const op_row rows[] = {
     {"binary_mul_f16", E_binary, {10007}, F16, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"binary_relu_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"binary_relu_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    /* Over dims: the same order on both backends (sums in f64 in j order), so the same value;
+     * a max selects bits. [outer, n, inner] as a softmax's last dim (inner 1), a mean over T
+     * (inner C), a whole column (outer 1). */
+    {"reduce_dim_sum_f32_last", E_reduce_dim, {96, 257, 1}, F32, .op = AMP_REDUCE_SUM, .f = {1}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"reduce_dim_mean_bf16_mid", E_reduce_dim, {4, 33, 96}, BF16, .op = AMP_REDUCE_SUM, .f = {1.0f / 33}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"reduce_dim_sum_f16_col", E_reduce_dim, {1, 1000, 7}, F16, .op = AMP_REDUCE_SUM, .f = {1}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"reduce_dim_max_f32_last", E_reduce_dim, {96, 257, 1}, F32, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"reduce_dim_max_bf16_mid", E_reduce_dim, {4, 33, 96}, BF16, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"reduce_dim_max_bf16_ties", E_reduce_dim, {8, 64, 3}, BF16, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = 1000, .hi = 1016},
+    {"reduce_dim_max_f16", E_reduce_dim, {8, 64, 3}, F16, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = -2, .hi = 2},
+    {"scatter_dim_f32", E_scatter_dim, {4, 33, 96}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"scatter_dim_bf16_last", E_scatter_dim, {96, 257, 1}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
+    /* Broadcasts: s = {ndim, shape...}, f = {a's broadcast dims, b's} as bit masks. A bias over
+     * [B, T, C], a mask over heads, both sides broadcast, a scalar. */
+    {"bcast_add_f32_bias", E_binary_bcast, {3, 4, 17, 96}, F32, .op = AMP_BINARY_ADD, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"bcast_mul_bf16_heads", E_binary_bcast, {4, 2, 3, 16, 16}, BF16, .op = AMP_BINARY_MUL, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"bcast_sub_f16_both", E_binary_bcast, {3, 5, 1, 7}, F16, .op = AMP_BINARY_SUB, .f = {4, 1}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    {"bcast_div_f32_both", E_binary_bcast, {3, 6, 5, 7}, F32, .op = AMP_BINARY_DIV, .f = {2, 5}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"bcast_silu_bwd_f32_scalar", E_binary_bcast, {2, 33, 65}, F32, .op = AMP_BINARY_SILU_BWD, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
+     * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
+    {"copy_strided_f32_bthd", E_copy_strided, {4, 2, 17, 4, 8}, F32, .f = {213}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"copy_strided_bf16_t", E_copy_strided, {2, 33, 65}, BF16, .f = {10}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"copy_strided_f16_5d", E_copy_strided, {5, 2, 3, 4, 5, 6}, F16, .f = {42031}, .tol = EXACT, .lo = -4, .hi = 4},
+    {"copy_strided_i32", E_copy_strided, {3, 7, 9, 11}, I32, .f = {201}, .tol = EXACT, .lo = -1e6, .hi = 1e6},
+    {"binary_div_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_DIV, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_div_f16", E_binary, {10007}, F16, .op = AMP_BINARY_DIV, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_div_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_DIV, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_tanh_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_TANH_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_tanh_bwd_f16", E_binary, {10007}, F16, .op = AMP_BINARY_TANH_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_tanh_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_TANH_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sigmoid_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_SIGMOID_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sigmoid_bwd_f16", E_binary, {10007}, F16, .op = AMP_BINARY_SIGMOID_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_sigmoid_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_SIGMOID_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_silu_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_SILU_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_silu_bwd_f16", E_binary, {10007}, F16, .op = AMP_BINARY_SILU_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    {"binary_silu_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_SILU_BWD, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     /* axpy: y + alpha * x may be fused into one fma on a device, so one rounding apart. */
     {"axpy_f32", E_axpy, {ACT_L1}, F32, .f = {0.5f}, .tol = TOL(1e-6, 1e-6), .lo = -2, .hi = 2, .specials = true},
     {"axpy_bf16", E_axpy, {10007}, BF16, .f = {-2.0f}, .tol = TOL(1e-6, ULP_BF16), .lo = -2, .hi = 2},

@@ -1,0 +1,42 @@
+/* Argument checks of the entries over dims and strided views (reduce_dim, scatter_dim,
+ * binary_bcast, copy_strided), shared by every backend. */
+#include "core/backend.h"
+#include "core/error.h"
+
+amp_status amp_backend_check_reduce_dim(const char *fn, amp_reduce_op op, amp_dtype dt,
+                                        int64_t outer, int64_t n, int64_t inner) {
+    if (op != AMP_REDUCE_SUM && op != AMP_REDUCE_MAX)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: unknown reduction %d", fn, (int)op);
+    AMP_TRY(amp_backend_check_float(fn, dt));
+    if (outer < 0 || inner < 0 || n < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: [%lld, %lld, %lld] needs outer, inner >= 0 and n >= 1",
+                        fn, (long long)outer, (long long)n, (long long)inner);
+    return AMP_OK;
+}
+
+/* The extents and the strides of one view: ndim in range, all >= 0. */
+static amp_status check_view(const char *fn, int ndim, const int64_t *shape,
+                             const int64_t *s1, const int64_t *s2) {
+    if (ndim < 1 || ndim > AMP_BE_MAX_DIMS)
+        return amp_fail(AMP_ERR_SHAPE, "%s: ndim %d is outside 1..%d", fn, ndim, AMP_BE_MAX_DIMS);
+    for (int k = 0; k < ndim; k++)
+        if (shape[k] < 0 || s1[k] < 0 || s2[k] < 0)
+            return amp_fail(AMP_ERR_SHAPE, "%s: dim %d has extent %lld and strides %lld, %lld "
+                            "(all must be >= 0)", fn, k, (long long)shape[k], (long long)s1[k],
+                            (long long)s2[k]);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_bcast(const char *fn, const amp_bcast_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    if ((int)d->op < 0 || (int)d->op > (int)AMP_BINARY_LAST)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: unknown op %d", fn, (int)d->op);
+    AMP_TRY(amp_backend_check_float(fn, d->dt));
+    return check_view(fn, d->ndim, d->shape, d->a_stride, d->b_stride);
+}
+
+amp_status amp_backend_check_strided(const char *fn, const amp_strided_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    if (d->dt != AMP_I32) AMP_TRY(amp_backend_check_float(fn, d->dt));
+    return check_view(fn, d->ndim, d->shape, d->src_stride, d->dst_stride);
+}

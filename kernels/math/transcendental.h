@@ -1,0 +1,163 @@
+/* exp, log, tanh, sigmoid and SiLU per element in f32, written once for both backends (Cephes'
+ * single-precision algorithms: range reduction and a minimax polynomial), so the CPU and the
+ * device compute the same bits: every product goes through amp_mul_rn (never fused with the add
+ * after it, core/hd.h's rule for nvcc) and the C side builds with -ffp-contract=off. No libm
+ * call, so the CPU loops vectorise; floor is an integer conversion for the same reason.
+ *
+ * Accuracy against the correctly rounded result (tests/unit/test_transcendental.c measures it
+ * over one f32 in 64 of the whole range): exp, log and tanh within 1 ulp, sigmoid within 2, SiLU
+ * within 3. Special values as C99's: exp(-inf) = 0,
+ * exp(inf) = inf, log(0) = -inf, log(x < 0) = NaN, tanh(+-inf) = +-1, NaN in, NaN out. */
+#ifndef AMP_KERNELS_MATH_TRANSCENDENTAL_H
+#define AMP_KERNELS_MATH_TRANSCENDENTAL_H
+
+#include <stdint.h>
+
+#include "core/half.h"
+#include "core/hd.h"
+#include "kernels/math/binary.h"
+
+/* 2^n for -126 <= n <= 127, exactly. */
+AMP_HD static inline float amp_pow2i(int n) { return amp_f32_from_bits((uint32_t)(n + 127) << 23); }
+
+/* p * 2^n for |p| in [2^-20, 2^20] and -152 <= n <= 129, with one rounding (into a subnormal at
+ * the bottom): two exact power-of-two factors where one would leave the normal range. */
+AMP_HD static inline float amp_scale_pow2(float p, int n) {
+    int half = n / 2;
+    return amp_mul_rn(amp_mul_rn(p, amp_pow2i(half)), amp_pow2i(n - half));
+}
+
+/* e^x = p 2^n for finite x in [-104, 88.73]: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two
+ * parts, the first exact in 9 bits), p = e^r = 1 + r + r^2 q(r), in [0.7, 1.42]. */
+AMP_HD static inline float amp_exp_reduce(float x, int *n_out) {
+    float zf = amp_mul_rn(1.44269504088896341f, x) + 0.5f;
+    int n = (int)zf;
+    if ((float)n > zf) n--; /* floor: zf may be negative */
+    float fn = (float)n;
+    float r = x - amp_mul_rn(fn, 0.693359375f);
+    r = r - amp_mul_rn(fn, -2.12194440e-4f);
+    float r2 = amp_mul_rn(r, r);
+    float p = 1.9875691500e-4f;
+    p = amp_mul_rn(p, r) + 1.3981999507e-3f;
+    p = amp_mul_rn(p, r) + 8.3334519073e-3f;
+    p = amp_mul_rn(p, r) + 4.1665795894e-2f;
+    p = amp_mul_rn(p, r) + 1.6666665459e-1f;
+    p = amp_mul_rn(p, r) + 5.0000001201e-1f;
+    *n_out = n;
+    return amp_mul_rn(p, r2) + r + 1.0f;
+}
+
+AMP_HD static inline float amp_expf(float x) {
+    if (x != x) return x;
+    if (x > 88.72283935546875f) return amp_f32_from_bits(0x7f800000u);
+    if (x < -103.97208404541015625f) return 0.0f;
+    int n;
+    float p = amp_exp_reduce(x, &n);
+    return amp_scale_pow2(p, n);
+}
+
+/* log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 q(f) for f = m - 1,
+ * plus e ln2 in two parts. */
+AMP_HD static inline float amp_logf(float x) {
+    if (x != x) return x;
+    if (x < 0.0f) return amp_f32_from_bits(0x7fc00000u);
+    if (x == 0.0f) return amp_f32_from_bits(0xff800000u);
+    if (x == amp_f32_from_bits(0x7f800000u)) return x;
+    int e = 0;
+    if (x < 1.17549435e-38f) { /* subnormal: made normal first */
+        x = amp_mul_rn(x, 8388608.0f);
+        e = -23;
+    }
+    uint32_t u = amp_f32_bits(x);
+    e += (int)(u >> 23) - 126;
+    float m = amp_f32_from_bits((u & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    float f;
+    if (m < 0.707106781186547524f) {
+        e -= 1;
+        f = m + m - 1.0f;
+    } else {
+        f = m - 1.0f;
+    }
+    float z = amp_mul_rn(f, f);
+    float q = 7.0376836292e-2f;
+    q = amp_mul_rn(q, f) - 1.1514610310e-1f;
+    q = amp_mul_rn(q, f) + 1.1676998740e-1f;
+    q = amp_mul_rn(q, f) - 1.2420140846e-1f;
+    q = amp_mul_rn(q, f) + 1.4249322787e-1f;
+    q = amp_mul_rn(q, f) - 1.6668057665e-1f;
+    q = amp_mul_rn(q, f) + 2.0000714765e-1f;
+    q = amp_mul_rn(q, f) - 2.4999993993e-1f;
+    q = amp_mul_rn(q, f) + 3.3333331174e-1f;
+    float y = amp_mul_rn(amp_mul_rn(q, f), z);
+    float fe = (float)e;
+    y = y + amp_mul_rn(fe, -2.12194440e-4f);
+    y = y - amp_mul_rn(0.5f, z);
+    return (f + y) + amp_mul_rn(fe, 0.693359375f);
+}
+
+/* tanh(x): an odd polynomial below 0.625, 1 - 2 / (e^2|x| + 1) above, +-1 past 9.01 (where the
+ * f32 result is 1 to the last bit). */
+AMP_HD static inline float amp_tanhf(float x) {
+    if (x != x) return x;
+    float z = x < 0.0f ? -x : x;
+    float t;
+    if (z > 9.01f) {
+        t = 1.0f;
+    } else if (z >= 0.625f) {
+        t = 1.0f - 2.0f / (amp_expf(z + z) + 1.0f);
+    } else {
+        if (z == 0.0f) return x; /* keeps -0 */
+        float s = amp_mul_rn(z, z);
+        float p = -5.70498872745e-3f;
+        p = amp_mul_rn(p, s) + 2.06390887954e-2f;
+        p = amp_mul_rn(p, s) - 5.37397155531e-2f;
+        p = amp_mul_rn(p, s) + 1.33314422036e-1f;
+        p = amp_mul_rn(p, s) - 3.33332819422e-1f;
+        t = amp_mul_rn(amp_mul_rn(p, s), z) + z;
+    }
+    return x < 0.0f ? -t : t;
+}
+
+/* sigmoid(x) = 1 / (1 + e^-x), as e^x / (1 + e^x) for x < 0: PyTorch's formula overflows e^-x
+ * below -88.7 and returns 0 where the value is still a subnormal. */
+AMP_HD static inline float amp_sigmoidf(float x) {
+    if (x < 0.0f) {
+        float e = amp_expf(x);
+        return e / (1.0f + e);
+    }
+    return 1.0f / (1.0f + amp_expf(-x));
+}
+
+/* silu(x) = x sigmoid(x), as x / (1 + e^-x) for x >= 0 (PyTorch's formula) and x e^x / (1 + e^x)
+ * below, for the same reason; below -80, where 1 + e^x is 1 and x e^x subnormal or 0, as
+ * (x p) 2^n from e^x = p 2^n, so that the one rounding into the subnormal range comes last. */
+AMP_HD static inline float amp_siluf(float x) {
+    if (x < -80.0f) {
+        /* |x e^x| < 2^-200; -inf gives NaN, as PyTorch's -inf / (1 + inf) */
+        if (x < -150.0f) return x == amp_f32_from_bits(0xff800000u) ? amp_f32_from_bits(0x7fc00000u) : -0.0f;
+        int n;
+        float p = amp_exp_reduce(x, &n);
+        return amp_scale_pow2(amp_mul_rn(x, p), n);
+    }
+    if (x < 0.0f) {
+        float e = amp_expf(x);
+        return amp_mul_rn(x, e) / (1.0f + e);
+    }
+    return x / (1.0f + amp_expf(-x));
+}
+
+/* Backward passes, as PyTorch's: tanh and sigmoid from their output y, SiLU from its input x. */
+AMP_HD static inline float amp_tanh_bwd(float y, float dy) {
+    return amp_mul_rn(dy, 1.0f - amp_mul_rn(y, y));
+}
+
+AMP_HD static inline float amp_sigmoid_bwd(float y, float dy) {
+    return amp_mul_rn(amp_mul_rn(dy, 1.0f - y), y);
+}
+
+AMP_HD static inline float amp_silu_bwd(float x, float dy) {
+    float s = amp_sigmoidf(x);
+    return amp_mul_rn(amp_mul_rn(dy, s), 1.0f + amp_mul_rn(x, 1.0f - s));
+}
+
+#endif

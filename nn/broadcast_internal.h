@@ -1,0 +1,14 @@
+/* The broadcast path of the binary ops (nn/ops_broadcast.c), which nn/ops_elementwise.c takes
+ * when the operands' shapes differ. */
+#ifndef AMP_NN_BROADCAST_INTERNAL_H
+#define AMP_NN_BROADCAST_INTERNAL_H
+
+#include "core/backend.h"
+#include "core/tensor_internal.h"
+
+/* y = kind(a, b) over their broadcast shape (add, sub, mul or div), recorded for backward; a and
+ * b are checked float tensors of one dtype whose shapes differ. */
+amp_status amp_bcast_binary_run(const char *op, const char *name, amp_binary_op kind,
+                                amp_tensor *a, amp_tensor *b, amp_tensor **out);
+
+#endif
