@@ -187,6 +187,19 @@ typedef enum amp_reduce_op {
     AMP_REDUCE_MAX, /* y = the largest x (NaN wins, as torch.max), idx = its first j */
 } amp_reduce_op;
 
+/* LayerNorm (or RMSNorm) over the last dim of a dense [rows, cols] x: y = (x - mean) rstd gamma
+ * + beta, rstd = 1 / sqrt(var + eps) with the biased variance (PyTorch's), or for RMSNorm
+ * y = x rstd gamma with rstd = 1 / sqrt(mean(x^2) + eps) (torch.nn.RMSNorm). x, y, dy, dx, and
+ * the residual and sum of the fused forward, are in `dt`; gamma, beta, mean, rstd, dgamma and
+ * dbeta are f32 (NULL gamma: 1, NULL beta: 0; mean is unused for RMSNorm). The arithmetic and its
+ * order are kernels/math/layernorm.h's: the same bits on every backend. */
+typedef struct amp_ln_desc {
+    int64_t rows, cols;
+    float eps;
+    amp_dtype dt;
+    bool rms;
+} amp_ln_desc;
+
 /* SGD exactly as torch.optim.SGD (maximize=False):
  *   g = grad + weight_decay * p
  *   if momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g
@@ -420,6 +433,8 @@ amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d);
  * (AMP_ERR_SHAPE); dtype f32, f16 or bf16 (AMP_ERR_UNSUPPORTED). The pointers are each entry's. */
 amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d);
 
+/* LayerNorm's descriptor: set, a float dtype, rows >= 0, cols >= 1, eps >= 0 and finite. */
+amp_status amp_backend_check_ln(const char *fn, const amp_ln_desc *d);
 /* reduce_dim's and scatter_dim's: a known op, a float dtype, outer, inner >= 0 and n >= 1
  * (AMP_ERR_INVALID_ARG / AMP_ERR_DTYPE naming fn). */
 amp_status amp_backend_check_reduce_dim(const char *fn, amp_reduce_op op, amp_dtype dt,

@@ -88,10 +88,16 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
 static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backward_fn bwd,
                                 amp_gemm_epilogue epilogue, amp_tensor *x, amp_tensor *w,
                                 amp_tensor *b, amp_tensor **out) {
-    AMP_CHECK_ARG(out);
+    if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", op);
     AMP_TRY(amp_check_tensor(op, "x", x, 0));
     if (x->ndim <= 2) return amp_linear_run(op, node_name, bwd, epilogue, x, w, b, out);
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
+    if (x->shape[x->ndim - 1] != w->shape[1]) {
+        char bx[96], bw[96];
+        return amp_fail(AMP_ERR_SHAPE, "%s: x %s and w %s: in_features differ (%lld vs %lld)", op,
+                        amp_shape_str(x, bx, sizeof bx), amp_shape_str(w, bw, sizeof bw),
+                        (long long)x->shape[x->ndim - 1], (long long)w->shape[1]);
+    }
     int64_t flat[2] = {x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
     amp_tensor *x2, *y2;
     AMP_TRY(amp_reshape(x, 2, flat, &x2));

@@ -42,6 +42,21 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
 amp_status amp_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                                 amp_tensor *running_mean, amp_tensor *running_var, bool training,
                                 float momentum, float eps, amp_tensor **out);
+/* LayerNorm over the last dim (torch.nn.functional.layer_norm with normalized_shape = its
+ * extent): y = (x - mean) / sqrt(var + eps) * gamma + beta, the biased variance; gamma and beta
+ * f32 [C] or NULL (1 and 0). RMSNorm (torch.nn.RMSNorm): y = x / sqrt(mean(x^2) + eps) * gamma.
+ * Statistics in f32 whatever x's dtype (Apex FusedLayerNorm's numerics), the same bits on every
+ * backend. gamma and beta stay f32 at every opt level, O2 and O3 included (Apex O2 casts
+ * LayerNorm to fp16; keep_batchnorm_fp32 extends to every norm). Under autocast (O1) x runs in
+ * f32 and y is f32 (torch.amp's fp32 list). amp_add_layer_norm is the GPT block's residual add
+ * fused with the next LayerNorm (llm.c's fused residual forward): *sum = x + residual (rounded to
+ * their dtype, the next block's residual stream) and y = layer_norm(*sum), in one pass, the bits
+ * of amp_add followed by amp_layer_norm. */
+amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
+                          amp_tensor **out);
+amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out);
+amp_status amp_add_layer_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
+                              amp_tensor *beta, float eps, amp_tensor **sum, amp_tensor **out);
 /* torch.nn.SyncBatchNorm: in training the statistics are those of the global batch of every rank
  * of the context's collective (amp_model_convert_sync_batchnorm in amp/parallel.h sets it; none:
  * this process alone, the values of amp_batchnorm2d to rounding). The running statistics take the

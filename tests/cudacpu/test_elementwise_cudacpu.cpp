@@ -143,16 +143,18 @@ static void test_in_place_and_copy(void) {
 
 static void test_errors(void) {
     float x[4] = {0}, y[4];
-    CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), (amp_unary_op)9, AMP_F32, 4, x, 1.0f, y),
-                AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op 9");
+    CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), (amp_unary_op)(AMP_UNARY_LAST + 1), AMP_F32, 4,
+                               x, 1.0f, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_unary: unknown op");
     CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_RELU, AMP_I32, 4, x, 1.0f, y),
                 AMP_ERR_DTYPE, "amp_cuda_unary: dtype i32 is not a float type");
     CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_SCALE, AMP_F32, -1, x, 1.0f, y),
                 AMP_ERR_INVALID_ARG, "n = -1 < 0");
     CHECK_FAILS(amp_cuda_unary(amp_cuda_device(), AMP_UNARY_RELU, AMP_F32, 4, nullptr, 1.0f, y),
                 AMP_ERR_INVALID_ARG, "argument 'x' is NULL");
-    CHECK_FAILS(amp_cuda_binary(amp_cuda_device(), (amp_binary_op)7, AMP_F32, 4, x, x, y),
-                AMP_ERR_INVALID_ARG, "amp_cuda_binary: unknown op 7");
+    CHECK_FAILS(amp_cuda_binary(amp_cuda_device(), (amp_binary_op)(AMP_BINARY_LAST + 1), AMP_F32,
+                                4, x, x, y),
+                AMP_ERR_INVALID_ARG, "amp_cuda_binary: unknown op");
     CHECK_FAILS(amp_cuda_binary(amp_cuda_device(), AMP_BINARY_ADD, AMP_F16, 4, x, nullptr, y),
                 AMP_ERR_INVALID_ARG, "argument 'b' is NULL");
     CHECK_FAILS(amp_cuda_axpy(amp_cuda_device(), AMP_I32, 4, 1.0f, x, y), AMP_ERR_DTYPE,

@@ -55,6 +55,7 @@ enum {
     ALLOW_TF32 = 256,               /* GEMM and conv2d descriptors: allow_tf32 */
     NONDETERMINISTIC = 512,         /* conv2d descriptors: allow_nondeterministic */
     BN_RELU = 1 << 10, /* batch norm: amp_bn_desc.relu (bn_bwd: slot 8 is the forward's y) */
+    LN_RMS = 1 << 11, LN_RESIDUAL = 1 << 12, LN_NO_BIAS = 1 << 13, /* layernorm_* */
 };
 
 typedef struct op_row {
@@ -534,6 +535,60 @@ static amp_status run_copy_strided(const op_row *r, const amp_backend *be, void 
     return be->k.copy_strided(be->dev, &d, p[0], p[1]);
 }
 
+/* layernorm_fwd: s = {rows, cols}, f = {eps}; flags: LN_RMS, LN_RESIDUAL (x + r fused),
+ * NO_AFFINE (gamma and beta NULL), LN_NO_BIAS (beta NULL). */
+static amp_ln_desc ln_desc(const op_row *r) {
+    return (amp_ln_desc){.rows = r->s[0], .cols = r->s[1], .eps = r->f[0], .dt = r->dt,
+                         .rms = r->flags & LN_RMS};
+}
+static void setup_layernorm_fwd(const op_row *r, tcase *c) {
+    int64_t n = r->s[0] * r->s[1];
+    in_main(r, c, 0, "x", ek_of(r->dt), n);
+    if (r->flags & LN_RESIDUAL) {
+        in_main(r, c, 1, "r", ek_of(r->dt), n);
+        slot_decl(c, 2, "sum", ROLE_OUT, ek_of(r->dt), n);
+    }
+    if (!(r->flags & NO_AFFINE)) {
+        in_range(c, 3, "gamma", ROLE_IN, EK_F32, r->s[1], 0.5, 1.5);
+        if (!(r->flags & LN_NO_BIAS)) in_range(c, 4, "beta", ROLE_IN, EK_F32, r->s[1], -1, 1);
+    }
+    slot_decl(c, 5, "y", ROLE_OUT, ek_of(r->dt), n);
+    if (!(r->flags & LN_RMS)) slot_decl(c, 6, "mean", ROLE_OUT, EK_F32, r->s[0]);
+    slot_decl(c, 7, "rstd", ROLE_OUT, EK_F32, r->s[0]);
+}
+static amp_status run_layernorm_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_ln_desc d = ln_desc(r);
+    return be->k.layernorm_fwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* layernorm_bwd: as the forward's; mean and rstd are those of x, computed in double here. */
+static void setup_layernorm_bwd(const op_row *r, tcase *c) {
+    int64_t rows = r->s[0], cols = r->s[1], n = rows * cols;
+    in_main(r, c, 0, "x", ek_of(r->dt), n);
+    in_range(c, 1, "dy", ROLE_IN, ek_of(r->dt), n, -1, 1);
+    if (!(r->flags & NO_AFFINE)) in_range(c, 2, "gamma", ROLE_IN, EK_F32, cols, 0.5, 1.5);
+    float *mean = slot_decl(c, 3, "mean", ROLE_IN, EK_F32, rows);
+    float *rstd = slot_decl(c, 4, "rstd", ROLE_IN, EK_F32, rows);
+    for (int64_t i = 0; i < rows; i++) {
+        double m = 0.0, v = 0.0;
+        for (int64_t j = 0; j < cols; j++) m += ek_load(c->s[0].init, c->s[0].kind, i * cols + j);
+        m = r->flags & LN_RMS ? 0.0 : m / (double)cols;
+        for (int64_t j = 0; j < cols; j++) {
+            double t = ek_load(c->s[0].init, c->s[0].kind, i * cols + j) - m;
+            v += t * t;
+        }
+        mean[i] = (float)m;
+        rstd[i] = (float)(1.0 / sqrt(v / (double)cols + r->f[0]));
+    }
+    slot_decl(c, 5, "dx", ROLE_OUT, ek_of(r->dt), n);
+    slot_decl(c, 6, "dgamma", ROLE_OUT, EK_F32, cols);
+    if (!(r->flags & LN_RMS)) slot_decl(c, 7, "dbeta", ROLE_OUT, EK_F32, cols);
+}
+static amp_status run_layernorm_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_ln_desc d = ln_desc(r);
+    return be->k.layernorm_bwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
 #define ENTRY(name, fn)                                                                            \
     [E_##name] = {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name), setup_##fn,       \
                   run_##fn}
@@ -554,7 +609,8 @@ static const entry_info entries[E_N] = {
     ENTRY(bn_channel_sums, bn_channel_sums), ENTRY(bn_sync_stats, bn_sync_stats),
     ENTRY(bn_bwd_elemt, bn_bwd_elemt), ENTRY(reduce_dim, reduce_dim),
     ENTRY(scatter_dim, scatter_dim), ENTRY(binary_bcast, binary_bcast),
-    ENTRY(copy_strided, copy_strided),
+    ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
+    ENTRY(layernorm_bwd, layernorm_bwd),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
@@ -703,6 +759,18 @@ static const op_row rows[] = {
     {"bcast_sub_f16_both", E_binary_bcast, {3, 5, 1, 7}, F16, .op = AMP_BINARY_SUB, .f = {4, 1}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
     {"bcast_div_f32_both", E_binary_bcast, {3, 6, 5, 7}, F32, .op = AMP_BINARY_DIV, .f = {2, 5}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"bcast_silu_bwd_f32_scalar", E_binary_bcast, {2, 33, 65}, F32, .op = AMP_BINARY_SILU_BWD, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
+    /* LayerNorm and RMSNorm: the same arithmetic in the same order on both backends (the warp's
+     * lanes and butterfly), so the same bits; GPT-2's width 768 and odd widths, the fused
+     * residual, no affine, RMSNorm without bias. */
+    {"layernorm_fwd_f32_gpt2", E_layernorm_fwd, {64, 768}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_fwd_bf16_residual", E_layernorm_fwd, {33, 768}, BF16, .flags = LN_RESIDUAL, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_fwd_f16_odd_bare", E_layernorm_fwd, {17, 101}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_fwd_f32_specials", E_layernorm_fwd, {8, 40}, F32, .f = {1e-5f}, .tol = TOL(0, 0), .lo = -3, .hi = 3, .specials = true},
+    {"rmsnorm_fwd_bf16_no_bias", E_layernorm_fwd, {40, 257}, BF16, .flags = LN_RMS | LN_NO_BIAS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_bwd_f32_gpt2", E_layernorm_bwd, {64, 768}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_bwd_bf16_odd", E_layernorm_bwd, {70, 101}, BF16, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_bwd_f16_bare", E_layernorm_bwd, {33, 64}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"rmsnorm_bwd_f32", E_layernorm_bwd, {40, 257}, F32, .flags = LN_RMS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
     /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
      * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
     {"copy_strided_f32_bthd", E_copy_strided, {4, 2, 17, 4, 8}, F32, .f = {213}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},

@@ -1,0 +1,163 @@
+/* CPU backend: LayerNorm and RMSNorm over the last dim (layernorm_fwd, layernorm_bwd), the
+ * arithmetic and order of kernels/math/layernorm.h: each row's sums in the 32 lanes a CUDA warp
+ * uses and its butterfly, so both backends give the same bits. Rows run in parallel; each row is
+ * widened once into an f32 buffer (the lanes' loops then vectorise), read three times from it.
+ * The column sums of the backward (dgamma, dbeta) are chunks of AMP_LN_COL_CHUNK rows in f64,
+ * added in chunk order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/layernorm.h"
+#include "kernels/math/load_store.h"
+
+/* The 32-lane total of v[0, n). */
+static float lanes_sum(const float *v, int64_t n) {
+    float acc[AMP_LN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)
+        for (int l = 0; l < AMP_LN_LANES; l++) acc[l] += v[i + l];
+    for (int l = 0; i + l < n; l++) acc[l] += v[i + l];
+    return amp_ln_lanes_total(acc);
+}
+
+/* The 32-lane total of (v - c)^2 (c: the mean) or v^2 (RMSNorm: c = 0, the same products). */
+static float lanes_sum_sq(const float *v, int64_t n, float c) {
+    float acc[AMP_LN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)
+        for (int l = 0; l < AMP_LN_LANES; l++) {
+            float t = v[i + l] - c;
+            acc[l] += amp_mul_rn(t, t);
+        }
+    for (int l = 0; i + l < n; l++) {
+        float t = v[i + l] - c;
+        acc[l] += amp_mul_rn(t, t);
+    }
+    return amp_ln_lanes_total(acc);
+}
+
+/* The thread's row buffers: `count` rows of cols floats. */
+static float *row_buffers(int64_t cols, int count) {
+    return malloc((size_t)cols * (size_t)count * sizeof(float));
+}
+
+amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, const void *x,
+                                 const void *r, void *sum, const float *gamma, const float *beta,
+                                 void *y, float *mean, float *rstd) {
+    AMP_TRY(amp_backend_check_ln(__func__, d));
+    if (d->rows == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    AMP_CHECK_ARG(rstd);
+    if (!d->rms) AMP_CHECK_ARG(mean);
+    if (r) AMP_CHECK_ARG(sum);
+    int64_t cols = d->cols;
+    amp_status s = AMP_OK;
+#pragma omp parallel
+    {
+        float *v = row_buffers(cols, 1);
+        if (!v) {
+#pragma omp critical
+            s = amp_fail(AMP_ERR_OOM, "amp_cpu_layernorm_fwd: out of host memory for a row");
+        }
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < d->rows; row++) {
+            if (!v) continue;
+            int64_t base = row * cols;
+            for (int64_t j = 0; j < cols; j++) {
+                float e = amp_load_f32(x, d->dt, base + j);
+                if (r) { /* the sum as stored: rounded to dt, then read back */
+                    amp_store_f32(sum, d->dt, base + j, e + amp_load_f32(r, d->dt, base + j));
+                    e = amp_load_f32(sum, d->dt, base + j);
+                }
+                v[j] = e;
+            }
+            float mu = d->rms ? 0.0f : lanes_sum(v, cols) / (float)cols;
+            float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
+            if (!d->rms) mean[row] = mu;
+            rstd[row] = rs;
+            for (int64_t j = 0; j < cols; j++) {
+                float out = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), gamma ? gamma[j] : 1.0f,
+                                          beta ? beta[j] : 0.0f);
+                amp_store_f32(y, d->dt, base + j, out);
+            }
+        }
+        free(v);
+    }
+    return s;
+}
+
+/* dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum of dy: chunks of AMP_LN_COL_CHUNK rows
+ * summed in f64 in row order, then the chunks in order. */
+static void column_sums(const amp_ln_desc *d, const void *x, const void *dy, const float *mean,
+                        const float *rstd, float *dgamma, float *dbeta) {
+    int64_t cols = d->cols, chunks = (d->rows + AMP_LN_COL_CHUNK - 1) / AMP_LN_COL_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < cols; j++) {
+        double g_total = 0.0, b_total = 0.0;
+        for (int64_t c = 0; c < chunks; c++) {
+            double g = 0.0, b = 0.0;
+            int64_t end = (c + 1) * AMP_LN_COL_CHUNK < d->rows ? (c + 1) * AMP_LN_COL_CHUNK
+                                                                : d->rows;
+            for (int64_t row = c * AMP_LN_COL_CHUNK; row < end; row++) {
+                float e = amp_load_f32(dy, d->dt, row * cols + j);
+                float xh = amp_ln_xhat(amp_load_f32(x, d->dt, row * cols + j),
+                                       d->rms ? 0.0f : mean[row], rstd[row]);
+                g += (double)amp_mul_rn(e, xh);
+                b += (double)e;
+            }
+            g_total += g;
+            b_total += b;
+        }
+        if (dgamma) dgamma[j] = (float)g_total;
+        if (dbeta) dbeta[j] = (float)b_total;
+    }
+}
+
+amp_status amp_cpu_layernorm_bwd(amp_device_ctx *dev, const amp_ln_desc *d, const void *x,
+                                 const void *dy, const float *gamma, const float *mean,
+                                 const float *rstd, void *dx, float *dgamma, float *dbeta) {
+    AMP_TRY(amp_backend_check_ln(__func__, d));
+    if (d->rows == 0) {
+        if (dgamma) memset(dgamma, 0, (size_t)d->cols * sizeof *dgamma);
+        if (dbeta) memset(dbeta, 0, (size_t)d->cols * sizeof *dbeta);
+        return AMP_OK;
+    }
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(rstd);
+    if (!d->rms) AMP_CHECK_ARG(mean);
+    if (dgamma || dbeta) column_sums(d, x, dy, mean, rstd, dgamma, dbeta);
+    if (!dx) return AMP_OK;
+    int64_t cols = d->cols;
+    amp_status s = AMP_OK;
+#pragma omp parallel
+    {
+        float *buf = row_buffers(cols, 2); /* g = dy gamma, then g xhat */
+        if (!buf) {
+#pragma omp critical
+            s = amp_fail(AMP_ERR_OOM, "amp_cpu_layernorm_bwd: out of host memory for a row");
+        }
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < d->rows; row++) {
+            if (!buf) continue;
+            float *g = buf, *gx = buf + cols;
+            int64_t base = row * cols;
+            float mu = d->rms ? 0.0f : mean[row], rs = rstd[row];
+            for (int64_t j = 0; j < cols; j++) {
+                g[j] = amp_mul_rn(amp_load_f32(dy, d->dt, base + j), gamma ? gamma[j] : 1.0f);
+                gx[j] = amp_mul_rn(g[j], amp_ln_xhat(amp_load_f32(x, d->dt, base + j), mu, rs));
+            }
+            float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
+            float m2 = lanes_sum(gx, cols) / (float)cols;
+            for (int64_t j = 0; j < cols; j++) {
+                float xh = amp_ln_xhat(amp_load_f32(x, d->dt, base + j), mu, rs);
+                amp_store_f32(dx, d->dt, base + j, amp_ln_dx(g[j], xh, m1, m2, rs));
+            }
+        }
+        free(buf);
+    }
+    return s;
+}

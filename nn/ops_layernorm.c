@@ -1,0 +1,115 @@
+/* LayerNorm and RMSNorm over the last dim, and the residual add fused with a LayerNorm (llm.c's
+ * fused_residual_forward: the GPT block's x + attn(ln1(x)) then ln2 in one pass). One
+ * layernorm_fwd pass forward (mean and rstd saved, f32 [rows]); one layernorm_bwd pass back
+ * (dx, dgamma, dbeta). gamma and beta are f32 at every opt level (norm parameters are never
+ * cast: keep_batchnorm_fp32 covers every norm). Cast category as torch.amp's: layer_norm is on
+ * its fp32 list, so under autocast x (and the residual) run in f32 and the output is f32. */
+#include "core/error.h"
+#include "nn/autocast.h"
+
+typedef struct ln_aux {
+    amp_ln_desc d;
+} ln_aux;
+
+static amp_status ln_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    const amp_ln_desc *d = &((const ln_aux *)node->aux)->d;
+    amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
+    amp_grad_sink sx, sg, sb;
+    AMP_TRY(amp_grad_begin(x, &sx));
+    AMP_TRY(amp_grad_begin(gamma, &sg));
+    AMP_TRY(amp_grad_begin(beta, &sb));
+    if (sx.buf || sg.buf || sb.buf)
+        AMP_TRY(AMP_BE(dy->backend, layernorm_bwd, d, x->data, dy->data,
+                       gamma ? (const float *)gamma->data : NULL,
+                       node->saved[0] ? (const float *)node->saved[0]->data : NULL,
+                       (const float *)node->saved[1]->data, sx.buf ? sx.buf->data : NULL,
+                       sg.buf ? (float *)sg.buf->data : NULL,
+                       sb.buf ? (float *)sb.buf->data : NULL));
+    AMP_TRY(amp_grad_end(&sx));
+    AMP_TRY(amp_grad_end(&sg));
+    return amp_grad_end(&sb);
+}
+
+/* The parameters' checks: f32 (cast if not), [cols]. */
+static amp_status check_param(const char *op, const char *arg, amp_tensor **p, int64_t cols) {
+    if (!*p) return AMP_OK;
+    AMP_TRY(amp_check_tensor(op, arg, *p, 1));
+    AMP_TRY(amp_cast_to_f32(p));
+    if ((*p)->shape[0] != cols)
+        return amp_fail(AMP_ERR_SHAPE, "%s: %s has %lld elements, x's last dim %lld", op, arg,
+                        (long long)(*p)->shape[0], (long long)cols);
+    return AMP_OK;
+}
+
+static amp_status add_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    AMP_TRY(amp_grad_accumulate(node->in[0], dy, 1.0f));
+    return amp_grad_accumulate(node->in[1], dy, 1.0f);
+}
+
+/* y = norm(x + r) (r may be NULL), with sum = x + r when r is given. */
+static amp_status ln_run(const char *op, bool rms, amp_tensor *x, amp_tensor *r,
+                         amp_tensor *gamma, amp_tensor *beta, float eps, amp_tensor **sum,
+                         amp_tensor **out) {
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    if (r) AMP_TRY(amp_check_tensor(op, "residual", r, 0));
+    amp_tensor *io[2] = {x, r};
+    AMP_TRY(amp_autocast(AMP_CAT_WIDEN, io, r ? 2 : 1));
+    x = io[0];
+    r = io[1];
+    AMP_TRY(amp_check_float(op, "x", x));
+    if (r) {
+        AMP_TRY(amp_check_same_dtype(op, x, r));
+        if (!amp_same_shape(x, r)) {
+            char bx[96], br[96];
+            return amp_fail(AMP_ERR_SHAPE, "%s: x %s and residual %s differ in shape", op,
+                            amp_shape_str(x, bx, sizeof bx), amp_shape_str(r, br, sizeof br));
+        }
+    }
+    int64_t cols = x->shape[x->ndim - 1];
+    AMP_TRY(check_param(op, "gamma", &gamma, cols));
+    AMP_TRY(check_param(op, "beta", &beta, cols));
+    amp_ln_desc d = {.rows = x->numel / cols, .cols = cols, .eps = eps, .dt = x->dtype,
+                     .rms = rms};
+    int64_t rows[1] = {d.rows};
+    amp_tensor *y, *s = NULL, *mean = NULL, *rstd;
+    AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
+    if (r) AMP_TRY(amp_tensor_step_like(x, x->dtype, &s));
+    if (!rms) AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &mean));
+    AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &rstd));
+    AMP_TRY(AMP_BE(x->backend, layernorm_fwd, &d, x->data, r ? r->data : NULL,
+                   s ? s->data : NULL, gamma ? (const float *)gamma->data : NULL,
+                   beta ? (const float *)beta->data : NULL, y->data,
+                   mean ? (float *)mean->data : NULL, (float *)rstd->data));
+    amp_tape_node *node;
+    if (r) { /* the sum is its own node: its gradient is the LayerNorm's plus the stream's */
+        amp_tensor *pair[2] = {x, r};
+        AMP_TRY(amp_record(s, "add", add_bwd, 2, pair, 0, &node));
+        *sum = s;
+    }
+    amp_tensor *in[3] = {r ? s : x, gamma, beta};
+    AMP_TRY(amp_record(y, rms ? "rms_norm" : "layer_norm", ln_bwd, 3, in, sizeof(ln_aux), &node));
+    if (node) {
+        ((ln_aux *)node->aux)->d = d;
+        node->saved[0] = mean;
+        node->saved[1] = rstd;
+    }
+    *out = y;
+    return AMP_OK;
+}
+
+amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
+                          amp_tensor **out) {
+    return ln_run("amp_layer_norm", false, x, NULL, gamma, beta, eps, NULL, out);
+}
+
+amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out) {
+    return ln_run("amp_rms_norm", true, x, NULL, gamma, NULL, eps, NULL, out);
+}
+
+amp_status amp_add_layer_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
+                              amp_tensor *beta, float eps, amp_tensor **sum, amp_tensor **out) {
+    AMP_CHECK_ARG(sum);
+    AMP_CHECK_ARG(residual);
+    return ln_run("amp_add_layer_norm", false, x, residual, gamma, beta, eps, sum, out);
+}

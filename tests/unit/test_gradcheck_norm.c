@@ -1,0 +1,167 @@
+/* Gradient check of LayerNorm, RMSNorm and the fused residual add + LayerNorm (forward against
+ * float64, gradients of x, gamma and beta against float64 central differences), on every device
+ * that answers; then the fused op against amp_add followed by amp_layer_norm, bit for bit in
+ * bf16 (outputs and every gradient), and bad input. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "amp/amp.h"
+#include "core/half.h"
+#include "gradcheck_run.h"
+#include "test_devices.h"
+
+#define EPS 1e-5f
+
+/* y = norm of each row of x (the last dim), into y; rms: RMSNorm. */
+static void ref_norm(const double *x, int64_t rows, int64_t cols, const double *g,
+                     const double *b, bool rms, double *y) {
+    for (int64_t i = 0; i < rows; i++) {
+        const double *v = x + i * cols;
+        double m = 0.0, q = 0.0;
+        for (int64_t j = 0; j < cols; j++) m += v[j];
+        m = rms ? 0.0 : m / (double)cols;
+        for (int64_t j = 0; j < cols; j++) q += (v[j] - m) * (v[j] - m);
+        double rs = 1.0 / sqrt(q / (double)cols + (double)EPS);
+        for (int64_t j = 0; j < cols; j++)
+            y[i * cols + j] = (v[j] - m) * rs * (g ? g[j] : 1.0) + (b ? b[j] : 0.0);
+    }
+}
+
+static int64_t cols_of(const gc_case *c) { return S(0, c->in[0].ndim - 1); }
+
+static amp_status lib_ln(gc_case *c, amp_tensor **y) {
+    return amp_layer_norm(T(0), c->n_in > 1 ? T(1) : NULL, c->n_in > 2 ? T(2) : NULL, EPS, y);
+}
+static void ref_ln(const gc_case *c, double *y) {
+    int64_t cols = cols_of(c);
+    ref_norm(V(0), c->in[0].numel / cols, cols, c->n_in > 1 ? V(1) : NULL,
+             c->n_in > 2 ? V(2) : NULL, false, y);
+}
+
+static amp_status lib_rms(gc_case *c, amp_tensor **y) { return amp_rms_norm(T(0), T(1), EPS, y); }
+static void ref_rms(const gc_case *c, double *y) {
+    int64_t cols = cols_of(c);
+    ref_norm(V(0), c->in[0].numel / cols, cols, V(1), NULL, true, y);
+}
+
+/* (x + r) * layer_norm(x + r): both outputs of the fused op feed the loss. */
+static amp_status lib_add_ln(gc_case *c, amp_tensor **y) {
+    amp_tensor *s = NULL, *n = NULL;
+    amp_status st = amp_add_layer_norm(T(0), T(1), T(2), T(3), EPS, &s, &n);
+    return st ? st : amp_mul(s, n, y);
+}
+static void ref_add_ln(const gc_case *c, double *y) {
+    int64_t cols = cols_of(c), n = c->in[0].numel;
+    double s[256] = {0}, ln[256] = {0};
+    for (int64_t i = 0; i < n; i++) s[i] = V(0)[i] + V(1)[i];
+    ref_norm(s, n / cols, cols, V(2), V(3), false, ln);
+    for (int64_t i = 0; i < n; i++) y[i] = s[i] * ln[i];
+}
+
+static gc_case cases[] = {
+    {OP("layer_norm [B, T, C]", lib_ln, ref_ln),
+     .in = {X_("x", 3, 2, 3, 10), IN("gamma", 1, GC_UNIFORM, 0.5, 1.5, true, 10), W_("beta", 1, 10)},
+     OUT(3, 2, 3, 10)},
+    {OP("layer_norm without affine", lib_ln, ref_ln), .in = {X_("x", 2, 5, 7)}, OUT(2, 5, 7)},
+    {OP("layer_norm gamma only", lib_ln, ref_ln),
+     .in = {X_("x", 2, 4, 33), IN("gamma", 1, GC_UNIFORM, 0.5, 1.5, true, 33)}, OUT(2, 4, 33)},
+    {OP("rms_norm", lib_rms, ref_rms),
+     .in = {X_("x", 3, 2, 2, 12), IN("gamma", 1, GC_UNIFORM, 0.5, 1.5, true, 12)}, OUT(3, 2, 2, 12)},
+    {OP("add_layer_norm, both outputs used", lib_add_ln, ref_add_ln),
+     .in = {X_("x", 2, 4, 9), X_("r", 2, 4, 9), IN("gamma", 1, GC_UNIFORM, 0.5, 1.5, true, 9),
+            W_("beta", 1, 9)},
+     OUT(2, 4, 9)},
+};
+
+/* amp_add_layer_norm against amp_add then amp_layer_norm in bf16: the same bits forward and
+ * backward (the sum is rounded before the statistics in both). */
+static void test_fused_equals_unfused(amp_ctx *ctx) {
+    enum { R = 6, C = 96 };
+    uint16_t hx[R * C], hr[R * C];
+    float hg[C], hb[C];
+    for (int i = 0; i < R * C; i++) {
+        hx[i] = amp_f32_to_bf16_bits(sinf((float)i * 0.37f) * 2.0f);
+        hr[i] = amp_f32_to_bf16_bits(cosf((float)i * 0.11f));
+    }
+    for (int j = 0; j < C; j++) hg[j] = 1.0f + 0.01f * (float)j, hb[j] = 0.02f * (float)j - 1.0f;
+    amp_tensor *x[2], *r[2], *g[2], *b[2], *y[2], *s[2];
+    const int64_t shape[2] = {R, C}, cs[1] = {C};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_BF16, 2, shape, hx, &x[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_BF16, 2, shape, hr, &r[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hg, &g[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hb, &b[k]));
+        amp_tensor *leaves[4] = {x[k], r[k], g[k], b[k]};
+        for (int i = 0; i < 4; i++) CHECK_OK(amp_tensor_set_requires_grad(leaves[i], true));
+    }
+    CHECK_OK(amp_add_layer_norm(x[0], r[0], g[0], b[0], EPS, &s[0], &y[0]));
+    CHECK_OK(amp_add(x[1], r[1], &s[1]));
+    CHECK_OK(amp_layer_norm(s[1], g[1], b[1], EPS, &y[1]));
+    uint16_t a16[R * C], b16[R * C];
+    CHECK_OK(amp_tensor_to_host(y[0], a16, sizeof a16));
+    CHECK_OK(amp_tensor_to_host(y[1], b16, sizeof b16));
+    CHECK(memcmp(a16, b16, sizeof a16) == 0);
+    /* One loss over both graphs, mean(s y) each: both outputs carry gradients, the two graphs'
+     * leaves are apart. */
+    amp_tensor *m[2] = {NULL, NULL}, *loss = NULL;
+    for (int k = 0; k < 2; k++) {
+        amp_tensor *p = NULL;
+        CHECK_OK(amp_mul(s[k], y[k], &p));
+        CHECK_OK(amp_mean(p, &m[k]));
+    }
+    CHECK_OK(amp_add(m[0], m[1], &loss));
+    CHECK_OK(amp_backward(loss));
+    amp_tensor *pairs[4][2] = {{x[0], x[1]}, {r[0], r[1]}, {g[0], g[1]}, {b[0], b[1]}};
+    for (int i = 0; i < 4; i++) {
+        amp_tensor *ga = NULL, *gb = NULL;
+        CHECK_OK(amp_tensor_get_grad(pairs[i][0], &ga));
+        CHECK_OK(amp_tensor_get_grad(pairs[i][1], &gb));
+        float fa[R * C], fb[R * C];
+        size_t nb = (size_t)amp_tensor_numel(ga) * sizeof(float);
+        CHECK_OK(amp_tensor_to_host_f32(ga, fa, nb));
+        CHECK_OK(amp_tensor_to_host_f32(gb, fb, nb));
+        CHECK_MSG(memcmp(fa, fb, nb) == 0, "gradient %d of the fused op differs", i);
+    }
+    amp_ctx_reset_step(ctx);
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_free(x[k]);
+        amp_tensor_free(r[k]);
+        amp_tensor_free(g[k]);
+        amp_tensor_free(b[k]);
+    }
+}
+
+static void test_bad_input(amp_ctx *ctx) {
+    amp_tensor *x = NULL, *g = NULL, *y = NULL, *s = NULL, *i32 = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (const int64_t[]){3, 8}, &x));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 1, (const int64_t[]){7}, &g));
+    CHECK_OK(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){3, 8}, &i32));
+    CHECK_FAILS(amp_layer_norm(x, g, NULL, EPS, &y), AMP_ERR_SHAPE, "gamma has 7 elements");
+    CHECK_FAILS(amp_layer_norm(x, NULL, NULL, -1.0f, &y), AMP_ERR_INVALID_ARG, "eps");
+    CHECK_FAILS(amp_rms_norm(i32, NULL, EPS, &y), AMP_ERR_DTYPE, "amp_rms_norm");
+    CHECK_FAILS(amp_add_layer_norm(x, g, NULL, NULL, EPS, &s, &y), AMP_ERR_SHAPE, "residual");
+    amp_tensor_free(x);
+    amp_tensor_free(g);
+    amp_tensor_free(i32);
+}
+
+static void run_all(amp_device device) {
+    amp_ctx *ctx;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = device, .seed = 11}, &ctx));
+    if (!ctx) return;
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        int before = test_n_fail;
+        gc_run(ctx, &cases[i], 4000 + (uint64_t)i);
+        printf("%-48s %s\n", cases[i].name, test_n_fail == before ? "ok" : "FAILED");
+    }
+    test_fused_equals_unfused(ctx);
+    test_bad_input(ctx);
+    amp_ctx_free(ctx);
+}
+
+int main(void) {
+    test_on_each_device(run_all);
+    return test_summary("test_gradcheck_norm");
+}
