@@ -140,8 +140,10 @@ typedef enum amp_unary_op {
     AMP_UNARY_TANH,    /* y = tanh x */
     AMP_UNARY_SIGMOID, /* y = 1 / (1 + e^-x) */
     AMP_UNARY_SILU,    /* y = x sigmoid(x) */
+    AMP_UNARY_GELU_TANH, /* y = GELU, tanh approximation (GPT-2's) */
+    AMP_UNARY_GELU_ERF,  /* y = x Phi(x), exact */
 } amp_unary_op;
-#define AMP_UNARY_LAST AMP_UNARY_SILU
+#define AMP_UNARY_LAST AMP_UNARY_GELU_ERF
 
 typedef enum amp_binary_op {
     AMP_BINARY_ADD,      /* y = a + b */
@@ -153,8 +155,10 @@ typedef enum amp_binary_op {
     AMP_BINARY_TANH_BWD,    /* y = b (1 - a^2): a = tanh's output, b = dy */
     AMP_BINARY_SIGMOID_BWD, /* y = b (1 - a) a: a = sigmoid's output, b = dy */
     AMP_BINARY_SILU_BWD,    /* y = b s (1 + a (1 - s)), s = sigmoid(a): a = SiLU's input, b = dy */
+    AMP_BINARY_GELU_TANH_BWD, /* y = b GELU'(a), tanh approximation: a = GELU's input, b = dy */
+    AMP_BINARY_GELU_ERF_BWD,  /* y = b GELU'(a), exact */
 } amp_binary_op;
-#define AMP_BINARY_LAST AMP_BINARY_SILU_BWD
+#define AMP_BINARY_LAST AMP_BINARY_GELU_ERF_BWD
 
 /* Strided views for the ops on dims (core/shape.h resolves PyTorch's rules into these): a
  * logical array of shape[0..ndim) whose element at multi-index i sits at sum_k i_k stride[k]
@@ -199,6 +203,15 @@ typedef struct amp_ln_desc {
     amp_dtype dt;
     bool rms;
 } amp_ln_desc;
+
+/* Softmax (or log-softmax, `log`) over the last dim of a dense [rows, cols] array; x, y, dy and
+ * dx in `dt`, arithmetic in f32 as kernels/math/softmax.h states it (the same bits on every
+ * backend; a fully masked row, all -inf, gives 0, or -inf for log-softmax). */
+typedef struct amp_softmax_desc {
+    int64_t rows, cols;
+    amp_dtype dt;
+    bool log;
+} amp_softmax_desc;
 
 /* SGD exactly as torch.optim.SGD (maximize=False):
  *   g = grad + weight_decay * p
@@ -433,6 +446,8 @@ amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d);
  * (AMP_ERR_SHAPE); dtype f32, f16 or bf16 (AMP_ERR_UNSUPPORTED). The pointers are each entry's. */
 amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d);
 
+/* Softmax's descriptor: set, a float dtype, rows >= 0, cols >= 1. */
+amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d);
 /* LayerNorm's descriptor: set, a float dtype, rows >= 0, cols >= 1, eps >= 0 and finite. */
 amp_status amp_backend_check_ln(const char *fn, const amp_ln_desc *d);
 /* reduce_dim's and scatter_dim's: a known op, a float dtype, outer, inner >= 0 and n >= 1

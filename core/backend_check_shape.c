@@ -1,6 +1,6 @@
 /* Argument checks of the entries over dims and strided views (reduce_dim, scatter_dim,
- * binary_bcast, copy_strided) and of the norms over the last dim (layernorm_*), shared by
- * every backend. */
+ * binary_bcast, copy_strided) and of the ops over the last dim (layernorm_*, softmax_*),
+ * shared by every backend. */
 #include <math.h>
 
 #include "core/backend.h"
@@ -53,5 +53,14 @@ amp_status amp_backend_check_ln(const char *fn, const amp_ln_desc *d) {
     if (!(d->eps >= 0.0f) || isinf(d->eps))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: eps = %g, want a finite value >= 0", fn,
                         (double)d->eps);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dt));
+    if (d->rows < 0 || d->cols < 1)
+        return amp_fail(AMP_ERR_SHAPE, "%s: [%lld, %lld] needs rows >= 0 and cols >= 1", fn,
+                        (long long)d->rows, (long long)d->cols);
     return AMP_OK;
 }

@@ -1,8 +1,8 @@
-/* Pointwise functions: exp, log, tanh, sigmoid, SiLU (kernels/math/transcendental.h, the same
- * bits on every backend). Cast categories as torch.amp's CUDA lists: exp and log run in f32 under
- * autocast (its fp32 list), tanh, sigmoid and SiLU in their input's dtype (on no list). Each
+/* Pointwise functions: exp, log, tanh, sigmoid, SiLU, GELU (kernels/math/transcendental.h, the
+ * same bits on every backend). Cast categories as torch.amp's CUDA lists: exp and log run in f32
+ * under autocast (its fp32 list), tanh, sigmoid, SiLU and GELU in their input's dtype. Each
  * backward is one binary pass, with PyTorch's formula: exp from its output (dy y), log from its
- * input (dy / x), tanh and sigmoid from their outputs, SiLU from its input. */
+ * input (dy / x), tanh and sigmoid from their outputs, SiLU and GELU from their inputs. */
 #include "core/error.h"
 #include "core/tensor_internal.h"
 #include "nn/autocast.h"
@@ -25,6 +25,10 @@ static const pointwise_op SIGMOID = {"amp_sigmoid", "sigmoid", AMP_UNARY_SIGMOID
                                      AMP_BINARY_SIGMOID_BWD, true, AMP_CAT_PASS};
 static const pointwise_op SILU = {"amp_silu", "silu", AMP_UNARY_SILU, AMP_BINARY_SILU_BWD, false,
                                   AMP_CAT_PASS};
+static const pointwise_op GELU_TANH = {"amp_gelu", "gelu_tanh", AMP_UNARY_GELU_TANH,
+                                       AMP_BINARY_GELU_TANH_BWD, false, AMP_CAT_PASS};
+static const pointwise_op GELU_ERF = {"amp_gelu", "gelu", AMP_UNARY_GELU_ERF,
+                                      AMP_BINARY_GELU_ERF_BWD, false, AMP_CAT_PASS};
 
 static amp_status pointwise_bwd(amp_tape_node *node, const amp_tensor *dy) {
     const pointwise_op *f = *(const pointwise_op *const *)node->aux;
@@ -61,3 +65,6 @@ amp_status amp_log(amp_tensor *x, amp_tensor **out) { return pointwise_run(&LOG,
 amp_status amp_tanh(amp_tensor *x, amp_tensor **out) { return pointwise_run(&TANH, x, out); }
 amp_status amp_sigmoid(amp_tensor *x, amp_tensor **out) { return pointwise_run(&SIGMOID, x, out); }
 amp_status amp_silu(amp_tensor *x, amp_tensor **out) { return pointwise_run(&SILU, x, out); }
+amp_status amp_gelu(amp_tensor *x, bool tanh_approximation, amp_tensor **out) {
+    return pointwise_run(tanh_approximation ? &GELU_TANH : &GELU_ERF, x, out);
+}

@@ -92,6 +92,10 @@ amp_status amp_log(amp_tensor *x, amp_tensor **out);
 amp_status amp_tanh(amp_tensor *x, amp_tensor **out);
 amp_status amp_sigmoid(amp_tensor *x, amp_tensor **out);
 amp_status amp_silu(amp_tensor *x, amp_tensor **out);
+/* GELU: exact, x Phi(x) (torch's approximate='none'), or GPT-2's tanh approximation
+ * (approximate='tanh'); x's dtype, f32 arithmetic, the same bits on every backend. Gradients as
+ * PyTorch's gelu_backward. */
+amp_status amp_gelu(amp_tensor *x, bool tanh_approximation, amp_tensor **out);
 /* x * s, x + s, x / s with a number s (PyTorch's `loss / accumulation_steps`): x's dtype kept (a
  * scalar does not promote, as in PyTorch), computed in f32 with one rounding; x / s is a true
  * division, as is its gradient dy / s. */
@@ -124,6 +128,12 @@ amp_status amp_chunk(amp_tensor *x, int chunks, int dim, amp_tensor **outs);
 amp_status amp_permute(amp_tensor *x, const int *dims, amp_tensor **out);
 amp_status amp_transpose(amp_tensor *x, int dim0, int dim1, amp_tensor **out);
 amp_status amp_cat(amp_tensor *const *xs, int n, int dim, amp_tensor **out);
+/* softmax and log_softmax over dim (torch.softmax, torch.log_softmax), computed in f32 with the
+ * same bits on every backend; a row entirely -inf (a fully masked attention row) gives 0 from
+ * softmax and -inf from log_softmax, where PyTorch gives NaN. The last dim runs in one pass;
+ * another is moved last and back. Under autocast (O1) both run in f32 and return f32. */
+amp_status amp_softmax(amp_tensor *x, int dim, amp_tensor **out);
+amp_status amp_log_softmax(amp_tensor *x, int dim, amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 /* Fused log-softmax + NLL, mean over rows: logits [n, classes], labels i32 [n]. */

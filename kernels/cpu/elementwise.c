@@ -51,6 +51,12 @@ static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, 
     case AMP_UNARY_SILU:
         for (int64_t i = 0; i < n; i++) y[i] = amp_siluf(x[i]);
         break;
+    case AMP_UNARY_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_tanh(x[i]);
+        break;
+    case AMP_UNARY_GELU_ERF:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_erf(x[i]);
+        break;
     }
 }
 
@@ -79,6 +85,12 @@ static void binary_tile(amp_binary_op op, int64_t n, const float *a, const float
         break;
     case AMP_BINARY_SILU_BWD:
         for (int64_t i = 0; i < n; i++) y[i] = amp_silu_bwd(a[i], b[i]);
+        break;
+    case AMP_BINARY_GELU_TANH_BWD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_tanh_bwd(a[i], b[i]);
+        break;
+    case AMP_BINARY_GELU_ERF_BWD:
+        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_erf_bwd(a[i], b[i]);
         break;
     }
 }

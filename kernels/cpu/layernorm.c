@@ -19,7 +19,7 @@ static float lanes_sum(const float *v, int64_t n) {
     for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)
         for (int l = 0; l < AMP_LN_LANES; l++) acc[l] += v[i + l];
     for (int l = 0; i + l < n; l++) acc[l] += v[i + l];
-    return amp_ln_lanes_total(acc);
+    return amp_lanes_combine(acc, 0);
 }
 
 /* The 32-lane total of (v - c)^2 (c: the mean) or v^2 (RMSNorm: c = 0, the same products). */
@@ -35,7 +35,7 @@ static float lanes_sum_sq(const float *v, int64_t n, float c) {
         float t = v[i + l] - c;
         acc[l] += amp_mul_rn(t, t);
     }
-    return amp_ln_lanes_total(acc);
+    return amp_lanes_combine(acc, 0);
 }
 
 /* The thread's row buffers: `count` rows of cols floats. */

@@ -40,6 +40,8 @@ static __device__ inline float unary_elem(float x, float alpha) {
     case AMP_UNARY_TANH: return amp_tanhf(x);
     case AMP_UNARY_SIGMOID: return amp_sigmoidf(x);
     case AMP_UNARY_SILU: return amp_siluf(x);
+    case AMP_UNARY_GELU_TANH: return amp_gelu_tanh(x);
+    case AMP_UNARY_GELU_ERF: return amp_gelu_erf(x);
     default: return amp_scale(x, alpha);
     }
 }
@@ -91,6 +93,8 @@ static void unary_dt_launch(amp_unary_op op, int64_t n, const void *x, float alp
         UNARY_CASE(AMP_UNARY_TANH);
         UNARY_CASE(AMP_UNARY_SIGMOID);
         UNARY_CASE(AMP_UNARY_SILU);
+        UNARY_CASE(AMP_UNARY_GELU_TANH);
+        UNARY_CASE(AMP_UNARY_GELU_ERF);
     default:
         unary_kernel<D, AMP_UNARY_SCALE><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(x, alpha, y, n);
         break;
@@ -112,6 +116,8 @@ static void binary_dt_launch(amp_binary_op op, int64_t n, const void *a, const v
         BINARY_CASE(AMP_BINARY_TANH_BWD);
         BINARY_CASE(AMP_BINARY_SIGMOID_BWD);
         BINARY_CASE(AMP_BINARY_SILU_BWD);
+        BINARY_CASE(AMP_BINARY_GELU_TANH_BWD);
+        BINARY_CASE(AMP_BINARY_GELU_ERF_BWD);
     default:
         binary_kernel<D, AMP_BINARY_RELU_BWD><<<grid, AMP_CUDA_BLOCK, 0, stream>>>(a, b, y, n);
         break;

@@ -18,6 +18,8 @@ AMP_HD static inline float amp_binary_apply(amp_binary_op op, float a, float b) 
     case AMP_BINARY_TANH_BWD: return amp_tanh_bwd(a, b);
     case AMP_BINARY_SIGMOID_BWD: return amp_sigmoid_bwd(a, b);
     case AMP_BINARY_SILU_BWD: return amp_silu_bwd(a, b);
+    case AMP_BINARY_GELU_TANH_BWD: return amp_gelu_tanh_bwd(a, b);
+    case AMP_BINARY_GELU_ERF_BWD: return amp_gelu_erf_bwd(a, b);
     default: return amp_relu_bwd(a, b);
     }
 }

@@ -2,10 +2,7 @@
  * kernels so that both give the same bits (Apex FusedLayerNorm's numerics: statistics in f32
  * whatever the storage, mean and rstd saved in f32).
  *
- * A row's sums run as a warp runs them: 32 lanes, lane l adding the values l, l + 32, l + 64, ...
- * in that order, then the lanes combined by the xor butterfly of __shfl_xor_sync (offsets 16, 8,
- * 4, 2, 1), after which every lane holds the same total. The CUDA kernels are that warp; the CPU
- * kernels emulate its 32 lanes (which vectorise) and the same tree. Two passes: the mean, then
+ * A row's sums run as a warp runs them (kernels/math/lanes.h). Two passes: the mean, then
  * the variance around it (no cancellation of E[x^2] - E[x]^2); RMSNorm's one pass is the mean
  * square. rstd = 1 / sqrt(var + eps), IEEE square root and division (correctly rounded on both).
  *
@@ -19,20 +16,10 @@
 
 #include "core/hd.h"
 #include "kernels/math/binary.h"
+#include "kernels/math/lanes.h"
 
-#define AMP_LN_LANES 32
+#define AMP_LN_LANES AMP_LANES
 #define AMP_LN_COL_CHUNK 32
-
-/* The butterfly of 32 lane sums (CPU side; the device runs it with shuffles): lane l becomes
- * acc[l] + acc[l ^ off] for off = 16, 8, 4, 2, 1; every lane ends with the total. */
-static inline float amp_ln_lanes_total(float *acc) {
-    for (int off = AMP_LN_LANES / 2; off >= 1; off /= 2) {
-        float t[AMP_LN_LANES];
-        for (int l = 0; l < AMP_LN_LANES; l++) t[l] = acc[l] + acc[l ^ off];
-        for (int l = 0; l < AMP_LN_LANES; l++) acc[l] = t[l];
-    }
-    return acc[0];
-}
 
 AMP_HD static inline float amp_ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
 

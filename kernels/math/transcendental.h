@@ -1,4 +1,4 @@
-/* exp, log, tanh, sigmoid and SiLU per element in f32, written once for both backends (Cephes'
+/* exp, log, tanh, sigmoid, SiLU, erf and GELU per element in f32, written once for both backends (Cephes'
  * single-precision algorithms: range reduction and a minimax polynomial), so the CPU and the
  * device compute the same bits: every product goes through amp_mul_rn (never fused with the add
  * after it, core/hd.h's rule for nvcc) and the C side builds with -ffp-contract=off. No libm
@@ -6,7 +6,9 @@
  *
  * Accuracy against the correctly rounded result (tests/unit/test_transcendental.c measures it
  * over one f32 in 64 of the whole range): exp, log and tanh within 1 ulp, sigmoid within 2, SiLU
- * within 3. Special values as C99's: exp(-inf) = 0,
+ * and erf within 3; GELU (both forms) within 16 above -3 and 1e-4 relative below, its own
+ * conditioning (a relative slope near |x|^3 / 2 there, which the f32 rounding of its argument
+ * meets in any f32 evaluation). Special values as C99's: exp(-inf) = 0,
  * exp(inf) = inf, log(0) = -inf, log(x < 0) = NaN, tanh(+-inf) = +-1, NaN in, NaN out. */
 #ifndef AMP_KERNELS_MATH_TRANSCENDENTAL_H
 #define AMP_KERNELS_MATH_TRANSCENDENTAL_H
@@ -134,7 +136,8 @@ AMP_HD static inline float amp_sigmoidf(float x) {
 AMP_HD static inline float amp_siluf(float x) {
     if (x < -80.0f) {
         /* |x e^x| < 2^-200; -inf gives NaN, as PyTorch's -inf / (1 + inf) */
-        if (x < -150.0f) return x == amp_f32_from_bits(0xff800000u) ? amp_f32_from_bits(0x7fc00000u) : -0.0f;
+        if (x < -150.0f)
+            return x == amp_f32_from_bits(0xff800000u) ? amp_f32_from_bits(0x7fc00000u) : -0.0f;
         int n;
         float p = amp_exp_reduce(x, &n);
         return amp_scale_pow2(amp_mul_rn(x, p), n);
@@ -144,6 +147,85 @@ AMP_HD static inline float amp_siluf(float x) {
         return amp_mul_rn(x, e) / (1.0f + e);
     }
     return x / (1.0f + amp_expf(-x));
+}
+
+/* erfc(z) for z >= 0: Numerical Recipes' Chebyshev fit t e^(-z^2 + P(t)), t = 1 / (1 + z / 2),
+ * fractional error below 1.2e-7 everywhere. z^2 is split exactly (z = h + l, h of 12 bits:
+ * z^2 = h^2 + (2 h l + l^2), each part exact), so that its rounding does not reach the exponent
+ * where it is large: e^(-h^2) e^(P - 2 h l - l^2). */
+AMP_HD static inline float amp_erfc_pos(float z) {
+    if (z > 10.5f) return 0.0f; /* erfc(10.5) < 2^-160, below every f32 */
+    float t = 1.0f / (1.0f + amp_mul_rn(0.5f, z));
+    float p = 0.17087277f;
+    p = amp_mul_rn(p, t) - 0.82215223f;
+    p = amp_mul_rn(p, t) + 1.48851587f;
+    p = amp_mul_rn(p, t) - 1.13520398f;
+    p = amp_mul_rn(p, t) + 0.27886807f;
+    p = amp_mul_rn(p, t) - 0.18628806f;
+    p = amp_mul_rn(p, t) + 0.09678418f;
+    p = amp_mul_rn(p, t) + 0.37409196f;
+    p = amp_mul_rn(p, t) + 1.00002368f;
+    p = amp_mul_rn(p, t) - 1.26551223f;
+    float h = amp_f32_from_bits(amp_f32_bits(z) & 0xfffff000u), l = z - h;
+    float rest = amp_mul_rn(amp_mul_rn(2.0f, h), l) + amp_mul_rn(l, l);
+    return amp_mul_rn(amp_mul_rn(t, amp_expf(-amp_mul_rn(h, h))), amp_expf(p - rest));
+}
+
+/* erf(x): its Taylor series below 1/2 (no cancellation near 0), 1 - erfc(|x|) above. */
+AMP_HD static inline float amp_erff(float x) {
+    if (x != x) return x;
+    float z = x < 0.0f ? -x : x;
+    if (z < 0.5f) {
+        float s = amp_mul_rn(x, x);
+        float p = -1.0f / 75600.0f; /* the x^13 term's coefficient over 2 / sqrt(pi) */
+        p = amp_mul_rn(p, s) + 1.0f / 9360.0f;
+        p = amp_mul_rn(p, s) - 1.0f / 1320.0f;
+        p = amp_mul_rn(p, s) + 1.0f / 216.0f;
+        p = amp_mul_rn(p, s) - 1.0f / 42.0f;
+        p = amp_mul_rn(p, s) + 0.1f;
+        p = amp_mul_rn(p, s) - 1.0f / 3.0f;
+        p = amp_mul_rn(p, s) + 1.0f;
+        return amp_mul_rn(1.12837916709551257f, amp_mul_rn(p, x));
+    }
+    float e = 1.0f - amp_erfc_pos(z);
+    return x < 0.0f ? -e : e;
+}
+
+/* GELU, exact: x Phi(x) = x erfc(-x / sqrt 2) / 2, as 0.5 x (1 + erf(x / sqrt 2)) for x >= 0
+ * (PyTorch's formula) and through erfc below 0, where 1 + erf cancels. */
+AMP_HD static inline float amp_gelu_erf(float x) {
+    float u = amp_mul_rn(x, 0.707106781186547524f);
+    if (x < 0.0f) return amp_mul_rn(amp_mul_rn(0.5f, x), amp_erfc_pos(-u));
+    return amp_mul_rn(amp_mul_rn(0.5f, x), 1.0f + amp_erff(u));
+}
+
+/* GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3),
+ * as x sigmoid(2 u) (the same function: 1 + tanh(u) = 2 sigmoid(2 u)), which does not cancel
+ * where tanh(u) is near -1 (PyTorch's formula gives 0 there below x = -5). */
+AMP_HD static inline float amp_gelu_tanh(float x) {
+    float cube = amp_mul_rn(amp_mul_rn(x, x), x);
+    float inner = amp_mul_rn(0.7978845608028654f, x + amp_mul_rn(0.044715f, cube));
+    return amp_mul_rn(x, amp_sigmoidf(inner + inner));
+}
+
+/* Their derivatives times dy, as PyTorch's gelu_backward: exact, Phi(x) + x phi(x); tanh,
+ * 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 0.044715 x^2), t the forward's tanh. */
+AMP_HD static inline float amp_gelu_erf_bwd(float x, float dy) {
+    float u = amp_mul_rn(x, 0.707106781186547524f);
+    float cdf = x < 0.0f ? amp_mul_rn(0.5f, amp_erfc_pos(-u))
+                         : amp_mul_rn(0.5f, 1.0f + amp_erff(u));
+    float pdf = amp_mul_rn(0.398942280401432678f, amp_expf(amp_mul_rn(-0.5f, amp_mul_rn(x, x))));
+    return amp_mul_rn(dy, cdf + amp_mul_rn(x, pdf));
+}
+
+AMP_HD static inline float amp_gelu_tanh_bwd(float x, float dy) {
+    float x2 = amp_mul_rn(x, x);
+    float cube = amp_mul_rn(x2, x);
+    float t = amp_tanhf(amp_mul_rn(0.7978845608028654f, x + amp_mul_rn(0.044715f, cube)));
+    float left = amp_mul_rn(0.5f, 1.0f + t);
+    float right = amp_mul_rn(amp_mul_rn(amp_mul_rn(0.5f, x), 1.0f - amp_mul_rn(t, t)),
+                             amp_mul_rn(0.7978845608028654f, 1.0f + amp_mul_rn(0.134145f, x2)));
+    return amp_mul_rn(dy, left + right);
 }
 
 /* Backward passes, as PyTorch's: tanh and sigmoid from their output y, SiLU from its input x. */

@@ -56,6 +56,7 @@ enum {
     NONDETERMINISTIC = 512,         /* conv2d descriptors: allow_nondeterministic */
     BN_RELU = 1 << 10, /* batch norm: amp_bn_desc.relu (bn_bwd: slot 8 is the forward's y) */
     LN_RMS = 1 << 11, LN_RESIDUAL = 1 << 12, LN_NO_BIAS = 1 << 13, /* layernorm_* */
+    LOG_SOFTMAX = 1 << 14, SM_MASKED = 1 << 15,                   /* softmax_* */
 };
 
 typedef struct op_row {
@@ -589,6 +590,50 @@ static amp_status run_layernorm_bwd(const op_row *r, const amp_backend *be, void
     return be->k.layernorm_bwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
+/* softmax_fwd: s = {rows, cols}; flags LOG_SOFTMAX, SM_MASKED (the first row entirely -inf,
+ * every row's last quarter -inf: an attention mask). */
+static amp_softmax_desc sm_desc(const op_row *r) {
+    return (amp_softmax_desc){.rows = r->s[0], .cols = r->s[1], .dt = r->dt,
+                              .log = r->flags & LOG_SOFTMAX};
+}
+static void setup_softmax_fwd(const op_row *r, tcase *c) {
+    int64_t rows = r->s[0], cols = r->s[1];
+    in_main(r, c, 0, "x", ek_of(r->dt), rows * cols);
+    if (r->flags & SM_MASKED)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                if (i == 0 || j >= cols - cols / 4)
+                    ek_store(c->s[0].init, c->s[0].kind, i * cols + j, -INFINITY);
+    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), rows * cols);
+}
+static amp_status run_softmax_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_softmax_desc d = sm_desc(r);
+    return be->k.softmax_fwd(be->dev, &d, p[0], p[1]);
+}
+
+/* softmax_bwd: y a softmax (or log-softmax) of the row's inputs, computed in double here. */
+static void setup_softmax_bwd(const op_row *r, tcase *c) {
+    int64_t rows = r->s[0], cols = r->s[1];
+    void *y = slot_decl(c, 0, "y", ROLE_IN, ek_of(r->dt), rows * cols);
+    for (int64_t i = 0; i < rows; i++) {
+        double v[1024], m = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j < cols; j++) {
+            v[j] = r->lo + (r->hi - r->lo) * rng_unit(&c->rng);
+            m = v[j] > m ? v[j] : m;
+        }
+        for (int64_t j = 0; j < cols; j++) s += exp(v[j] - m);
+        for (int64_t j = 0; j < cols; j++)
+            ek_store(y, c->s[0].kind, i * cols + j,
+                     r->flags & LOG_SOFTMAX ? v[j] - m - log(s) : exp(v[j] - m) / s);
+    }
+    in_main(r, c, 1, "dy", ek_of(r->dt), rows * cols);
+    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), rows * cols);
+}
+static amp_status run_softmax_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_softmax_desc d = sm_desc(r);
+    return be->k.softmax_bwd(be->dev, &d, p[0], p[1], p[2]);
+}
+
 #define ENTRY(name, fn)                                                                            \
     [E_##name] = {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name), setup_##fn,       \
                   run_##fn}
@@ -610,7 +655,8 @@ static const entry_info entries[E_N] = {
     ENTRY(bn_bwd_elemt, bn_bwd_elemt), ENTRY(reduce_dim, reduce_dim),
     ENTRY(scatter_dim, scatter_dim), ENTRY(binary_bcast, binary_bcast),
     ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
-    ENTRY(layernorm_bwd, layernorm_bwd),
+    ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
+    ENTRY(softmax_bwd, softmax_bwd),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
@@ -740,6 +786,16 @@ static const op_row rows[] = {
     {"binary_mul_f16", E_binary, {10007}, F16, .op = AMP_BINARY_MUL, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"binary_relu_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"binary_relu_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_RELU_BWD, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"unary_gelu_tanh_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_GELU_TANH, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_gelu_tanh_f16", E_unary, {10007}, F16, .op = AMP_UNARY_GELU_TANH, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_gelu_tanh_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_GELU_TANH, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_gelu_erf_f32", E_unary, {ACT_L1}, F32, .op = AMP_UNARY_GELU_ERF, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_gelu_erf_f16", E_unary, {10007}, F16, .op = AMP_UNARY_GELU_ERF, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"unary_gelu_erf_bf16", E_unary, {10007}, BF16, .op = AMP_UNARY_GELU_ERF, .tol = TOL(0, 0), .lo = -12, .hi = 12, .specials = true},
+    {"binary_gelu_tanh_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_GELU_TANH_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
+    {"binary_gelu_tanh_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_GELU_TANH_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
+    {"binary_gelu_erf_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_GELU_ERF_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
+    {"binary_gelu_erf_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_GELU_ERF_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
     /* Over dims: the same order on both backends (sums in f64 in j order), so the same value;
      * a max selects bits. [outer, n, inner] as a softmax's last dim (inner 1), a mean over T
      * (inner C), a whole column (outer 1). */
@@ -771,6 +827,17 @@ static const op_row rows[] = {
     {"layernorm_bwd_bf16_odd", E_layernorm_bwd, {70, 101}, BF16, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"layernorm_bwd_f16_bare", E_layernorm_bwd, {33, 64}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"rmsnorm_bwd_f32", E_layernorm_bwd, {40, 257}, F32, .flags = LN_RMS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
+    /* Softmax: the same bits on both backends (warp-order max and sums, the shared exp); GPT-2's
+     * vocabulary rows, attention rows with a mask and a fully masked row, NaN rows. */
+    {"softmax_f32_vocab", E_softmax_fwd, {4, 50257}, F32, .tol = EXACT, .lo = -8, .hi = 8},
+    {"softmax_bf16_masked", E_softmax_fwd, {64, 256}, BF16, .flags = SM_MASKED, .tol = EXACT, .lo = -8, .hi = 8},
+    {"log_softmax_f16_odd", E_softmax_fwd, {33, 101}, F16, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -8, .hi = 8},
+    {"log_softmax_f32_masked", E_softmax_fwd, {16, 64}, F32, .flags = LOG_SOFTMAX | SM_MASKED, .tol = EXACT, .lo = -8, .hi = 8},
+    {"softmax_f32_specials", E_softmax_fwd, {8, 40}, F32, .tol = TOL(0, 0), .lo = -8, .hi = 8, .specials = true},
+    {"softmax_bwd_f32", E_softmax_bwd, {64, 257}, F32, .tol = EXACT, .lo = -4, .hi = 4},
+    {"softmax_bwd_bf16", E_softmax_bwd, {33, 128}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
+    {"log_softmax_bwd_f32", E_softmax_bwd, {40, 96}, F32, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -4, .hi = 4},
+    {"log_softmax_bwd_f16", E_softmax_bwd, {17, 1000}, F16, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -4, .hi = 4},
     /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
      * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
     {"copy_strided_f32_bthd", E_copy_strided, {4, 2, 17, 4, 8}, F32, .f = {213}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},

@@ -15,7 +15,7 @@
 
 typedef enum op_id {
     OP_LINEAR, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
-    OP_SIGMOID, OP_SILU, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
+    OP_SIGMOID, OP_SILU, OP_GELU, OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_RMS_NORM, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
     OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE
 } op_id;
 
@@ -47,6 +47,11 @@ static const row rows[] = {
     {"tanh bf16", OP_TANH, BF16, BF16, BF16, BF16},
     {"sigmoid f16", OP_SIGMOID, F16, F16, F16, F16},
     {"silu bf16", OP_SILU, BF16, BF16, BF16, BF16},
+    {"gelu bf16", OP_GELU, BF16, BF16, BF16, BF16},
+    {"softmax bf16", OP_SOFTMAX, BF16, BF16, BF16, F32},
+    {"log_softmax f16", OP_LOG_SOFTMAX, F16, F16, F16, F32},
+    {"layer_norm bf16", OP_LAYER_NORM, BF16, BF16, BF16, F32},
+    {"rms_norm f32", OP_RMS_NORM, F32, F32, F32, F32},
     {"relu bf16", OP_RELU, BF16, BF16, BF16, BF16},
     {"sum_dim bf16", OP_SUM_DIM, BF16, BF16, BF16, F32},
     {"mean_dim bf16", OP_MEAN_DIM, BF16, BF16, BF16, BF16},
@@ -97,6 +102,11 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
     case OP_TANH: return amp_tanh(a, y);
     case OP_SIGMOID: return amp_sigmoid(a, y);
     case OP_SILU: return amp_silu(a, y);
+    case OP_GELU: return amp_gelu(a, true, y);
+    case OP_SOFTMAX: return amp_softmax(a, -1, y);
+    case OP_LOG_SOFTMAX: return amp_log_softmax(a, -1, y);
+    case OP_LAYER_NORM: return amp_layer_norm(a, NULL, NULL, 1e-5f, y);
+    case OP_RMS_NORM: return amp_rms_norm(a, NULL, 1e-5f, y);
     case OP_RELU: return amp_relu(a, y);
     case OP_SUM_DIM: return amp_sum_dim(a, 1, false, y);
     case OP_MEAN_DIM: return amp_mean_dim(a, -1, true, y);

@@ -152,6 +152,27 @@ static void ref_matmul_b(const gc_case *c, double *y) {
                    y + bt * m * n);
 }
 
+/* softmax (c->kernel 0) or log_softmax (1) over dim c->stride. */
+static amp_status lib_softmax(gc_case *c, amp_tensor **y) {
+    return c->kernel ? amp_log_softmax(T(0), c->stride, y) : amp_softmax(T(0), c->stride, y);
+}
+static void ref_softmax(const gc_case *c, double *y) {
+    int nd = c->in[0].ndim, dim = c->stride < 0 ? c->stride + nd : c->stride;
+    int64_t outer = 1, n = S(0, dim), inner = 1;
+    for (int k = 0; k < dim; k++) outer *= S(0, k);
+    for (int k = dim + 1; k < nd; k++) inner *= S(0, k);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double m = -INFINITY, s = 0.0;
+            for (int64_t j = 0; j < n; j++) m = fmax(m, V(0)[(o * n + j) * inner + i]);
+            for (int64_t j = 0; j < n; j++) s += exp(V(0)[(o * n + j) * inner + i] - m);
+            for (int64_t j = 0; j < n; j++) {
+                double v = V(0)[(o * n + j) * inner + i] - m;
+                y[(o * n + j) * inner + i] = c->kernel ? v - log(s) : exp(v) / s;
+            }
+        }
+}
+
 #define BC(nm, op, a, b, out) {OP(nm, lib_bcast, ref_bcast), .in = {a, b}, out, .kernel = op}
 
 static gc_case cases[] = {
@@ -189,12 +210,42 @@ static gc_case cases[] = {
      .in = {X_("a", 2, 4, 5), X_("b", 3, 3, 5, 6)}, OUT(3, 3, 4, 6)},
     {OP("matmul batched a @ shared b", lib_matmul_b, ref_matmul_b),
      .in = {X_("a", 3, 2, 3, 4), X_("b", 2, 4, 5)}, OUT(3, 2, 3, 5)},
+    {OP("softmax over the last dim", lib_softmax, ref_softmax),
+     .in = {IN("x", 3, GC_UNIFORM, -3, 3, true, 2, 3, 7)}, OUT(3, 2, 3, 7), .stride = -1},
+    {OP("softmax over dim 1", lib_softmax, ref_softmax),
+     .in = {IN("x", 3, GC_UNIFORM, -3, 3, true, 2, 5, 3)}, OUT(3, 2, 5, 3), .stride = 1},
+    {OP("log_softmax over the last dim", lib_softmax, ref_softmax),
+     .in = {IN("x", 2, GC_UNIFORM, -3, 3, true, 6, 11)}, OUT(2, 6, 11), .kernel = 1, .stride = 1},
     {OP("linear over [B, T, C]", lib_linear3, ref_linear3),
      .in = {X_("x", 3, 2, 3, 6), W_("w", 2, 5, 6), W_("b", 1, 5)}, OUT(3, 2, 3, 5)},
 };
 
 /* A narrow of the leading dim is x's memory; one of an inner dim is a copy. Splits and cats of
  * misfit shapes are refused naming the op. */
+/* A fully masked row (all -inf): softmax 0 and log_softmax -inf, gradients 0, never NaN; a row
+ * with some -inf: 0 there. */
+static void test_masked_rows(amp_ctx *ctx) {
+    float host[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, 1.0f, -INFINITY, 2.0f, 0.5f};
+    amp_tensor *x = NULL, *y = NULL, *l = NULL, *loss = NULL, *g = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){2, 4}, host, &x));
+    CHECK_OK(amp_tensor_set_requires_grad(x, true));
+    CHECK_OK(amp_softmax(x, -1, &y));
+    CHECK_OK(amp_log_softmax(x, -1, &l));
+    float back[8], lb[8];
+    CHECK_OK(amp_tensor_to_host(y, back, sizeof back));
+    CHECK_OK(amp_tensor_to_host(l, lb, sizeof lb));
+    CHECK(back[0] == 0.0f && back[3] == 0.0f && back[5] == 0.0f && back[4] > 0.0f);
+    CHECK(lb[0] == -INFINITY && lb[5] == -INFINITY && isfinite(lb[4]));
+    CHECK_OK(amp_mean(y, &loss));
+    CHECK_OK(amp_backward(loss));
+    CHECK_OK(amp_tensor_get_grad(x, &g));
+    CHECK_OK(amp_tensor_to_host(g, back, sizeof back));
+    for (int i = 0; i < 8; i++) CHECK_MSG(isfinite(back[i]), "gradient %d is %g", i, back[i]);
+    CHECK(back[0] == 0.0f && back[5] == 0.0f);
+    amp_ctx_reset_step(ctx);
+    amp_tensor_free(x);
+}
+
 static void test_views_and_errors(amp_ctx *ctx) {
     float host[24];
     for (int i = 0; i < 24; i++) host[i] = (float)i;
@@ -241,6 +292,7 @@ static void run_all(amp_device device) {
         printf("%-48s %s\n", cases[i].name, test_n_fail == before ? "ok" : "FAILED");
     }
     test_views_and_errors(ctx);
+    test_masked_rows(ctx);
     amp_ctx_free(ctx);
 }
 

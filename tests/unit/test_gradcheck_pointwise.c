@@ -16,6 +16,8 @@ static amp_status lib_log(gc_case *c, amp_tensor **y) { return amp_log(T(0), y);
 static amp_status lib_tanh(gc_case *c, amp_tensor **y) { return amp_tanh(T(0), y); }
 static amp_status lib_sigmoid(gc_case *c, amp_tensor **y) { return amp_sigmoid(T(0), y); }
 static amp_status lib_silu(gc_case *c, amp_tensor **y) { return amp_silu(T(0), y); }
+static amp_status lib_gelu(gc_case *c, amp_tensor **y) { return amp_gelu(T(0), false, y); }
+static amp_status lib_gelu_tanh(gc_case *c, amp_tensor **y) { return amp_gelu(T(0), true, y); }
 static amp_status lib_sub(gc_case *c, amp_tensor **y) { return amp_sub(T(0), T(1), y); }
 static amp_status lib_div(gc_case *c, amp_tensor **y) { return amp_div(T(0), T(1), y); }
 
@@ -33,6 +35,8 @@ REF_UNARY(ref_log, log(x))
 REF_UNARY(ref_tanh, tanh(x))
 REF_UNARY(ref_sigmoid, sigmoid(x))
 REF_UNARY(ref_silu, x *sigmoid(x))
+REF_UNARY(ref_gelu, 0.5 * x * erfc(-x / sqrt(2.0)))
+REF_UNARY(ref_gelu_tanh, 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))))
 
 static void ref_sub(const gc_case *c, double *y) {
     for (int64_t i = 0; i < c->in[0].numel; i++) y[i] = V(0)[i] - V(1)[i];
@@ -70,6 +74,10 @@ static gc_case cases[] = {
      OUT(2, 6, 7)},
     {OP("silu", lib_silu, ref_silu), .in = {IN("x", 4, GC_UNIFORM, -4, 4, true, 2, 3, 2, 5)},
      OUT(4, 2, 3, 2, 5)},
+    {OP("gelu (exact)", lib_gelu, ref_gelu), .in = {IN("x", 2, GC_UNIFORM, -4, 4, true, 7, 9)},
+     OUT(2, 7, 9)},
+    {OP("gelu (tanh)", lib_gelu_tanh, ref_gelu_tanh),
+     .in = {IN("x", 3, GC_UNIFORM, -4, 4, true, 2, 5, 7)}, OUT(3, 2, 5, 7)},
     {OP("sub", lib_sub, ref_sub), .in = {X_("a", 2, 5, 6), X_("b", 2, 5, 6)}, OUT(2, 5, 6)},
     {OP("div", lib_div, ref_div),
      .in = {X_("a", 2, 5, 6), IN("b", 2, GC_AWAY0, 0.5, 2, true, 5, 6)}, OUT(2, 5, 6)},

@@ -27,6 +27,11 @@ typedef float (*f32_fn)(float);
 typedef double (*f64_fn)(double);
 
 static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double ref_gelu_erf(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+/* x sigmoid(2 u): 0.5 x (1 + tanh u) without its cancellation, which double has too. */
+static double ref_gelu_tanh(double x) {
+    return x / (1.0 + exp(-2.0 * sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 static double ref_silu(double x) { return x / (1.0 + exp(-x)); }
 
 /* The worst ulp error of f over the sampled floats in [lo, hi] (hi < 0 for no upper bound) and
@@ -53,6 +58,25 @@ static void check_fn(const char *name, f32_fn f, f64_fn ref, float lo, float hi,
     CHECK_MSG(w <= bound, "%s: %.0f ulps at %a (%.9g: %.9g, want %.9g), bound %.0f", name, w,
               (double)at, (double)at, (double)f(at), (double)(float)ref((double)at), bound);
     printf("%s: worst %.0f ulp over [%g, %g]\n", name, w, (double)lo, (double)hi);
+}
+
+/* Below -3 GELU falls fast, its relative slope about |x|^3 / 2 (exact) or 0.2 |x|^3 (tanh): the
+ * f32 rounding of its argument (x / sqrt 2, or u) alone moves the result by that condition
+ * number times an ulp, in any f32 evaluation (PyTorch's too). There the error is held relative,
+ * under 1e-4, where the value is a normal f32; absolutely, under 1e-38, where it is not. */
+static void check_tail(const char *name, f32_fn f, f64_fn ref) {
+    double worst_rel = 0.0, worst_abs = 0.0;
+    for (uint64_t u = 0; u < ((uint64_t)1 << 32); u += 64) {
+        float x = amp_f32_from_bits((uint32_t)u);
+        if (isnan(x) || x >= -3.0f || isinf(x)) continue;
+        double want = ref((double)x), d = fabs((double)f(x) - want);
+        if (fabs(want) >= 1.17549435e-38) worst_rel = fmax(worst_rel, d / fabs(want));
+        else worst_abs = fmax(worst_abs, d);
+    }
+    CHECK_MSG(worst_rel < 1e-4 && worst_abs < 1e-38, "%s below -3: relative error %g, absolute "
+              "%g where subnormal", name, worst_rel, worst_abs);
+    printf("%s below -3: worst relative error %.2g, absolute %.2g where subnormal\n", name,
+           worst_rel, worst_abs);
 }
 
 static void test_specials(void) {
@@ -102,6 +126,12 @@ int main(void) {
     check_fn("tanh", amp_tanhf, tanh, -INFINITY, INFINITY, 2);
     check_fn("sigmoid", amp_sigmoidf, ref_sigmoid, -INFINITY, INFINITY, 2);
     check_fn("silu", amp_siluf, ref_silu, -INFINITY, INFINITY, 3);
+    check_fn("erf", amp_erff, erf, -INFINITY, INFINITY, 8);
+    /* GELU's relative slope near -3 (about 13) times an ulp of its argument's rounding: 16 */
+    check_fn("gelu (exact)", amp_gelu_erf, ref_gelu_erf, -3.0f, INFINITY, 16);
+    check_fn("gelu (tanh)", amp_gelu_tanh, ref_gelu_tanh, -3.0f, INFINITY, 16);
+    check_tail("gelu (exact)", amp_gelu_erf, ref_gelu_erf);
+    check_tail("gelu (tanh)", amp_gelu_tanh, ref_gelu_tanh);
     test_backward();
     return test_summary(NAME);
 }

@@ -1,0 +1,95 @@
+/* CPU backend: softmax and log-softmax over the last dim (softmax_fwd, softmax_bwd), the
+ * arithmetic and order of kernels/math/softmax.h: each row's max and sum in the 32 lanes a CUDA
+ * warp uses and its butterfly (kernels/math/lanes.h), so both backends give the same bits. Rows
+ * run in parallel, each widened once into an f32 buffer. */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/lanes.h"
+#include "kernels/math/load_store.h"
+#include "kernels/math/softmax.h"
+
+/* The row's max (NaN through) and the sum of e^(v - m), the warp's way. */
+static void row_stats(const float *v, int64_t n, float *m_out, float *s_out) {
+    float acc[AMP_LANES];
+    for (int l = 0; l < AMP_LANES; l++) acc[l] = -INFINITY;
+    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] = amp_lanes_max2(acc[i % AMP_LANES], v[i]);
+    float m = amp_lanes_combine(acc, 1);
+    for (int l = 0; l < AMP_LANES; l++) acc[l] = 0.0f;
+    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] += amp_softmax_exp(v[i], m);
+    *m_out = m;
+    *s_out = amp_lanes_combine(acc, 0);
+}
+
+/* The warp's sum of v[0, n). */
+static float row_sum(const float *v, int64_t n) {
+    float acc[AMP_LANES] = {0};
+    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] += v[i];
+    return amp_lanes_combine(acc, 0);
+}
+
+amp_status amp_cpu_softmax_fwd(amp_device_ctx *dev, const amp_softmax_desc *d, const void *x,
+                               void *y) {
+    AMP_TRY(amp_backend_check_softmax(__func__, d));
+    if (d->rows == 0) return AMP_OK;
+    AMP_CHECK_ARG(x);
+    AMP_CHECK_ARG(y);
+    int64_t cols = d->cols;
+    amp_status s = AMP_OK;
+#pragma omp parallel
+    {
+        float *v = malloc((size_t)cols * sizeof *v);
+        if (!v) {
+#pragma omp critical
+            s = amp_fail(AMP_ERR_OOM, "amp_cpu_softmax_fwd: out of host memory for a row");
+        }
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < d->rows; row++) {
+            if (!v) continue;
+            int64_t base = row * cols;
+            for (int64_t j = 0; j < cols; j++) v[j] = amp_load_f32(x, d->dt, base + j);
+            float m, sum;
+            row_stats(v, cols, &m, &sum);
+            for (int64_t j = 0; j < cols; j++)
+                amp_store_f32(y, d->dt, base + j, amp_softmax_out(v[j], m, sum, d->log));
+        }
+        free(v);
+    }
+    return s;
+}
+
+amp_status amp_cpu_softmax_bwd(amp_device_ctx *dev, const amp_softmax_desc *d, const void *y,
+                               const void *dy, void *dx) {
+    AMP_TRY(amp_backend_check_softmax(__func__, d));
+    if (d->rows == 0) return AMP_OK;
+    AMP_CHECK_ARG(y);
+    AMP_CHECK_ARG(dy);
+    AMP_CHECK_ARG(dx);
+    int64_t cols = d->cols;
+    amp_status s = AMP_OK;
+#pragma omp parallel
+    {
+        float *t = malloc((size_t)cols * sizeof *t);
+        if (!t) {
+#pragma omp critical
+            s = amp_fail(AMP_ERR_OOM, "amp_cpu_softmax_bwd: out of host memory for a row");
+        }
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < d->rows; row++) {
+            if (!t) continue;
+            int64_t base = row * cols;
+            for (int64_t j = 0; j < cols; j++) {
+                float g = amp_load_f32(dy, d->dt, base + j);
+                t[j] = d->log ? g : amp_mul_rn(g, amp_load_f32(y, d->dt, base + j));
+            }
+            float r = row_sum(t, cols);
+            for (int64_t j = 0; j < cols; j++)
+                amp_store_f32(dx, d->dt, base + j,
+                              amp_softmax_dx(amp_load_f32(y, d->dt, base + j),
+                                             amp_load_f32(dy, d->dt, base + j), r, d->log));
+        }
+        free(t);
+    }
+    return s;
+}
