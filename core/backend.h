@@ -446,6 +446,9 @@ amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d);
  * (AMP_ERR_SHAPE); dtype f32, f16 or bf16 (AMP_ERR_UNSUPPORTED). The pointers are each entry's. */
 amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d);
 
+/* The embedding entries' sizes: a float dtype, n >= 0, dim and vocab >= 1, idx set when n > 0. */
+amp_status amp_backend_check_embedding(const char *fn, amp_dtype dt, int64_t n, int64_t dim,
+                                       int64_t vocab, const int32_t *idx);
 /* Softmax's descriptor: set, a float dtype, rows >= 0, cols >= 1. */
 amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d);
 /* LayerNorm's descriptor: set, a float dtype, rows >= 0, cols >= 1, eps >= 0 and finite. */

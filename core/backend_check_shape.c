@@ -2,6 +2,7 @@
  * binary_bcast, copy_strided) and of the ops over the last dim (layernorm_*, softmax_*),
  * shared by every backend. */
 #include <math.h>
+#include <stdint.h>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -62,5 +63,16 @@ amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d) 
     if (d->rows < 0 || d->cols < 1)
         return amp_fail(AMP_ERR_SHAPE, "%s: [%lld, %lld] needs rows >= 0 and cols >= 1", fn,
                         (long long)d->rows, (long long)d->cols);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_embedding(const char *fn, amp_dtype dt, int64_t n, int64_t dim,
+                                       int64_t vocab, const int32_t *idx) {
+    AMP_TRY(amp_backend_check_float(fn, dt));
+    if (n < 0 || dim < 1 || vocab < 1 || vocab > INT32_MAX)
+        return amp_fail(AMP_ERR_SHAPE, "%s: %lld indices into [%lld, %lld] need n >= 0, dim >= 1 "
+                        "and 1 <= vocab <= 2^31 - 1", fn, (long long)n, (long long)vocab,
+                        (long long)dim);
+    if (n > 0 && !idx) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'idx' is NULL", fn);
     return AMP_OK;
 }

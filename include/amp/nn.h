@@ -134,6 +134,13 @@ amp_status amp_cat(amp_tensor *const *xs, int n, int dim, amp_tensor **out);
  * another is moved last and back. Under autocast (O1) both run in f32 and return f32. */
 amp_status amp_softmax(amp_tensor *x, int dim, amp_tensor **out);
 amp_status amp_log_softmax(amp_tensor *x, int dim, amp_tensor **out);
+/* The embedding (torch.nn.functional.embedding): y [..., dim] = weight[idx[...], :] for i32 token
+ * ids idx of any shape and weight [vocab, dim], in the weight's dtype (token and position
+ * embeddings). The weight's gradient is a deterministic scatter-add in index order (no float
+ * atomics: the same bits on every backend and run). An id outside [0, vocab) is refused naming
+ * it on the CPU; on CUDA, which does not wait for the device, its row is NaN and the next
+ * cross-entropy names it. */
+amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 /* Fused log-softmax + NLL, mean over rows: logits [n, classes], labels i32 [n]. */

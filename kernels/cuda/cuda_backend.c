@@ -135,11 +135,13 @@ amp_status amp_cuda_device_open(int ordinal, amp_backend **out) {
     amp_status s = AMP_OK;
     cudaError_t e = cudaSetDevice(ordinal);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking);
-    /* Cross-entropy's record starts at "no bad row" (all ones, loss.cu). */
+    /* The bad-index records start at "none" (all ones: loss.cu, embedding.cu). */
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&dev->label_record, 2 * sizeof(unsigned long long));
+        e = cudaMalloc((void **)&dev->label_record,
+                       AMP_CUDA_RECORD_WORDS * sizeof(unsigned long long));
     if (e == cudaSuccess)
-        e = cudaMemsetAsync(dev->label_record, 0xff, 2 * sizeof(unsigned long long), dev->stream);
+        e = cudaMemsetAsync(dev->label_record, 0xff,
+                            AMP_CUDA_RECORD_WORDS * sizeof(unsigned long long), dev->stream);
     if (e != cudaSuccess) {
         s = amp_fail(AMP_ERR_BACKEND, "amp_cuda_device_open(%d): %s (%s)", ordinal,
                      cudaGetErrorString(e), cudaGetErrorName(e));

@@ -64,8 +64,12 @@ struct amp_device_ctx {
     amp_cuda_gemm_state *gemm;        /* cuBLASLt handle, workspace, plan cache (gemm.c) */
     amp_cuda_conv_state *conv;        /* cuDNN handle, plan cache (conv.c) */
     amp_cuda_upload_state *upload;    /* copy stream and pinned staging ring (upload.c) */
-    unsigned long long *label_record; /* cross-entropy's bad-label record (loss.cu), 2 words */
+    /* Bad-index records, AMP_CUDA_RECORD_WORDS words, all ones when clean: cross-entropy's two
+     * (loss.cu, words 0 and 1) and the embedding's (embedding.cu, word 2). */
+    unsigned long long *label_record;
 };
+
+#define AMP_CUDA_RECORD_WORDS 4
 
 /* A table of the CUDA backend over a fresh device context on device `ordinal` (made the calling
  * thread's current device): its own stream, allocator, handles and caches. Closed with

@@ -164,11 +164,13 @@ extern "C" amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64
 }
 
 /* Checks the labels on the device and waits for the answer (the one host sync of this file);
- * also reports a bad row that an earlier xent_bwd recorded. Clears what it reports. */
+ * also reports a bad row that an earlier xent_bwd recorded, and a bad index an earlier
+ * embedding_fwd recorded (embedding.cu: the wait here costs nothing more). Clears what it
+ * reports. */
 static amp_status check_labels(amp_device_ctx *dev, const char *fn, int64_t rows, int64_t classes,
                                const int32_t *labels) {
     cudaStream_t stream = dev->stream;
-    unsigned long long *record = dev->label_record, seen[2];
+    unsigned long long *record = dev->label_record, seen[3];
     if (rows > 0) {
         xent_check_kernel<<<grid_for(rows), AMP_CUDA_BLOCK, 0, stream>>>(labels, rows, classes,
                                                                          record);
@@ -177,8 +179,12 @@ static amp_status check_labels(amp_device_ctx *dev, const char *fn, int64_t rows
     AMP_CUDA_TRY(cudaMemcpyAsync(seen, record, sizeof seen, cudaMemcpyDeviceToHost, stream));
     amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(stream));
-    if (seen[0] == NO_BAD_ROW && seen[1] == NO_BAD_ROW) return AMP_OK;
+    if (seen[0] == NO_BAD_ROW && seen[1] == NO_BAD_ROW && seen[2] == NO_BAD_ROW) return AMP_OK;
     AMP_CUDA_TRY(cudaMemsetAsync(record, 0xff, sizeof seen, stream));
+    if (seen[2] != NO_BAD_ROW)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: an earlier amp_cuda_embedding_fwd had an index "
+                        "outside [0, vocab) at position %lld (its row was set to NaN)", fn,
+                        (long long)seen[2]);
     if (seen[0] != NO_BAD_ROW) {
         int32_t label = 0;
         AMP_CUDA_TRY(cudaMemcpyAsync(&label, labels + seen[0], sizeof label,

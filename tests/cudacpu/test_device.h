@@ -14,10 +14,9 @@
 static amp_device_ctx *test_device_make(void) {
     static amp_device_ctx dev = {};
     dev.stream = 0;
-    dev_check(cudaMalloc((void **)&dev.label_record, 2 * sizeof(unsigned long long)),
-              "cudaMalloc label record", 2 * sizeof(unsigned long long));
-    dev_check(cudaMemset(dev.label_record, 0xff, 2 * sizeof(unsigned long long)),
-              "cudaMemset label record", 2 * sizeof(unsigned long long));
+    const size_t record = AMP_CUDA_RECORD_WORDS * sizeof(unsigned long long);
+    dev_check(cudaMalloc((void **)&dev.label_record, record), "cudaMalloc label record", record);
+    dev_check(cudaMemset(dev.label_record, 0xff, record), "cudaMemset label record", record);
 #ifdef AMP_TEST_DEVICE_ALLOC
     if (amp_cuda_alloc_state_create(&dev.alloc) != AMP_OK) exit(1);
 #endif

@@ -634,6 +634,31 @@ static amp_status run_softmax_bwd(const op_row *r, const amp_backend *be, void *
     return be->k.softmax_bwd(be->dev, &d, p[0], p[1], p[2]);
 }
 
+/* embedding_fwd: s = {n, dim, vocab}: n indices in [0, vocab) (repeats likely: n > vocab in
+ * some rows), w [vocab, dim]. */
+static void emb_indices(const op_row *r, tcase *c, int slot) {
+    int32_t *idx = slot_decl(c, slot, "idx", ROLE_IN, EK_I32, r->s[0]);
+    for (int64_t i = 0; i < r->s[0]; i++) idx[i] = (int32_t)rng_below(&c->rng, r->s[2]);
+}
+static void setup_embedding_fwd(const op_row *r, tcase *c) {
+    emb_indices(r, c, 0);
+    in_main(r, c, 1, "w", ek_of(r->dt), r->s[2] * r->s[1]);
+    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), r->s[0] * r->s[1]);
+}
+static amp_status run_embedding_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->k.embedding_fwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
+}
+
+/* embedding_bwd: as the forward's; dy [n, dim], dw f32 [vocab, dim]. */
+static void setup_embedding_bwd(const op_row *r, tcase *c) {
+    emb_indices(r, c, 0);
+    in_main(r, c, 1, "dy", ek_of(r->dt), r->s[0] * r->s[1]);
+    slot_decl(c, 2, "dw", ROLE_OUT, EK_F32, r->s[2] * r->s[1]);
+}
+static amp_status run_embedding_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    return be->k.embedding_bwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
+}
+
 #define ENTRY(name, fn)                                                                            \
     [E_##name] = {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name), setup_##fn,       \
                   run_##fn}
@@ -656,7 +681,8 @@ static const entry_info entries[E_N] = {
     ENTRY(scatter_dim, scatter_dim), ENTRY(binary_bcast, binary_bcast),
     ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
     ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
-    ENTRY(softmax_bwd, softmax_bwd),
+    ENTRY(softmax_bwd, softmax_bwd), ENTRY(embedding_fwd, embedding_fwd),
+    ENTRY(embedding_bwd, embedding_bwd),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
@@ -838,6 +864,13 @@ static const op_row rows[] = {
     {"softmax_bwd_bf16", E_softmax_bwd, {33, 128}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
     {"log_softmax_bwd_f32", E_softmax_bwd, {40, 96}, F32, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -4, .hi = 4},
     {"log_softmax_bwd_f16", E_softmax_bwd, {17, 1000}, F16, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -4, .hi = 4},
+    /* Embedding: a gather (bits), and the scatter-add in index order per (row, column) on both
+     * backends (the same bits): GPT-2's token table shape cut down, positions, many repeats. */
+    {"embedding_fwd_f32", E_embedding_fwd, {512, 96, 1000}, F32, .tol = EXACT, .lo = -1, .hi = 1, .specials = true},
+    {"embedding_fwd_bf16_pos", E_embedding_fwd, {256, 768, 256}, BF16, .tol = EXACT, .lo = -1, .hi = 1},
+    {"embedding_bwd_f32_repeats", E_embedding_bwd, {1000, 64, 50}, F32, .tol = EXACT, .lo = -1, .hi = 1},
+    {"embedding_bwd_bf16", E_embedding_bwd, {512, 96, 1000}, BF16, .tol = EXACT, .lo = -1, .hi = 1},
+    {"embedding_bwd_f16_odd", E_embedding_bwd, {77, 33, 7}, F16, .tol = EXACT, .lo = -1, .hi = 1},
     /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
      * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
     {"copy_strided_f32_bthd", E_copy_strided, {4, 2, 17, 4, 8}, F32, .f = {213}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},

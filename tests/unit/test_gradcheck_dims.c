@@ -173,6 +173,20 @@ static void ref_softmax(const gc_case *c, double *y) {
         }
 }
 
+/* tokens [2, 5] into a [7, 4] table, twice (token and position tables summed, as GPT's). */
+static amp_status lib_embedding(gc_case *c, amp_tensor **y) {
+    amp_tensor *a, *b;
+    amp_status s = amp_embedding(T(0), T(1), &a);
+    if (!s) s = amp_embedding(T(2), T(3), &b);
+    return s ? s : amp_add(a, b, y);
+}
+static void ref_embedding(const gc_case *c, double *y) {
+    int64_t dim = S(1, 1);
+    for (int64_t i = 0; i < c->in[0].numel; i++)
+        for (int64_t k = 0; k < dim; k++)
+            y[i * dim + k] = V(1)[(int64_t)V(0)[i] * dim + k] + V(3)[(int64_t)V(2)[i] * dim + k];
+}
+
 #define BC(nm, op, a, b, out) {OP(nm, lib_bcast, ref_bcast), .in = {a, b}, out, .kernel = op}
 
 static gc_case cases[] = {
@@ -216,6 +230,10 @@ static gc_case cases[] = {
      .in = {IN("x", 3, GC_UNIFORM, -3, 3, true, 2, 5, 3)}, OUT(3, 2, 5, 3), .stride = 1},
     {OP("log_softmax over the last dim", lib_softmax, ref_softmax),
      .in = {IN("x", 2, GC_UNIFORM, -3, 3, true, 6, 11)}, OUT(2, 6, 11), .kernel = 1, .stride = 1},
+    {OP("embedding, token and position", lib_embedding, ref_embedding),
+     .in = {IN("tokens", 2, GC_LABELS, 0, 7, false, 2, 5), X_("wte", 2, 7, 4),
+            IN("pos", 2, GC_LABELS, 0, 5, false, 2, 5), X_("wpe", 2, 5, 4)},
+     OUT(3, 2, 5, 4)},
     {OP("linear over [B, T, C]", lib_linear3, ref_linear3),
      .in = {X_("x", 3, 2, 3, 6), W_("w", 2, 5, 6), W_("b", 1, 5)}, OUT(3, 2, 3, 5)},
 };
@@ -244,6 +262,27 @@ static void test_masked_rows(amp_ctx *ctx) {
     CHECK(back[0] == 0.0f && back[5] == 0.0f);
     amp_ctx_reset_step(ctx);
     amp_tensor_free(x);
+}
+
+/* An id out of range: refused naming it on the CPU; on CUDA its row is NaN and the cross-entropy
+ * that follows names it. */
+static void test_embedding_bad_id(amp_ctx *ctx) {
+    int32_t ids[3] = {0, 9, 1}, labels[3] = {0, 1, 2};
+    float w[20] = {0};
+    amp_tensor *idx = NULL, *wt = NULL, *lab = NULL, *y = NULL, *loss = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 1, (const int64_t[]){3}, ids, &idx));
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 1, (const int64_t[]){3}, labels, &lab));
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){5, 4}, w, &wt));
+    if (amp_ctx_device(ctx) == AMP_DEVICE_CPU) {
+        CHECK_FAILS(amp_embedding(idx, wt, &y), AMP_ERR_INVALID_ARG, "idx[1] = 9");
+    } else {
+        CHECK_OK(amp_embedding(idx, wt, &y));
+        CHECK_FAILS(amp_cross_entropy(y, lab, &loss), AMP_ERR_INVALID_ARG, "position 1");
+    }
+    amp_ctx_reset_step(ctx);
+    amp_tensor_free(idx);
+    amp_tensor_free(lab);
+    amp_tensor_free(wt);
 }
 
 static void test_views_and_errors(amp_ctx *ctx) {
@@ -293,6 +332,7 @@ static void run_all(amp_device device) {
     }
     test_views_and_errors(ctx);
     test_masked_rows(ctx);
+    test_embedding_bad_id(ctx);
     amp_ctx_free(ctx);
 }
 
