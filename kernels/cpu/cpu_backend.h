@@ -45,6 +45,11 @@ amp_status amp_cpu_memset_zero(void *p, size_t nbytes);
 amp_status amp_cpu_copy(void *dst, const void *src, size_t nbytes);
 amp_status amp_cpu_sync(void);
 
+/* rows.c: row(ctx, r, buf) for every r < rows, in parallel, buf `floats` f32 of the running
+ * thread's arena; AMP_ERR_OOM naming fn when one cannot be had (the rows it skipped unwritten). */
+amp_status amp_cpu_each_row(const char *fn, int64_t rows, int64_t floats,
+                            void (*row)(void *ctx, int64_t r, float *buf), void *ctx);
+
 /* cpu_avx512.c: whether the hand-vectorised AVX-512 kernels run (AVX-512 F, BW and VL, and
  * AMP_CPU_GENERIC unset). */
 bool amp_cpu_avx512_kernels(void);

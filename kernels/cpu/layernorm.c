@@ -1,10 +1,10 @@
 /* CPU backend: LayerNorm and RMSNorm over the last dim (layernorm_fwd, layernorm_bwd), the
  * arithmetic and order of kernels/math/layernorm.h: each row's sums in the 32 lanes a CUDA warp
- * uses and its butterfly, so both backends give the same bits. Rows run in parallel; each row is
- * widened once into an f32 buffer (the lanes' loops then vectorise), read three times from it.
+ * uses and its butterfly, so both backends give the same bits. Rows run in parallel
+ * (amp_cpu_each_row); each row is widened once into the thread's f32 buffer (the lanes' loops
+ * then vectorise), read three times from it.
  * The column sums of the backward (dgamma, dbeta) are chunks of AMP_LN_COL_CHUNK rows in f64,
  * added in chunk order. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -38,9 +38,57 @@ static float lanes_sum_sq(const float *v, int64_t n, float c) {
     return amp_lanes_combine(acc, 0);
 }
 
-/* The thread's row buffers: `count` rows of cols floats. */
-static float *row_buffers(int64_t cols, int count) {
-    return malloc((size_t)cols * (size_t)count * sizeof(float));
+/* One call's operands, for the row functions. */
+typedef struct ln_call {
+    const amp_ln_desc *d;
+    const void *x, *r, *dy;
+    void *sum, *out;
+    const float *gamma, *beta;
+    float *mean;
+    const float *mean_in, *rstd_in;
+    float *rstd;
+} ln_call;
+
+static void fwd_row(void *ctx, int64_t row, float *v) {
+    const ln_call *c = ctx;
+    const amp_ln_desc *d = c->d;
+    int64_t cols = d->cols, base = row * cols;
+    for (int64_t j = 0; j < cols; j++) {
+        float e = amp_load_f32(c->x, d->dt, base + j);
+        if (c->r) { /* the sum as stored: rounded to dt, then read back */
+            amp_store_f32(c->sum, d->dt, base + j, e + amp_load_f32(c->r, d->dt, base + j));
+            e = amp_load_f32(c->sum, d->dt, base + j);
+        }
+        v[j] = e;
+    }
+    float mu = d->rms ? 0.0f : lanes_sum(v, cols) / (float)cols;
+    float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
+    if (!d->rms) c->mean[row] = mu;
+    c->rstd[row] = rs;
+    for (int64_t j = 0; j < cols; j++) {
+        float out = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), c->gamma ? c->gamma[j] : 1.0f,
+                                  c->beta ? c->beta[j] : 0.0f);
+        amp_store_f32(c->out, d->dt, base + j, out);
+    }
+}
+
+/* buf: g = dy gamma, then g xhat, cols floats each. */
+static void dx_row(void *ctx, int64_t row, float *buf) {
+    const ln_call *c = ctx;
+    const amp_ln_desc *d = c->d;
+    int64_t cols = d->cols, base = row * cols;
+    float *g = buf, *gx = buf + cols;
+    float mu = d->rms ? 0.0f : c->mean_in[row], rs = c->rstd_in[row];
+    for (int64_t j = 0; j < cols; j++) {
+        g[j] = amp_mul_rn(amp_load_f32(c->dy, d->dt, base + j), c->gamma ? c->gamma[j] : 1.0f);
+        gx[j] = amp_mul_rn(g[j], amp_ln_xhat(amp_load_f32(c->x, d->dt, base + j), mu, rs));
+    }
+    float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
+    float m2 = lanes_sum(gx, cols) / (float)cols;
+    for (int64_t j = 0; j < cols; j++) {
+        float xh = amp_ln_xhat(amp_load_f32(c->x, d->dt, base + j), mu, rs);
+        amp_store_f32(c->out, d->dt, base + j, amp_ln_dx(g[j], xh, m1, m2, rs));
+    }
 }
 
 amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, const void *x,
@@ -53,40 +101,9 @@ amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     AMP_CHECK_ARG(rstd);
     if (!d->rms) AMP_CHECK_ARG(mean);
     if (r) AMP_CHECK_ARG(sum);
-    int64_t cols = d->cols;
-    amp_status s = AMP_OK;
-#pragma omp parallel
-    {
-        float *v = row_buffers(cols, 1);
-        if (!v) {
-#pragma omp critical
-            s = amp_fail(AMP_ERR_OOM, "amp_cpu_layernorm_fwd: out of host memory for a row");
-        }
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < d->rows; row++) {
-            if (!v) continue;
-            int64_t base = row * cols;
-            for (int64_t j = 0; j < cols; j++) {
-                float e = amp_load_f32(x, d->dt, base + j);
-                if (r) { /* the sum as stored: rounded to dt, then read back */
-                    amp_store_f32(sum, d->dt, base + j, e + amp_load_f32(r, d->dt, base + j));
-                    e = amp_load_f32(sum, d->dt, base + j);
-                }
-                v[j] = e;
-            }
-            float mu = d->rms ? 0.0f : lanes_sum(v, cols) / (float)cols;
-            float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
-            if (!d->rms) mean[row] = mu;
-            rstd[row] = rs;
-            for (int64_t j = 0; j < cols; j++) {
-                float out = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), gamma ? gamma[j] : 1.0f,
-                                          beta ? beta[j] : 0.0f);
-                amp_store_f32(y, d->dt, base + j, out);
-            }
-        }
-        free(v);
-    }
-    return s;
+    ln_call c = {.d = d, .x = x, .r = r, .sum = sum, .out = y, .gamma = gamma, .beta = beta,
+                 .mean = mean, .rstd = rstd};
+    return amp_cpu_each_row(__func__, d->rows, d->cols, fwd_row, &c);
 }
 
 /* dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum of dy: chunks of AMP_LN_COL_CHUNK rows
@@ -131,33 +148,7 @@ amp_status amp_cpu_layernorm_bwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     if (!d->rms) AMP_CHECK_ARG(mean);
     if (dgamma || dbeta) column_sums(d, x, dy, mean, rstd, dgamma, dbeta);
     if (!dx) return AMP_OK;
-    int64_t cols = d->cols;
-    amp_status s = AMP_OK;
-#pragma omp parallel
-    {
-        float *buf = row_buffers(cols, 2); /* g = dy gamma, then g xhat */
-        if (!buf) {
-#pragma omp critical
-            s = amp_fail(AMP_ERR_OOM, "amp_cpu_layernorm_bwd: out of host memory for a row");
-        }
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < d->rows; row++) {
-            if (!buf) continue;
-            float *g = buf, *gx = buf + cols;
-            int64_t base = row * cols;
-            float mu = d->rms ? 0.0f : mean[row], rs = rstd[row];
-            for (int64_t j = 0; j < cols; j++) {
-                g[j] = amp_mul_rn(amp_load_f32(dy, d->dt, base + j), gamma ? gamma[j] : 1.0f);
-                gx[j] = amp_mul_rn(g[j], amp_ln_xhat(amp_load_f32(x, d->dt, base + j), mu, rs));
-            }
-            float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
-            float m2 = lanes_sum(gx, cols) / (float)cols;
-            for (int64_t j = 0; j < cols; j++) {
-                float xh = amp_ln_xhat(amp_load_f32(x, d->dt, base + j), mu, rs);
-                amp_store_f32(dx, d->dt, base + j, amp_ln_dx(g[j], xh, m1, m2, rs));
-            }
-        }
-        free(buf);
-    }
-    return s;
+    ln_call c = {.d = d, .x = x, .dy = dy, .out = dx, .gamma = gamma, .mean_in = mean,
+                 .rstd_in = rstd};
+    return amp_cpu_each_row(__func__, d->rows, 2 * d->cols, dx_row, &c);
 }

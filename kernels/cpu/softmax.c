@@ -1,9 +1,7 @@
 /* CPU backend: softmax and log-softmax over the last dim (softmax_fwd, softmax_bwd), the
  * arithmetic and order of kernels/math/softmax.h: each row's max and sum in the 32 lanes a CUDA
  * warp uses and its butterfly (kernels/math/lanes.h), so both backends give the same bits. Rows
- * run in parallel, each widened once into an f32 buffer. */
-#include <stdlib.h>
-
+ * run in parallel (amp_cpu_each_row), each widened once into the thread's f32 buffer. */
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/lanes.h"
@@ -29,34 +27,47 @@ static float row_sum(const float *v, int64_t n) {
     return amp_lanes_combine(acc, 0);
 }
 
+/* One call's operands, for the row functions. */
+typedef struct sm_call {
+    const amp_softmax_desc *d;
+    const void *x, *y, *dy;
+    void *out;
+} sm_call;
+
+static void fwd_row(void *ctx, int64_t row, float *v) {
+    const sm_call *c = ctx;
+    const amp_softmax_desc *d = c->d;
+    int64_t cols = d->cols, base = row * cols;
+    for (int64_t j = 0; j < cols; j++) v[j] = amp_load_f32(c->x, d->dt, base + j);
+    float m, sum;
+    row_stats(v, cols, &m, &sum);
+    for (int64_t j = 0; j < cols; j++)
+        amp_store_f32(c->out, d->dt, base + j, amp_softmax_out(v[j], m, sum, d->log));
+}
+
+static void bwd_row(void *ctx, int64_t row, float *t) {
+    const sm_call *c = ctx;
+    const amp_softmax_desc *d = c->d;
+    int64_t cols = d->cols, base = row * cols;
+    for (int64_t j = 0; j < cols; j++) {
+        float g = amp_load_f32(c->dy, d->dt, base + j);
+        t[j] = d->log ? g : amp_mul_rn(g, amp_load_f32(c->y, d->dt, base + j));
+    }
+    float r = row_sum(t, cols);
+    for (int64_t j = 0; j < cols; j++)
+        amp_store_f32(c->out, d->dt, base + j,
+                      amp_softmax_dx(amp_load_f32(c->y, d->dt, base + j),
+                                     amp_load_f32(c->dy, d->dt, base + j), r, d->log));
+}
+
 amp_status amp_cpu_softmax_fwd(amp_device_ctx *dev, const amp_softmax_desc *d, const void *x,
                                void *y) {
     AMP_TRY(amp_backend_check_softmax(__func__, d));
     if (d->rows == 0) return AMP_OK;
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
-    int64_t cols = d->cols;
-    amp_status s = AMP_OK;
-#pragma omp parallel
-    {
-        float *v = malloc((size_t)cols * sizeof *v);
-        if (!v) {
-#pragma omp critical
-            s = amp_fail(AMP_ERR_OOM, "amp_cpu_softmax_fwd: out of host memory for a row");
-        }
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < d->rows; row++) {
-            if (!v) continue;
-            int64_t base = row * cols;
-            for (int64_t j = 0; j < cols; j++) v[j] = amp_load_f32(x, d->dt, base + j);
-            float m, sum;
-            row_stats(v, cols, &m, &sum);
-            for (int64_t j = 0; j < cols; j++)
-                amp_store_f32(y, d->dt, base + j, amp_softmax_out(v[j], m, sum, d->log));
-        }
-        free(v);
-    }
-    return s;
+    sm_call c = {.d = d, .x = x, .out = y};
+    return amp_cpu_each_row(__func__, d->rows, d->cols, fwd_row, &c);
 }
 
 amp_status amp_cpu_softmax_bwd(amp_device_ctx *dev, const amp_softmax_desc *d, const void *y,
@@ -66,30 +77,6 @@ amp_status amp_cpu_softmax_bwd(amp_device_ctx *dev, const amp_softmax_desc *d, c
     AMP_CHECK_ARG(y);
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(dx);
-    int64_t cols = d->cols;
-    amp_status s = AMP_OK;
-#pragma omp parallel
-    {
-        float *t = malloc((size_t)cols * sizeof *t);
-        if (!t) {
-#pragma omp critical
-            s = amp_fail(AMP_ERR_OOM, "amp_cpu_softmax_bwd: out of host memory for a row");
-        }
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < d->rows; row++) {
-            if (!t) continue;
-            int64_t base = row * cols;
-            for (int64_t j = 0; j < cols; j++) {
-                float g = amp_load_f32(dy, d->dt, base + j);
-                t[j] = d->log ? g : amp_mul_rn(g, amp_load_f32(y, d->dt, base + j));
-            }
-            float r = row_sum(t, cols);
-            for (int64_t j = 0; j < cols; j++)
-                amp_store_f32(dx, d->dt, base + j,
-                              amp_softmax_dx(amp_load_f32(y, d->dt, base + j),
-                                             amp_load_f32(dy, d->dt, base + j), r, d->log));
-        }
-        free(t);
-    }
-    return s;
+    sm_call c = {.d = d, .y = y, .dy = dy, .out = dx};
+    return amp_cpu_each_row(__func__, d->rows, d->cols, bwd_row, &c);
 }

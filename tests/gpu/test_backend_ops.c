@@ -14,10 +14,11 @@
  * outputs) and of the convolution's switches are in backend_ops_gemm.h; the rows of the
  * per-tensor unscale are in backend_ops_optim.h, those of the optimizers and the
  * multi-tensor scaler passes (a list of tensors carved out of one buffer per list) in
- * backend_ops_multi.h, those of the loss scaler's device state in backend_ops_scaler.h and those
- * of synchronised batch norm in backend_ops_syncbn.h. The entry ids come from the kernel list
- * (core/backend_kernels.def); every kernel has rows, which the program checks before it runs;
- * the memory, copy and stream entries (not_op_entries) are not op rows.
+ * backend_ops_multi.h, those of the loss scaler's device state in backend_ops_scaler.h, those
+ * of synchronised batch norm in backend_ops_syncbn.h and those of the transformer ops (over
+ * dims, strided, norms, softmax, embedding) in backend_ops_transformer.h. The entry ids come
+ * from the kernel list (core/backend_kernels.def); every kernel has rows, which the program
+ * checks before it runs; the memory, copy and stream entries (not_op_entries) are not op rows.
  *
  * Tolerances follow the numerics each entry promises: casts, fills, copies, ReLU and max pooling
  * move or select values, so their bits must agree; one-rounding ops (add, sub, mul, scale,
@@ -55,8 +56,6 @@ enum {
     ALLOW_TF32 = 256,               /* GEMM and conv2d descriptors: allow_tf32 */
     NONDETERMINISTIC = 512,         /* conv2d descriptors: allow_nondeterministic */
     BN_RELU = 1 << 10, /* batch norm: amp_bn_desc.relu (bn_bwd: slot 8 is the forward's y) */
-    LN_RMS = 1 << 11, LN_RESIDUAL = 1 << 12, LN_NO_BIAS = 1 << 13, /* layernorm_* */
-    LOG_SOFTMAX = 1 << 14, SM_MASKED = 1 << 15,                   /* softmax_* */
 };
 
 typedef struct op_row {
@@ -434,6 +433,7 @@ static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *
 #include "backend_ops_multi.h"
 #include "backend_ops_scaler.h"
 #include "backend_ops_syncbn.h"
+#include "backend_ops_transformer.h"
 
 /* ---- The entry table ------------------------------------------------------------------------ */
 
@@ -443,221 +443,6 @@ typedef struct entry_info {
     void (*setup)(const op_row *r, tcase *c);
     amp_status (*run)(const op_row *r, const amp_backend *be, void *const *p);
 } entry_info;
-
-/* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
-static void setup_reduce_dim(const op_row *r, tcase *c) {
-    in_main(r, c, 0, "x", ek_of(r->dt), r->s[0] * r->s[1] * r->s[2]);
-    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), r->s[0] * r->s[2]);
-    if (r->op == AMP_REDUCE_MAX) slot_decl(c, 2, "idx", ROLE_OUT, EK_I32, r->s[0] * r->s[2]);
-}
-static amp_status run_reduce_dim(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.reduce_dim(be->dev, (amp_reduce_op)r->op, r->dt, r->s[0], r->s[1], r->s[2], p[0],
-                            r->f[0], p[1], r->op == AMP_REDUCE_MAX ? p[2] : NULL);
-}
-
-/* scatter_dim: s = {outer, n, inner}; idx in [0, n). */
-static void setup_scatter_dim(const op_row *r, tcase *c) {
-    int64_t m = r->s[0] * r->s[2];
-    int32_t *idx = slot_decl(c, 0, "idx", ROLE_IN, EK_I32, m);
-    for (int64_t j = 0; j < m; j++) idx[j] = (int32_t)rng_below(&c->rng, r->s[1]);
-    in_main(r, c, 1, "dy", ek_of(r->dt), m);
-    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), r->s[0] * r->s[1] * r->s[2]);
-}
-static amp_status run_scatter_dim(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.scatter_dim(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
-}
-
-/* binary_bcast: s = {ndim, flags-free shape...}: the output [s1, s2, s3, s4] (ndim 4) with a
- * broadcast along the dims whose bit is set in f[0] for a and f[1] for b (bit k: dim k). */
-static void bcast_desc(const op_row *r, amp_bcast_desc *d, int64_t *na, int64_t *nb) {
-    memset(d, 0, sizeof *d);
-    d->op = (amp_binary_op)r->op;
-    d->dt = r->dt;
-    d->ndim = (int)r->s[0];
-    int64_t sa = 1, sb = 1;
-    for (int k = d->ndim - 1; k >= 0; k--) {
-        d->shape[k] = r->s[1 + k];
-        bool ba = ((int)r->f[0] >> k) & 1, bb = ((int)r->f[1] >> k) & 1;
-        d->a_stride[k] = ba ? 0 : sa;
-        d->b_stride[k] = bb ? 0 : sb;
-        sa *= ba ? 1 : d->shape[k];
-        sb *= bb ? 1 : d->shape[k];
-    }
-    *na = sa;
-    *nb = sb;
-}
-static void setup_binary_bcast(const op_row *r, tcase *c) {
-    amp_bcast_desc d;
-    int64_t na, nb;
-    bcast_desc(r, &d, &na, &nb);
-    in_main(r, c, 0, "a", ek_of(r->dt), na);
-    in_main(r, c, 1, "b", ek_of(r->dt), nb);
-    int64_t n = 1;
-    for (int k = 0; k < d.ndim; k++) n *= d.shape[k];
-    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), n);
-}
-static amp_status run_binary_bcast(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_bcast_desc d;
-    int64_t na, nb;
-    bcast_desc(r, &d, &na, &nb);
-    return be->k.binary_bcast(be->dev, &d, p[0], p[1], p[2]);
-}
-
-/* copy_strided: s = {ndim, shape...}, f = {permutation as decimal digits, dim 0 first}: dst is
- * the dense permutation of a dense src (dst dim k = src dim perm[k]), strided reads. */
-static void strided_desc(const op_row *r, amp_strided_desc *d) {
-    memset(d, 0, sizeof *d);
-    d->dt = r->dt;
-    d->ndim = (int)r->s[0];
-    int perm[AMP_BE_MAX_DIMS], code = (int)r->f[0];
-    for (int k = d->ndim - 1; k >= 0; k--, code /= 10) perm[k] = code % 10;
-    int64_t src_stride[AMP_BE_MAX_DIMS], st = 1;
-    for (int k = d->ndim - 1; k >= 0; k--) {
-        src_stride[k] = st;
-        st *= r->s[1 + k];
-    }
-    int64_t dst_st = 1;
-    for (int k = d->ndim - 1; k >= 0; k--) {
-        d->shape[k] = r->s[1 + perm[k]];
-        d->src_stride[k] = src_stride[perm[k]];
-        d->dst_stride[k] = dst_st;
-        dst_st *= d->shape[k];
-    }
-}
-static void setup_copy_strided(const op_row *r, tcase *c) {
-    int64_t n = 1;
-    for (int k = 0; k < r->s[0]; k++) n *= r->s[1 + k];
-    in_main(r, c, 0, "src", ek_of(r->dt), n);
-    slot_decl(c, 1, "dst", ROLE_OUT, ek_of(r->dt), n);
-}
-static amp_status run_copy_strided(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_strided_desc d;
-    strided_desc(r, &d);
-    return be->k.copy_strided(be->dev, &d, p[0], p[1]);
-}
-
-/* layernorm_fwd: s = {rows, cols}, f = {eps}; flags: LN_RMS, LN_RESIDUAL (x + r fused),
- * NO_AFFINE (gamma and beta NULL), LN_NO_BIAS (beta NULL). */
-static amp_ln_desc ln_desc(const op_row *r) {
-    return (amp_ln_desc){.rows = r->s[0], .cols = r->s[1], .eps = r->f[0], .dt = r->dt,
-                         .rms = r->flags & LN_RMS};
-}
-static void setup_layernorm_fwd(const op_row *r, tcase *c) {
-    int64_t n = r->s[0] * r->s[1];
-    in_main(r, c, 0, "x", ek_of(r->dt), n);
-    if (r->flags & LN_RESIDUAL) {
-        in_main(r, c, 1, "r", ek_of(r->dt), n);
-        slot_decl(c, 2, "sum", ROLE_OUT, ek_of(r->dt), n);
-    }
-    if (!(r->flags & NO_AFFINE)) {
-        in_range(c, 3, "gamma", ROLE_IN, EK_F32, r->s[1], 0.5, 1.5);
-        if (!(r->flags & LN_NO_BIAS)) in_range(c, 4, "beta", ROLE_IN, EK_F32, r->s[1], -1, 1);
-    }
-    slot_decl(c, 5, "y", ROLE_OUT, ek_of(r->dt), n);
-    if (!(r->flags & LN_RMS)) slot_decl(c, 6, "mean", ROLE_OUT, EK_F32, r->s[0]);
-    slot_decl(c, 7, "rstd", ROLE_OUT, EK_F32, r->s[0]);
-}
-static amp_status run_layernorm_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_ln_desc d = ln_desc(r);
-    return be->k.layernorm_fwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
-}
-
-/* layernorm_bwd: as the forward's; mean and rstd are those of x, computed in double here. */
-static void setup_layernorm_bwd(const op_row *r, tcase *c) {
-    int64_t rows = r->s[0], cols = r->s[1], n = rows * cols;
-    in_main(r, c, 0, "x", ek_of(r->dt), n);
-    in_range(c, 1, "dy", ROLE_IN, ek_of(r->dt), n, -1, 1);
-    if (!(r->flags & NO_AFFINE)) in_range(c, 2, "gamma", ROLE_IN, EK_F32, cols, 0.5, 1.5);
-    float *mean = slot_decl(c, 3, "mean", ROLE_IN, EK_F32, rows);
-    float *rstd = slot_decl(c, 4, "rstd", ROLE_IN, EK_F32, rows);
-    for (int64_t i = 0; i < rows; i++) {
-        double m = 0.0, v = 0.0;
-        for (int64_t j = 0; j < cols; j++) m += ek_load(c->s[0].init, c->s[0].kind, i * cols + j);
-        m = r->flags & LN_RMS ? 0.0 : m / (double)cols;
-        for (int64_t j = 0; j < cols; j++) {
-            double t = ek_load(c->s[0].init, c->s[0].kind, i * cols + j) - m;
-            v += t * t;
-        }
-        mean[i] = (float)m;
-        rstd[i] = (float)(1.0 / sqrt(v / (double)cols + r->f[0]));
-    }
-    slot_decl(c, 5, "dx", ROLE_OUT, ek_of(r->dt), n);
-    slot_decl(c, 6, "dgamma", ROLE_OUT, EK_F32, cols);
-    if (!(r->flags & LN_RMS)) slot_decl(c, 7, "dbeta", ROLE_OUT, EK_F32, cols);
-}
-static amp_status run_layernorm_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_ln_desc d = ln_desc(r);
-    return be->k.layernorm_bwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
-}
-
-/* softmax_fwd: s = {rows, cols}; flags LOG_SOFTMAX, SM_MASKED (the first row entirely -inf,
- * every row's last quarter -inf: an attention mask). */
-static amp_softmax_desc sm_desc(const op_row *r) {
-    return (amp_softmax_desc){.rows = r->s[0], .cols = r->s[1], .dt = r->dt,
-                              .log = r->flags & LOG_SOFTMAX};
-}
-static void setup_softmax_fwd(const op_row *r, tcase *c) {
-    int64_t rows = r->s[0], cols = r->s[1];
-    in_main(r, c, 0, "x", ek_of(r->dt), rows * cols);
-    if (r->flags & SM_MASKED)
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < cols; j++)
-                if (i == 0 || j >= cols - cols / 4)
-                    ek_store(c->s[0].init, c->s[0].kind, i * cols + j, -INFINITY);
-    slot_decl(c, 1, "y", ROLE_OUT, ek_of(r->dt), rows * cols);
-}
-static amp_status run_softmax_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_softmax_desc d = sm_desc(r);
-    return be->k.softmax_fwd(be->dev, &d, p[0], p[1]);
-}
-
-/* softmax_bwd: y a softmax (or log-softmax) of the row's inputs, computed in double here. */
-static void setup_softmax_bwd(const op_row *r, tcase *c) {
-    int64_t rows = r->s[0], cols = r->s[1];
-    void *y = slot_decl(c, 0, "y", ROLE_IN, ek_of(r->dt), rows * cols);
-    for (int64_t i = 0; i < rows; i++) {
-        double v[1024], m = -INFINITY, s = 0.0;
-        for (int64_t j = 0; j < cols; j++) {
-            v[j] = r->lo + (r->hi - r->lo) * rng_unit(&c->rng);
-            m = v[j] > m ? v[j] : m;
-        }
-        for (int64_t j = 0; j < cols; j++) s += exp(v[j] - m);
-        for (int64_t j = 0; j < cols; j++)
-            ek_store(y, c->s[0].kind, i * cols + j,
-                     r->flags & LOG_SOFTMAX ? v[j] - m - log(s) : exp(v[j] - m) / s);
-    }
-    in_main(r, c, 1, "dy", ek_of(r->dt), rows * cols);
-    slot_decl(c, 2, "dx", ROLE_OUT, ek_of(r->dt), rows * cols);
-}
-static amp_status run_softmax_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    amp_softmax_desc d = sm_desc(r);
-    return be->k.softmax_bwd(be->dev, &d, p[0], p[1], p[2]);
-}
-
-/* embedding_fwd: s = {n, dim, vocab}: n indices in [0, vocab) (repeats likely: n > vocab in
- * some rows), w [vocab, dim]. */
-static void emb_indices(const op_row *r, tcase *c, int slot) {
-    int32_t *idx = slot_decl(c, slot, "idx", ROLE_IN, EK_I32, r->s[0]);
-    for (int64_t i = 0; i < r->s[0]; i++) idx[i] = (int32_t)rng_below(&c->rng, r->s[2]);
-}
-static void setup_embedding_fwd(const op_row *r, tcase *c) {
-    emb_indices(r, c, 0);
-    in_main(r, c, 1, "w", ek_of(r->dt), r->s[2] * r->s[1]);
-    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), r->s[0] * r->s[1]);
-}
-static amp_status run_embedding_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.embedding_fwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
-}
-
-/* embedding_bwd: as the forward's; dy [n, dim], dw f32 [vocab, dim]. */
-static void setup_embedding_bwd(const op_row *r, tcase *c) {
-    emb_indices(r, c, 0);
-    in_main(r, c, 1, "dy", ek_of(r->dt), r->s[0] * r->s[1]);
-    slot_decl(c, 2, "dw", ROLE_OUT, EK_F32, r->s[2] * r->s[1]);
-}
-static amp_status run_embedding_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.embedding_bwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
-}
 
 #define ENTRY(name, fn)                                                                            \
     [E_##name] = {#name, offsetof(amp_backend, k) + offsetof(amp_kernels, name), setup_##fn,       \
@@ -822,61 +607,6 @@ static const op_row rows[] = {
     {"binary_gelu_tanh_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_GELU_TANH_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
     {"binary_gelu_erf_bwd_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_GELU_ERF_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
     {"binary_gelu_erf_bwd_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_GELU_ERF_BWD, .tol = TOL(0, 0), .lo = -6, .hi = 6, .specials = true},
-    /* Over dims: the same order on both backends (sums in f64 in j order), so the same value;
-     * a max selects bits. [outer, n, inner] as a softmax's last dim (inner 1), a mean over T
-     * (inner C), a whole column (outer 1). */
-    {"reduce_dim_sum_f32_last", E_reduce_dim, {96, 257, 1}, F32, .op = AMP_REDUCE_SUM, .f = {1}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"reduce_dim_mean_bf16_mid", E_reduce_dim, {4, 33, 96}, BF16, .op = AMP_REDUCE_SUM, .f = {1.0f / 33}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"reduce_dim_sum_f16_col", E_reduce_dim, {1, 1000, 7}, F16, .op = AMP_REDUCE_SUM, .f = {1}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
-    {"reduce_dim_max_f32_last", E_reduce_dim, {96, 257, 1}, F32, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"reduce_dim_max_bf16_mid", E_reduce_dim, {4, 33, 96}, BF16, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"reduce_dim_max_bf16_ties", E_reduce_dim, {8, 64, 3}, BF16, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = 1000, .hi = 1016},
-    {"reduce_dim_max_f16", E_reduce_dim, {8, 64, 3}, F16, .op = AMP_REDUCE_MAX, .tol = EXACT, .lo = -2, .hi = 2},
-    {"scatter_dim_f32", E_scatter_dim, {4, 33, 96}, F32, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"scatter_dim_bf16_last", E_scatter_dim, {96, 257, 1}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
-    /* Broadcasts: s = {ndim, shape...}, f = {a's broadcast dims, b's} as bit masks. A bias over
-     * [B, T, C], a mask over heads, both sides broadcast, a scalar. */
-    {"bcast_add_f32_bias", E_binary_bcast, {3, 4, 17, 96}, F32, .op = AMP_BINARY_ADD, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"bcast_mul_bf16_heads", E_binary_bcast, {4, 2, 3, 16, 16}, BF16, .op = AMP_BINARY_MUL, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"bcast_sub_f16_both", E_binary_bcast, {3, 5, 1, 7}, F16, .op = AMP_BINARY_SUB, .f = {4, 1}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
-    {"bcast_div_f32_both", E_binary_bcast, {3, 6, 5, 7}, F32, .op = AMP_BINARY_DIV, .f = {2, 5}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
-    {"bcast_silu_bwd_f32_scalar", E_binary_bcast, {2, 33, 65}, F32, .op = AMP_BINARY_SILU_BWD, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
-    /* LayerNorm and RMSNorm: the same arithmetic in the same order on both backends (the warp's
-     * lanes and butterfly), so the same bits; GPT-2's width 768 and odd widths, the fused
-     * residual, no affine, RMSNorm without bias. */
-    {"layernorm_fwd_f32_gpt2", E_layernorm_fwd, {64, 768}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"layernorm_fwd_bf16_residual", E_layernorm_fwd, {33, 768}, BF16, .flags = LN_RESIDUAL, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"layernorm_fwd_f16_odd_bare", E_layernorm_fwd, {17, 101}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"layernorm_fwd_f32_specials", E_layernorm_fwd, {8, 40}, F32, .f = {1e-5f}, .tol = TOL(0, 0), .lo = -3, .hi = 3, .specials = true},
-    {"rmsnorm_fwd_bf16_no_bias", E_layernorm_fwd, {40, 257}, BF16, .flags = LN_RMS | LN_NO_BIAS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"layernorm_bwd_f32_gpt2", E_layernorm_bwd, {64, 768}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"layernorm_bwd_bf16_odd", E_layernorm_bwd, {70, 101}, BF16, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"layernorm_bwd_f16_bare", E_layernorm_bwd, {33, 64}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
-    {"rmsnorm_bwd_f32", E_layernorm_bwd, {40, 257}, F32, .flags = LN_RMS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
-    /* Softmax: the same bits on both backends (warp-order max and sums, the shared exp); GPT-2's
-     * vocabulary rows, attention rows with a mask and a fully masked row, NaN rows. */
-    {"softmax_f32_vocab", E_softmax_fwd, {4, 50257}, F32, .tol = EXACT, .lo = -8, .hi = 8},
-    {"softmax_bf16_masked", E_softmax_fwd, {64, 256}, BF16, .flags = SM_MASKED, .tol = EXACT, .lo = -8, .hi = 8},
-    {"log_softmax_f16_odd", E_softmax_fwd, {33, 101}, F16, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -8, .hi = 8},
-    {"log_softmax_f32_masked", E_softmax_fwd, {16, 64}, F32, .flags = LOG_SOFTMAX | SM_MASKED, .tol = EXACT, .lo = -8, .hi = 8},
-    {"softmax_f32_specials", E_softmax_fwd, {8, 40}, F32, .tol = TOL(0, 0), .lo = -8, .hi = 8, .specials = true},
-    {"softmax_bwd_f32", E_softmax_bwd, {64, 257}, F32, .tol = EXACT, .lo = -4, .hi = 4},
-    {"softmax_bwd_bf16", E_softmax_bwd, {33, 128}, BF16, .tol = EXACT, .lo = -4, .hi = 4},
-    {"log_softmax_bwd_f32", E_softmax_bwd, {40, 96}, F32, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -4, .hi = 4},
-    {"log_softmax_bwd_f16", E_softmax_bwd, {17, 1000}, F16, .flags = LOG_SOFTMAX, .tol = EXACT, .lo = -4, .hi = 4},
-    /* Embedding: a gather (bits), and the scatter-add in index order per (row, column) on both
-     * backends (the same bits): GPT-2's token table shape cut down, positions, many repeats. */
-    {"embedding_fwd_f32", E_embedding_fwd, {512, 96, 1000}, F32, .tol = EXACT, .lo = -1, .hi = 1, .specials = true},
-    {"embedding_fwd_bf16_pos", E_embedding_fwd, {256, 768, 256}, BF16, .tol = EXACT, .lo = -1, .hi = 1},
-    {"embedding_bwd_f32_repeats", E_embedding_bwd, {1000, 64, 50}, F32, .tol = EXACT, .lo = -1, .hi = 1},
-    {"embedding_bwd_bf16", E_embedding_bwd, {512, 96, 1000}, BF16, .tol = EXACT, .lo = -1, .hi = 1},
-    {"embedding_bwd_f16_odd", E_embedding_bwd, {77, 33, 7}, F16, .tol = EXACT, .lo = -1, .hi = 1},
-    /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
-     * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
-    {"copy_strided_f32_bthd", E_copy_strided, {4, 2, 17, 4, 8}, F32, .f = {213}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"copy_strided_bf16_t", E_copy_strided, {2, 33, 65}, BF16, .f = {10}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
-    {"copy_strided_f16_5d", E_copy_strided, {5, 2, 3, 4, 5, 6}, F16, .f = {42031}, .tol = EXACT, .lo = -4, .hi = 4},
-    {"copy_strided_i32", E_copy_strided, {3, 7, 9, 11}, I32, .f = {201}, .tol = EXACT, .lo = -1e6, .hi = 1e6},
     {"binary_div_f32", E_binary, {ACT_L1}, F32, .op = AMP_BINARY_DIV, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"binary_div_f16", E_binary, {10007}, F16, .op = AMP_BINARY_DIV, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"binary_div_bf16", E_binary, {10007}, BF16, .op = AMP_BINARY_DIV, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
@@ -942,6 +672,7 @@ static const row_table tables[] = {
     {multi_rows, N_OF(multi_rows)},
     {scaler_rows, N_OF(scaler_rows)},
     {syncbn_rows, N_OF(syncbn_rows)},
+    {transformer_rows, N_OF(transformer_rows)},
 };
 
 static bool implements(const amp_backend *be, const op_row *r) {
