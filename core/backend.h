@@ -213,6 +213,20 @@ typedef struct amp_softmax_desc {
     bool log;
 } amp_softmax_desc;
 
+/* Softmax cross-entropy of a dense [rows, classes] array of logits (in `dt`) against i32 labels,
+ * PyTorch's cross_entropy with ignore_index and label_smoothing, f32 arithmetic as
+ * kernels/math/xent.h states it (the same bits on every backend). A row whose label is
+ * ignore_index adds nothing (not to the count either); every other label must be in
+ * [0, classes). The loss is the sum of the counted rows' losses, or with `sum` false their mean
+ * (0 counted rows: NaN, as PyTorch). */
+typedef struct amp_xent_desc {
+    int64_t rows, classes;
+    amp_dtype dt;
+    int32_t ignore_index;
+    float label_smoothing; /* in [0, 1] */
+    bool sum;
+} amp_xent_desc;
+
 /* SGD exactly as torch.optim.SGD (maximize=False):
  *   g = grad + weight_decay * p
  *   if momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g
@@ -397,9 +411,9 @@ amp_status amp_backend_check_n(const char *fn, int64_t n);
 /* mse's dtype, n and pointers. */
 amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a,
                                  const void *b);
-/* xent's shape and pointer checks (the labels' range is each backend's: host or device memory). */
-amp_status amp_backend_check_xent(const char *fn, amp_dtype dt, int64_t rows, int64_t classes,
-                                  const int32_t *labels);
+/* xent's descriptor and labels pointer (the labels' range is each backend's: host or device
+ * memory). */
+amp_status amp_backend_check_xent(const char *fn, const amp_xent_desc *d, const int32_t *labels);
 /* dropout's dtype, n >= 0 and p in [0, 1). */
 amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, float p);
 /* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */

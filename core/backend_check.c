@@ -46,13 +46,16 @@ amp_status amp_backend_check_float(const char *fn, amp_dtype dt) {
     return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));
 }
 
-amp_status amp_backend_check_xent(const char *fn, amp_dtype dt, int64_t rows, int64_t classes,
-                                  const int32_t *labels) {
-    AMP_TRY(amp_backend_check_float(fn, dt));
-    if (rows < 0 || classes < 1)
+amp_status amp_backend_check_xent(const char *fn, const amp_xent_desc *d, const int32_t *labels) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dt));
+    if (d->rows < 0 || d->classes < 1)
         return amp_fail(AMP_ERR_SHAPE, "%s: logits [%lld, %lld] need rows >= 0 and classes >= 1",
-                        fn, (long long)rows, (long long)classes);
-    if (rows > 0 && !labels)
+                        fn, (long long)d->rows, (long long)d->classes);
+    if (!(d->label_smoothing >= 0.0f && d->label_smoothing <= 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: label_smoothing = %g is outside [0, 1]", fn,
+                        (double)d->label_smoothing);
+    if (d->rows > 0 && !labels)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'labels' is NULL", fn);
     return AMP_OK;
 }

@@ -1,4 +1,4 @@
-/* mean, cross_entropy (fused log-softmax + NLL, mean over rows) and mse_loss. Each gives a
+/* mean, cross_entropy (fused softmax + NLL: no probabilities kept) and mse_loss. Each gives a
  * one-element f32 tensor, computed and kept on the backend (no host sync in the step). */
 #include "core/error.h"
 #include "nn/autocast.h"
@@ -31,17 +31,24 @@ amp_status amp_mean(amp_tensor *x, amp_tensor **out) {
 
 static amp_status amp_xent_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *logits = node->in[0], *labels = node->in[1];
+    const amp_xent_desc *d = node->aux;
     amp_grad_sink s;
     AMP_TRY(amp_grad_begin(logits, &s));
     if (s.buf)
-        AMP_TRY(AMP_BE(dy->backend, xent_bwd, logits->dtype, logits->shape[0], logits->shape[1],
-                       node->saved[0]->data, labels->data, dy->data, s.buf->data));
+        AMP_TRY(AMP_BE(dy->backend, xent_bwd, d, logits->data, labels->data,
+                       node->saved[0]->data, dy->data, s.buf->data));
     return amp_grad_end(&s);
 }
 
-amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor **out) {
+amp_xent_options amp_xent_defaults(void) {
+    return (amp_xent_options){.ignore_index = -100, .label_smoothing = 0.0f, .sum = false};
+}
+
+amp_status amp_cross_entropy_ex(amp_tensor *logits, amp_tensor *labels,
+                                const amp_xent_options *options, amp_tensor **out) {
     static const char *op = "amp_cross_entropy";
     AMP_CHECK_ARG(out);
+    AMP_CHECK_ARG(options);
     AMP_TRY(amp_check_tensor(op, "logits", logits, 2));
     AMP_TRY(amp_check_tensor(op, "labels", labels, 1));
     AMP_TRY(amp_check_float(op, "logits", logits));
@@ -51,18 +58,36 @@ amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor 
     if (labels->shape[0] != logits->shape[0])
         return amp_fail(AMP_ERR_SHAPE, "%s: %lld labels for %lld rows of logits", op,
                         (long long)labels->shape[0], (long long)logits->shape[0]);
-    amp_tensor *loss, *logsoftmax;
+    if (!(options->label_smoothing >= 0.0f && options->label_smoothing <= 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: label_smoothing = %g is outside [0, 1]", op,
+                        (double)options->label_smoothing);
+    amp_xent_desc d = {.rows = logits->shape[0],
+                       .classes = logits->shape[1],
+                       .dt = logits->dtype,
+                       .ignore_index = options->ignore_index,
+                       .label_smoothing = options->label_smoothing,
+                       .sum = options->sum};
+    int64_t stats_shape[1] = {2 * d.rows + 1};
+    amp_tensor *loss, *stats;
     AMP_TRY(amp_tensor_step(logits->ctx, AMP_F32, 1, amp_scalar_shape, &loss));
-    AMP_TRY(amp_tensor_step_like(logits, AMP_F32, &logsoftmax));
-    amp_status s = AMP_BE(logits->backend, xent_fwd, logits->dtype, logits->shape[0],
-                          logits->shape[1], logits->data, labels->data, loss->data, logsoftmax->data);
+    AMP_TRY(amp_tensor_step(logits->ctx, AMP_F32, 1, stats_shape, &stats));
+    amp_status s = AMP_BE(logits->backend, xent_fwd, &d, logits->data, labels->data, stats->data,
+                          loss->data);
     if (s != AMP_OK) return amp_fail_context(s, "%s", op); /* names a bad label and its row */
     amp_tensor *in[2] = {logits, labels};
     amp_tape_node *node;
-    AMP_TRY(amp_record(loss, "cross_entropy", amp_xent_bwd, 2, in, 0, &node));
-    if (node) node->saved[0] = logsoftmax;
+    AMP_TRY(amp_record(loss, "cross_entropy", amp_xent_bwd, 2, in, sizeof d, &node));
+    if (node) {
+        node->saved[0] = stats;
+        *(amp_xent_desc *)node->aux = d;
+    }
     *out = loss;
     return AMP_OK;
+}
+
+amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor **out) {
+    amp_xent_options o = amp_xent_defaults();
+    return amp_cross_entropy_ex(logits, labels, &o, out);
 }
 
 static amp_status amp_mse_bwd(amp_tape_node *node, const amp_tensor *dy) {

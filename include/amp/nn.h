@@ -143,8 +143,24 @@ amp_status amp_log_softmax(amp_tensor *x, int dim, amp_tensor **out);
 amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
-/* Fused log-softmax + NLL, mean over rows: logits [n, classes], labels i32 [n]. */
+/* Softmax cross-entropy (torch.nn.functional.cross_entropy) of logits [n, classes] (any float
+ * dtype, read as it is: f32 arithmetic) against i32 labels [n], fused as llm.c's classifier: the
+ * backward recomputes the softmax from the logits and each row's saved logsumexp, so no
+ * probability tensor of n * classes is ever kept (reshape [B, T, V] logits to [B * T, V]).
+ * amp_cross_entropy takes PyTorch's defaults: the mean over rows whose label is not -100. */
+typedef struct amp_xent_options {
+    int32_t ignore_index;  /* rows with this label add nothing, to the loss or to the count */
+    float label_smoothing; /* in [0, 1]: the target (1 - eps) onehot + eps / classes */
+    bool sum;              /* the sum over the counted rows instead of their mean */
+} amp_xent_options;
+/* PyTorch's defaults: ignore_index -100, no smoothing, the mean. */
+amp_xent_options amp_xent_defaults(void);
 amp_status amp_cross_entropy(amp_tensor *logits, amp_tensor *labels, amp_tensor **out);
+/* The same with options; a label outside [0, classes) that is not ignore_index is refused
+ * naming its row (on CUDA the forward waits for the device once to learn it). The mean over no
+ * counted rows is NaN, as PyTorch's. */
+amp_status amp_cross_entropy_ex(amp_tensor *logits, amp_tensor *labels,
+                                const amp_xent_options *options, amp_tensor **out);
 /* mean((a - b)^2), same shapes. */
 amp_status amp_mse_loss(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 /* x converted to dt (f32, f16 or bf16; round to nearest even); the gradient is converted back. */

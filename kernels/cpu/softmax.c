@@ -4,28 +4,8 @@
  * run in parallel (amp_cpu_each_row), each widened once into the thread's f32 buffer. */
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/math/lanes.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/softmax.h"
-
-/* The row's max (NaN through) and the sum of e^(v - m), the warp's way. */
-static void row_stats(const float *v, int64_t n, float *m_out, float *s_out) {
-    float acc[AMP_LANES];
-    for (int l = 0; l < AMP_LANES; l++) acc[l] = -INFINITY;
-    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] = amp_lanes_max2(acc[i % AMP_LANES], v[i]);
-    float m = amp_lanes_combine(acc, 1);
-    for (int l = 0; l < AMP_LANES; l++) acc[l] = 0.0f;
-    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] += amp_softmax_exp(v[i], m);
-    *m_out = m;
-    *s_out = amp_lanes_combine(acc, 0);
-}
-
-/* The warp's sum of v[0, n). */
-static float row_sum(const float *v, int64_t n) {
-    float acc[AMP_LANES] = {0};
-    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] += v[i];
-    return amp_lanes_combine(acc, 0);
-}
 
 /* One call's operands, for the row functions. */
 typedef struct sm_call {
@@ -40,7 +20,7 @@ static void fwd_row(void *ctx, int64_t row, float *v) {
     int64_t cols = d->cols, base = row * cols;
     for (int64_t j = 0; j < cols; j++) v[j] = amp_load_f32(c->x, d->dt, base + j);
     float m, sum;
-    row_stats(v, cols, &m, &sum);
+    amp_cpu_row_max_sumexp(v, cols, &m, &sum);
     for (int64_t j = 0; j < cols; j++)
         amp_store_f32(c->out, d->dt, base + j, amp_softmax_out(v[j], m, sum, d->log));
 }
@@ -53,7 +33,7 @@ static void bwd_row(void *ctx, int64_t row, float *t) {
         float g = amp_load_f32(c->dy, d->dt, base + j);
         t[j] = d->log ? g : amp_mul_rn(g, amp_load_f32(c->y, d->dt, base + j));
     }
-    float r = row_sum(t, cols);
+    float r = amp_cpu_row_sum(t, cols);
     for (int64_t j = 0; j < cols; j++)
         amp_store_f32(c->out, d->dt, base + j,
                       amp_softmax_dx(amp_load_f32(c->y, d->dt, base + j),

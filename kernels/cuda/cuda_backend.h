@@ -181,13 +181,8 @@ amp_status amp_cuda_sum_launch(amp_dtype dt, int64_t n, const void *x, float alp
 amp_status amp_cuda_sum_rows_launch(amp_dtype dt, int64_t rows, int64_t cols, const void *x,
                                     float *out, double *partials, cudaStream_t stream);
 
-/* Losses (loss.cu); same contracts as the table's xent_* and mse_*. Labels out of range: xent_fwd
- * fails naming the row (it waits for the device once per call to learn it); xent_bwd does not
- * wait: it writes NaN into that gradient row and the next xent_fwd reports the row. The xent_fwd
- * launcher takes checked labels and rows >= 1; mse_fwd's needs amp_cuda_sum_blocks(n) doubles. */
-amp_status amp_cuda_xent_fwd_launch(amp_dtype dt, int64_t rows, int64_t classes,
-                                    const void *logits, const int32_t *labels, float *loss,
-                                    float *logsoftmax, cudaStream_t stream);
+/* MSE (loss.cu); the same contract as the table's mse_fwd: the launcher needs
+ * amp_cuda_sum_blocks(n) doubles. */
 amp_status amp_cuda_mse_fwd_launch(amp_dtype dt, int64_t n, const void *a, const void *b,
                                    float *loss, double *partials, cudaStream_t stream);
 

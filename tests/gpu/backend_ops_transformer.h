@@ -1,5 +1,5 @@
 /* test_backend_ops: the entries of the transformer ops (reduce_dim, scatter_dim, binary_bcast,
- * copy_strided, layernorm_*, softmax_*, embedding_*), their setups, runs and rows. Included by
+ * copy_strided, layernorm_*, softmax_*, embedding_*, xent_*), their setups, runs and rows. Included by
  * test_backend_ops.c after op_row, its helpers and the tolerance macros.
  *
  * These entries share their arithmetic and its order between the backends (kernels/math/
@@ -12,6 +12,7 @@
 enum {
     LN_RMS = 1 << 10, LN_RESIDUAL = 1 << 11, LN_NO_BIAS = 1 << 12, /* layernorm_* */
     LOG_SOFTMAX = 1 << 13, SM_MASKED = 1 << 14,                   /* softmax_* */
+    XENT_IGNORE = 1 << 15, XENT_SUM = 1 << 16,                    /* xent_* */
 };
 
 /* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
@@ -229,6 +230,54 @@ static amp_status run_embedding_bwd(const op_row *r, const amp_backend *be, void
     return be->k.embedding_bwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
 }
 
+/* xent_*: s = {rows, classes}, f = {label_smoothing, dloss}; labels uniform over the classes,
+ * every third row ignored with XENT_IGNORE (ignore_index -1); the sum with XENT_SUM. */
+static amp_xent_desc xent_desc(const op_row *r) {
+    return (amp_xent_desc){.rows = r->s[0], .classes = r->s[1], .dt = r->dt, .ignore_index = -1,
+                           .label_smoothing = r->f[0], .sum = (r->flags & XENT_SUM) != 0};
+}
+static int32_t *xent_labels(const op_row *r, tcase *c, int i) {
+    int32_t *labels = slot_decl(c, i, "labels", ROLE_IN, EK_I32, r->s[0]);
+    for (int64_t j = 0; j < r->s[0]; j++)
+        labels[j] = (r->flags & XENT_IGNORE) && j % 3 == 1 ? -1
+                                                          : (int32_t)rng_below(&c->rng, r->s[1]);
+    return labels;
+}
+static void setup_xent_fwd(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "logits", ek_of(r->dt), r->s[0] * r->s[1]);
+    xent_labels(r, c, 1);
+    slot_decl(c, 2, "stats", ROLE_OUT, EK_F32, 2 * r->s[0] + 1);
+    slot_decl(c, 3, "loss", ROLE_OUT, EK_F32, 1);
+}
+static amp_status run_xent_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_xent_desc d = xent_desc(r);
+    return be->k.xent_fwd(be->dev, &d, p[0], p[1], p[2], p[3]);
+}
+/* xent_bwd: stats hold each row's logsumexp (of the logits as stored, in double) and the count. */
+static void setup_xent_bwd(const op_row *r, tcase *c) {
+    int64_t rows = r->s[0], classes = r->s[1];
+    in_main(r, c, 0, "logits", ek_of(r->dt), rows * classes);
+    int32_t *labels = xent_labels(r, c, 1);
+    float *stats = slot_decl(c, 2, "stats", ROLE_IN, EK_F32, 2 * rows + 1);
+    int64_t count = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < classes; j++) m = fmax(m, ek_load(c->s[0].init, c->s[0].kind, i * classes + j));
+        for (int64_t j = 0; j < classes; j++) s += exp(ek_load(c->s[0].init, c->s[0].kind, i * classes + j) - m);
+        stats[i] = (float)(m + log(s));
+        stats[rows + i] = 0.0f;
+        count += labels[i] != -1;
+    }
+    stats[2 * rows] = (float)count;
+    float *dloss = slot_decl(c, 3, "dloss", ROLE_IN, EK_F32, 1);
+    dloss[0] = r->f[1];
+    slot_decl(c, 4, "dlogits", ROLE_OUT, ek_of(r->dt), rows * classes);
+}
+static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_xent_desc d = xent_desc(r);
+    return be->k.xent_bwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4]);
+}
+
 static const op_row transformer_rows[] = {
     /* Over dims: the same order on both backends (sums in f64 in j order), so the same value;
      * a max selects bits. [outer, n, inner] as a softmax's last dim (inner 1), a mean over T
@@ -285,6 +334,18 @@ static const op_row transformer_rows[] = {
     {"copy_strided_bf16_t", E_copy_strided, {2, 33, 65}, BF16, .f = {10}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
     {"copy_strided_f16_5d", E_copy_strided, {5, 2, 3, 4, 5, 6}, F16, .f = {42031}, .tol = EXACT, .lo = -4, .hi = 4},
     {"copy_strided_i32", E_copy_strided, {3, 7, 9, 11}, I32, .f = {201}, .tol = EXACT, .lo = -1e6, .hi = 1e6},
+    /* Cross-entropy: the same arithmetic and order on both backends (kernels/math/xent.h), so
+     * the same bits: MNIST's 10 classes, GPT-2's vocabulary, ignored rows, label smoothing, the
+     * sum, a scaled dloss, NaN/Inf logits. */
+    {"xent_fwd_f32_fc", E_xent_fwd, {64, 10}, F32, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_fwd_bf16_vocab", E_xent_fwd, {6, 50257}, BF16, .flags = XENT_IGNORE, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_fwd_f16_smooth", E_xent_fwd, {300, 1000}, F16, .flags = XENT_IGNORE, .f = {0.1f}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_fwd_f32_sum", E_xent_fwd, {513, 33}, F32, .flags = XENT_SUM, .f = {0.2f}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_fwd_f32_specials", E_xent_fwd, {16, 40}, F32, .tol = TOL(0, 0), .lo = -8, .hi = 8, .specials = true},
+    {"xent_bwd_f32", E_xent_bwd, {64, 10}, F32, .f = {0, 1}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_bwd_bf16_scaled_vocab", E_xent_bwd, {4, 50257}, BF16, .flags = XENT_IGNORE, .f = {0, 65536}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_bwd_f16_smooth", E_xent_bwd, {17, 1000}, F16, .flags = XENT_IGNORE, .f = {0.1f, 1}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_bwd_f32_sum", E_xent_bwd, {33, 257}, F32, .flags = XENT_SUM, .f = {0.2f, 0.5f}, .tol = EXACT, .lo = -8, .hi = 8},
 };
 
 #endif

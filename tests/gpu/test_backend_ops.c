@@ -328,43 +328,6 @@ static amp_status run_sum_rows(const op_row *r, const amp_backend *be, void *con
     return be->k.sum_rows(be->dev, r->dt, r->s[0], r->s[1], p[0], p[1]);
 }
 
-/* Cross-entropy: s = {rows, classes}; labels uniform over the classes. */
-static void xent_labels(const op_row *r, tcase *c, int i) {
-    int32_t *labels = slot_decl(c, i, "labels", ROLE_IN, EK_I32, r->s[0]);
-    for (int64_t j = 0; j < r->s[0]; j++) labels[j] = (int32_t)rng_below(&c->rng, r->s[1]);
-}
-
-static void setup_xent_fwd(const op_row *r, tcase *c) {
-    in_main(r, c, 0, "logits", ek_of(r->dt), r->s[0] * r->s[1]);
-    xent_labels(r, c, 1);
-    slot_decl(c, 2, "loss", ROLE_OUT, EK_F32, 1);
-    slot_decl(c, 3, "logsoftmax", ROLE_OUT, EK_F32, r->s[0] * r->s[1]);
-}
-static amp_status run_xent_fwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.xent_fwd(be->dev, r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
-}
-
-/* xent_bwd: f = {dloss}; logsoftmax is that of logits in the row's range, computed in double. */
-static void setup_xent_bwd(const op_row *r, tcase *c) {
-    int64_t rows = r->s[0], classes = r->s[1];
-    float *ls = slot_decl(c, 0, "logsoftmax", ROLE_IN, EK_F32, rows * classes);
-    gen_uniform(c, 0, r->lo, r->hi);
-    for (int64_t i = 0; i < rows; i++) {
-        float *row = ls + i * classes;
-        double max = row[0], sum = 0;
-        for (int64_t j = 1; j < classes; j++) max = row[j] > max ? row[j] : max;
-        for (int64_t j = 0; j < classes; j++) sum += exp(row[j] - max);
-        for (int64_t j = 0; j < classes; j++) row[j] = (float)(row[j] - max - log(sum));
-    }
-    xent_labels(r, c, 1);
-    float *dloss = slot_decl(c, 2, "dloss", ROLE_IN, EK_F32, 1);
-    dloss[0] = r->f[0];
-    slot_decl(c, 3, "dlogits", ROLE_OUT, ek_of(r->dt), rows * classes);
-}
-static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *const *p) {
-    return be->k.xent_bwd(be->dev, r->dt, r->s[0], r->s[1], p[0], p[1], p[2], p[3]);
-}
-
 /* MSE: s = {n}; bwd f = {dloss}. */
 static void setup_mse_fwd(const op_row *r, tcase *c) {
     in_main(r, c, 0, "a", ek_of(r->dt), r->s[0]);
@@ -454,8 +417,7 @@ static const entry_info entries[E_N] = {
     ENTRY(conv2d_bwd_weight, conv_bwd_weight), ENTRY(bn_fwd_train, bn_train),
     ENTRY(bn_fwd_eval, bn_eval), ENTRY(bn_bwd, bn_bwd), ENTRY(maxpool_fwd, pool_fwd),
     ENTRY(maxpool_bwd, pool_bwd), ENTRY(unary, unary), ENTRY(binary, binary), ENTRY(axpy, axpy),
-    ENTRY(sum, sum), ENTRY(sum_rows, sum_rows), ENTRY(xent_fwd, xent_fwd),
-    ENTRY(xent_bwd, xent_bwd), ENTRY(mse_fwd, mse_fwd), ENTRY(mse_bwd, mse_bwd),
+    ENTRY(sum, sum), ENTRY(sum_rows, sum_rows), ENTRY(mse_fwd, mse_fwd), ENTRY(mse_bwd, mse_bwd),
     ENTRY(dropout_fwd, dropout_fwd), ENTRY(dropout_bwd, dropout_bwd), ENTRY(unscale, unscale),
     ENTRY(sgd_multi, sgd_multi), ENTRY(adam_multi, adam_multi), ENTRY(lamb_multi, lamb_multi),
     ENTRY(unscale_multi, unscale_multi), ENTRY(nonfinite_multi, nonfinite_multi),
@@ -467,7 +429,7 @@ static const entry_info entries[E_N] = {
     ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
     ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
     ENTRY(softmax_bwd, softmax_bwd), ENTRY(embedding_fwd, embedding_fwd),
-    ENTRY(embedding_bwd, embedding_bwd),
+    ENTRY(embedding_bwd, embedding_bwd), ENTRY(xent_fwd, xent_fwd), ENTRY(xent_bwd, xent_bwd),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs
@@ -633,13 +595,6 @@ static const op_row rows[] = {
     {"sum_rows_bf16", E_sum_rows, {256, 300}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
     {"sum_rows_f16_odd", E_sum_rows, {33, 257}, F16, .tol = TOL(1e-5, 1e-5), .lo = -1, .hi = 1},
     /* Losses: s = {rows, classes} or {n}; f = {dloss} (65536: a loss scale). */
-    {"xent_fwd_f32_fc", E_xent_fwd, {64, 10}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_fwd_f32_wide", E_xent_fwd, {16, 1000}, F32, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_fwd_bf16", E_xent_fwd, {64, 10}, BF16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_fwd_f16", E_xent_fwd, {64, 10}, F16, .tol = TOL(1e-5, 1e-5), .lo = -8, .hi = 8},
-    {"xent_bwd_f32", E_xent_bwd, {64, 10}, F32, .f = {1}, .tol = TOL(1e-6, 1e-5), .lo = -8, .hi = 8},
-    {"xent_bwd_bf16_scaled", E_xent_bwd, {64, 10}, BF16, .f = {65536}, .tol = TOL(1e-6, ULP_BF16), .lo = -8, .hi = 8},
-    {"xent_bwd_f16_wide", E_xent_bwd, {16, 1000}, F16, .f = {1}, .tol = TOL(1e-6, ULP_F16), .lo = -8, .hi = 8},
     {"mse_fwd_f32", E_mse_fwd, {ACT_L1}, F32, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
     {"mse_fwd_bf16", E_mse_fwd, {10007}, BF16, .tol = TOL(1e-6, 1e-5), .lo = -1, .hi = 1},
     {"mse_bwd_f32", E_mse_bwd, {10007}, F32, .f = {1}, .tol = TOL(1e-9, 1e-6), .lo = -1, .hi = 1},

@@ -101,9 +101,10 @@ static void elementwise(void) {
     EXPECT(AMP_OPCAT_ELEMENTWISE, 2 * 100, axpy, AMP_F32, 100, 0.5f, b0, b1);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 100, sum, AMP_F32, 100, b0, 1.0f, s0);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 10 * 7, sum_rows, AMP_F32, 10, 7, b0, s0);
-    EXPECT(AMP_OPCAT_ELEMENTWISE, 4 * 4 * 10, xent_fwd, AMP_F32, 4, 10, b0, labels, s0, b1);
+    amp_xent_desc xd = {.rows = 4, .classes = 10, .dt = AMP_F32, .ignore_index = -100};
+    EXPECT(AMP_OPCAT_ELEMENTWISE, 4 * 4 * 10, xent_fwd, &xd, b0, labels, b1, s0);
     s1[0] = 1.0f;
-    EXPECT(AMP_OPCAT_ELEMENTWISE, 2 * 4 * 10, xent_bwd, AMP_F32, 4, 10, b1, labels, s1, b2);
+    EXPECT(AMP_OPCAT_ELEMENTWISE, 4 * 4 * 10, xent_bwd, &xd, b0, labels, b1, s1, b2);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 3 * 50, mse_fwd, AMP_F32, 50, b0, b1, s0);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 2 * 50, mse_bwd, AMP_F32, 50, b0, b1, s1, b2);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 64, dropout_fwd, AMP_F32, 64, b0, 0.5f, 7, 0, b1, mask);
