@@ -227,6 +227,23 @@ typedef struct amp_xent_desc {
     bool sum;
 } amp_xent_desc;
 
+/* Scaled dot-product attention over dense [batch, heads, seq, head_dim] q, k, v and o (in `dt`),
+ * FlashAttention's algorithm: y = dropout(softmax(scale q k^T + mask)) v with only o and each
+ * row's logsumexp (f32 [batch, heads, seq]) saved, the backward recomputing the scores from them.
+ * Key j is hidden from query i when causal and j > i, or when j >= kv_len[b] (a padding mask
+ * given as each batch's number of valid keys, in [0, seq]; NULL: none). A row that sees no key
+ * gives 0 and logsumexp -inf. Dropout keeps probability (b, h, i, j) when the Philox draw of
+ * stream `seed` at offset + ((b heads + h) seq + i) seq + j is >= dropout_p (kernels/math/
+ * dropout.h), the same draw on every backend, and scales kept ones by 1 / (1 - p). */
+typedef struct amp_attn_desc {
+    int64_t batch, heads, seq, head_dim;
+    amp_dtype dt;
+    float scale;
+    bool causal;
+    float dropout_p; /* in [0, 1) */
+    uint64_t seed, offset;
+} amp_attn_desc;
+
 /* SGD exactly as torch.optim.SGD (maximize=False):
  *   g = grad + weight_decay * p
  *   if momentum: buf = first_step ? g : momentum * buf + (1 - dampening) * g
@@ -411,6 +428,9 @@ amp_status amp_backend_check_n(const char *fn, int64_t n);
 /* mse's dtype, n and pointers. */
 amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a,
                                  const void *b);
+/* attention's descriptor: a float dtype, batch, heads, seq >= 0, head_dim >= 1, a finite scale,
+ * dropout_p in [0, 1) (AMP_ERR_* naming fn). */
+amp_status amp_backend_check_attn(const char *fn, const amp_attn_desc *d);
 /* xent's descriptor and labels pointer (the labels' range is each backend's: host or device
  * memory). */
 amp_status amp_backend_check_xent(const char *fn, const amp_xent_desc *d, const int32_t *labels);

@@ -1,6 +1,6 @@
 /* Argument checks of the entries over dims and strided views (reduce_dim, scatter_dim,
- * binary_bcast, copy_strided) and of the ops over the last dim (layernorm_*, softmax_*),
- * shared by every backend. */
+ * binary_bcast, copy_strided), of the ops over the last dim (layernorm_*, softmax_*) and of
+ * attention, shared by every backend. */
 #include <math.h>
 #include <stdint.h>
 
@@ -74,5 +74,21 @@ amp_status amp_backend_check_embedding(const char *fn, amp_dtype dt, int64_t n, 
                         "and 1 <= vocab <= 2^31 - 1", fn, (long long)n, (long long)vocab,
                         (long long)dim);
     if (n > 0 && !idx) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'idx' is NULL", fn);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_attn(const char *fn, const amp_attn_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dt));
+    if (d->batch < 0 || d->heads < 0 || d->seq < 0 || d->head_dim < 1)
+        return amp_fail(AMP_ERR_SHAPE,
+                        "%s: [%lld, %lld, %lld, %lld] needs batch, heads, seq >= 0 and head_dim >= 1",
+                        fn, (long long)d->batch, (long long)d->heads, (long long)d->seq,
+                        (long long)d->head_dim);
+    if (!isfinite(d->scale))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: scale = %g is not finite", fn, (double)d->scale);
+    if (!(d->dropout_p >= 0.0f && d->dropout_p < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: dropout_p = %g is outside [0, 1)", fn,
+                        (double)d->dropout_p);
     return AMP_OK;
 }

@@ -141,6 +141,22 @@ amp_status amp_log_softmax(amp_tensor *x, int dim, amp_tensor **out);
  * it on the CPU; on CUDA, which does not wait for the device, its row is NaN and the next
  * cross-entropy names it. */
 amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out);
+/* Fused scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) of
+ * q, k, v [batch, heads, seq, head_dim] (one shape, one float dtype): y = dropout(softmax(scale
+ * q k^T + mask)) v, computed by FlashAttention's algorithm (tiles, online softmax): only y and
+ * each row's f32 logsumexp are kept for the backward, which recomputes the probabilities, so
+ * memory grows as batch heads seq, never seq^2. Under autocast (O1) it runs in the half type,
+ * with f32 arithmetic. A query that sees no key (every key padded away) gives 0, not NaN. */
+typedef struct amp_attention_options {
+    bool causal;        /* query i sees keys j <= i (GPT's mask) */
+    float scale;        /* 0: 1 / sqrt(head_dim) */
+    float dropout_p;    /* on the probabilities, in [0, 1); only while training */
+    bool training;      /* as amp_dropout's: dropout off in evaluation */
+    amp_tensor *kv_len; /* i32 [batch]: batch b's keys >= kv_len[b] are padding; NULL: none */
+} amp_attention_options;
+amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
+                                            const amp_attention_options *options,
+                                            amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 /* Softmax cross-entropy (torch.nn.functional.cross_entropy) of logits [n, classes] (any float

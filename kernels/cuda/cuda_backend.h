@@ -65,7 +65,8 @@ struct amp_device_ctx {
     amp_cuda_conv_state *conv;        /* cuDNN handle, plan cache (conv.c) */
     amp_cuda_upload_state *upload;    /* copy stream and pinned staging ring (upload.c) */
     /* Bad-index records, AMP_CUDA_RECORD_WORDS words, all ones when clean: cross-entropy's two
-     * (loss.cu, words 0 and 1) and the embedding's (embedding.cu, word 2). */
+     * (xent.cu, words 0 and 1), the embedding's (embedding.cu, word 2) and attention's kv_len
+     * (attention.cu, word 3). */
     unsigned long long *label_record;
 };
 

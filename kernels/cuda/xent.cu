@@ -160,13 +160,13 @@ static unsigned grid_for(int64_t blocks) {
 }
 
 /* Checks the labels on the device and waits for the answer (the one host sync of this file);
- * also reports a bad row that an earlier xent_bwd recorded, and a bad index an earlier
- * embedding_fwd recorded (embedding.cu: the wait here costs nothing more). Clears what it
- * reports. */
+ * also reports a bad row that an earlier xent_bwd recorded, a bad index an earlier
+ * embedding_fwd recorded (embedding.cu) and a bad kv_len an earlier attention recorded
+ * (attention.cu): the wait here costs nothing more. Clears what it reports. */
 static amp_status check_labels(amp_device_ctx *dev, const char *fn, const amp_xent_desc *d,
                                const int32_t *labels) {
     cudaStream_t stream = dev->stream;
-    unsigned long long *record = dev->label_record, seen[3];
+    unsigned long long *record = dev->label_record, seen[AMP_CUDA_RECORD_WORDS];
     if (d->rows > 0) {
         unsigned grid = grid_for((d->rows + AMP_CUDA_BLOCK - 1) / AMP_CUDA_BLOCK);
         xent_check_kernel<<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, labels, record);
@@ -175,8 +175,14 @@ static amp_status check_labels(amp_device_ctx *dev, const char *fn, const amp_xe
     AMP_CUDA_TRY(cudaMemcpyAsync(seen, record, sizeof seen, cudaMemcpyDeviceToHost, stream));
     amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(stream));
-    if (seen[0] == NO_BAD_ROW && seen[1] == NO_BAD_ROW && seen[2] == NO_BAD_ROW) return AMP_OK;
+    bool clean = true;
+    for (int w = 0; w < AMP_CUDA_RECORD_WORDS; w++) clean &= seen[w] == NO_BAD_ROW;
+    if (clean) return AMP_OK;
     AMP_CUDA_TRY(cudaMemsetAsync(record, 0xff, sizeof seen, stream));
+    if (seen[3] != NO_BAD_ROW)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: an earlier amp_cuda_attn_fwd or attn_bwd had a "
+                        "kv_len outside [0, seq] in batch %lld (its outputs were set to NaN)", fn,
+                        (long long)seen[3]);
     if (seen[2] != NO_BAD_ROW)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: an earlier amp_cuda_embedding_fwd had an index "
                         "outside [0, vocab) at position %lld (its row was set to NaN)", fn,

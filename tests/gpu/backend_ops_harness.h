@@ -155,7 +155,7 @@ static int64_t rng_below(uint64_t *s, int64_t n) {
 
 typedef enum role { ROLE_NONE, ROLE_IN, ROLE_OUT, ROLE_INOUT } role;
 
-#define MAX_SLOTS 9 /* bn_bwd with the fused ReLU: its 8 arguments and y */
+#define MAX_SLOTS 11 /* attn_bwd: its 11 arrays */
 
 typedef struct slot {
     const char *name;

@@ -1,5 +1,5 @@
 /* test_backend_ops: the entries of the transformer ops (reduce_dim, scatter_dim, binary_bcast,
- * copy_strided, layernorm_*, softmax_*, embedding_*, xent_*), their setups, runs and rows. Included by
+ * copy_strided, layernorm_*, softmax_*, embedding_*, xent_*, attn_*), their setups, runs and rows. Included by
  * test_backend_ops.c after op_row, its helpers and the tolerance macros.
  *
  * These entries share their arithmetic and its order between the backends (kernels/math/
@@ -13,6 +13,7 @@ enum {
     LN_RMS = 1 << 10, LN_RESIDUAL = 1 << 11, LN_NO_BIAS = 1 << 12, /* layernorm_* */
     LOG_SOFTMAX = 1 << 13, SM_MASKED = 1 << 14,                   /* softmax_* */
     XENT_IGNORE = 1 << 15, XENT_SUM = 1 << 16,                    /* xent_* */
+    ATTN_CAUSAL = 1 << 17, ATTN_PADDED = 1 << 18,                 /* attn_* */
 };
 
 /* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
@@ -278,6 +279,72 @@ static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *con
     return be->k.xent_bwd(be->dev, &d, p[0], p[1], p[2], p[3], p[4]);
 }
 
+/* attn_*: s = {batch, heads, seq, head_dim}, f = {dropout_p}; ATTN_PADDED: kv_len with batch 0
+ * entirely padded (its rows see no key) and the others random. */
+static amp_attn_desc attn_desc(const op_row *r) {
+    return (amp_attn_desc){.batch = r->s[0], .heads = r->s[1], .seq = r->s[2],
+                           .head_dim = r->s[3], .dt = r->dt,
+                           .scale = (float)(1.0 / sqrt((double)r->s[3])),
+                           .causal = (r->flags & ATTN_CAUSAL) != 0, .dropout_p = r->f[0],
+                           .seed = 42, .offset = 7};
+}
+static int64_t attn_numel(const op_row *r) { return r->s[0] * r->s[1] * r->s[2] * r->s[3]; }
+static void attn_inputs(const op_row *r, tcase *c) {
+    in_main(r, c, 0, "q", ek_of(r->dt), attn_numel(r));
+    in_main(r, c, 1, "k", ek_of(r->dt), attn_numel(r));
+    in_main(r, c, 2, "v", ek_of(r->dt), attn_numel(r));
+    int32_t *len = slot_decl(c, 3, "kv_len", ROLE_IN, EK_I32, r->s[0]);
+    for (int64_t b = 0; b < r->s[0]; b++)
+        len[b] = b == 0 ? 0 : (int32_t)(1 + rng_below(&c->rng, r->s[2]));
+}
+static const int32_t *attn_len(const op_row *r, void *const *p) {
+    return r->flags & ATTN_PADDED ? p[3] : NULL;
+}
+static void setup_attn_fwd(const op_row *r, tcase *c) {
+    attn_inputs(r, c);
+    slot_decl(c, 4, "o", ROLE_OUT, ek_of(r->dt), attn_numel(r));
+    slot_decl(c, 5, "lse", ROLE_OUT, EK_F32, attn_numel(r) / r->s[3]);
+}
+static amp_status run_attn_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_attn_desc d = attn_desc(r);
+    return be->k.attn_fwd(be->dev, &d, p[0], p[1], p[2], attn_len(r, p), p[4], p[5]);
+}
+/* attn_bwd: o and dout random; lse each row's logsumexp of its visible scores (in double). */
+static void setup_attn_bwd(const op_row *r, tcase *c) {
+    attn_inputs(r, c);
+    in_main(r, c, 4, "o", ek_of(r->dt), attn_numel(r));
+    in_main(r, c, 5, "dout", ek_of(r->dt), attn_numel(r));
+    amp_attn_desc d = attn_desc(r);
+    int64_t dim = d.head_dim, seq = d.seq;
+    const int32_t *len = (const int32_t *)c->s[3].init;
+    float *lse = slot_decl(c, 6, "lse", ROLE_IN, EK_F32, attn_numel(r) / dim);
+    for (int64_t bh = 0; bh < d.batch * d.heads; bh++)
+        for (int64_t i = 0; i < seq; i++) {
+            int64_t n = d.causal ? i + 1 : seq, l = r->flags & ATTN_PADDED ? len[bh / d.heads] : seq;
+            n = l < n ? l : n;
+            double m = -INFINITY, sum = 0.0, s[512];
+            for (int64_t j = 0; j < n; j++) {
+                s[j] = 0.0;
+                for (int64_t e = 0; e < dim; e++)
+                    s[j] += ek_load(c->s[0].init, c->s[0].kind, (bh * seq + i) * dim + e) *
+                            ek_load(c->s[1].init, c->s[1].kind, (bh * seq + j) * dim + e);
+                s[j] *= d.scale;
+                m = s[j] > m ? s[j] : m;
+            }
+            for (int64_t j = 0; j < n; j++) sum += exp(s[j] - m);
+            lse[bh * seq + i] = n ? (float)(m + log(sum)) : -INFINITY;
+        }
+    slot_decl(c, 7, "delta", ROLE_OUT, EK_F32, attn_numel(r) / dim);
+    slot_decl(c, 8, "dq", ROLE_OUT, ek_of(r->dt), attn_numel(r));
+    slot_decl(c, 9, "dk", ROLE_OUT, ek_of(r->dt), attn_numel(r));
+    slot_decl(c, 10, "dv", ROLE_OUT, ek_of(r->dt), attn_numel(r));
+}
+static amp_status run_attn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_attn_desc d = attn_desc(r);
+    return be->k.attn_bwd(be->dev, &d, p[0], p[1], p[2], attn_len(r, p), p[4], p[5], p[6], p[7],
+                          p[8], p[9], p[10]);
+}
+
 static const op_row transformer_rows[] = {
     /* Over dims: the same order on both backends (sums in f64 in j order), so the same value;
      * a max selects bits. [outer, n, inner] as a softmax's last dim (inner 1), a mean over T
@@ -346,6 +413,13 @@ static const op_row transformer_rows[] = {
     {"xent_bwd_bf16_scaled_vocab", E_xent_bwd, {4, 50257}, BF16, .flags = XENT_IGNORE, .f = {0, 65536}, .tol = EXACT, .lo = -8, .hi = 8},
     {"xent_bwd_f16_smooth", E_xent_bwd, {17, 1000}, F16, .flags = XENT_IGNORE, .f = {0.1f, 1}, .tol = EXACT, .lo = -8, .hi = 8},
     {"xent_bwd_f32_sum", E_xent_bwd, {33, 257}, F32, .flags = XENT_SUM, .f = {0.2f, 0.5f}, .tol = EXACT, .lo = -8, .hi = 8},
+    /* Attention: each backend's own order of the products (oneDNN tiles, warps), so to rounding;
+     * dropout's masks are the same draws (a different mask would miss by whole terms). */
+    {"attn_fwd_f32_causal", E_attn_fwd, {2, 2, 65, 32}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-5, 1e-4), .lo = -1, .hi = 1},
+    {"attn_fwd_bf16_padded", E_attn_fwd, {3, 2, 40, 64}, BF16, .flags = ATTN_PADDED, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"attn_fwd_f16_dropout", E_attn_fwd, {2, 1, 33, 128}, F16, .flags = ATTN_CAUSAL | ATTN_PADDED, .f = {0.3f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
+    {"attn_bwd_f32_causal", E_attn_bwd, {2, 2, 65, 32}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
+    {"attn_bwd_bf16_padded_dropout", E_attn_bwd, {3, 1, 40, 64}, BF16, .flags = ATTN_PADDED, .f = {0.25f}, .tol = TOL(1e-2, 2 * ULP_BF16), .lo = -1, .hi = 1},
 };
 
 #endif

@@ -430,6 +430,7 @@ static const entry_info entries[E_N] = {
     ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
     ENTRY(softmax_bwd, softmax_bwd), ENTRY(embedding_fwd, embedding_fwd),
     ENTRY(embedding_bwd, embedding_bwd), ENTRY(xent_fwd, xent_fwd), ENTRY(xent_bwd, xent_bwd),
+    ENTRY(attn_fwd, attn_fwd), ENTRY(attn_bwd, attn_bwd),
 };
 
 /* The backend table's entries that are not ops: memory, copies and streams. The harness runs

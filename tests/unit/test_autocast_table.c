@@ -1,6 +1,6 @@
 /* The dtype every public op returns, with autocast off (O0, O2, O3: the inputs' dtype, or the
  * wider of two) and on (O1 with bf16 and with f16), for f32 and half inputs: torch.amp's CUDA
- * lists as README's O1 table states them. HALF ops (linear, matmul, conv2d) run in the half
+ * lists as README's O1 table states them. HALF ops (linear, matmul, conv2d, attention) run in the half
  * type under autocast; the fp32 list's ops (exp, log, sum over a dim) widen to f32 under
  * autocast; losses and mean return f32 always; the others keep their input's dtype (PROMOTE: the
  * wider of two). */
@@ -16,7 +16,7 @@
 typedef enum op_id {
     OP_LINEAR, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
     OP_SIGMOID, OP_SILU, OP_GELU, OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_RMS_NORM, OP_EMBEDDING, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
-    OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE
+    OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION
 } op_id;
 
 typedef struct row {
@@ -67,10 +67,12 @@ static const row rows[] = {
     {"mul_scalar bf16", OP_MUL_SCALAR, BF16, BF16, BF16, BF16},
     {"dropout bf16", OP_DROPOUT, BF16, BF16, BF16, BF16},
     {"reshape f16", OP_RESHAPE, F16, F16, F16, F16},
+    {"attention f32", OP_ATTENTION, F32, F32, F32, BF16},
+    {"attention bf16", OP_ATTENTION, BF16, BF16, BF16, BF16},
 };
 
 /* The row's caller-owned inputs, freed after it. */
-static amp_tensor *g_made[8];
+static amp_tensor *g_made[16];
 static int g_n_made;
 
 static amp_tensor *make(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
@@ -129,6 +131,11 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
     case OP_MUL_SCALAR: return amp_mul_scalar(a, 0.5f, y);
     case OP_DROPOUT: return amp_dropout(a, 0.5f, true, y);
     case OP_RESHAPE: return amp_reshape(a, 2, (const int64_t[]){6, 4}, y);
+    case OP_ATTENTION: {
+        amp_attention_options o = {.causal = true};
+        return amp_scaled_dot_product_attention(make(ctx, r->in, 4, s4), make(ctx, r->in, 4, s4),
+                                                make(ctx, r->in, 4, s4), &o, y);
+    }
     }
     return AMP_ERR_INVALID_ARG;
 }

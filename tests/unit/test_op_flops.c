@@ -101,6 +101,15 @@ static void elementwise(void) {
     EXPECT(AMP_OPCAT_ELEMENTWISE, 2 * 100, axpy, AMP_F32, 100, 0.5f, b0, b1);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 100, sum, AMP_F32, 100, b0, 1.0f, s0);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 10 * 7, sum_rows, AMP_F32, 10, 7, b0, s0);
+    /* Attention: 4 B H T^2 D (two products over every pair), half that causal; the backward's
+     * five products 2.5 times that. */
+    amp_attn_desc ad = {.batch = 1, .heads = 2, .seq = 3, .head_dim = 4, .dt = AMP_F32,
+                        .scale = 0.5f};
+    EXPECT(AMP_OPCAT_GEMM_CONV, 4 * 2 * 3 * 3 * 4, attn_fwd, &ad, b0, b1, b2, NULL, b3, s2);
+    EXPECT(AMP_OPCAT_GEMM_CONV, 10 * 2 * 3 * 3 * 4, attn_bwd, &ad, b0, b1, b2, NULL, b3, b4, s2,
+           s3, b2 + 1024, b2 + 2048, b2 + 4096);
+    ad.causal = true;
+    EXPECT(AMP_OPCAT_GEMM_CONV, 2 * 2 * 3 * 3 * 4, attn_fwd, &ad, b0, b1, b2, NULL, b3, s2);
     amp_xent_desc xd = {.rows = 4, .classes = 10, .dt = AMP_F32, .ignore_index = -100};
     EXPECT(AMP_OPCAT_ELEMENTWISE, 4 * 4 * 10, xent_fwd, &xd, b0, labels, b1, s0);
     s1[0] = 1.0f;

@@ -1,0 +1,78 @@
+/* Fused causal attention on the CPU, forward + backward through the public API, against the
+ * same shape in PyTorch (bench/attention_torch.py, F.scaled_dot_product_attention(is_causal=True)
+ * with the same threads): `attention_cpu [B H T D [reps]]` prints the median time of a forward
+ * and backward, its FLOP rate (FlashAttention's convention: 2 B H T^2 D forward causal, 2.5
+ * times that backward) and the ledger's peak above the inputs, beside the B H T^2 f32
+ * probabilities a naive attention keeps (the CPU is synchronous: the time is the work). Results:
+ * bench/RESULTS.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "amp/amp.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        if ((call) != AMP_OK) {                                                                    \
+            fprintf(stderr, "attention_cpu: %s\n", amp_last_error());                              \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int64_t shape[4] = {8, 8, 1024, 64};
+    for (int i = 0; i < 4 && i + 1 < argc; i++) shape[i] = atoll(argv[i + 1]);
+    int reps = argc > 5 ? atoi(argv[5]) : 5;
+    int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    amp_ctx *ctx;
+    TRY(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx));
+    float *host = malloc((size_t)n * sizeof *host);
+    amp_tensor *x[3];
+    for (int a = 0; a < 3; a++) {
+        for (int64_t i = 0; i < n; i++) host[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+        TRY(amp_tensor_from_host(ctx, AMP_F32, 4, shape, host, &x[a]));
+        TRY(amp_tensor_set_requires_grad(x[a], true));
+    }
+    double *t = malloc((size_t)(reps + 1) * sizeof *t);
+    amp_mem_usage before, peak;
+    for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
+        TRY(amp_ctx_memory_usage(ctx, &before, NULL));
+        amp_ctx_memory_reset_peak(ctx);
+        double t0 = now();
+        amp_tensor *y, *loss;
+        amp_attention_options o = {.causal = true};
+        TRY(amp_scaled_dot_product_attention(x[0], x[1], x[2], &o, &y));
+        TRY(amp_mean(y, &loss));
+        TRY(amp_backward(loss));
+        t[r] = now() - t0;
+        TRY(amp_ctx_memory_usage(ctx, NULL, &peak));
+        amp_ctx_reset_step(ctx);
+        for (int a = 0; a < 3; a++) amp_tensor_zero_grad(x[a]);
+    }
+    qsort(t + 1, (size_t)reps, sizeof *t, cmp);
+    double med = t[1 + reps / 2];
+    double flops = 3.5 * 2.0 * (double)shape[0] * (double)shape[1] * (double)shape[2] *
+                   (double)shape[2] * (double)shape[3];
+    double probs = 4.0 * (double)shape[0] * (double)shape[1] * (double)shape[2] * (double)shape[2];
+    printf("attention_cpu f32 causal [%lld, %lld, %lld, %lld]: forward+backward %.1f ms (median "
+           "of %d), %.1f GFLOP/s; peak %.1f MB above the inputs, naive probabilities %.1f MB\n",
+           (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3],
+           1e3 * med, reps, flops / med / 1e9, (double)(peak.total - before.total) / 1e6,
+           probs / 1e6);
+    for (int a = 0; a < 3; a++) amp_tensor_free(x[a]);
+    amp_ctx_free(ctx);
+    free(host);
+    free(t);
+    return 0;
+}

@@ -1,0 +1,100 @@
+/* CPU backend: fused scaled dot-product attention, forward (attn_fwd), FlashAttention's
+ * algorithm over tiles: for each (batch, head) and block of ATTN_BR query rows, the blocks of
+ * ATTN_BC keys the rows see are visited in order, S = scale Q K^T by oneDNN's sgemm, the rows'
+ * running max and sum updated (the online softmax), and O += P V by sgemm; only O and the rows'
+ * logsumexp are written. Tasks (batch, head, query block) run in parallel, each in its thread's
+ * arena (ATTN_BR x ATTN_BC scores, the widened tiles, the f32 accumulator): no memory grows with
+ * seq^2. Half inputs are widened tile by tile (f32 arithmetic throughout).
+ *
+ * The tile sizes and the speed against PyTorch's CPU flash attention: bench/RESULTS.md
+ * ("Attention on the CPU"). */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu/attention_tiles.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/math/attention.h"
+
+/* One query block's pass over its keys; false when oneDNN failed. */
+static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh, int64_t i0,
+                      attn_tiles *t) {
+    const int64_t seq = d->seq, dim = d->head_dim, nr = attn_min(ATTN_BR, seq - i0);
+    const int64_t len = attn_kv_len(d, x->kv_len, bh);
+    const float inv_keep = amp_dropout_scale(d->dropout_p);
+    const float *q = attn_rows(x->q, d->dt, (bh * seq + i0) * dim, nr * dim, t->q);
+    for (int64_t r = 0; r < nr; r++) t->m[r] = -INFINITY, t->l[r] = 0.0f;
+    memset(t->acc, 0, (size_t)(nr * dim) * sizeof *t->acc);
+    int64_t kend = amp_attn_keys(d->causal, seq, i0 + nr - 1, len);
+    for (int64_t j0 = 0; j0 < kend; j0 += ATTN_BC) {
+        int64_t nc = attn_min(ATTN_BC, kend - j0);
+        const float *k = attn_rows(x->k, d->dt, (bh * seq + j0) * dim, nc * dim, t->k);
+        const float *v = attn_rows(x->v, d->dt, (bh * seq + j0) * dim, nc * dim, t->v);
+        if (dnnl_sgemm('N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s, ATTN_BC) !=
+            dnnl_success)
+            return false;
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t i = i0 + r, nk = attn_min(amp_attn_keys(d->causal, seq, i, len) - j0, nc);
+            float *s = t->s + r * ATTN_BC;
+            float m_new = t->m[r];
+            for (int64_t j = 0; j < nk; j++) m_new = s[j] > m_new ? s[j] : m_new;
+            float corr = t->m[r] == -INFINITY ? 0.0f : amp_expf(t->m[r] - m_new), sum = 0.0f;
+            for (int64_t j = 0; j < nk; j++) {
+                s[j] = amp_expf(s[j] - m_new);
+                sum += s[j];
+            }
+            for (int64_t j = nk > 0 ? nk : 0; j < nc; j++) s[j] = 0.0f;
+            if (nk <= 0) continue;
+            t->l[r] = t->l[r] * corr + sum;
+            t->m[r] = m_new;
+            float *acc = t->acc + r * dim;
+            for (int64_t c = 0; c < dim; c++) acc[c] *= corr;
+            if (d->dropout_p > 0.0f)
+                for (int64_t j = 0; j < nk; j++)
+                    s[j] *= amp_attn_keep(d->dropout_p, inv_keep, d->seed,
+                                          amp_attn_draw(d->offset, seq, bh, i, j0 + j));
+        }
+        if (dnnl_sgemm('N', 'N', nr, dim, nc, 1.0f, t->s, ATTN_BC, v, dim, 1.0f, t->acc, dim) !=
+            dnnl_success)
+            return false;
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t row = bh * seq + i0 + r;
+        float inv = amp_attn_inv_sum(t->l[r]);
+        for (int64_t c = 0; c < dim; c++) t->acc[r * dim + c] *= inv;
+        x->lse[row] = amp_attn_lse(t->m[r], t->l[r]);
+    }
+    attn_store_rows(x->out, d->dt, (bh * seq + i0) * dim, nr * dim, t->acc);
+    return true;
+}
+
+amp_status amp_cpu_attn_fwd(amp_device_ctx *dev, const amp_attn_desc *d, const void *q,
+                            const void *k, const void *v, const int32_t *kv_len, void *o,
+                            float *lse) {
+    AMP_TRY(amp_backend_check_attn(__func__, d));
+    int64_t bhs = d->batch * d->heads, blocks = (d->seq + ATTN_BR - 1) / ATTN_BR;
+    if (bhs == 0 || d->seq == 0) return AMP_OK;
+    AMP_CHECK_ARG(q);
+    AMP_CHECK_ARG(k);
+    AMP_CHECK_ARG(v);
+    AMP_CHECK_ARG(o);
+    AMP_CHECK_ARG(lse);
+    AMP_TRY(attn_check_kv_len(__func__, d, kv_len));
+    attn_operands x = {.q = q, .k = k, .v = v, .kv_len = kv_len, .out = o, .lse = lse};
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t task = 0; task < bhs * blocks; task++) {
+        attn_tiles t;
+        /* The causal blocks near the end see the most keys: start them first. */
+        int64_t bh = task % bhs, qb = blocks - 1 - task / bhs;
+        if (attn_tiles_get(d, &t) != AMP_OK || !fwd_block(d, &x, bh, qb * ATTN_BR, &t)) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    if (failed)
+        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's oneDNN sgemm or its %lld-float arena failed",
+                        __func__, (long long)attn_tiles_floats(d));
+    return AMP_OK;
+}

@@ -1,0 +1,122 @@
+/* CPU backend: fused scaled dot-product attention, backward (attn_bwd), FlashAttention's
+ * recomputation: the probabilities come back from q, k and the forward's logsumexp, never from a
+ * saved seq x seq tensor. One task per (batch, head), in parallel: delta = rowsum(dO O) for its
+ * rows, then for each block of ATTN_BC keys, over the blocks of ATTN_BR query rows that see them,
+ *   S = scale Q K^T, P = e^(S - lse) (masked), dP = dO V^T, with dropout's factor z (0 or
+ *   1 / (1 - p), the forward's draws) Pz = P z and dS = P (dP z - delta);
+ *   dV += Pz^T dO, dK += scale dS^T Q, dQ += scale dS K,
+ * the five products by oneDNN's sgemm. dQ accumulates in the task's f32 rows of the whole head
+ * (seq x head_dim floats in the thread's arena), so every sum has one order: deterministic,
+ * without atomics, whatever the thread count. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu/attention_tiles.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/math/attention.h"
+
+/* delta[i] = sum_c dO[i, c] O[i, c] for the head's rows (f32, c in order). */
+static void head_delta(const amp_attn_desc *d, const attn_operands *x, int64_t bh) {
+    int64_t dim = d->head_dim;
+    for (int64_t i = 0; i < d->seq; i++) {
+        int64_t at = (bh * d->seq + i) * dim;
+        float sum = 0.0f;
+        for (int64_t c = 0; c < dim; c++)
+            sum += amp_load_f32(x->dout, d->dt, at + c) * amp_load_f32(x->o, d->dt, at + c);
+        x->delta[bh * d->seq + i] = sum;
+    }
+}
+
+/* P, then dS in dp, for query block i0 (nr rows) against key block j0 (nc keys); pz (in s) is P
+ * with dropout's factor. */
+static void block_probs(const amp_attn_desc *d, const attn_operands *x, int64_t bh, int64_t i0,
+                        int64_t nr, int64_t j0, int64_t nc, int64_t len, attn_tiles *t) {
+    const float inv_keep = amp_dropout_scale(d->dropout_p);
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t i = i0 + r, row = bh * d->seq + i;
+        int64_t nk = attn_min(amp_attn_keys(d->causal, d->seq, i, len) - j0, nc);
+        float lse = x->lse[row], delta = x->delta[row];
+        float *s = t->s + r * ATTN_BC, *dp = t->dp + r * ATTN_BC;
+        for (int64_t j = 0; j < nc; j++) {
+            float p = j < nk ? amp_attn_prob(s[j], lse) : 0.0f;
+            float z = d->dropout_p > 0.0f && j < nk
+                          ? amp_attn_keep(d->dropout_p, inv_keep, d->seed,
+                                          amp_attn_draw(d->offset, d->seq, bh, i, j0 + j))
+                          : 1.0f;
+            s[j] = p * z;
+            dp[j] = p * (dp[j] * z - delta);
+        }
+    }
+}
+
+/* One (batch, head): dK and dV block by block, dQ over the whole head; false when oneDNN
+ * failed. */
+static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh, attn_tiles *t) {
+    const int64_t seq = d->seq, dim = d->head_dim, len = attn_kv_len(d, x->kv_len, bh);
+    const int64_t base = bh * seq * dim;
+    head_delta(d, x, bh);
+    memset(t->dq, 0, (size_t)(seq * dim) * sizeof *t->dq);
+    for (int64_t j0 = 0; j0 < seq; j0 += ATTN_BC) {
+        int64_t nc = attn_min(ATTN_BC, seq - j0);
+        memset(t->dk, 0, (size_t)(nc * dim) * sizeof *t->dk);
+        memset(t->dv, 0, (size_t)(nc * dim) * sizeof *t->dv);
+        const float *k = attn_rows(x->k, d->dt, base + j0 * dim, nc * dim, t->k);
+        const float *v = attn_rows(x->v, d->dt, base + j0 * dim, nc * dim, t->v);
+        /* Rows before j0 see none of these keys when causal; no row sees keys >= len. */
+        int64_t first = d->causal ? j0 / ATTN_BR * ATTN_BR : 0;
+        for (int64_t i0 = j0 < len ? first : seq; i0 < seq; i0 += ATTN_BR) {
+            int64_t nr = attn_min(ATTN_BR, seq - i0);
+            const float *q = attn_rows(x->q, d->dt, base + i0 * dim, nr * dim, t->q);
+            const float *dout = attn_rows(x->dout, d->dt, base + i0 * dim, nr * dim, t->dout);
+            if (dnnl_sgemm('N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
+                           ATTN_BC) != dnnl_success ||
+                dnnl_sgemm('N', 'T', nr, nc, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
+                           ATTN_BC) != dnnl_success)
+                return false;
+            block_probs(d, x, bh, i0, nr, j0, nc, len, t);
+            if (dnnl_sgemm('T', 'N', nc, dim, nr, 1.0f, t->s, ATTN_BC, dout, dim, 1.0f, t->dv,
+                           dim) != dnnl_success ||
+                dnnl_sgemm('T', 'N', nc, dim, nr, d->scale, t->dp, ATTN_BC, q, dim, 1.0f, t->dk,
+                           dim) != dnnl_success ||
+                dnnl_sgemm('N', 'N', nr, dim, nc, d->scale, t->dp, ATTN_BC, k, dim, 1.0f,
+                           t->dq + i0 * dim, dim) != dnnl_success)
+                return false;
+        }
+        attn_store_rows(x->dk, d->dt, base + j0 * dim, nc * dim, t->dk);
+        attn_store_rows(x->dv, d->dt, base + j0 * dim, nc * dim, t->dv);
+    }
+    attn_store_rows(x->dq, d->dt, base, seq * dim, t->dq);
+    return true;
+}
+
+amp_status amp_cpu_attn_bwd(amp_device_ctx *dev, const amp_attn_desc *d, const void *q,
+                            const void *k, const void *v, const int32_t *kv_len, const void *o,
+                            const void *dout, const float *lse, float *delta, void *dq, void *dk,
+                            void *dv) {
+    AMP_TRY(amp_backend_check_attn(__func__, d));
+    int64_t bhs = d->batch * d->heads;
+    if (bhs == 0 || d->seq == 0) return AMP_OK;
+    const void *in[] = {q, k, v, o, dout, lse, delta, dq, dk, dv};
+    static const char *names[] = {"q", "k", "v", "o", "dout", "lse", "delta", "dq", "dk", "dv"};
+    for (int a = 0; a < 10; a++)
+        if (!in[a]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", __func__,
+                                    names[a]);
+    AMP_TRY(attn_check_kv_len(__func__, d, kv_len));
+    attn_operands x = {.q = q, .k = k, .v = v, .o = o, .dout = dout, .kv_len = kv_len,
+                       .lse = (float *)lse, .delta = delta, .dq = dq, .dk = dk, .dv = dv};
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t bh = 0; bh < bhs; bh++) {
+        attn_tiles t;
+        if (attn_tiles_get(d, &t) != AMP_OK || !bwd_head(d, &x, bh, &t)) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    if (failed)
+        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's oneDNN sgemm or its %lld-float arena failed",
+                        __func__, (long long)attn_tiles_floats(d));
+    return AMP_OK;
+}

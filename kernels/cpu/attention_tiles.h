@@ -1,0 +1,94 @@
+/* What the CPU attention kernels (attention.c, attention_bwd.c) share: the tile sizes, the
+ * operands, the thread's tiles in its arena, f32 views of rows of a tensor (the tensor itself
+ * when f32, else a widened copy) and the padding mask's check. */
+#ifndef AMP_KERNELS_CPU_ATTENTION_TILES_H
+#define AMP_KERNELS_CPU_ATTENTION_TILES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/math/load_store.h"
+
+/* Query rows and keys per tile: bench/RESULTS.md ("Attention on the CPU") has the sweep. */
+#define ATTN_BR 64
+#define ATTN_BC 128
+
+static inline int64_t attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct attn_operands {
+    const void *q, *k, *v, *o, *dout;
+    const int32_t *kv_len;
+    float *lse, *delta;
+    void *out, *dq, *dk, *dv;
+} attn_operands;
+
+/* The thread's tiles (f32), carved from its widening arena. */
+typedef struct attn_tiles {
+    float *q, *k, *v, *s, *acc, *m, *l; /* forward */
+    float *dout, *dp, *dk, *dv, *dq;    /* backward (dq: a whole head's rows) */
+} attn_tiles;
+
+static inline int64_t attn_tiles_floats(const amp_attn_desc *d) {
+    int64_t dim = d->head_dim;
+    return 4 * ATTN_BR * dim + 4 * ATTN_BC * dim + 2 * ATTN_BR * ATTN_BC + 2 * ATTN_BR +
+           d->seq * dim + 64 * 12;
+}
+
+static inline amp_status attn_tiles_get(const amp_attn_desc *d, attn_tiles *t) {
+    float *p = NULL;
+    AMP_TRY(amp_dnnl_arena(AMP_DNNL_ARENA_WIDEN, (size_t)attn_tiles_floats(d) * sizeof *p,
+                           (void **)&p));
+    int64_t dim = d->head_dim;
+    /* Each piece starts on a 64-byte boundary. */
+#define ATTN_CARVE(field, n)                                                                       \
+    do {                                                                                           \
+        t->field = p;                                                                              \
+        p += ((n) + 15) / 16 * 16;                                                                 \
+    } while (0)
+    ATTN_CARVE(q, ATTN_BR * dim);
+    ATTN_CARVE(k, ATTN_BC * dim);
+    ATTN_CARVE(v, ATTN_BC * dim);
+    ATTN_CARVE(s, ATTN_BR * ATTN_BC);
+    ATTN_CARVE(acc, ATTN_BR * dim);
+    ATTN_CARVE(m, ATTN_BR);
+    ATTN_CARVE(l, ATTN_BR);
+    ATTN_CARVE(dout, ATTN_BR * dim);
+    ATTN_CARVE(dp, ATTN_BR * ATTN_BC);
+    ATTN_CARVE(dk, ATTN_BC * dim);
+    ATTN_CARVE(dv, ATTN_BC * dim);
+    ATTN_CARVE(dq, d->seq * dim);
+#undef ATTN_CARVE
+    return AMP_OK;
+}
+
+/* n f32 values of x (dtype dt) from element `at`: x itself when f32, else widened into buf. */
+static inline const float *attn_rows(const void *x, amp_dtype dt, int64_t at, int64_t n,
+                                     float *buf) {
+    if (dt == AMP_F32) return (const float *)x + at;
+    for (int64_t i = 0; i < n; i++) buf[i] = amp_load_f32(x, dt, at + i);
+    return buf;
+}
+
+/* n values from src into y (dtype dt) at element `at`, rounded to nearest even. */
+static inline void attn_store_rows(void *y, amp_dtype dt, int64_t at, int64_t n, const float *src) {
+    for (int64_t i = 0; i < n; i++) amp_store_f32(y, dt, at + i, src[i]);
+}
+
+/* The number of keys batch (bh / heads) may see. */
+static inline int64_t attn_kv_len(const amp_attn_desc *d, const int32_t *kv_len, int64_t bh) {
+    return kv_len ? kv_len[bh / d->heads] : d->seq;
+}
+
+static inline amp_status attn_check_kv_len(const char *fn, const amp_attn_desc *d,
+                                           const int32_t *kv_len) {
+    for (int64_t b = 0; kv_len && b < d->batch; b++)
+        if (kv_len[b] < 0 || kv_len[b] > d->seq)
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: kv_len[%lld] = %d is outside [0, %lld]", fn,
+                            (long long)b, (int)kv_len[b], (long long)d->seq);
+    return AMP_OK;
+}
+
+#endif

@@ -1,0 +1,109 @@
+/* Fused scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention): one
+ * backend call forward, one backward; saved are the output (the tape keeps it) and each row's
+ * f32 logsumexp, never the probabilities, so the state grows as batch heads seq, not seq^2. */
+#include <math.h>
+
+#include "core/ctx.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor_internal.h"
+#include "nn/autocast.h"
+
+typedef struct attn_aux {
+    amp_attn_desc d;
+} attn_aux;
+
+static amp_status attn_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    const amp_attn_desc *d = &((const attn_aux *)node->aux)->d;
+    amp_tensor *q = node->in[0], *k = node->in[1], *v = node->in[2];
+    amp_tensor *kv_len = node->n_in > 3 ? node->in[3] : NULL;
+    amp_tensor *lse = node->saved[0], *delta, *dq, *dk, *dv;
+    AMP_TRY(amp_tensor_step_like(lse, AMP_F32, &delta));
+    AMP_TRY(amp_tensor_step_like(q, q->dtype, &dq));
+    AMP_TRY(amp_tensor_step_like(k, k->dtype, &dk));
+    AMP_TRY(amp_tensor_step_like(v, v->dtype, &dv));
+    AMP_TRY(AMP_BE(dy->backend, attn_bwd, d, q->data, k->data, v->data,
+                   kv_len ? kv_len->data : NULL, node->out->data, dy->data, lse->data,
+                   delta->data, dq->data, dk->data, dv->data));
+    /* Temporaries added in: q, k and v may be one tensor (each then gets all three). */
+    AMP_TRY(amp_grad_accumulate(q, dq, 1.0f));
+    AMP_TRY(amp_grad_accumulate(k, dk, 1.0f));
+    return amp_grad_accumulate(v, dv, 1.0f);
+}
+
+static amp_status check_inputs(const char *op, amp_tensor *q, amp_tensor *k, amp_tensor *v,
+                               const amp_attention_options *o) {
+    AMP_TRY(amp_check_float(op, "q", q));
+    AMP_TRY(amp_check_same_dtype(op, q, k));
+    AMP_TRY(amp_check_same_dtype(op, q, v));
+    if (!amp_same_shape(q, k) || !amp_same_shape(q, v)) {
+        char bq[64], bk[64], bv[64];
+        return amp_fail(AMP_ERR_SHAPE, "%s: q %s, k %s and v %s must have one shape [batch, "
+                        "heads, seq, head_dim] (mismatched heads, lengths or head dims)", op,
+                        amp_shape_str(q, bq, sizeof bq), amp_shape_str(k, bk, sizeof bk),
+                        amp_shape_str(v, bv, sizeof bv));
+    }
+    if (!(o->dropout_p >= 0.0f && o->dropout_p < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: dropout_p = %g, want 0 <= p < 1", op,
+                        (double)o->dropout_p);
+    if (!isfinite(o->scale) || o->scale < 0.0f)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: scale = %g, want 0 (1/sqrt(head_dim)) or a "
+                        "finite value > 0", op, (double)o->scale);
+    amp_tensor *len = o->kv_len;
+    if (!len) return AMP_OK;
+    AMP_TRY(amp_check_tensor(op, "kv_len", len, 1));
+    if (len->dtype != AMP_I32 || len->shape[0] != q->shape[0] || len->ctx != q->ctx)
+        return amp_fail(AMP_ERR_SHAPE, "%s: kv_len must be i32 [%lld] on q's context (it has "
+                        "dtype %s and %lld elements)", op, (long long)q->shape[0],
+                        amp_dtype_name(len->dtype), (long long)len->shape[0]);
+    return AMP_OK;
+}
+
+amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
+                                            const amp_attention_options *options,
+                                            amp_tensor **out) {
+    static const char *op = "amp_scaled_dot_product_attention";
+    AMP_CHECK_ARG(out);
+    AMP_CHECK_ARG(options);
+    AMP_TRY(amp_check_tensor(op, "q", q, 4));
+    AMP_TRY(amp_check_tensor(op, "k", k, 4));
+    AMP_TRY(amp_check_tensor(op, "v", v, 4));
+    amp_tensor *io[3] = {q, k, v};
+    AMP_TRY(amp_autocast(AMP_CAT_HALF, io, 3));
+    q = io[0];
+    k = io[1];
+    v = io[2];
+    AMP_TRY(check_inputs(op, q, k, v, options));
+    amp_ctx *ctx = q->ctx;
+    float p = options->training ? options->dropout_p : 0.0f;
+    amp_attn_desc d = {.batch = q->shape[0],
+                       .heads = q->shape[1],
+                       .seq = q->shape[2],
+                       .head_dim = q->shape[3],
+                       .dt = q->dtype,
+                       .scale = options->scale > 0.0f ? options->scale
+                                                      : (float)(1.0 / sqrt((double)q->shape[3])),
+                       .causal = options->causal,
+                       .dropout_p = p,
+                       .seed = ctx->rng.seed};
+    if (p > 0.0f) d.offset = amp_rng_reserve(&ctx->rng, (uint64_t)(d.batch * d.heads) *
+                                                             (uint64_t)d.seq * (uint64_t)d.seq);
+    amp_tensor *y, *lse;
+    int64_t lse_shape[3] = {d.batch, d.heads, d.seq};
+    AMP_TRY(amp_tensor_step_like(q, q->dtype, &y));
+    AMP_TRY(amp_tensor_step(ctx, AMP_F32, 3, lse_shape, &lse));
+    amp_tensor *len = options->kv_len;
+    amp_status s = AMP_BE(q->backend, attn_fwd, &d, q->data, k->data, v->data,
+                          len ? len->data : NULL, y->data, lse->data);
+    if (s != AMP_OK) return amp_fail_context(s, "%s", op);
+    amp_tensor *in[4] = {q, k, v, len};
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "scaled_dot_product_attention", attn_bwd, len ? 4 : 3, in,
+                       sizeof(attn_aux), &node));
+    if (node) {
+        node->saved[0] = lse;
+        ((attn_aux *)node->aux)->d = d;
+    }
+    *out = y;
+    return AMP_OK;
+}
