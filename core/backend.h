@@ -428,9 +428,16 @@ amp_status amp_backend_check_n(const char *fn, int64_t n);
 /* mse's dtype, n and pointers. */
 amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a,
                                  const void *b);
-/* attention's descriptor: a float dtype, batch, heads, seq >= 0, head_dim >= 1, a finite scale,
- * dropout_p in [0, 1) (AMP_ERR_* naming fn). */
-amp_status amp_backend_check_attn(const char *fn, const amp_attn_desc *d);
+/* attention's descriptor (a float dtype, batch, heads, seq >= 0, head_dim >= 1, a finite scale,
+ * dropout_p in [0, 1)) and, when there is a row, its arrays (AMP_ERR_* naming fn and the
+ * argument; kv_len may be NULL). */
+amp_status amp_backend_check_attn_fwd(const char *fn, const amp_attn_desc *d, const void *q,
+                                      const void *k, const void *v, const void *o,
+                                      const float *lse);
+amp_status amp_backend_check_attn_bwd(const char *fn, const amp_attn_desc *d, const void *q,
+                                      const void *k, const void *v, const void *o,
+                                      const void *dout, const float *lse, const float *delta,
+                                      const void *dq, const void *dk, const void *dv);
 /* xent's descriptor and labels pointer (the labels' range is each backend's: host or device
  * memory). */
 amp_status amp_backend_check_xent(const char *fn, const amp_xent_desc *d, const int32_t *labels);

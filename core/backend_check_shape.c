@@ -77,7 +77,7 @@ amp_status amp_backend_check_embedding(const char *fn, amp_dtype dt, int64_t n, 
     return AMP_OK;
 }
 
-amp_status amp_backend_check_attn(const char *fn, const amp_attn_desc *d) {
+static amp_status check_attn_desc(const char *fn, const amp_attn_desc *d) {
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     AMP_TRY(amp_backend_check_float(fn, d->dt));
     if (d->batch < 0 || d->heads < 0 || d->seq < 0 || d->head_dim < 1)
@@ -91,4 +91,33 @@ amp_status amp_backend_check_attn(const char *fn, const amp_attn_desc *d) {
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: dropout_p = %g is outside [0, 1)", fn,
                         (double)d->dropout_p);
     return AMP_OK;
+}
+
+/* The first NULL of n arrays, named; none is needed without rows. */
+static amp_status check_attn_arrays(const char *fn, const amp_attn_desc *d, int n,
+                                    const void *const *arrays, const char *const *names) {
+    if (d->batch * d->heads * d->seq == 0) return AMP_OK;
+    for (int a = 0; a < n; a++)
+        if (!arrays[a])
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, names[a]);
+    return AMP_OK;
+}
+
+amp_status amp_backend_check_attn_fwd(const char *fn, const amp_attn_desc *d, const void *q,
+                                      const void *k, const void *v, const void *o,
+                                      const float *lse) {
+    AMP_TRY(check_attn_desc(fn, d));
+    const void *arrays[] = {q, k, v, o, lse};
+    static const char *const names[] = {"q", "k", "v", "o", "lse"};
+    return check_attn_arrays(fn, d, 5, arrays, names);
+}
+
+amp_status amp_backend_check_attn_bwd(const char *fn, const amp_attn_desc *d, const void *q,
+                                      const void *k, const void *v, const void *o,
+                                      const void *dout, const float *lse, const float *delta,
+                                      const void *dq, const void *dk, const void *dv) {
+    AMP_TRY(check_attn_desc(fn, d));
+    const void *arrays[] = {q, k, v, o, dout, lse, delta, dq, dk, dv};
+    static const char *const names[] = {"q", "k", "v", "o", "dout", "lse", "delta", "dq", "dk", "dv"};
+    return check_attn_arrays(fn, d, 10, arrays, names);
 }

@@ -23,14 +23,14 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
     const int64_t seq = d->seq, dim = d->head_dim, nr = attn_min(ATTN_BR, seq - i0);
     const int64_t len = attn_kv_len(d, x->kv_len, bh);
     const float inv_keep = amp_dropout_scale(d->dropout_p);
-    const float *q = attn_rows(x->q, d->dt, (bh * seq + i0) * dim, nr * dim, t->q);
+    const float *q = tile_in(x->q, d->dt, (bh * seq + i0) * dim, nr * dim, t->q);
     for (int64_t r = 0; r < nr; r++) t->m[r] = -INFINITY, t->l[r] = 0.0f;
     memset(t->acc, 0, (size_t)(nr * dim) * sizeof *t->acc);
     int64_t kend = amp_attn_keys(d->causal, seq, i0 + nr - 1, len);
     for (int64_t j0 = 0; j0 < kend; j0 += ATTN_BC) {
         int64_t nc = attn_min(ATTN_BC, kend - j0);
-        const float *k = attn_rows(x->k, d->dt, (bh * seq + j0) * dim, nc * dim, t->k);
-        const float *v = attn_rows(x->v, d->dt, (bh * seq + j0) * dim, nc * dim, t->v);
+        const float *k = tile_in(x->k, d->dt, (bh * seq + j0) * dim, nc * dim, t->k);
+        const float *v = tile_in(x->v, d->dt, (bh * seq + j0) * dim, nc * dim, t->v);
         if (dnnl_sgemm('N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s, ATTN_BC) !=
             dnnl_success)
             return false;
@@ -69,32 +69,19 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
     return true;
 }
 
+/* Task i: (batch, head) i % (batch heads), the causal blocks near the end (which see the most
+ * keys) first. */
+static bool fwd_task(const amp_attn_desc *d, const attn_operands *x, int64_t task, attn_tiles *t) {
+    int64_t bhs = d->batch * d->heads, blocks = (d->seq + ATTN_BR - 1) / ATTN_BR;
+    return fwd_block(d, x, task % bhs, (blocks - 1 - task / bhs) * ATTN_BR, t);
+}
+
 amp_status amp_cpu_attn_fwd(amp_device_ctx *dev, const amp_attn_desc *d, const void *q,
                             const void *k, const void *v, const int32_t *kv_len, void *o,
                             float *lse) {
-    AMP_TRY(amp_backend_check_attn(__func__, d));
-    int64_t bhs = d->batch * d->heads, blocks = (d->seq + ATTN_BR - 1) / ATTN_BR;
-    if (bhs == 0 || d->seq == 0) return AMP_OK;
-    AMP_CHECK_ARG(q);
-    AMP_CHECK_ARG(k);
-    AMP_CHECK_ARG(v);
-    AMP_CHECK_ARG(o);
-    AMP_CHECK_ARG(lse);
+    AMP_TRY(amp_backend_check_attn_fwd(__func__, d, q, k, v, o, lse));
     AMP_TRY(attn_check_kv_len(__func__, d, kv_len));
     attn_operands x = {.q = q, .k = k, .v = v, .kv_len = kv_len, .out = o, .lse = lse};
-    int failed = 0;
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t task = 0; task < bhs * blocks; task++) {
-        attn_tiles t;
-        /* The causal blocks near the end see the most keys: start them first. */
-        int64_t bh = task % bhs, qb = blocks - 1 - task / bhs;
-        if (attn_tiles_get(d, &t) != AMP_OK || !fwd_block(d, &x, bh, qb * ATTN_BR, &t)) {
-#pragma omp atomic write
-            failed = 1;
-        }
-    }
-    if (failed)
-        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's oneDNN sgemm or its %lld-float arena failed",
-                        __func__, (long long)attn_tiles_floats(d));
-    return AMP_OK;
+    int64_t blocks = (d->seq + ATTN_BR - 1) / ATTN_BR;
+    return attn_run(__func__, d, &x, d->batch * d->heads * blocks, fwd_task);
 }

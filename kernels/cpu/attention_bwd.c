@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/math/attention.h"
+#include "kernels/math/load_store.h"
 
 /* delta[i] = sum_c dO[i, c] O[i, c] for the head's rows (f32, c in order). */
 static void head_delta(const amp_attn_desc *d, const attn_operands *x, int64_t bh) {
@@ -62,14 +63,14 @@ static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
         int64_t nc = attn_min(ATTN_BC, seq - j0);
         memset(t->dk, 0, (size_t)(nc * dim) * sizeof *t->dk);
         memset(t->dv, 0, (size_t)(nc * dim) * sizeof *t->dv);
-        const float *k = attn_rows(x->k, d->dt, base + j0 * dim, nc * dim, t->k);
-        const float *v = attn_rows(x->v, d->dt, base + j0 * dim, nc * dim, t->v);
+        const float *k = tile_in(x->k, d->dt, base + j0 * dim, nc * dim, t->k);
+        const float *v = tile_in(x->v, d->dt, base + j0 * dim, nc * dim, t->v);
         /* Rows before j0 see none of these keys when causal; no row sees keys >= len. */
         int64_t first = d->causal ? j0 / ATTN_BR * ATTN_BR : 0;
         for (int64_t i0 = j0 < len ? first : seq; i0 < seq; i0 += ATTN_BR) {
             int64_t nr = attn_min(ATTN_BR, seq - i0);
-            const float *q = attn_rows(x->q, d->dt, base + i0 * dim, nr * dim, t->q);
-            const float *dout = attn_rows(x->dout, d->dt, base + i0 * dim, nr * dim, t->dout);
+            const float *q = tile_in(x->q, d->dt, base + i0 * dim, nr * dim, t->q);
+            const float *dout = tile_in(x->dout, d->dt, base + i0 * dim, nr * dim, t->dout);
             if (dnnl_sgemm('N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
                            ATTN_BC) != dnnl_success ||
                 dnnl_sgemm('N', 'T', nr, nc, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
@@ -95,28 +96,9 @@ amp_status amp_cpu_attn_bwd(amp_device_ctx *dev, const amp_attn_desc *d, const v
                             const void *k, const void *v, const int32_t *kv_len, const void *o,
                             const void *dout, const float *lse, float *delta, void *dq, void *dk,
                             void *dv) {
-    AMP_TRY(amp_backend_check_attn(__func__, d));
-    int64_t bhs = d->batch * d->heads;
-    if (bhs == 0 || d->seq == 0) return AMP_OK;
-    const void *in[] = {q, k, v, o, dout, lse, delta, dq, dk, dv};
-    static const char *names[] = {"q", "k", "v", "o", "dout", "lse", "delta", "dq", "dk", "dv"};
-    for (int a = 0; a < 10; a++)
-        if (!in[a]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", __func__,
-                                    names[a]);
+    AMP_TRY(amp_backend_check_attn_bwd(__func__, d, q, k, v, o, dout, lse, delta, dq, dk, dv));
     AMP_TRY(attn_check_kv_len(__func__, d, kv_len));
     attn_operands x = {.q = q, .k = k, .v = v, .o = o, .dout = dout, .kv_len = kv_len,
                        .lse = (float *)lse, .delta = delta, .dq = dq, .dk = dk, .dv = dv};
-    int failed = 0;
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t bh = 0; bh < bhs; bh++) {
-        attn_tiles t;
-        if (attn_tiles_get(d, &t) != AMP_OK || !bwd_head(d, &x, bh, &t)) {
-#pragma omp atomic write
-            failed = 1;
-        }
-    }
-    if (failed)
-        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's oneDNN sgemm or its %lld-float arena failed",
-                        __func__, (long long)attn_tiles_floats(d));
-    return AMP_OK;
+    return attn_run(__func__, d, &x, d->batch * d->heads, bwd_head);
 }

@@ -1,6 +1,6 @@
 /* What the CPU attention kernels (attention.c, attention_bwd.c) share: the tile sizes, the
- * operands, the thread's tiles in its arena, f32 views of rows of a tensor (the tensor itself
- * when f32, else a widened copy) and the padding mask's check. */
+ * operands, the thread's tiles in its arena, the parallel loop over tasks, the store of f32
+ * rows and the padding mask's check (rows are read through cpu_tile.h's tile_in). */
 #ifndef AMP_KERNELS_CPU_ATTENTION_TILES_H
 #define AMP_KERNELS_CPU_ATTENTION_TILES_H
 
@@ -9,8 +9,8 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
-#include "kernels/math/load_store.h"
 
 /* Query rows and keys per tile: bench/RESULTS.md ("Attention on the CPU") has the sweep. */
 #define ATTN_BR 64
@@ -64,17 +64,31 @@ static inline amp_status attn_tiles_get(const amp_attn_desc *d, attn_tiles *t) {
     return AMP_OK;
 }
 
-/* n f32 values of x (dtype dt) from element `at`: x itself when f32, else widened into buf. */
-static inline const float *attn_rows(const void *x, amp_dtype dt, int64_t at, int64_t n,
-                                     float *buf) {
-    if (dt == AMP_F32) return (const float *)x + at;
-    for (int64_t i = 0; i < n; i++) buf[i] = amp_load_f32(x, dt, at + i);
-    return buf;
+/* n values from src into y (dtype dt) at element `at`, rounded to nearest even (the cast
+ * entry's body; serial inside the kernels' parallel tasks). */
+static inline void attn_store_rows(void *y, amp_dtype dt, int64_t at, int64_t n, const float *src) {
+    (void)amp_cpu_convert((char *)y + (size_t)at * amp_dtype_size(dt), dt, src, AMP_F32, n);
 }
 
-/* n values from src into y (dtype dt) at element `at`, rounded to nearest even. */
-static inline void attn_store_rows(void *y, amp_dtype dt, int64_t at, int64_t n, const float *src) {
-    for (int64_t i = 0; i < n; i++) amp_store_f32(y, dt, at + i, src[i]);
+/* task(d, x, i, tiles) for every i < tasks, in parallel (dynamic: causal tasks differ in work),
+ * each with its thread's tiles; fails naming fn when a task's sgemm or arena failed. */
+typedef bool (*attn_task)(const amp_attn_desc *d, const attn_operands *x, int64_t i,
+                          attn_tiles *t);
+static inline amp_status attn_run(const char *fn, const amp_attn_desc *d, const attn_operands *x,
+                                  int64_t tasks, attn_task task) {
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < tasks; i++) {
+        attn_tiles t;
+        if (attn_tiles_get(d, &t) != AMP_OK || !task(d, x, i, &t)) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    if (failed)
+        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's oneDNN sgemm or its %lld-float arena failed",
+                        fn, (long long)attn_tiles_floats(d));
+    return AMP_OK;
 }
 
 /* The number of keys batch (bh / heads) may see. */

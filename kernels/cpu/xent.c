@@ -1,7 +1,7 @@
 /* CPU backend: softmax cross-entropy over a large vocabulary (xent_fwd, xent_bwd), the arithmetic
  * and order of kernels/math/xent.h, so the CUDA backend gives the same bits.
- *  - Forward: rows in parallel (amp_cpu_each_row), each widened once into the thread's f32
- *    buffer; the row's max and sum of exps in a warp's order, its logsumexp and loss written to
+ *  - Forward: rows in parallel (amp_cpu_each_row), each read in place (f32) or widened once
+ *    into the thread's f32 buffer; the row's max and sum of exps in a warp's order, its logsumexp and loss written to
  *    stats; then the losses' total over 256 double lanes and their tree, in one thread (rows
  *    terms, nothing next to the rows * classes exps).
  *  - Backward: rows in parallel, the softmax recomputed from the logits and the saved
@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/xent.h"
 
@@ -34,7 +35,7 @@ typedef struct xent_call {
     void *dlogits;
 } xent_call;
 
-static void fwd_row(void *ctx, int64_t r, float *v) {
+static void fwd_row(void *ctx, int64_t r, float *buf) {
     const xent_call *c = ctx;
     const amp_xent_desc *d = c->d;
     float *lse = c->stats, *row_loss = c->stats + d->rows;
@@ -45,7 +46,7 @@ static void fwd_row(void *ctx, int64_t r, float *v) {
         return;
     }
     int64_t classes = d->classes, base = r * classes;
-    for (int64_t j = 0; j < classes; j++) v[j] = amp_load_f32(c->logits, d->dt, base + j);
+    const float *v = tile_in(c->logits, d->dt, base, classes, buf);
     float m, s;
     amp_cpu_row_max_sumexp(v, classes, &m, &s);
     float sx = d->label_smoothing > 0.0f ? amp_cpu_row_sum(v, classes) : 0.0f;

@@ -27,18 +27,13 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/warp_lanes.cuh"
 #include "kernels/math/attention.h"
-#include "kernels/math/lanes.h"
 #include "kernels/math/load_store.h"
 
 #define ATTN_WARPS 4
 #define ATTN_PER_LANE 4 /* head_dim <= 32 * 4 */
 #define ATTN_RECORD 3   /* the word of the context's bad-index record */
-
-static __device__ inline float warp_sum(float v) {
-    for (int off = AMP_LANES / 2; off >= 1; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 /* The lane's values of row `row` (head_dim elements) of x, 0 past head_dim. */
 template <amp_dtype D>
@@ -62,7 +57,7 @@ static __device__ inline void store_row(void *x, int64_t row, int64_t dim, int l
 static __device__ inline float dot(const float a[ATTN_PER_LANE], const float b[ATTN_PER_LANE]) {
     float s = 0.0f;
     for (int u = 0; u < ATTN_PER_LANE; u++) s += a[u] * b[u];
-    return warp_sum(s);
+    return amp_warp_sum(s);
 }
 
 /* The batch's key count, or -1 (recorded) when kv_len is outside [0, seq]. */
@@ -244,15 +239,10 @@ extern "C" amp_status amp_cuda_attn_fwd(amp_device_ctx *dev, const amp_attn_desc
                                         const void *q, const void *k, const void *v,
                                         const int32_t *kv_len, void *o, float *lse) {
     static const char *fn = "amp_cuda_attn_fwd";
-    AMP_TRY(amp_backend_check_attn(fn, d));
+    AMP_TRY(amp_backend_check_attn_fwd(fn, d, q, k, v, o, lse));
     AMP_TRY(check_dim(fn, d));
     int64_t rows = d->batch * d->heads * d->seq;
     if (rows == 0) return AMP_OK;
-    AMP_CHECK_ARG(q);
-    AMP_CHECK_ARG(k);
-    AMP_CHECK_ARG(v);
-    AMP_CHECK_ARG(o);
-    AMP_CHECK_ARG(lse);
     cudaStream_t stream = dev->stream;
     unsigned long long *record = dev->label_record + ATTN_RECORD;
     unsigned grid = grid_for_warps(rows);
@@ -271,14 +261,10 @@ extern "C" amp_status amp_cuda_attn_bwd(amp_device_ctx *dev, const amp_attn_desc
                                         const float *lse, float *delta, void *dq, void *dk,
                                         void *dv) {
     static const char *fn = "amp_cuda_attn_bwd";
-    AMP_TRY(amp_backend_check_attn(fn, d));
+    AMP_TRY(amp_backend_check_attn_bwd(fn, d, q, k, v, o, dout, lse, delta, dq, dk, dv));
     AMP_TRY(check_dim(fn, d));
     int64_t rows = d->batch * d->heads * d->seq;
     if (rows == 0) return AMP_OK;
-    const void *in[] = {q, k, v, o, dout, lse, delta, dq, dk, dv};
-    static const char *names[] = {"q", "k", "v", "o", "dout", "lse", "delta", "dq", "dk", "dv"};
-    for (int a = 0; a < 10; a++)
-        if (!in[a]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", fn, names[a]);
     cudaStream_t stream = dev->stream;
     unsigned long long *record = dev->label_record + ATTN_RECORD;
     unsigned grid = grid_for_warps(rows);

@@ -16,15 +16,11 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/warp_lanes.cuh"
 #include "kernels/math/layernorm.h"
 #include "kernels/math/load_store.h"
 
 #define LN_WARPS 8
-
-static __device__ inline float warp_total(float v) {
-    for (int off = AMP_LN_LANES / 2; off >= 1; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 template <amp_dtype D>
 static __global__ void ln_fwd_kernel(amp_ln_desc d, const void *x, const void *r, void *sum,
@@ -45,13 +41,13 @@ static __global__ void ln_fwd_kernel(amp_ln_desc d, const void *x, const void *r
             }
             acc += e;
         }
-        float mu = d.rms ? 0.0f : warp_total(acc) / (float)d.cols;
+        float mu = d.rms ? 0.0f : amp_warp_sum(acc) / (float)d.cols;
         acc = 0.0f;
         for (int64_t j = lane; j < d.cols; j += AMP_LN_LANES) {
             float t = amp_load_f32(src, D, base + j) - mu;
             acc += amp_mul_rn(t, t);
         }
-        float rs = amp_ln_rstd(warp_total(acc) / (float)d.cols, d.eps);
+        float rs = amp_ln_rstd(amp_warp_sum(acc) / (float)d.cols, d.eps);
         if (lane == 0) {
             if (!d.rms) mean[row] = mu;
             rstd[row] = rs;
@@ -79,8 +75,8 @@ static __global__ void ln_dx_kernel(amp_ln_desc d, const void *x, const void *dy
             a1 += g;
             a2 += amp_mul_rn(g, amp_ln_xhat(amp_load_f32(x, D, base + j), mu, rs));
         }
-        float m1 = d.rms ? 0.0f : warp_total(a1) / (float)d.cols;
-        float m2 = warp_total(a2) / (float)d.cols;
+        float m1 = d.rms ? 0.0f : amp_warp_sum(a1) / (float)d.cols;
+        float m2 = amp_warp_sum(a2) / (float)d.cols;
         for (int64_t j = lane; j < d.cols; j += AMP_LN_LANES) {
             float g = amp_mul_rn(amp_load_f32(dy, D, base + j), gamma ? gamma[j] : 1.0f);
             float xh = amp_ln_xhat(amp_load_f32(x, D, base + j), mu, rs);

@@ -13,24 +13,11 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/math/lanes.h"
+#include "kernels/cuda/warp_lanes.cuh"
 #include "kernels/math/load_store.h"
 #include "kernels/math/softmax.h"
 
 #define SM_WARPS 8
-
-static __device__ inline float warp_sum(float v) {
-    for (int off = AMP_LANES / 2; off >= 1; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
-static __device__ inline float warp_max(float v) {
-    for (int off = AMP_LANES / 2; off >= 1; off /= 2) {
-        float o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = v > o || v != v ? v : o; /* kernels/math/lanes.h's amp_lanes_max2 */
-    }
-    return v;
-}
 
 template <amp_dtype D>
 static __global__ void softmax_fwd_kernel(amp_softmax_desc d, const void *x, void *y) {
@@ -42,13 +29,13 @@ static __global__ void softmax_fwd_kernel(amp_softmax_desc d, const void *x, voi
         float m = -INFINITY;
         for (int64_t j = lane; j < d.cols; j += AMP_LANES) {
             float v = amp_load_f32(x, D, base + j);
-            m = m > v || m != m ? m : v; /* amp_lanes_max2(m, v), the CPU's order */
+            m = amp_lanes_max2(m, v); /* the CPU's order */
         }
-        m = warp_max(m);
+        m = amp_warp_max(m);
         float s = 0.0f;
         for (int64_t j = lane; j < d.cols; j += AMP_LANES)
             s += amp_softmax_exp(amp_load_f32(x, D, base + j), m);
-        s = warp_sum(s);
+        s = amp_warp_sum(s);
         for (int64_t j = lane; j < d.cols; j += AMP_LANES) {
             float v = amp_load_f32(x, D, base + j);
             amp_store_f32(y, D, base + j, amp_softmax_out(v, m, s, d.log));
@@ -69,7 +56,7 @@ static __global__ void softmax_bwd_kernel(amp_softmax_desc d, const void *y, con
             float g = amp_load_f32(dy, D, base + j);
             r += d.log ? g : amp_mul_rn(g, amp_load_f32(y, D, base + j));
         }
-        r = warp_sum(r);
+        r = amp_warp_sum(r);
         for (int64_t j = lane; j < d.cols; j += AMP_LANES)
             amp_store_f32(dx, D, base + j,
                           amp_softmax_dx(amp_load_f32(y, D, base + j),

@@ -35,7 +35,7 @@
 #include "core/profile.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/math/lanes.h"
+#include "kernels/cuda/warp_lanes.cuh"
 #include "kernels/math/load_store.h"
 #include "kernels/math/softmax.h"
 #include "kernels/math/xent.h"
@@ -44,19 +44,6 @@
 #define XENT_BWD_BLOCK 256
 /* The record's "no bad row" value. */
 #define NO_BAD_ROW 0xffffffffffffffffull
-
-static __device__ inline float warp_sum(float v) {
-    for (int off = AMP_LANES / 2; off >= 1; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
-static __device__ inline float warp_max(float v) {
-    for (int off = AMP_LANES / 2; off >= 1; off /= 2) {
-        float o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = v > o || v != v ? v : o; /* kernels/math/lanes.h's amp_lanes_max2 */
-    }
-    return v;
-}
 
 static __device__ inline bool bad_label(int32_t label, const amp_xent_desc &d) {
     return label != d.ignore_index && (label < 0 || label >= d.classes);
@@ -87,9 +74,9 @@ static __global__ void xent_rows_kernel(amp_xent_desc d, const void *logits, con
         float m = -INFINITY;
         for (int64_t j = lane; j < d.classes; j += AMP_LANES) {
             float v = amp_load_f32(logits, D, base + j);
-            m = m > v || m != m ? m : v; /* amp_lanes_max2(m, v), the CPU's order */
+            m = amp_lanes_max2(m, v); /* the CPU's order */
         }
-        m = warp_max(m);
+        m = amp_warp_max(m);
         float s = 0.0f, sx = 0.0f;
         bool smooth = d.label_smoothing > 0.0f;
         for (int64_t j = lane; j < d.classes; j += AMP_LANES) {
@@ -97,8 +84,8 @@ static __global__ void xent_rows_kernel(amp_xent_desc d, const void *logits, con
             s += amp_softmax_exp(v, m);
             if (smooth) sx += v;
         }
-        s = warp_sum(s);
-        sx = smooth ? warp_sum(sx) : 0.0f;
+        s = amp_warp_sum(s);
+        sx = smooth ? amp_warp_sum(sx) : 0.0f;
         if (lane == 0) {
             float xl = amp_load_f32(logits, D, base + label);
             stats[row] = amp_xent_lse(m, s);

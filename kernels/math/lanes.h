@@ -6,10 +6,12 @@
 #ifndef AMP_KERNELS_MATH_LANES_H
 #define AMP_KERNELS_MATH_LANES_H
 
+#include "core/hd.h"
+
 #define AMP_LANES 32
 
 /* The max that lets a NaN through (either operand). */
-static inline float amp_lanes_max2(float a, float b) { return a > b || a != a ? a : b; }
+AMP_HD static inline float amp_lanes_max2(float a, float b) { return a > b || a != a ? a : b; }
 
 /* The butterfly over 32 lane values: sums (max = 0) or NaN-propagating maxima (max = 1). */
 static inline float amp_lanes_combine(float *acc, int max) {
