@@ -2,9 +2,9 @@
  * same shape in PyTorch (bench/attention_torch.py, F.scaled_dot_product_attention(is_causal=True)
  * with the same threads): `attention_cpu [B H T D [reps]]` prints the median time of a forward
  * and backward, its FLOP rate (FlashAttention's convention: 2 B H T^2 D forward causal, 2.5
- * times that backward) and the ledger's peak above the inputs, beside the B H T^2 f32
- * probabilities a naive attention keeps (the CPU is synchronous: the time is the work). Results:
- * bench/RESULTS.md. */
+ * times that backward), the ledger's peak above the inputs, and the saved state plus workspace
+ * beside the B H T^2 f32 probabilities a naive attention keeps (the CPU is synchronous: the time
+ * is the work). Results: bench/RESULTS.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -44,35 +44,43 @@ int main(int argc, char **argv) {
         TRY(amp_tensor_from_host(ctx, AMP_F32, 4, shape, host, &x[a]));
         TRY(amp_tensor_set_requires_grad(x[a], true));
     }
-    double *t = malloc((size_t)(reps + 1) * sizeof *t);
+    double *t = malloc((size_t)(reps + 1) * sizeof *t), *tf = malloc((size_t)(reps + 1) * sizeof *tf);
+    /* The peak over every run (the first, a warm-up, grows the step arena and the threads' tile
+     * arenas, which the others reuse) above what the inputs held. */
     amp_mem_usage before, peak;
-    for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
-        TRY(amp_ctx_memory_usage(ctx, &before, NULL));
-        amp_ctx_memory_reset_peak(ctx);
+    TRY(amp_ctx_memory_usage(ctx, &before, NULL));
+    amp_ctx_memory_reset_peak(ctx);
+    for (int r = 0; r <= reps; r++) {
         double t0 = now();
         amp_tensor *y, *loss;
         amp_attention_options o = {.causal = true};
         TRY(amp_scaled_dot_product_attention(x[0], x[1], x[2], &o, &y));
+        tf[r] = now() - t0;
         TRY(amp_mean(y, &loss));
         TRY(amp_backward(loss));
         t[r] = now() - t0;
-        TRY(amp_ctx_memory_usage(ctx, NULL, &peak));
         amp_ctx_reset_step(ctx);
         for (int a = 0; a < 3; a++) amp_tensor_zero_grad(x[a]);
     }
+    TRY(amp_ctx_memory_usage(ctx, NULL, &peak));
     qsort(t + 1, (size_t)reps, sizeof *t, cmp);
-    double med = t[1 + reps / 2];
+    qsort(tf + 1, (size_t)reps, sizeof *tf, cmp);
+    double med = t[1 + reps / 2], med_fwd = tf[1 + reps / 2];
     double flops = 3.5 * 2.0 * (double)shape[0] * (double)shape[1] * (double)shape[2] *
                    (double)shape[2] * (double)shape[3];
+    double saved = 2.0 * 4.0 * (double)shape[0] * (double)shape[1] * (double)shape[2];
     double probs = 4.0 * (double)shape[0] * (double)shape[1] * (double)shape[2] * (double)shape[2];
-    printf("attention_cpu f32 causal [%lld, %lld, %lld, %lld]: forward+backward %.1f ms (median "
-           "of %d), %.1f GFLOP/s; peak %.1f MB above the inputs, naive probabilities %.1f MB\n",
+    printf("attention_cpu f32 causal [%lld, %lld, %lld, %lld]: forward+backward %.1f ms (forward "
+           "%.1f; median of %d), %.1f GFLOP/s; peak %.1f MB above the inputs (outputs and gradients "
+           "included); saved state + workspace %.1f MB (the logsumexp and delta, %.1f MB, and the "
+           "ledger's workspace at the peak); naive probabilities %.1f MB\n",
            (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3],
-           1e3 * med, reps, flops / med / 1e9, (double)(peak.total - before.total) / 1e6,
-           probs / 1e6);
+           1e3 * med, 1e3 * med_fwd, reps, flops / med / 1e9, (double)(peak.total - before.total) / 1e6,
+           (saved + (double)peak.bytes[AMP_MEM_WORKSPACE]) / 1e6, saved / 1e6, probs / 1e6);
     for (int a = 0; a < 3; a++) amp_tensor_free(x[a]);
     amp_ctx_free(ctx);
     free(host);
     free(t);
+    free(tf);
     return 0;
 }

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/math/attention.h"
 #include "kernels/math/load_store.h"
@@ -31,23 +32,35 @@ static void head_delta(const amp_attn_desc *d, const attn_operands *x, int64_t b
 }
 
 /* P, then dS in dp, for query block i0 (nr rows) against key block j0 (nc keys); pz (in s) is P
- * with dropout's factor. */
-static void block_probs(const amp_attn_desc *d, const attn_operands *x, int64_t bh, int64_t i0,
-                        int64_t nr, int64_t j0, int64_t nc, int64_t len, attn_tiles *t) {
+ * with dropout's factor. Built per ISA, the exps in attention_tiles.h's vector loops. */
+AMP_CPU_CLONES static void block_probs(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
+                                      int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t len,
+                                      attn_tiles *t) {
     const float inv_keep = amp_dropout_scale(d->dropout_p);
     for (int64_t r = 0; r < nr; r++) {
         int64_t i = i0 + r, row = bh * d->seq + i;
         int64_t nk = attn_min(amp_attn_keys(d->causal, d->seq, i, len) - j0, nc);
+        nk = nk > 0 ? nk : 0;
         float lse = x->lse[row], delta = x->delta[row];
         float *s = t->s + r * ATTN_BC, *dp = t->dp + r * ATTN_BC;
-        for (int64_t j = 0; j < nc; j++) {
-            float p = j < nk ? amp_attn_prob(s[j], lse) : 0.0f;
-            float z = d->dropout_p > 0.0f && j < nk
-                          ? amp_attn_keep(d->dropout_p, inv_keep, d->seed,
-                                          amp_attn_draw(d->offset, d->seq, bh, i, j0 + j))
-                          : 1.0f;
-            s[j] = p * z;
-            dp[j] = p * (dp[j] * z - delta);
+        bool nan;
+        (void)attn_row_max(s, nk > 0 ? nk : 1, &nan); /* a NaN score takes the scalar way */
+        if (nk > 0 && isfinite(lse) && !nan) {
+            (void)attn_row_exp(s, nk, lse);
+        } else {
+            for (int64_t j = 0; j < nk; j++) s[j] = amp_attn_prob(s[j], lse);
+        }
+        for (int64_t j = nk; j < nc; j++) s[j] = 0.0f;
+        if (d->dropout_p > 0.0f) {
+            for (int64_t j = 0; j < nk; j++) {
+                float z = amp_attn_keep(d->dropout_p, inv_keep, d->seed,
+                                        amp_attn_draw(d->offset, d->seq, bh, i, j0 + j));
+                dp[j] = s[j] * (dp[j] * z - delta);
+                s[j] *= z;
+            }
+            for (int64_t j = nk; j < nc; j++) dp[j] = 0.0f * (dp[j] - delta);
+        } else {
+            for (int64_t j = 0; j < nc; j++) dp[j] = s[j] * (dp[j] - delta);
         }
     }
 }

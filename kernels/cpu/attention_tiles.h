@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/math/transcendental.h"
 
 /* Query rows and keys per tile: bench/RESULTS.md ("Attention on the CPU") has the sweep. */
 #define ATTN_BR 64
@@ -62,6 +63,65 @@ static inline amp_status attn_tiles_get(const amp_attn_desc *d, attn_tiles *t) {
     ATTN_CARVE(dq, d->seq * dim);
 #undef ATTN_CARVE
     return AMP_OK;
+}
+
+/* Lanes of the row reductions below: explicit, so that they vectorise without reassociation. */
+#define ATTN_LANES 16
+/* amp_expf's lowest argument: below it e^x is 0 in f32. */
+#define ATTN_EXP_LOW -103.97208404541015625f
+
+/* The max of s[0, n), n >= 1; *nan set when a NaN is among them (the max skips it). */
+static inline __attribute__((always_inline)) float attn_row_max(const float *s, int64_t n,
+                                                                 bool *nan) {
+    float lane[ATTN_LANES];
+    int odd = 0;
+    for (int l = 0; l < ATTN_LANES; l++) lane[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + ATTN_LANES <= n; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) {
+            lane[l] = s[j + l] > lane[l] ? s[j + l] : lane[l];
+            odd |= s[j + l] != s[j + l];
+        }
+    for (; j < n; j++) {
+        lane[0] = s[j] > lane[0] ? s[j] : lane[0];
+        odd |= s[j] != s[j];
+    }
+    float m = lane[0];
+    for (int l = 1; l < ATTN_LANES; l++) m = lane[l] > m ? lane[l] : m;
+    *nan = odd;
+    return m;
+}
+
+/* s[j] = e^(s[j] - m) for j < n, m the finite max of a row without NaN; returns their sum. The
+ * arguments are clamped into amp_expf_core's range in one pass and exponentiated in another,
+ * each a plain vector loop (a select feeding the exp keeps GCC from vectorising it): below
+ * -103.97 the result is e^-103.97 (1e-45) where amp_expf gives 0. */
+static inline __attribute__((always_inline)) float attn_row_exp(float *s, int64_t n, float m) {
+    for (int64_t j = 0; j < n; j++) {
+        float t = s[j] - m;
+        s[j] = t < ATTN_EXP_LOW ? ATTN_EXP_LOW : t;
+    }
+    float lane[ATTN_LANES] = {0};
+    int64_t j = 0;
+    for (; j + ATTN_LANES <= n; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) {
+            s[j + l] = amp_expf_core(s[j + l]);
+            lane[l] += s[j + l];
+        }
+    for (; j < n; j++) {
+        s[j] = amp_expf_core(s[j]);
+        lane[0] += s[j];
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < ATTN_LANES; l++) sum += lane[l];
+    return sum;
+}
+
+/* The same for any row (NaN and infinities as amp_expf has them), one element at a time. */
+static inline float attn_row_exp_scalar(float *s, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) sum += s[j] = amp_expf(s[j] - m);
+    return sum;
 }
 
 /* n values from src into y (dtype dt) at element `at`, rounded to nearest even (the cast

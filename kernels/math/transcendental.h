@@ -25,7 +25,8 @@ AMP_HD static inline float amp_pow2i(int n) { return amp_f32_from_bits((uint32_t
 /* p * 2^n for |p| in [2^-20, 2^20] and -152 <= n <= 129, with one rounding (into a subnormal at
  * the bottom): two exact power-of-two factors where one would leave the normal range. */
 AMP_HD static inline float amp_scale_pow2(float p, int n) {
-    int half = n / 2;
+    int half = n >> 1; /* floor(n / 2) (arithmetic shift): no division, which would keep loops with
+                        * a select from vectorising */
     return amp_mul_rn(amp_mul_rn(p, amp_pow2i(half)), amp_pow2i(n - half));
 }
 
@@ -34,7 +35,7 @@ AMP_HD static inline float amp_scale_pow2(float p, int n) {
 AMP_HD static inline float amp_exp_reduce(float x, int *n_out) {
     float zf = amp_mul_rn(1.44269504088896341f, x) + 0.5f;
     int n = (int)zf;
-    if ((float)n > zf) n--; /* floor: zf may be negative */
+    n -= (float)n > zf; /* floor: zf may be negative (a subtraction, not a branch: it vectorises) */
     float fn = (float)n;
     float r = x - amp_mul_rn(fn, 0.693359375f);
     r = r - amp_mul_rn(fn, -2.12194440e-4f);
@@ -49,13 +50,19 @@ AMP_HD static inline float amp_exp_reduce(float x, int *n_out) {
     return amp_mul_rn(p, r2) + r + 1.0f;
 }
 
+/* e^x for x in [-103.97, 88.73] (amp_expf's range, without its special cases): no branch, so
+ * a loop of it vectorises (the CPU's attention clamps its arguments into the range first). */
+AMP_HD static inline float amp_expf_core(float x) {
+    int n;
+    float p = amp_exp_reduce(x, &n);
+    return amp_scale_pow2(p, n);
+}
+
 AMP_HD static inline float amp_expf(float x) {
     if (x != x) return x;
     if (x > 88.72283935546875f) return amp_f32_from_bits(0x7f800000u);
     if (x < -103.97208404541015625f) return 0.0f;
-    int n;
-    float p = amp_exp_reduce(x, &n);
-    return amp_scale_pow2(p, n);
+    return amp_expf_core(x);
 }
 
 /* log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 q(f) for f = m - 1,
