@@ -99,7 +99,7 @@ const char *amp_ctx_backend_name(const amp_ctx *ctx) {
 
 void amp_ctx_reset_step(amp_ctx *ctx) {
     if (!ctx) return;
-    ctx->n_tape = 0;
+    amp_ctx_tape_clear(ctx);
     ctx->autocast.n_cache = 0;
     amp_cast_shadows_reap(ctx);
     ctx->step_gen++;
@@ -128,6 +128,12 @@ amp_status amp_ctx_tape_push(amp_ctx *ctx, struct amp_tape_node *node) {
     ctx->tape = t;
     ctx->tape[ctx->n_tape++] = node;
     return AMP_OK;
+}
+
+void amp_ctx_tape_clear(amp_ctx *ctx) {
+    ctx->n_tape = 0;
+    ctx->tape_gen++;
+    ctx->tape_lost_input = false;
 }
 
 amp_status amp_ctx_memory(const amp_ctx *ctx, size_t *in_use, size_t *peak) {

@@ -66,6 +66,11 @@ struct amp_ctx {
     amp_mem_ledger ledger;
     struct amp_tape_node **tape; /* nodes in execution order: a topological order */
     int n_tape, cap_tape;
+    /* The tape's generation (amp_ctx_tape_clear moves it), which caller-owned tensors the tape
+     * reads are stamped with (amp_tensor.tape_gen), and whether one of them was freed while the
+     * tape still held it: backward then refuses instead of reading the freed tensor. */
+    uint32_t tape_gen;
+    bool tape_lost_input;
     amp_rng_state rng;
     bool grad_enabled;
     /* amp_ctx_opts.allow_tf32 and .allow_nondeterministic: nn/ copies them into the backend
@@ -160,5 +165,7 @@ void amp_ctx_regions_destroy(amp_ctx *ctx);
 amp_status amp_ctx_step_alloc(amp_ctx *ctx, size_t nbytes, void **out);
 /* Appends a node to the tape. */
 amp_status amp_ctx_tape_push(amp_ctx *ctx, struct amp_tape_node *node);
+/* Empties the tape (its nodes are step memory) and starts its next generation. */
+void amp_ctx_tape_clear(amp_ctx *ctx);
 
 #endif

@@ -164,6 +164,8 @@ amp_status amp_tensor_check_writable(const char *who, const char *arg, const amp
 void amp_tensor_free(amp_tensor *t) {
     if (!t || (t->flags & AMP_TENSOR_STEP)) return;
     amp_ctx *ctx = t->ctx;
+    /* The live tape reads it: its backward would read freed memory, so it refuses instead. */
+    if (ctx->n_tape > 0 && t->tape_gen == ctx->tape_gen + 1) ctx->tape_lost_input = true;
     bool owned = t->flags & AMP_TENSOR_OWNED;
     if (owned) amp_ctx_forget(ctx, t); /* an optimizer made over it stops using it */
     amp_cast_shadow_forget(t);

@@ -22,6 +22,7 @@ struct amp_tensor {
     uint32_t step_gen; /* internal: the context's step a step tensor was made in */
     uint32_t region;   /* internal: the release region of the step it was made in */
     struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
+    uint32_t tape_gen; /* internal: caller-owned: 1 + the tape generation whose node read it */
     /* How many times the data was written in place: PyTorch's _version. A reshape shares its
      * base's counter (version points at it); amp_tensor_mark_written is the one place that
      * moves it, and caches of the data (core/cast_shadow.h) compare it. */

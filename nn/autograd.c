@@ -20,7 +20,10 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
     n->backward = backward;
     n->out = out;
     n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    for (int i = 0; i < n_in; i++) {
+        n->in[i] = in[i];
+        if (in[i] && !(in[i]->flags & AMP_TENSOR_STEP)) in[i]->tape_gen = ctx->tape_gen + 1;
+    }
     if (aux_size) AMP_TRY(amp_ctx_step_alloc(ctx, aux_size, &n->aux));
     AMP_TRY(amp_ctx_tape_push(ctx, n));
     out->requires_grad = true;
@@ -109,6 +112,10 @@ amp_status amp_autograd_check_loss(const amp_tensor *loss) {
     if (!loss->requires_grad || !loss->node)
         return amp_fail(AMP_ERR_STATE, "amp_backward: loss does not require grad (no parameter or "
                                        "input that requires grad reached it, or grads are disabled)");
+    if (loss->ctx->tape_lost_input)
+        return amp_fail(AMP_ERR_STATE, "amp_backward: a caller-owned tensor this graph reads was "
+                        "freed (amp_tensor_free) before backward; free such tensors after "
+                        "amp_backward or amp_ctx_reset_step");
     return AMP_OK;
 }
 
@@ -143,7 +150,7 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
     }
     if (retain_graph) return s;
     for (int i = 0; i < ctx->n_tape; i++) ctx->tape[i]->out->node = NULL;
-    ctx->n_tape = 0; /* a second backward through the same graph is an error, as in PyTorch */
+    amp_ctx_tape_clear(ctx); /* a second backward through the same graph is an error, as PyTorch */
     ctx->autocast.n_cache = 0; /* cached casts belonged to that graph */
     /* A release point (core/step_regions.c): the graph's memory goes, the loss stays. */
     amp_status r = amp_ctx_release_region(ctx, loss, NULL);

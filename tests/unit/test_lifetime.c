@@ -7,6 +7,9 @@
  *    safe, the amp layer's state included, and the context goes with the last of them;
  *  - DDP whose model was freed stops watching backward: another model's backward on the context
  *    runs, and the DDP's calls say what was freed;
+ *  - a caller-owned tensor the graph reads freed before backward: backward refuses, saying so,
+ *    instead of reading freed memory (it read garbage into the gradients before); the next step
+ *    works;
  *  - the accessors that return no status answer NULL without a crash, leaving a message. */
 #include <string.h>
 
@@ -167,7 +170,39 @@ static void test_null_accessors(void) {
           !amp_optimizer_model(NULL));
 }
 
+static void test_graph_input_freed(void) {
+    amp_ctx *ctx = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx));
+    if (!ctx) return;
+    const int64_t shape[1] = {4};
+    const float ones[4] = {1, 1, 1, 1};
+    for (int round = 0; round < 2; round++) {
+        amp_tensor *x = NULL, *w = NULL, *y = NULL, *loss = NULL, *g = NULL;
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, shape, ones, &x));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, shape, ones, &w));
+        CHECK_OK(amp_tensor_set_requires_grad(x, true));
+        CHECK_OK(amp_mul(x, w, &y));
+        CHECK_OK(amp_mean(y, &loss));
+        if (round == 0) { /* w freed while mul's backward still needs it */
+            amp_tensor_free(w);
+            CHECK_FAILS(amp_backward(loss), AMP_ERR_STATE, "freed (amp_tensor_free) before backward");
+            amp_ctx_reset_step(ctx);
+        } else { /* the next step's graph is whole again */
+            CHECK_OK(amp_backward(loss));
+            float gx[4] = {0};
+            CHECK_OK(amp_tensor_get_grad(x, &g));
+            CHECK_OK(amp_tensor_to_host(g, gx, sizeof gx));
+            CHECK(gx[0] == 0.25f && gx[3] == 0.25f);
+            amp_ctx_reset_step(ctx);
+            amp_tensor_free(w);
+        }
+        amp_tensor_free(x);
+    }
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
+    test_graph_input_freed();
     test_model_freed_first();
     test_param_freed();
     test_ctx_freed_first();
