@@ -1,0 +1,127 @@
+/* The transformer ops against PyTorch's own values (tests/ref/transformer_ref.h, written by
+ * tests/ref/gen_transformer_ref.py with torch): layer_norm, rms_norm, both GELUs, softmax,
+ * log_softmax, causal and padded attention, embedding and cross-entropy (with ignore_index and
+ * label smoothing), forward and the inputs' gradients of the same loss, in f32 on every device
+ * that answers. Needs no torch: the values are committed. */
+#include <math.h>
+#include <stdio.h>
+
+#include "amp/amp.h"
+#include "ref/transformer_ref.h"
+#include "test_devices.h"
+#include "test_util.h"
+
+/* f32 with a few roundings of difference in the order of operations. */
+#define REL 2e-5
+#define ABS 2e-6
+
+static amp_tensor *from_ref(amp_ctx *ctx, const tref_tensor *r, bool grad) {
+    amp_tensor *t = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, r->ndim, r->shape, r->value, &t));
+    if (t && grad) CHECK_OK(amp_tensor_set_requires_grad(t, true));
+    return t;
+}
+
+static amp_tensor *ints_tensor(amp_ctx *ctx, const tref_case *c) {
+    amp_tensor *t = NULL;
+    int64_t n = c->n_ints;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 1, &n, c->ints, &t));
+    return t;
+}
+
+/* Whether t's n values match want, within REL of the largest |want| plus ABS. */
+static bool matches(const char *what, const char *which, amp_tensor *t, const float *want,
+                    int64_t n) {
+    float got[1024];
+    if (n > 1024 || !t) return false;
+    CHECK_OK(amp_tensor_to_host_f32(t, got, (size_t)n * sizeof *got));
+    double big = 0.0, worst = 0.0;
+    for (int64_t i = 0; i < n; i++) big = fabs(want[i]) > big ? fabs(want[i]) : big;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        worst = e > worst || e != e ? e : worst;
+    }
+    bool ok = worst <= REL * big + ABS;
+    CHECK_MSG(ok, "%s %s: largest error %.3g against PyTorch (largest value %.3g)", what, which,
+              worst, big);
+    return ok;
+}
+
+static int64_t numel(const tref_tensor *r) {
+    int64_t n = 1;
+    for (int d = 0; d < r->ndim; d++) n *= r->shape[d];
+    return n;
+}
+
+/* The library's output of case c from inputs x (dy excluded); *aux is the i32 tensor it made
+ * (kv_len, ids, labels), which the backward reads: the caller frees it after. */
+static amp_status forward(amp_ctx *ctx, const tref_case *c, amp_tensor **x, amp_tensor **y,
+                          amp_tensor **aux) {
+    switch (c->op) {
+    case REF_LAYER_NORM: return amp_layer_norm(x[0], x[1], x[2], 1e-5f, y);
+    case REF_RMS_NORM: return amp_rms_norm(x[0], x[1], 1e-6f, y);
+    case REF_GELU_TANH: return amp_gelu(x[0], true, y);
+    case REF_GELU_ERF: return amp_gelu(x[0], false, y);
+    case REF_SOFTMAX: return amp_softmax(x[0], -1, y);
+    case REF_LOG_SOFTMAX: return amp_log_softmax(x[0], -1, y);
+    case REF_ATTENTION: {
+        bool causal = c->ints[0] == c->in[0].shape[2] && c->ints[1] == c->in[0].shape[2];
+        if (!causal) *aux = ints_tensor(ctx, c);
+        amp_attention_options o = {.causal = causal, .kv_len = *aux};
+        return amp_scaled_dot_product_attention(x[0], x[1], x[2], &o, y);
+    }
+    case REF_EMBEDDING: {
+        const int64_t shape[2] = {c->y.shape[0], c->y.shape[1]};
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, shape, c->ints, aux));
+        return amp_embedding(*aux, x[0], y);
+    }
+    case REF_CROSS_ENTROPY: {
+        amp_xent_options o = amp_xent_defaults();
+        o.label_smoothing = c->scalar;
+        *aux = ints_tensor(ctx, c);
+        return amp_cross_entropy_ex(x[0], *aux, &o, y);
+    }
+    }
+    return AMP_ERR_INVALID_ARG;
+}
+
+static void run_case(amp_ctx *ctx, const tref_case *c) {
+    bool xent = c->op == REF_CROSS_ENTROPY;
+    int n_x = xent ? c->n_in : c->n_in - 1; /* the last input is dy, except for cross-entropy */
+    amp_tensor *x[TREF_MAX_IN] = {NULL}, *y = NULL, *loss = NULL, *aux = NULL, *dy = NULL;
+    for (int i = 0; i < n_x; i++) x[i] = from_ref(ctx, &c->in[i], true);
+    CHECK_OK(forward(ctx, c, x, &y, &aux));
+    bool ok = matches(c->name, "y", y, c->y.value, xent ? 1 : numel(&c->y));
+    if (xent) {
+        loss = y;
+    } else {
+        amp_tensor *prod = NULL;
+        dy = from_ref(ctx, &c->in[n_x], false);
+        CHECK_OK(amp_mul(y, dy, &prod));
+        CHECK_OK(amp_mean(prod, &loss));
+    }
+    CHECK_OK(amp_backward(loss));
+    for (int i = 0; i < n_x; i++) {
+        amp_tensor *g = NULL;
+        CHECK_OK(amp_tensor_get_grad(x[i], &g));
+        ok &= matches(c->name, c->in[i].name, g, c->in[i].grad, numel(&c->in[i]));
+    }
+    printf("  %-24s %s\n", c->name, ok ? "ok" : "FAILED");
+    amp_ctx_reset_step(ctx);
+    for (int i = 0; i < n_x; i++) amp_tensor_free(x[i]);
+    amp_tensor_free(dy);
+    amp_tensor_free(aux);
+}
+
+static void run_all(amp_device device) {
+    amp_ctx *ctx;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = device, .seed = 1}, &ctx));
+    if (!ctx) return;
+    for (int i = 0; i < TREF_N_CASES; i++) run_case(ctx, &tref_cases[i]);
+    amp_ctx_free(ctx);
+}
+
+int main(void) {
+    test_on_each_device(run_all);
+    return test_summary("test_transformer_ref");
+}
