@@ -176,6 +176,16 @@ typedef struct amp_bcast_desc {
     int64_t a_stride[AMP_BE_MAX_DIMS], b_stride[AMP_BE_MAX_DIMS];
 } amp_bcast_desc;
 
+/* y = cond ? a : b (PyTorch's where) over shape[0..ndim), y dense, cond (i32, nonzero: true), a
+ * and b through their strides (0 along the dims they are broadcast over); a, b and y in dt, the
+ * chosen element's bits copied. */
+typedef struct amp_where_desc {
+    amp_dtype dt;
+    int ndim;
+    int64_t shape[AMP_BE_MAX_DIMS];
+    int64_t cond_stride[AMP_BE_MAX_DIMS], a_stride[AMP_BE_MAX_DIMS], b_stride[AMP_BE_MAX_DIMS];
+} amp_where_desc;
+
 /* dst = src over shape[0..ndim), both through their strides (permute, narrow, cat, expand):
  * bits copied, any dtype (i32 too). dst's strides must not make two elements overlap. */
 typedef struct amp_strided_desc {
@@ -428,6 +438,8 @@ amp_status amp_backend_check_n(const char *fn, int64_t n);
 /* mse's dtype, n and pointers. */
 amp_status amp_backend_check_mse(const char *fn, amp_dtype dt, int64_t n, const void *a,
                                  const void *b);
+/* where's descriptor: a float dtype, 1..AMP_BE_MAX_DIMS dims, extents and strides >= 0. */
+amp_status amp_backend_check_where(const char *fn, const amp_where_desc *d);
 /* attention's descriptor (a float dtype, batch, heads, seq >= 0, head_dim >= 1, a finite scale,
  * dropout_p in [0, 1)) and, when there is a row, its arrays (AMP_ERR_* naming fn and the
  * argument; kv_len may be NULL). */

@@ -1,5 +1,5 @@
 /* Argument checks of the entries over dims and strided views (reduce_dim, scatter_dim,
- * binary_bcast, copy_strided), of the ops over the last dim (layernorm_*, softmax_*) and of
+ * binary_bcast, where, copy_strided), of the ops over the last dim (layernorm_*, softmax_*) and of
  * attention, shared by every backend. */
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +37,13 @@ amp_status amp_backend_check_bcast(const char *fn, const amp_bcast_desc *d) {
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: unknown op %d", fn, (int)d->op);
     AMP_TRY(amp_backend_check_float(fn, d->dt));
     return check_view(fn, d->ndim, d->shape, d->a_stride, d->b_stride);
+}
+
+amp_status amp_backend_check_where(const char *fn, const amp_where_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dt));
+    AMP_TRY(check_view(fn, d->ndim, d->shape, d->a_stride, d->b_stride));
+    return check_view(fn, d->ndim, d->shape, d->cond_stride, d->cond_stride);
 }
 
 amp_status amp_backend_check_strided(const char *fn, const amp_strided_desc *d) {

@@ -23,6 +23,26 @@ amp_status amp_broadcast_shape(const char *op, const amp_tensor *a, const amp_te
     return AMP_OK;
 }
 
+amp_status amp_broadcast_shape_with(const char *op, const char *name, const amp_tensor *x,
+                                    int *ndim, int64_t *shape) {
+    int n = x->ndim > *ndim ? x->ndim : *ndim, cur = *ndim;
+    int64_t out[AMP_MAX_DIMS];
+    for (int k = 0; k < n; k++) {
+        int kx = k - (n - x->ndim), ks = k - (n - cur);
+        int64_t ex = kx >= 0 ? x->shape[kx] : 1, es = ks >= 0 ? shape[ks] : 1;
+        if (ex != es && ex != 1 && es != 1) {
+            char sx[96];
+            return amp_fail(AMP_ERR_SHAPE, "%s: %s %s does not broadcast with the other operands "
+                            "(dim %d from the end: %lld against %lld)", op, name,
+                            amp_shape_str(x, sx, sizeof sx), n - k, (long long)ex, (long long)es);
+        }
+        out[k] = ex == 1 ? es : ex;
+    }
+    for (int k = 0; k < n; k++) shape[k] = out[k];
+    *ndim = n;
+    return AMP_OK;
+}
+
 void amp_dense_strides(int ndim, const int64_t *shape, int64_t *stride) {
     int64_t s = 1;
     for (int k = ndim - 1; k >= 0; k--) {

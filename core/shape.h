@@ -11,6 +11,10 @@
  * shapes. */
 amp_status amp_broadcast_shape(const char *op, const amp_tensor *a, const amp_tensor *b,
                                int *ndim, int64_t *shape);
+/* The broadcast of x (named name) into the shape[0..*ndim) so far, in place: for a third
+ * operand (where's condition), or AMP_ERR_SHAPE naming op, x and the shape. */
+amp_status amp_broadcast_shape_with(const char *op, const char *name, const amp_tensor *x,
+                                    int *ndim, int64_t *shape);
 /* x's dense strides seen in the broadcast shape[0..ndim) (aligned at the last dim): 0 along the
  * dims x repeats. */
 void amp_broadcast_strides(const amp_tensor *x, int ndim, const int64_t *shape, int64_t *stride);

@@ -1,10 +1,11 @@
-/* add, sub, mul and div over operands of different shapes, by PyTorch's broadcasting rules
- * (core/shape.h): one binary_bcast pass forward. Backward, each operand's gradient is the
+/* add, sub, mul and div over operands of different shapes, and where / masked_fill, by
+ * PyTorch's broadcasting rules (core/shape.h): one binary_bcast (or where) pass forward. Backward, each operand's gradient is the
  * output's gradient (times the other operand, for mul and div) summed over the dims that operand
  * was repeated along: reduce_dim passes, one per run of such dims, in a fixed order (the same
  * bits on every backend). */
 #include "core/error.h"
 #include "core/shape.h"
+#include "nn/autocast.h"
 #include "nn/autograd.h"
 #include "nn/broadcast_internal.h"
 
@@ -102,4 +103,83 @@ amp_status amp_bcast_binary_run(const char *op, const char *name, amp_binary_op 
     if (node) *(amp_binary_op *)node->aux = kind;
     *out = y;
     return AMP_OK;
+}
+
+/* y = cond ? p : q over y's shape, each operand through its broadcast strides. */
+static amp_status where_pass(const amp_tensor *y, const amp_tensor *cond, const amp_tensor *p,
+                             const amp_tensor *q) {
+    amp_where_desc d = {.dt = y->dtype, .ndim = y->ndim};
+    for (int k = 0; k < y->ndim; k++) d.shape[k] = y->shape[k];
+    amp_broadcast_strides(cond, y->ndim, y->shape, d.cond_stride);
+    amp_broadcast_strides(p, y->ndim, y->shape, d.a_stride);
+    amp_broadcast_strides(q, y->ndim, y->shape, d.b_stride);
+    return AMP_BE(y->backend, where, &d, cond->data, p->data, q->data, y->data);
+}
+
+/* A one-element step tensor of dt holding value (broadcast with strides 0). */
+static amp_status scalar_tensor(amp_ctx *ctx, const amp_backend *be, amp_dtype dt, float value,
+                                amp_tensor **out) {
+    const int64_t one[1] = {1};
+    AMP_TRY(amp_tensor_step(ctx, dt, 1, one, out));
+    return AMP_BE(be, fill, (*out)->data, dt, 1, value);
+}
+
+/* a's gradient: dy where cond holds, 0 elsewhere; b's the other way; each summed to its shape. */
+static amp_status where_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    amp_tensor *cond = node->in[0], *a = node->in[1], *b = node->in[2], *zero, *t;
+    AMP_TRY(scalar_tensor(dy->ctx, dy->backend, dy->dtype, 0.0f, &zero));
+    AMP_TRY(amp_tensor_step_like(dy, dy->dtype, &t));
+    if (a->requires_grad) {
+        AMP_TRY(where_pass(t, cond, dy, zero));
+        AMP_TRY(accumulate_to(a, t, 1.0f));
+    }
+    if (b->requires_grad) {
+        AMP_TRY(where_pass(t, cond, zero, dy));
+        AMP_TRY(accumulate_to(b, t, 1.0f));
+    }
+    return AMP_OK;
+}
+
+/* cond_name: how the caller calls the condition (cond, mask). */
+static amp_status where_run(const char *op, const char *cond_name, amp_tensor *cond,
+                            amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    if (cond->dtype != AMP_I32)
+        return amp_fail(AMP_ERR_DTYPE, "%s: %s has dtype %s, want i32 (nonzero: true)", op,
+                        cond_name, amp_dtype_name(cond->dtype));
+    int nd;
+    int64_t shape[AMP_MAX_DIMS];
+    AMP_TRY(amp_broadcast_shape(op, a, b, &nd, shape));
+    AMP_TRY(amp_broadcast_shape_with(op, cond_name, cond, &nd, shape));
+    amp_tensor *y;
+    AMP_TRY(amp_tensor_step(a->ctx, a->dtype, nd, shape, &y));
+    AMP_TRY(where_pass(y, cond, a, b));
+    amp_tensor *in[3] = {cond, a, b};
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "where", where_bwd, 3, in, 0, &node));
+    *out = y;
+    return AMP_OK;
+}
+
+amp_status amp_where(amp_tensor *cond, amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+    static const char *op = "amp_where";
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "cond", cond, 0));
+    AMP_TRY(amp_check_tensor(op, "a", a, 0));
+    AMP_TRY(amp_check_tensor(op, "b", b, 0));
+    amp_tensor *io[2] = {a, b};
+    AMP_TRY(amp_autocast(AMP_CAT_PROMOTE, io, 2));
+    AMP_TRY(amp_check_float(op, "a", io[0]));
+    AMP_TRY(amp_check_same_dtype(op, io[0], io[1]));
+    return where_run(op, "cond", cond, io[0], io[1], out);
+}
+
+amp_status amp_masked_fill(amp_tensor *x, amp_tensor *mask, float value, amp_tensor **out) {
+    static const char *op = "amp_masked_fill";
+    AMP_CHECK_ARG(out);
+    AMP_TRY(amp_check_tensor(op, "x", x, 0));
+    AMP_TRY(amp_check_tensor(op, "mask", mask, 0));
+    AMP_TRY(amp_check_float(op, "x", x));
+    amp_tensor *v;
+    AMP_TRY(scalar_tensor(x->ctx, x->backend, x->dtype, value, &v));
+    return where_run(op, "mask", mask, v, x, out);
 }

@@ -141,6 +141,12 @@ amp_status amp_log_softmax(amp_tensor *x, int dim, amp_tensor **out);
  * it on the CPU; on CUDA, which does not wait for the device, its row is NaN and the next
  * cross-entropy names it. */
 amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out);
+/* torch.where: y = cond ? a : b elementwise, the three broadcast together (PyTorch's rules);
+ * cond is i32 (nonzero: true), a and b one float dtype (under autocast the wider of the two).
+ * torch.Tensor.masked_fill: y = mask ? value : x, value in x's dtype. Gradients flow to a and b
+ * (x) where they were chosen, summed over their broadcast dims. */
+amp_status amp_where(amp_tensor *cond, amp_tensor *a, amp_tensor *b, amp_tensor **out);
+amp_status amp_masked_fill(amp_tensor *x, amp_tensor *mask, float value, amp_tensor **out);
 /* Fused scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) of
  * q, k, v [batch, heads, seq, head_dim] (one shape, one float dtype): y = dropout(softmax(scale
  * q k^T + mask)) v, computed by FlashAttention's algorithm (tiles, online softmax): only y and

@@ -1,5 +1,6 @@
-/* CPU backend: copies between strided views (copy_strided: permute, narrow, cat, expand) and
- * binary ops over broadcast operands (binary_bcast), the contracts of core/backend.h.
+/* CPU backend: copies between strided views (copy_strided: permute, narrow, cat, expand), binary
+ * ops over broadcast operands (binary_bcast) and the select between them (where), the contracts
+ * of core/backend.h.
  *
  * Both walk the output in rows of its last dim: the offsets of a row's first element come from
  * kernels/math/strided.h (as the CUDA kernels compute every element's), then the row is one
@@ -71,6 +72,33 @@ amp_status amp_cpu_binary_bcast(amp_device_ctx *dev, const amp_bcast_desc *d, co
             float v = amp_binary_apply(d->op, amp_load_f32(a, d->dt, ao + i * as),
                                        amp_load_f32(b, d->dt, bo + i * bs));
             amp_store_f32(y, d->dt, r * len + i, v);
+        }
+    }
+    return AMP_OK;
+}
+
+amp_status amp_cpu_where(amp_device_ctx *dev, const amp_where_desc *d, const int32_t *cond,
+                         const void *a, const void *b, void *y) {
+    AMP_TRY(amp_backend_check_where(__func__, d));
+    if (view_empty(d->ndim, d->shape)) return AMP_OK;
+    AMP_CHECK_ARG(cond);
+    AMP_CHECK_ARG(a);
+    AMP_CHECK_ARG(b);
+    AMP_CHECK_ARG(y);
+    int nd = d->ndim;
+    int64_t rows = view_rows(nd, d->shape), len = d->shape[nd - 1];
+    int64_t cs = d->cond_stride[nd - 1], as = d->a_stride[nd - 1], bs = d->b_stride[nd - 1];
+    bool two = amp_dtype_size(d->dt) == 2;
+#pragma omp parallel for schedule(static) if (rows * len >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t ao, bo, co = amp_view_offset(nd - 1, d->shape, d->cond_stride, r);
+        amp_view_offsets(nd - 1, d->shape, d->a_stride, d->b_stride, r, &ao, &bo);
+        for (int64_t i = 0; i < len; i++) {
+            bool take_a = cond[co + i * cs] != 0;
+            int64_t from = take_a ? ao + i * as : bo + i * bs;
+            const void *src = take_a ? a : b;
+            if (two) ((uint16_t *)y)[r * len + i] = ((const uint16_t *)src)[from];
+            else ((uint32_t *)y)[r * len + i] = ((const uint32_t *)src)[from];
         }
     }
     return AMP_OK;

@@ -23,6 +23,17 @@ AMP_HD static inline void amp_view_offsets(int ndim, const int64_t *shape, const
     *o2 = b;
 }
 
+/* The offset through stride s of the element at dense row-major index i of shape. */
+AMP_HD static inline int64_t amp_view_offset(int ndim, const int64_t *shape, const int64_t *s,
+                                             int64_t i) {
+    int64_t o = 0;
+    for (int k = ndim - 1; k >= 0; k--) {
+        o += (i % shape[k]) * s[k];
+        i /= shape[k];
+    }
+    return o;
+}
+
 /* x[j] > best in torch.max's order: a NaN beats everything and, once taken, keeps the place;
  * equal values keep the first. */
 AMP_HD static inline int amp_max_takes(float v, float best) {

@@ -1,5 +1,5 @@
 /* test_backend_ops: the entries of the transformer ops (reduce_dim, scatter_dim, binary_bcast,
- * copy_strided, layernorm_*, softmax_*, embedding_*, xent_*, attn_*), their setups, runs and rows. Included by
+ * where, copy_strided, layernorm_*, softmax_*, embedding_*, xent_*, attn_*), their setups, runs and rows. Included by
  * test_backend_ops.c after op_row, its helpers and the tolerance macros.
  *
  * These entries share their arithmetic and its order between the backends (kernels/math/
@@ -73,6 +73,44 @@ static amp_status run_binary_bcast(const op_row *r, const amp_backend *be, void 
     int64_t na, nb;
     bcast_desc(r, &d, &na, &nb);
     return be->k.binary_bcast(be->dev, &d, p[0], p[1], p[2]);
+}
+
+/* where: s and f as binary_bcast's, f[2] the cond's broadcast dims; cond random -1, 0 or 1. */
+static void where_desc(const op_row *r, amp_where_desc *d, int64_t *na, int64_t *nb,
+                       int64_t *nc) {
+    amp_bcast_desc b;
+    bcast_desc(r, &b, na, nb);
+    memset(d, 0, sizeof *d);
+    d->dt = r->dt;
+    d->ndim = b.ndim;
+    int64_t sc = 1;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        d->shape[k] = b.shape[k];
+        d->a_stride[k] = b.a_stride[k];
+        d->b_stride[k] = b.b_stride[k];
+        bool bc = ((int)r->f[2] >> k) & 1;
+        d->cond_stride[k] = bc ? 0 : sc;
+        sc *= bc ? 1 : d->shape[k];
+    }
+    *nc = sc;
+}
+static void setup_where(const op_row *r, tcase *c) {
+    amp_where_desc d;
+    int64_t na, nb, nc;
+    where_desc(r, &d, &na, &nb, &nc);
+    int32_t *cond = slot_decl(c, 0, "cond", ROLE_IN, EK_I32, nc);
+    for (int64_t i = 0; i < nc; i++) cond[i] = (int32_t)rng_below(&c->rng, 3) - 1;
+    in_main(r, c, 1, "a", ek_of(r->dt), na);
+    in_main(r, c, 2, "b", ek_of(r->dt), nb);
+    int64_t n = 1;
+    for (int k = 0; k < d.ndim; k++) n *= d.shape[k];
+    slot_decl(c, 3, "y", ROLE_OUT, ek_of(r->dt), n);
+}
+static amp_status run_where(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_where_desc d;
+    int64_t na, nb, nc;
+    where_desc(r, &d, &na, &nb, &nc);
+    return be->k.where(be->dev, &d, p[0], p[1], p[2], p[3]);
 }
 
 /* copy_strided: s = {ndim, shape...}, f = {permutation as decimal digits, dim 0 first}: dst is
@@ -364,6 +402,10 @@ static const op_row transformer_rows[] = {
     {"bcast_mul_bf16_heads", E_binary_bcast, {4, 2, 3, 16, 16}, BF16, .op = AMP_BINARY_MUL, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
     {"bcast_sub_f16_both", E_binary_bcast, {3, 5, 1, 7}, F16, .op = AMP_BINARY_SUB, .f = {4, 1}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
     {"bcast_div_f32_both", E_binary_bcast, {3, 6, 5, 7}, F32, .op = AMP_BINARY_DIV, .f = {2, 5}, .tol = TOL(0, 0), .lo = -4, .hi = 4, .specials = true},
+    /* where: bits selected, so EXACT with NaN/Inf in the operands too. */
+    {"where_f32_all_broadcast", E_where, {3, 4, 17, 96}, F32, .f = {0, 3, 5}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"where_bf16_mask_over_heads", E_where, {4, 2, 3, 16, 16}, BF16, .f = {0, 0, 3}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
+    {"where_f16_scalar_fill", E_where, {2, 33, 65}, F16, .f = {3, 0, 0}, .tol = EXACT, .lo = -4, .hi = 4},
     {"bcast_silu_bwd_f32_scalar", E_binary_bcast, {2, 33, 65}, F32, .op = AMP_BINARY_SILU_BWD, .f = {0, 3}, .tol = TOL(0, 0), .lo = -4, .hi = 4},
     /* LayerNorm and RMSNorm: the same arithmetic in the same order on both backends (the warp's
      * lanes and butterfly), so the same bits; GPT-2's width 768 and odd widths, the fused

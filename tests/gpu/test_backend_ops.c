@@ -425,7 +425,7 @@ static const entry_info entries[E_N] = {
     ENTRY(scaler_clip, scaler_clip), ENTRY(scaler_update, scaler_update),
     ENTRY(bn_channel_sums, bn_channel_sums), ENTRY(bn_sync_stats, bn_sync_stats),
     ENTRY(bn_bwd_elemt, bn_bwd_elemt), ENTRY(reduce_dim, reduce_dim),
-    ENTRY(scatter_dim, scatter_dim), ENTRY(binary_bcast, binary_bcast),
+    ENTRY(scatter_dim, scatter_dim), ENTRY(binary_bcast, binary_bcast), ENTRY(where, where),
     ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
     ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
     ENTRY(softmax_bwd, softmax_bwd), ENTRY(embedding_fwd, embedding_fwd),

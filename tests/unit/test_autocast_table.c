@@ -16,7 +16,7 @@
 typedef enum op_id {
     OP_LINEAR, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
     OP_SIGMOID, OP_SILU, OP_GELU, OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_RMS_NORM, OP_EMBEDDING, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
-    OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION
+    OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION, OP_WHERE, OP_MASKED_FILL
 } op_id;
 
 typedef struct row {
@@ -69,6 +69,10 @@ static const row rows[] = {
     {"reshape f16", OP_RESHAPE, F16, F16, F16, F16},
     {"attention f32", OP_ATTENTION, F32, F32, F32, BF16},
     {"attention bf16", OP_ATTENTION, BF16, BF16, BF16, BF16},
+    {"where f32 + bf16", OP_WHERE, F32, BF16, F32, F32},
+    {"where bf16", OP_WHERE, BF16, BF16, BF16, BF16},
+    {"masked_fill bf16", OP_MASKED_FILL, BF16, BF16, BF16, BF16},
+    {"masked_fill f32", OP_MASKED_FILL, F32, F32, F32, F32},
 };
 
 /* The row's caller-owned inputs, freed after it. */
@@ -131,6 +135,8 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
     case OP_MUL_SCALAR: return amp_mul_scalar(a, 0.5f, y);
     case OP_DROPOUT: return amp_dropout(a, 0.5f, true, y);
     case OP_RESHAPE: return amp_reshape(a, 2, (const int64_t[]){6, 4}, y);
+    case OP_WHERE: return amp_where(make(ctx, AMP_I32, 2, s2), a, b, y);
+    case OP_MASKED_FILL: return amp_masked_fill(a, make(ctx, AMP_I32, 2, s2), -1.0f, y);
     case OP_ATTENTION: {
         amp_attention_options o = {.causal = true};
         return amp_scaled_dot_product_attention(make(ctx, r->in, 4, s4), make(ctx, r->in, 4, s4),

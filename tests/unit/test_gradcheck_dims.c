@@ -1,5 +1,6 @@
-/* Gradient check of the ops on dims (broadcast add/sub/mul/div, sum/mean/max over a dim, narrow,
- * split, chunk, permute, transpose, cat, linear over [B, T, C]) with the runner of
+/* Gradient check of the ops on dims (broadcast add/sub/mul/div, where and masked_fill,
+ * sum/mean/max over a dim, narrow, split, chunk, permute, transpose, cat, linear over [B, T, C])
+ * with the runner of
  * tests/gradcheck_run.h, on every device that answers (CUDA under cudacpu too), up to 6-D; then
  * the views that cost nothing (a leading-dim narrow shares its input's memory) and bad input. */
 #include <math.h>
@@ -40,6 +41,22 @@ static void ref_bcast(const gc_case *c, double *y) {
         double a = V(0)[bidx(c->y_ndim, c->y_shape, i, c->in[0].ndim, c->in[0].shape)];
         double b = V(1)[bidx(c->y_ndim, c->y_shape, i, c->in[1].ndim, c->in[1].shape)];
         y[i] = apply(c->kernel, a, b);
+    }
+}
+
+/* where(cond, a, b) (kernel 0) or masked_fill(a, cond, 2.5) (kernel 1); cond is input 0. */
+static amp_status lib_where(gc_case *c, amp_tensor **y) {
+    if (c->kernel == 1) return amp_masked_fill(T(1), T(0), 2.5f, y);
+    return amp_where(T(0), T(1), T(2), y);
+}
+static void ref_where(const gc_case *c, double *y) {
+    int64_t n = gc_numel(c->y_ndim, c->y_shape);
+    for (int64_t i = 0; i < n; i++) {
+        double m = V(0)[bidx(c->y_ndim, c->y_shape, i, c->in[0].ndim, c->in[0].shape)];
+        double a = V(1)[bidx(c->y_ndim, c->y_shape, i, c->in[1].ndim, c->in[1].shape)];
+        double b = c->kernel == 1 ? 0.0
+                                  : V(2)[bidx(c->y_ndim, c->y_shape, i, c->in[2].ndim, c->in[2].shape)];
+        y[i] = c->kernel == 1 ? (m != 0 ? 2.5 : a) : (m != 0 ? a : b);
     }
 }
 
@@ -199,6 +216,12 @@ static gc_case cases[] = {
     BC("div by a [1] scalar", 3, X_("a", 2, 3, 4), IN("s", 1, GC_AWAY0, 0.5, 2, true, 1), OUT(2, 3, 4)),
     BC("div rows by a column", 3, X_("a", 2, 5, 4), IN("b", 2, GC_AWAY0, 0.5, 2, true, 5, 1),
        OUT(2, 5, 4)),
+    {OP("where, all three broadcast", lib_where, ref_where),
+     .in = {IN("cond", 3, GC_LABELS, 0, 2, false, 2, 1, 5), X_("a", 2, 3, 5), X_("b", 3, 2, 3, 1)},
+     OUT(3, 2, 3, 5)},
+    {OP("masked_fill, a causal-style mask over heads", lib_where, ref_where),
+     .in = {IN("mask", 2, GC_LABELS, 0, 2, false, 4, 4), X_("x", 4, 2, 3, 4, 4)},
+     OUT(4, 2, 3, 4, 4), .kernel = 1},
     {OP("sum over dim 1", lib_reduce, ref_reduce), .in = {X_("x", 3, 3, 4, 5)}, OUT(2, 3, 5),
      .kernel = 0, .stride = 1},
     {OP("sum over the last dim", lib_reduce, ref_reduce), .in = {X_("x", 2, 6, 9)}, OUT(1, 6),
@@ -309,12 +332,19 @@ static void test_views_and_errors(amp_ctx *ctx) {
     CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (const int64_t[]){2, 4}, &b));
     CHECK_FAILS(amp_add(a, b, &w), AMP_ERR_SHAPE, "do not broadcast");
     CHECK_FAILS(amp_sum_dim(a, 2, false, &w), AMP_ERR_INVALID_ARG, "amp_sum_dim");
+    amp_tensor *m = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_I32, 1, (const int64_t[]){3}, &m));
+    CHECK_FAILS(amp_where(a, a, a, &w), AMP_ERR_DTYPE, "amp_where: cond has dtype f32, want i32");
+    CHECK_FAILS(amp_masked_fill(a, m, 0.0f, &w), AMP_ERR_SHAPE,
+                "amp_masked_fill: mask [3] does not broadcast");
+    CHECK_FAILS(amp_where(m, a, b, &w), AMP_ERR_SHAPE, "do not broadcast");
     int64_t seven[7] = {1, 1, 1, 1, 1, 1, 2}, nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 2};
     amp_tensor *t7 = NULL, *t9 = NULL;
     CHECK_OK(amp_tensor_create(ctx, AMP_F32, 7, seven, &t7));
     CHECK_FAILS(amp_tensor_create(ctx, AMP_F32, 9, nine, &t9), AMP_ERR_SHAPE, "1..8");
     amp_ctx_reset_step(ctx);
     amp_tensor_free(t7);
+    amp_tensor_free(m);
     amp_tensor_free(a);
     amp_tensor_free(b);
     amp_tensor_free(x);

@@ -97,6 +97,9 @@ static void elementwise(void) {
     EXPECT(AMP_OPCAT_ELEMENTWISE, 100, unary, AMP_UNARY_SCALE, AMP_F32, 100, b0, 2.0f, b1);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 0, unary, AMP_UNARY_COPY, AMP_F32, 100, b0, 0.0f, b1);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 100, binary, AMP_BINARY_ADD, AMP_F32, 100, b0, b1, b2);
+    amp_where_desc wd = {.dt = AMP_F32, .ndim = 1, .shape = {100}, .cond_stride = {1},
+                         .a_stride = {1}, .b_stride = {1}};
+    EXPECT(AMP_OPCAT_ELEMENTWISE, 0, where, &wd, (const int32_t *)b3, b0, b1, b2);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 100, binary, AMP_BINARY_RELU_BWD, AMP_F32, 100, b0, b1, b2);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 2 * 100, axpy, AMP_F32, 100, 0.5f, b0, b1);
     EXPECT(AMP_OPCAT_ELEMENTWISE, 100, sum, AMP_F32, 100, b0, 1.0f, s0);
