@@ -186,7 +186,7 @@ amp_status amp_model_set_norm(amp_model *m, bool norm) {
     AMP_CHECK_ARG(m);
     if (m->root->built)
         return amp_fail(AMP_ERR_STATE, "amp_model_set_norm: the model is built; mark it before");
-    m->norm = norm;
+    m->norm = norm ? AMP_NORM_KEEP : AMP_NORM_NONE;
     return AMP_OK;
 }
 

@@ -16,7 +16,10 @@ static size_t amp_aligned_bytes(const amp_tensor *t, amp_dtype dt) {
     return (n + AMP_CAST_ALIGN - 1) / AMP_CAST_ALIGN * AMP_CAST_ALIGN;
 }
 
-bool amp_model_param_is_norm(const amp_model *m, int i) { return m->params[i].norm; }
+/* The dtype a cast to `half` gives an entry of this norm kind. */
+static amp_dtype cast_dtype(amp_norm_kind norm, amp_dtype half, bool keep_norm_f32) {
+    return norm == AMP_NORM_F32 || (norm == AMP_NORM_KEEP && keep_norm_f32) ? AMP_F32 : half;
+}
 
 void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype) {
     m->in_dtype = in_dtype;
@@ -102,9 +105,9 @@ amp_status amp_model_cast_prepare(amp_model *m, amp_dtype half, bool keep_norm_f
     if (!dts) return amp_fail(AMP_ERR_OOM, "amp_model_cast: out of memory");
     amp_dtype *param_dts = dts, *buffer_dts = dts + m->n_params;
     for (int i = 0; i < m->n_params; i++)
-        param_dts[i] = keep_norm_f32 && amp_model_param_is_norm(m, i) ? AMP_F32 : half;
+        param_dts[i] = cast_dtype(m->params[i].norm, half, keep_norm_f32);
     for (int i = 0; i < m->n_buffers; i++)
-        buffer_dts[i] = keep_norm_f32 && m->buffers[i].norm ? AMP_F32 : half;
+        buffer_dts[i] = cast_dtype(m->buffers[i].norm, half, keep_norm_f32);
 
     amp_cast_block pb, bb = {0};
     amp_status s = amp_cast_fill(m->ctx, m->params, m->n_params, param_dts, true, &pb);

@@ -18,7 +18,8 @@
 typedef enum amp_module_kind {
     AMP_MODULE_USER, AMP_MODULE_SEQUENTIAL, AMP_MODULE_LINEAR, AMP_MODULE_CONV2D,
     AMP_MODULE_BATCHNORM2D, AMP_MODULE_RELU, AMP_MODULE_MAXPOOL2D, AMP_MODULE_FLATTEN,
-    AMP_MODULE_DROPOUT
+    AMP_MODULE_DROPOUT, AMP_MODULE_LAYER_NORM, AMP_MODULE_RMS_NORM, AMP_MODULE_EMBEDDING,
+    AMP_MODULE_GELU
 } amp_module_kind;
 
 /* The settings of a library module. */
@@ -26,11 +27,21 @@ typedef struct amp_module_cfg {
     int64_t in, out; /* features (linear) or channels (conv, batch norm) */
     int kernel, stride, padding;
     float p;         /* dropout */
+    float eps;       /* LayerNorm, RMSNorm */
+    bool tanh_approx; /* GELU: the tanh approximation */
     bool bias;
     bool sync;       /* batch norm: synchronised over the ranks (SyncBatchNorm) */
     int64_t num_batches_tracked; /* batch norm: training forwards so far (PyTorch's buffer of that
                                     name, an int64 scalar: checkpoints carry it) */
 } amp_module_cfg;
+
+/* What a cast to the half type (O2, O3) does with a module's parameters and buffers. */
+typedef enum amp_norm_kind {
+    AMP_NORM_NONE = 0, /* cast */
+    AMP_NORM_KEEP = 1, /* kept f32 where keep_batchnorm_fp32 holds (batch norm, user norms) */
+    AMP_NORM_F32 = 2,  /* always f32 (LayerNorm, RMSNorm: half parameters are the known
+                        * transformer pitfall of Apex's O2, and their kernels take f32) */
+} amp_norm_kind;
 
 /* One registration: the node's own name for it, its shape and initialiser. */
 typedef struct amp_decl {
@@ -46,7 +57,7 @@ typedef struct amp_named_tensor {
     int ndim;
     int64_t shape[AMP_MAX_DIMS];
     amp_init init;
-    bool norm;     /* owned by a normalisation module: kept f32 by keep_batchnorm_fp32 */
+    amp_norm_kind norm; /* owned by a normalisation module: see amp_norm_kind */
     amp_tensor *t; /* NULL until built */
 } amp_named_tensor;
 
@@ -65,7 +76,7 @@ struct amp_model {
     void (*free_user)(void *user);
     amp_module_kind kind;
     amp_module_cfg cfg;
-    bool norm;
+    amp_norm_kind norm;
     amp_decl *own_params, *own_buffers;
     int n_own_params, cap_own_params, n_own_buffers, cap_own_buffers;
     amp_model **children;
@@ -86,6 +97,10 @@ struct amp_model {
 amp_status amp_module_new(amp_ctx *ctx, const char *who, amp_module_kind kind,
                           amp_forward_fn forward, amp_model **out);
 /* A library batch norm's forward, with the ReLU after it fused in when `relu` (Sequential). */
+/* modules.c: "who: n inputs, the module takes one" unless n is 1; a new module freed again when
+ * registering its entries failed (s), else *out = m. */
+amp_status amp_module_one_input(const char *who, int n_inputs);
+amp_status amp_module_done(amp_model *m, amp_status s, amp_model **out);
 amp_status amp_module_batchnorm_run(amp_model *m, bool relu, amp_tensor *x, amp_tensor **y);
 /* AMP_ERR_INVALID_ARG naming `who` when m is a child of another model: optimizers, amp,
  * DDP and checkpoints take the root, which owns the storage. */
@@ -115,7 +130,5 @@ void amp_model_cast_commit(amp_model *m, amp_model_cast_plan *plan);
 void amp_model_cast_abort(amp_model *m, amp_model_cast_plan *plan);
 /* Sets the boundary casts (AMP_I32: none). */
 void amp_model_set_io_cast(amp_model *m, amp_dtype in_dtype, amp_dtype out_dtype);
-/* Whether parameter i belongs to a normalisation module. */
-bool amp_model_param_is_norm(const amp_model *m, int i);
 
 #endif

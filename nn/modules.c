@@ -1,6 +1,6 @@
 /* The library's modules (torch.nn's Linear, Conv2d, BatchNorm2d, ReLU, MaxPool2d, Flatten,
- * Dropout): each is a model of the public API with its settings in the node and a forward over
- * the public ops. */
+ * Dropout; the transformer's are modules_transformer.c): each is a model of the public API with
+ * its settings in the node and a forward over the public ops. */
 #include <stdio.h>
 
 #include "core/error.h"
@@ -16,7 +16,7 @@ static amp_status amp_check_positive(const char *who, const char *what, int64_t 
     return AMP_OK;
 }
 
-static amp_status amp_module_one_input(const char *who, int n_inputs) {
+amp_status amp_module_one_input(const char *who, int n_inputs) {
     if (n_inputs != 1)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: %d inputs, the module takes one", who, n_inputs);
     return AMP_OK;
@@ -80,8 +80,7 @@ static amp_status amp_dropout_forward(amp_model *m, amp_tensor *const *in, int n
     return amp_dropout(in[0], m->cfg.p, m->training, y);
 }
 
-/* A new module, freed again when registering its entries fails. */
-static amp_status amp_module_done(amp_model *m, amp_status s, amp_model **out) {
+amp_status amp_module_done(amp_model *m, amp_status s, amp_model **out) {
     if (s != AMP_OK) {
         amp_model_free(m);
         *out = NULL;
@@ -127,7 +126,7 @@ amp_status amp_module_batchnorm2d(amp_ctx *ctx, int64_t c, amp_model **m) {
     amp_model *l;
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_BATCHNORM2D, amp_batchnorm_forward, &l));
     l->cfg = (amp_module_cfg){.in = c, .out = c, .bias = true};
-    l->norm = true;
+    l->norm = AMP_NORM_KEEP;
     amp_status s = amp_model_register_param(l, "weight", 1, &c, AMP_INIT_ONE_VALUES, NULL);
     if (s == AMP_OK) s = amp_model_register_param(l, "bias", 1, &c, AMP_INIT_ZERO_VALUES, NULL);
     if (s == AMP_OK)

@@ -53,7 +53,8 @@ typedef struct amp_options {
     amp_half_type half_type;
     amp_cast_type cast_model_type;
     amp_opt_flag autocast;            /* Apex's patch_torch_functions */
-    amp_opt_flag keep_batchnorm_fp32;
+    amp_opt_flag keep_batchnorm_fp32; /* every norm's: batch norms and amp_model_set_norm's;
+                                         the LayerNorm and RMSNorm modules stay f32 always */
     amp_opt_flag master_weights;
     float loss_scale;                 /* 0: the level's; AMP_LOSS_SCALE_DYNAMIC; or > 0: static */
     float min_loss_scale;             /* dynamic only; 0: no floor */

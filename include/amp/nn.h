@@ -282,6 +282,14 @@ amp_status amp_module_relu(amp_ctx *ctx, amp_model **m);
 amp_status amp_module_maxpool2d(amp_ctx *ctx, int kernel, int stride, amp_model **m);
 amp_status amp_module_flatten(amp_ctx *ctx, amp_model **m);
 amp_status amp_module_dropout(amp_ctx *ctx, float p, amp_model **m);
+/* LayerNorm over the last dim (weight 1 and, with bias, bias 0; PyTorch's eps 1e-5) and RMSNorm
+ * (weight 1): norms, so f32 at every opt level (keep_batchnorm_fp32 holds for every norm).
+ * Embedding [vocab, dim], N(0, 1) as torch.nn.Embedding (its forward takes i32 ids). GELU, exact
+ * or the tanh approximation (GPT-2's). */
+amp_status amp_module_layer_norm(amp_ctx *ctx, int64_t dim, float eps, bool bias, amp_model **m);
+amp_status amp_module_rms_norm(amp_ctx *ctx, int64_t dim, float eps, amp_model **m);
+amp_status amp_module_embedding(amp_ctx *ctx, int64_t vocab, int64_t dim, amp_model **m);
+amp_status amp_module_gelu(amp_ctx *ctx, bool tanh_approx, amp_model **m);
 
 /* Sequential: a model whose forward runs its children in order (a Linear or BatchNorm2d
  * directly followed by a ReLU runs as the fused op). amp_seq_add adds any model as the next
