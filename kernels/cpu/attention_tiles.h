@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
-#include "kernels/math/transcendental.h"
+#include "kernels/cpu/vector_exp.h"
 
 /* Query rows and keys per tile: bench/RESULTS.md ("Attention on the CPU") has the sweep. */
 #define ATTN_BR 64
@@ -67,9 +67,6 @@ static inline amp_status attn_tiles_get(const amp_attn_desc *d, attn_tiles *t) {
 
 /* Lanes of the row reductions below: explicit, so that they vectorise without reassociation. */
 #define ATTN_LANES 16
-/* amp_expf's lowest argument: below it e^x is 0 in f32. */
-#define ATTN_EXP_LOW -103.97208404541015625f
-
 /* The max of s[0, n), n >= 1; *nan set when a NaN is among them (the max skips it). */
 static inline __attribute__((always_inline)) float attn_row_max(const float *s, int64_t n,
                                                                  bool *nan) {
@@ -92,26 +89,15 @@ static inline __attribute__((always_inline)) float attn_row_max(const float *s, 
     return m;
 }
 
-/* s[j] = e^(s[j] - m) for j < n, m the finite max of a row without NaN; returns their sum. The
- * arguments are clamped into amp_expf_core's range in one pass and exponentiated in another,
- * each a plain vector loop (a select feeding the exp keeps GCC from vectorising it): below
- * -103.97 the result is e^-103.97 (1e-45) where amp_expf gives 0. */
+/* s[j] = e^(s[j] - m) for j < n, m the finite max of a row without NaN (vector_exp.h); returns
+ * their sum. */
 static inline __attribute__((always_inline)) float attn_row_exp(float *s, int64_t n, float m) {
-    for (int64_t j = 0; j < n; j++) {
-        float t = s[j] - m;
-        s[j] = t < ATTN_EXP_LOW ? ATTN_EXP_LOW : t;
-    }
+    amp_cpu_exp_shifted(s, n, m, s);
     float lane[ATTN_LANES] = {0};
     int64_t j = 0;
     for (; j + ATTN_LANES <= n; j += ATTN_LANES)
-        for (int l = 0; l < ATTN_LANES; l++) {
-            s[j + l] = amp_expf_core(s[j + l]);
-            lane[l] += s[j + l];
-        }
-    for (; j < n; j++) {
-        s[j] = amp_expf_core(s[j]);
-        lane[0] += s[j];
-    }
+        for (int l = 0; l < ATTN_LANES; l++) lane[l] += s[j + l];
+    for (; j < n; j++) lane[0] += s[j];
     float sum = 0.0f;
     for (int l = 0; l < ATTN_LANES; l++) sum += lane[l];
     return sum;

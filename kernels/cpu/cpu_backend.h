@@ -49,9 +49,10 @@ amp_status amp_cpu_sync(void);
  * thread's arena; AMP_ERR_OOM naming fn when one cannot be had (the rows it skipped unwritten). */
 amp_status amp_cpu_each_row(const char *fn, int64_t rows, int64_t floats,
                             void (*row)(void *ctx, int64_t r, float *buf), void *ctx);
-/* rows.c: a row's max (a NaN goes through) and sum of e^(v - max) (kernels/math/softmax.h's
- * amp_softmax_exp), and a row's sum, each in a CUDA warp's order (kernels/math/lanes.h). */
-void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *m_out, float *s_out);
+/* rows.c: a row's max (a NaN goes through), its exps e[j] = e^(v[j] - max) (kernels/math/
+ * softmax.h's amp_softmax_exp: 0 in a row of -inf) and their sum, and a row's sum, each in a
+ * CUDA warp's order (kernels/math/lanes.h), in vector loops. */
+void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, float *m_out, float *s_out);
 float amp_cpu_row_sum(const float *v, int64_t n);
 
 /* cpu_avx512.c: whether the hand-vectorised AVX-512 kernels run (AVX-512 F, BW and VL, and

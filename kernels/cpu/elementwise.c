@@ -6,12 +6,14 @@
  * stack buffers by the backend's own cast and narrowed back with round to nearest even, so the
  * inner loops see plain float arrays and vectorise for every dtype. x and y may be the same
  * array (in-place ops); other overlaps are not supported. */
+#include <math.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
+#include "kernels/cpu/vector_exp.h"
 #include "kernels/math/binary.h"
 #include "kernels/math/relu.h"
 #include "kernels/math/transcendental.h"
@@ -19,7 +21,38 @@
 /* Elements per tile: three f32 tiles (a, b, y) take 12 KiB, which stays in L1 with the data. */
 #define EW_TILE 1024
 
-static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, float *y) {
+/* sigmoid(z) from e = e^-|z|: (z < 0 ? e : 1) / (1 + e), amp_sigmoidf's two formulas as one
+ * division with a select on its numerator (the same bits; no branch, so it vectorises). */
+AMP_CPU_CLONE_INLINE float sigmoid_from(float z, float e) {
+    return (z < 0.0f ? e : 1.0f) / (1.0f + e);
+}
+
+/* y = sigmoid(x) (gelu false) or x sigmoid(2u), GELU tanh's amp_gelu_tanh (gelu true), the
+ * scalar functions' bits in vector loops over the tile: the arguments, their exps
+ * (vector_exp.h), the results. */
+AMP_CPU_CLONE_INLINE void sigmoid_tile(bool gelu, int64_t n, const float *x, float *y) {
+    float z[EW_TILE], e[EW_TILE];
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float cube = amp_mul_rn(amp_mul_rn(x[i], x[i]), x[i]);
+        float inner = amp_mul_rn(0.7978845608028654f, x[i] + amp_mul_rn(0.044715f, cube));
+        z[i] = gelu ? inner + inner : x[i];
+        e[i] = -fabsf(z[i]);
+        nan |= z[i] != z[i];
+    }
+    if (nan) { /* the scalar functions, NaN and all */
+        for (int64_t i = 0; i < n; i++) y[i] = gelu ? amp_gelu_tanh(x[i]) : amp_sigmoidf(x[i]);
+        return;
+    }
+    amp_cpu_exp_shifted(e, n, 0.0f, e);
+    for (int64_t i = 0; i < n; i++) {
+        float s = sigmoid_from(z[i], e[i]);
+        y[i] = gelu ? amp_mul_rn(x[i], s) : s;
+    }
+}
+
+AMP_CPU_CLONE_INLINE void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha,
+                                     float *y) {
     switch (op) {
     case AMP_UNARY_RELU:
         for (int64_t i = 0; i < n; i++) y[i] = amp_relu(x[i]);
@@ -46,13 +79,13 @@ static void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha, 
         for (int64_t i = 0; i < n; i++) y[i] = amp_tanhf(x[i]);
         break;
     case AMP_UNARY_SIGMOID:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_sigmoidf(x[i]);
+        sigmoid_tile(false, n, x, y);
         break;
     case AMP_UNARY_SILU:
         for (int64_t i = 0; i < n; i++) y[i] = amp_siluf(x[i]);
         break;
     case AMP_UNARY_GELU_TANH:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_tanh(x[i]);
+        sigmoid_tile(true, n, x, y);
         break;
     case AMP_UNARY_GELU_ERF:
         for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_erf(x[i]);

@@ -1,19 +1,21 @@
 /* CPU backend: LayerNorm and RMSNorm over the last dim (layernorm_fwd, layernorm_bwd), the
  * arithmetic and order of kernels/math/layernorm.h: each row's sums in the 32 lanes a CUDA warp
  * uses and its butterfly, so both backends give the same bits. Rows run in parallel
- * (amp_cpu_each_row); each row is widened once into the thread's f32 buffer (the lanes' loops
- * then vectorise), read three times from it.
+ * (amp_cpu_each_row); each row is read in place (f32) or widened once into the thread's f32
+ * buffer, then read three times by vector loops built per ISA.
  * The column sums of the backward (dgamma, dbeta) are chunks of AMP_LN_COL_CHUNK rows in f64,
  * added in chunk order. */
 #include <string.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
+#include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/layernorm.h"
 #include "kernels/math/load_store.h"
 
 /* The 32-lane total of v[0, n). */
-static float lanes_sum(const float *v, int64_t n) {
+AMP_CPU_CLONE_INLINE float lanes_sum(const float *v, int64_t n) {
     float acc[AMP_LN_LANES] = {0};
     int64_t i = 0;
     for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)
@@ -23,7 +25,7 @@ static float lanes_sum(const float *v, int64_t n) {
 }
 
 /* The 32-lane total of (v - c)^2 (c: the mean) or v^2 (RMSNorm: c = 0, the same products). */
-static float lanes_sum_sq(const float *v, int64_t n, float c) {
+AMP_CPU_CLONE_INLINE float lanes_sum_sq(const float *v, int64_t n, float c) {
     float acc[AMP_LN_LANES] = {0};
     int64_t i = 0;
     for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)
@@ -49,27 +51,33 @@ typedef struct ln_call {
     float *rstd;
 } ln_call;
 
-static void fwd_row(void *ctx, int64_t row, float *v) {
+/* buf: the row widened (or the stored sum read back), then the output before its narrowing;
+ * vector loops, built per ISA. */
+AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     const ln_call *c = ctx;
     const amp_ln_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;
-    for (int64_t j = 0; j < cols; j++) {
-        float e = amp_load_f32(c->x, d->dt, base + j);
-        if (c->r) { /* the sum as stored: rounded to dt, then read back */
-            amp_store_f32(c->sum, d->dt, base + j, e + amp_load_f32(c->r, d->dt, base + j));
-            e = amp_load_f32(c->sum, d->dt, base + j);
+    const float *v;
+    if (c->r) {
+        for (int64_t j = 0; j < cols; j++) { /* the sum as stored: rounded to dt, read back */
+            amp_store_f32(c->sum, d->dt, base + j,
+                          amp_load_f32(c->x, d->dt, base + j) + amp_load_f32(c->r, d->dt, base + j));
+            buf[j] = amp_load_f32(c->sum, d->dt, base + j);
         }
-        v[j] = e;
+        v = buf;
+    } else {
+        v = tile_in(c->x, d->dt, base, cols, buf);
     }
     float mu = d->rms ? 0.0f : lanes_sum(v, cols) / (float)cols;
     float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
     if (!d->rms) c->mean[row] = mu;
     c->rstd[row] = rs;
-    for (int64_t j = 0; j < cols; j++) {
-        float out = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), c->gamma ? c->gamma[j] : 1.0f,
-                                  c->beta ? c->beta[j] : 0.0f);
-        amp_store_f32(c->out, d->dt, base + j, out);
-    }
+    float *y = tile_out(c->out, d->dt, base, buf + cols);
+    const float *gamma = c->gamma, *beta = c->beta;
+    for (int64_t j = 0; j < cols; j++)
+        y[j] = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), gamma ? gamma[j] : 1.0f,
+                             beta ? beta[j] : 0.0f);
+    tile_out_store(c->out, d->dt, base, cols, y);
 }
 
 /* buf: g = dy gamma, then g xhat, cols floats each. */
@@ -103,7 +111,7 @@ amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     if (r) AMP_CHECK_ARG(sum);
     ln_call c = {.d = d, .x = x, .r = r, .sum = sum, .out = y, .gamma = gamma, .beta = beta,
                  .mean = mean, .rstd = rstd};
-    return amp_cpu_each_row(__func__, d->rows, d->cols, fwd_row, &c);
+    return amp_cpu_each_row(__func__, d->rows, 2 * d->cols, fwd_row, &c);
 }
 
 /* dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum of dy: chunks of AMP_LN_COL_CHUNK rows

@@ -4,7 +4,9 @@
  * reductions in a CUDA warp's order (kernels/math/lanes.h) that softmax and cross-entropy share. */
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/vector_exp.h"
 #include "kernels/math/lanes.h"
 #include "kernels/math/softmax.h"
 
@@ -28,19 +30,35 @@ amp_status amp_cpu_each_row(const char *fn, int64_t rows, int64_t floats,
     return AMP_OK;
 }
 
-void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *m_out, float *s_out) {
+/* The 32 lanes' sum of e[0, n) (lane l: elements l, l + 32, ...). */
+AMP_CPU_CLONE_INLINE void lanes_sum(const float *e, int64_t n, float *acc) {
+    int64_t i = 0;
+    for (; i + AMP_LANES <= n; i += AMP_LANES)
+        for (int l = 0; l < AMP_LANES; l++) acc[l] += e[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += e[i];
+}
+
+AMP_CPU_CLONES void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, float *m_out,
+                                           float *s_out) {
     float acc[AMP_LANES];
     for (int l = 0; l < AMP_LANES; l++) acc[l] = -INFINITY;
-    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] = amp_lanes_max2(acc[i % AMP_LANES], v[i]);
+    int64_t i = 0;
+    for (; i + AMP_LANES <= n; i += AMP_LANES)
+        for (int l = 0; l < AMP_LANES; l++) acc[l] = amp_lanes_max2(acc[l], v[i + l]);
+    for (int l = 0; i < n; i++, l++) acc[l] = amp_lanes_max2(acc[l], v[i]);
     float m = amp_lanes_combine(acc, 1);
+    if (isfinite(m))
+        amp_cpu_exp_shifted(v, n, m, e);
+    else /* fully masked (0), a NaN in the row (m NaN) or an inf: the scalar function */
+        for (int64_t j = 0; j < n; j++) e[j] = amp_softmax_exp(v[j], m);
     for (int l = 0; l < AMP_LANES; l++) acc[l] = 0.0f;
-    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] += amp_softmax_exp(v[i], m);
+    lanes_sum(e, n, acc);
     *m_out = m;
     *s_out = amp_lanes_combine(acc, 0);
 }
 
-float amp_cpu_row_sum(const float *v, int64_t n) {
+AMP_CPU_CLONES float amp_cpu_row_sum(const float *v, int64_t n) {
     float acc[AMP_LANES] = {0};
-    for (int64_t i = 0; i < n; i++) acc[i % AMP_LANES] += v[i];
+    lanes_sum(v, n, acc);
     return amp_lanes_combine(acc, 0);
 }

@@ -4,6 +4,8 @@
  * run in parallel (amp_cpu_each_row), each widened once into the thread's f32 buffer. */
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
+#include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/softmax.h"
 
@@ -14,15 +16,26 @@ typedef struct sm_call {
     void *out;
 } sm_call;
 
-static void fwd_row(void *ctx, int64_t row, float *v) {
+/* The row read in place (f32) or widened into buf, its exps in buf + cols, the output written
+ * from them (softmax) or from the row (log-softmax), then narrowed if half: vector loops. */
+AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     const sm_call *c = ctx;
     const amp_softmax_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;
-    for (int64_t j = 0; j < cols; j++) v[j] = amp_load_f32(c->x, d->dt, base + j);
-    float m, sum;
-    amp_cpu_row_max_sumexp(v, cols, &m, &sum);
-    for (int64_t j = 0; j < cols; j++)
-        amp_store_f32(c->out, d->dt, base + j, amp_softmax_out(v[j], m, sum, d->log));
+    const float *v = tile_in(c->x, d->dt, base, cols, buf);
+    float *e = buf + cols, m, sum;
+    amp_cpu_row_max_sumexp(v, cols, e, &m, &sum);
+    float *y = tile_out(c->out, d->dt, base, e);
+    if (m == -INFINITY) { /* fully masked: 0, or -inf for log-softmax (amp_softmax_out) */
+        for (int64_t j = 0; j < cols; j++) y[j] = d->log ? -INFINITY : 0.0f;
+    } else if (d->log) {
+        float ls = amp_logf(sum);
+        for (int64_t j = 0; j < cols; j++) y[j] = (v[j] - m) - ls;
+    } else {
+        float inv = 1.0f / sum;
+        for (int64_t j = 0; j < cols; j++) y[j] = amp_mul_rn(e[j], inv);
+    }
+    tile_out_store(c->out, d->dt, base, cols, y);
 }
 
 static void bwd_row(void *ctx, int64_t row, float *t) {
@@ -47,7 +60,7 @@ amp_status amp_cpu_softmax_fwd(amp_device_ctx *dev, const amp_softmax_desc *d, c
     AMP_CHECK_ARG(x);
     AMP_CHECK_ARG(y);
     sm_call c = {.d = d, .x = x, .out = y};
-    return amp_cpu_each_row(__func__, d->rows, d->cols, fwd_row, &c);
+    return amp_cpu_each_row(__func__, d->rows, 2 * d->cols, fwd_row, &c);
 }
 
 amp_status amp_cpu_softmax_bwd(amp_device_ctx *dev, const amp_softmax_desc *d, const void *y,

@@ -48,7 +48,7 @@ static void fwd_row(void *ctx, int64_t r, float *buf) {
     int64_t classes = d->classes, base = r * classes;
     const float *v = tile_in(c->logits, d->dt, base, classes, buf);
     float m, s;
-    amp_cpu_row_max_sumexp(v, classes, &m, &s);
+    amp_cpu_row_max_sumexp(v, classes, buf + classes, &m, &s);
     float sx = d->label_smoothing > 0.0f ? amp_cpu_row_sum(v, classes) : 0.0f;
     lse[r] = amp_xent_lse(m, s);
     row_loss[r] = amp_xent_row_loss(m, s, v[label], sx, classes, d->label_smoothing);
@@ -78,7 +78,7 @@ amp_status amp_cpu_xent_fwd(amp_device_ctx *dev, const amp_xent_desc *d, const v
     if (d->rows > 0) AMP_CHECK_ARG(logits);
     AMP_TRY(check_labels(__func__, d, labels));
     xent_call c = {.d = d, .logits = logits, .labels = labels, .stats = stats};
-    AMP_TRY(amp_cpu_each_row(__func__, d->rows, d->classes, fwd_row, &c));
+    AMP_TRY(amp_cpu_each_row(__func__, d->rows, 2 * d->classes, fwd_row, &c));
     double lane[AMP_XENT_TOTAL_LANES] = {0};
     int64_t count = 0;
     const float *row_loss = stats + d->rows;
