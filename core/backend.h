@@ -46,7 +46,21 @@ typedef enum amp_gemm_epilogue {
      * becomes +0. Not cuBLASLt's RELU epilogue, which makes a NaN +0: the CUDA backend applies
      * it to C in a pass of its own. */
     AMP_GEMM_EPILOGUE_RELU = 1,
+    /* aux = round(v), the pre-activation a plain GEMM would write to C, and C = GELU(aux) of the
+     * rounded value, tanh approximation (GPT-2's) or exact erf (kernels/math/transcendental.h):
+     * the bits of a GEMM into aux followed by the unary GELU entry, which the backward of
+     * y = gelu(x @ w^T + b) reads aux for. Needs aux (C's dtype and strides, not overlapping C)
+     * and beta = 0. On the CUDA backend the tanh form may instead be cuBLASLt's GELU_AUX_BIAS
+     * epilogue (kernels/cuda/gemm.c): aux the same bits, C cuBLASLt's GELU of the unrounded v,
+     * within 2^-p (2 |C| + 2 |aux|) of the formula above, p the explicit mantissa bits of C's
+     * dtype (23, 7, 10): an ulp of aux through GELU's slope (at most 1.13) and the roundings. */
+    AMP_GEMM_EPILOGUE_GELU_TANH = 2,
+    AMP_GEMM_EPILOGUE_GELU_ERF = 3,
 } amp_gemm_epilogue;
+
+static inline bool amp_gemm_epilogue_is_gelu(amp_gemm_epilogue e) {
+    return e == AMP_GEMM_EPILOGUE_GELU_TANH || e == AMP_GEMM_EPILOGUE_GELU_ERF;
+}
 
 /* C[m,n] = epilogue(alpha * op(A)[m,k] @ op(B)[k,n] + beta * C (+ bias[n] broadcast over rows, if
  * set)). Leading dimensions are in elements; op(X) = X^T when trans_x. bias is f32.
@@ -70,7 +84,9 @@ typedef enum amp_gemm_epilogue {
  *    b + i stride_b into c + i stride_c (in elements); a stride of 0 for A or B uses one matrix
  *    for every product (a broadcast). batch 0 or 1: one product, strides unused. With a batch,
  *    bias (the same row for every product) and the epilogue apply to each product; bias_grad is
- *    refused. The products' C must not overlap (stride_c >= (m - 1) ldc + n). */
+ *    refused. The products' C must not overlap (stride_c >= (m - 1) ldc + n);
+ *  - aux: with a GELU epilogue, where the pre-activation goes: C's dtype, leading dimension ldc
+ *    and stride_c (see amp_gemm_epilogue); unused otherwise. */
 typedef struct amp_gemm_desc {
     bool trans_a, trans_b;
     int64_t m, n, k;
@@ -84,6 +100,7 @@ typedef struct amp_gemm_desc {
     bool allow_tf32;
     int64_t batch;
     int64_t stride_a, stride_b, stride_c;
+    void *aux;
 } amp_gemm_desc;
 
 /* 2-D convolution, NCHW x OIHW, groups 1, dilation 1, symmetric zero padding. x, w, y share
@@ -491,7 +508,8 @@ amp_status amp_backend_check_bn_bwd_elemt(const char *fn, const amp_bn_desc *d, 
  * argmax can index. */
 amp_status amp_backend_check_pool(const char *fn, const amp_pool_desc *d);
 /* The fields of amp_gemm_desc after bias: a known epilogue; bias_grad only with trans_a and
- * with neither a bias nor an epilogue (AMP_ERR_INVALID_ARG naming fn). The shapes, dtypes and
+ * with neither a bias nor an epilogue; a GELU epilogue with beta 0 and an aux other than C
+ * (AMP_ERR_INVALID_ARG naming fn). The shapes, dtypes and
  * pointers are each backend's. */
 amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d);
 /* The convolution descriptor of every conv2d entry: every size >= 1, stride >= 1, pad >= 0, the

@@ -210,8 +210,16 @@ amp_status amp_backend_check_conv2d(const char *fn, const amp_conv2d_desc *d) {
 }
 
 amp_status amp_backend_check_gemm_fused(const char *fn, const amp_gemm_desc *d) {
-    if (d->epilogue != AMP_GEMM_EPILOGUE_NONE && d->epilogue != AMP_GEMM_EPILOGUE_RELU)
+    if (d->epilogue < AMP_GEMM_EPILOGUE_NONE || d->epilogue > AMP_GEMM_EPILOGUE_GELU_ERF)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: unknown epilogue %d", fn, (int)d->epilogue);
+    if (amp_gemm_epilogue_is_gelu(d->epilogue)) {
+        if (d->beta != 0.0f)
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: a GELU epilogue with beta %g (it writes the "
+                            "pre-activation to aux, not C: beta must be 0)", fn, (double)d->beta);
+        if (d->m > 0 && d->n > 0 && (!d->aux || d->aux == d->c))
+            return amp_fail(AMP_ERR_INVALID_ARG, "%s: a GELU epilogue needs aux, a buffer of C's "
+                            "shape other than C, for the pre-activation", fn);
+    }
     if (d->batch < 0 || d->stride_a < 0 || d->stride_b < 0 || d->stride_c < 0)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: batch %lld, strides %lld, %lld, %lld: none may "
                         "be negative", fn, (long long)d->batch, (long long)d->stride_a,

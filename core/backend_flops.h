@@ -11,12 +11,14 @@ static inline double amp_flops_sum_numel(int64_t n, const int64_t *numel) {
     return total;
 }
 
-/* 2 m n k, plus a bias add and a bias gradient's sum where the descriptor has them. */
+/* 2 m n k, plus a bias add, a GELU epilogue (one per element, as the unary entry counts it)
+ * and a bias gradient's sum where the descriptor has them, per product of a batch. */
 static inline double amp_flops_gemm(const amp_gemm_desc *d) {
     double f = 2.0 * (double)d->m * (double)d->n * (double)d->k;
     if (d->bias) f += (double)d->m * (double)d->n;
+    if (amp_gemm_epilogue_is_gelu(d->epilogue)) f += (double)d->m * (double)d->n;
     if (d->bias_grad) f += (double)d->m * (double)d->k;
-    return f;
+    return d->batch > 1 ? f * (double)d->batch : f;
 }
 
 static inline double amp_flops_conv_macs2(const amp_conv2d_desc *d) {

@@ -1,6 +1,7 @@
-/* linear and linear_relu: GEMMs on the backend (the GEMM helpers: nn/gemm.c). The bias is added in the GEMM (an
- * epilogue on cuBLASLt), linear_relu's ReLU is the GEMM's epilogue (a pass over its output, NaN
- * kept), and a linear layer's bias gradient is taken in its weight-gradient GEMM (core/backend.h,
+/* linear, linear_relu and linear_gelu: GEMMs on the backend (the GEMM helpers: nn/gemm.c). The
+ * bias is added in the GEMM (an epilogue on cuBLASLt), linear_relu's ReLU is the GEMM's epilogue
+ * (a pass over its output, NaN kept), linear_gelu's GELU too (the pre-activation saved for the
+ * backward: core/backend.h's GELU epilogues), and a linear layer's bias gradient is taken in its weight-gradient GEMM (core/backend.h,
  * amp_gemm_desc). */
 #include "core/error.h"
 #include "nn/autocast.h"
@@ -41,8 +42,22 @@ static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy)
     return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz);
 }
 
-/* linear and linear_relu: autocast (HALF: x and w in the half type under O1; the bias f32), the
- * checks naming `op`, one GEMM with the epilogue, and the tape node. */
+/* y = gelu(z), z = x @ w^T + b kept by the forward (the GEMM's aux): dz = GELU'(z) dy, the
+ * binary GELU_BWD kernel (amp_gelu's backward bits), then linear's backward. */
+static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    const amp_tensor *z = node->saved[0];
+    bool tanh_form = *(const amp_gemm_epilogue *)node->aux == AMP_GEMM_EPILOGUE_GELU_TANH;
+    amp_tensor *dz;
+    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &dz));
+    AMP_TRY(AMP_BE(dy->backend, binary,
+                   tanh_form ? AMP_BINARY_GELU_TANH_BWD : AMP_BINARY_GELU_ERF_BWD, dy->dtype,
+                   dy->numel, z->data, dy->data, dz->data));
+    return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz);
+}
+
+/* linear, linear_relu and linear_gelu: autocast (HALF: x and w in the half type under O1; the
+ * bias f32), the checks naming `op`, one GEMM with the epilogue (a GELU's pre-activation into a
+ * step tensor the node saves), and the tape node. */
 static amp_status amp_linear_run(const char *op, const char *node_name, amp_backward_fn bwd,
                                  amp_gemm_epilogue epilogue, amp_tensor *x, amp_tensor *w,
                                  amp_tensor *b, amp_tensor **out) {
@@ -75,10 +90,19 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
                                        x->shape[1], w, w->shape[1], y);
     d.bias = b ? (const float *)b->data : NULL;
     d.epilogue = epilogue;
+    amp_tensor *z = NULL;
+    if (amp_gemm_epilogue_is_gelu(epilogue)) {
+        AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 2, shape, &z));
+        d.aux = z->data;
+    }
     AMP_TRY(AMP_BE(x->backend, gemm, &d));
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, node_name, bwd, 3, in, 0, &node));
+    AMP_TRY(amp_record(y, node_name, bwd, 3, in, z ? sizeof epilogue : 0, &node));
+    if (node && z) {
+        node->saved[0] = z;
+        *(amp_gemm_epilogue *)node->aux = epilogue;
+    }
     *out = y;
     return AMP_OK;
 }
@@ -116,4 +140,12 @@ amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **
 amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
     return amp_linear_nd("amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
                          AMP_GEMM_EPILOGUE_RELU, x, w, b, out);
+}
+
+amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tanh_approximation,
+                           amp_tensor **out) {
+    return amp_linear_nd("amp_linear_gelu", tanh_approximation ? "linear_gelu_tanh" : "linear_gelu",
+                         amp_linear_gelu_bwd,
+                         tanh_approximation ? AMP_GEMM_EPILOGUE_GELU_TANH : AMP_GEMM_EPILOGUE_GELU_ERF,
+                         x, w, b, out);
 }

@@ -1,5 +1,6 @@
 /* Sequential: a model whose forward runs its children in order, one user of the model API. A
- * library Linear or BatchNorm2d directly followed by a library ReLU runs as the fused op. */
+ * library Linear or BatchNorm2d directly followed by a library ReLU, and a library Linear
+ * directly followed by a library GELU, run as the fused op. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,8 +16,17 @@ static amp_status amp_seq_forward(amp_model *m, amp_tensor *const *in, int n_in,
         amp_model *l = m->children[i];
         amp_tensor *next;
         amp_status s;
-        bool then_relu = i + 1 < m->n_children && m->children[i + 1]->kind == AMP_MODULE_RELU;
-        if (then_relu && (l->kind == AMP_MODULE_LINEAR || l->kind == AMP_MODULE_BATCHNORM2D)) {
+        amp_model *after = i + 1 < m->n_children ? m->children[i + 1] : NULL;
+        bool then_relu = after && after->kind == AMP_MODULE_RELU;
+        if (after && after->kind == AMP_MODULE_GELU && l->kind == AMP_MODULE_LINEAR) {
+            /* Linear then GELU: the GELU in the GEMM's epilogue (amp_linear_gelu). */
+            s = amp_linear_gelu(h, l->params[0].t, l->cfg.bias ? l->params[1].t : NULL,
+                                after->cfg.tanh_approx, &next);
+            if (s != AMP_OK)
+                return amp_fail_context(s, "layers '%s' and '%s'", l->name, after->name);
+            i++;
+        } else if (then_relu &&
+                   (l->kind == AMP_MODULE_LINEAR || l->kind == AMP_MODULE_BATCHNORM2D)) {
             /* Linear then ReLU: one GEMM with the bias in its epilogue and the ReLU in place on
              * its output (kernels/cuda/gemm.c says what it saves). Batch norm then
              * ReLU: the ReLU in the normalising pass, no tensor between them. Same gradients. */

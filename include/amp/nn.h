@@ -24,6 +24,15 @@ amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **
  * is then +0. Backward: dy masked by y > 0, then linear's backward, with the bias gradient taken
  * in the weight gradient's GEMM. */
 amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out);
+/* y = gelu(x @ w^T + b) as one op (Apex's FusedDense GELU; the GPT MLP's c_fc): the GEMM writes
+ * the pre-activation z, which the op keeps for its backward, and the GELU (tanh approximation or
+ * exact erf, as amp_gelu) follows in the GEMM's epilogue. Values and gradients are those of
+ * amp_linear followed by amp_gelu, bit for bit on the CPU; on CUDA the tanh form may be
+ * cuBLASLt's GELU_AUX_BIAS epilogue, its GELU of the unrounded z, within 2^-p (2 |y| + 2 |z|) of
+ * that (p: the mantissa bits of y's dtype, 23, 7 or 10), the gradients still bit for bit (they
+ * are computed from z). Backward: dz = GELU'(z) dy, then linear's backward. Autocast as linear. */
+amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tanh_approximation,
+                           amp_tensor **out);
 /* y = a @ b: a [m, k], b [k, n]. */
 amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 /* x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out] or NULL. */
@@ -292,8 +301,8 @@ amp_status amp_module_embedding(amp_ctx *ctx, int64_t vocab, int64_t dim, amp_mo
 amp_status amp_module_gelu(amp_ctx *ctx, bool tanh_approx, amp_model **m);
 
 /* Sequential: a model whose forward runs its children in order (a Linear or BatchNorm2d
- * directly followed by a ReLU runs as the fused op). amp_seq_add adds any model as the next
- * child; `name` NULL names it by its index. The amp_seq_add_<layer> calls add a library module. */
+ * directly followed by a ReLU, and a Linear directly followed by a GELU, run as the fused op).
+ * amp_seq_add adds any model as the next child; `name` NULL names it by its index. The amp_seq_add_<layer> calls add a library module. */
 amp_status amp_seq_create(amp_ctx *ctx, amp_model **out);
 amp_status amp_seq_add(amp_model *seq, const char *name, amp_model *child);
 amp_status amp_seq_add_linear(amp_model *m, const char *name, int64_t in, int64_t out, bool bias);

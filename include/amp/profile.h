@@ -12,8 +12,9 @@
  * at a time).
  *
  * FLOPs are counted from the call's sizes, as arithmetic operations of the op's formula:
- *  - GEMM: 2 m n k (a multiply and an add per product), plus m n for a bias and m k for a fused
- *    bias gradient; alpha, beta and epilogues are not counted (cuBLAS's convention);
+ *  - GEMM: 2 m n k (a multiply and an add per product), plus m n for a bias, m n for a GELU
+ *    epilogue (as the unary GELU counts it) and m k for a fused bias gradient; alpha, beta and
+ *    the ReLU epilogue are not counted (cuBLAS's convention);
  *  - convolution (forward, data gradient, weight gradient): 2 N K C R S P Q for N images, K output
  *    and C input channels, an R x S kernel and a P x Q output; plus N K P Q for a bias (forward)
  *    or a bias gradient (weight gradient);

@@ -16,7 +16,10 @@
  *
  * Fused parts (amp_gemm_desc after bias): the ReLU epilogue is a pass over C after the GEMM, in
  * C's dtype (kernels/math/relu.h: NaN kept, -0 made +0, the same bits before or after the
- * rounding, as the CUDA backend's pass), not oneDNN's eltwise post-op, whose relu keeps -0. The bias
+ * rounding, as the CUDA backend's pass), not oneDNN's eltwise post-op, whose relu keeps -0. A
+ * GELU epilogue's GEMM writes aux and the unary GELU kernel reads it into C (oneDNN's gelu
+ * post-op computes its own tanh or erf on the unrounded value, other bits than amp_gelu's, and
+ * cannot write the pre-activation the backward needs). The bias
  * gradient is sum_rows over A (the same chunked double sums, so the bits of the unfused linear
  * backward), or, for a padded A, a double sum per column in row order. allow_tf32 is ignored:
  * this CPU has no TF32 arithmetic and computes true f32.
@@ -269,6 +272,7 @@ static amp_gemm_desc gemm_slice(const amp_gemm_desc *d, int64_t i) {
         one.a = (const char *)d->a + i * d->stride_a * (int64_t)amp_dtype_size(d->a_dtype);
         one.b = (const char *)d->b + i * d->stride_b * (int64_t)amp_dtype_size(d->b_dtype);
         one.c = (char *)d->c + i * d->stride_c * (int64_t)amp_dtype_size(d->c_dtype);
+        if (d->aux) one.aux = (char *)d->aux + i * d->stride_c * (int64_t)amp_dtype_size(d->c_dtype);
     }
     return one;
 }
@@ -323,6 +327,19 @@ static void gemm_relu_pass(const amp_gemm_desc *d) {
     }
 }
 
+/* C = GELU(aux), the unary entry's kernel (the same bits as amp_gelu), over the dense rows at
+ * once or row by row. */
+static amp_status gemm_gelu_pass(amp_device_ctx *dev, const amp_gemm_desc *d) {
+    amp_unary_op op = d->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH ? AMP_UNARY_GELU_TANH
+                                                                  : AMP_UNARY_GELU_ERF;
+    if (d->ldc == d->n) return amp_cpu_unary(dev, op, d->c_dtype, d->m * d->n, d->aux, 1.0f, d->c);
+    size_t es = amp_dtype_size(d->c_dtype);
+    for (int64_t i = 0; i < d->m; i++)
+        AMP_TRY(amp_cpu_unary(dev, op, d->c_dtype, d->n, (const char *)d->aux + i * d->ldc * es,
+                              1.0f, (char *)d->c + i * d->ldc * es));
+    return AMP_OK;
+}
+
 /* bias_grad[i] = sum over p of op(A)[i, p] = sum over the k stored rows of A's column i (trans_a,
  * checked): sum_rows when A is dense, else a double sum per column in row order. */
 static amp_status gemm_bias_grad(amp_device_ctx *dev, const amp_gemm_desc *d) {
@@ -359,11 +376,16 @@ amp_status amp_cpu_gemm(amp_device_ctx *dev, const amp_gemm_desc *d) {
                              : amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(h.bias[j]));
         h.bias = rounded;
     }
-    amp_status s = gemm_core(&h);
-    for (int64_t i = 0; s == AMP_OK && h.epilogue == AMP_GEMM_EPILOGUE_RELU && i < gemm_count(&h);
+    /* A GELU epilogue: the GEMM writes the pre-activation to aux, the pass reads it into C. */
+    bool gelu = amp_gemm_epilogue_is_gelu(h.epilogue);
+    amp_gemm_desc pre = h;
+    if (gelu) pre.c = h.aux, pre.aux = NULL;
+    amp_status s = gemm_core(&pre);
+    for (int64_t i = 0; s == AMP_OK && h.epilogue != AMP_GEMM_EPILOGUE_NONE && i < gemm_count(&h);
          i++) {
         amp_gemm_desc one = gemm_slice(&h, i);
-        gemm_relu_pass(&one);
+        if (gelu) s = gemm_gelu_pass(dev, &one);
+        else gemm_relu_pass(&one);
     }
     free(rounded);
     return s;

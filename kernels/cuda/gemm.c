@@ -26,6 +26,16 @@
  *    cuBLASLt does not take: its half operand is widened to f32 first, exactly). The product and
  *    bias (its rounded values in f32) go into an f32 scratch [m, n] (beta != 0 first widens C
  *    into it), which is rounded into C once, with the ReLU, in one pass.
+ * A GELU epilogue (tanh form, direct route, one product, aux ld a multiple of 8) is cuBLASLt's
+ * GELU_AUX_BIAS (GELU_AUX without a bias): aux gets the pre-activation, the same bits as the
+ * bias epilogue writes, and C cuBLASLt's GELU of the unrounded value in one pass over the
+ * output, within a few units of C's last place of amp_gelu(aux) (core/backend.h), which a GPU
+ * run should confirm for the real library. The erf form, the other routes and a heuristic that
+ * offers no algorithm run the GEMM into aux with the bias epilogue and then the unary GELU
+ * kernel from aux into C (amp_gelu's bits): 2 m n s more bytes of traffic and a launch. The
+ * backward's GELU derivative is the binary GELU_BWD kernel in nn/ on both routes, not cuBLASLt's
+ * DGELU: DGELU belongs to the next layer's input-gradient GEMM, a fusion across two tape nodes
+ * that holds only when the GELU output has that one consumer.
  * When no algorithm takes the bias epilogue, an f32 result gets the bias (and ReLU) from a
  * separate pass (for an f32 C in place, a second f32 rounding), and a half C takes the scratch
  * route, so it is still rounded once.
@@ -163,6 +173,12 @@ static amp_status plan_pick_algo(amp_cuda_gemm_state *g, gemm_plan *p, cublasLtE
                                                       &vec_type, sizeof vec_type));
         AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &vec, sizeof vec));
+    }
+    if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        /* The pre-activation has D's type (the default) and layout; its pointer is per call. */
+        int64_t aux_ld = k->ldd;
+        AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                      &aux_ld, sizeof aux_ld));
     }
     cublasLtMatmulPreference_t pref;
     AMP_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -332,7 +348,10 @@ static cublasLtEpilogue_t epilogue_wanted(const amp_gemm_desc *d, bool fuse_bias
     return fuse_bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev) {
+/* d's GELU epilogue as cuBLASLt's GELU_AUX[_BIAS] (gemm_gelu_eligible's cases): *taken false,
+ * and nothing run, when no algorithm takes it. Else d's epilogue is NONE or RELU. */
+static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev,
+                           bool *taken) {
     cudaStream_t stream = dev->stream;
     amp_cuda_gemm_state *g = dev->gemm;
     if (!g->workspace) AMP_TRY(amp_cuda_alloc(dev, AMP_CUBLASLT_WORKSPACE, &g->workspace));
@@ -349,8 +368,12 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_dev
     bool tf32 = d->allow_tf32 && ab_dt == AMP_F32;
     /* The fused bias gradient has D's type and is an unscaled sum: see the top. */
     bool fuse_bias_grad = d->bias_grad && d->c_dtype == AMP_F32 && !tf32 && d->alpha == 1.0f;
-    cublasLtEpilogue_t want = epilogue_wanted(d, fuse_bias_grad);
+    bool lt_gelu = d->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH;
+    cublasLtEpilogue_t want = !lt_gelu ? epilogue_wanted(d, fuse_bias_grad)
+                              : d->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                        : CUBLASLT_EPILOGUE_GELU_AUX;
     bool direct = d->c_dtype == AMP_F32 || d->c_dtype == ab_dt;
+    *taken = true;
 
     /* At most two rounds: a direct half C whose epilogue no algorithm takes goes the scratch
      * way. */
@@ -404,6 +427,10 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_dev
             key.batch = 1;
         }
         AMP_TRY(plan_get(dev->gemm, &key, vec, &p));
+        if (lt_gelu && p->epilogue != want) {
+            *taken = false;
+            return AMP_OK;
+        }
         /* A half C cannot take a missed bias in a later pass without a second rounding. */
         if (direct && d_dt != AMP_F32 && p->epilogue != want) {
             direct = false;
@@ -414,6 +441,9 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_dev
     if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &vec, sizeof vec));
+    if (lt_gelu)
+        AMP_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+                p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &d->aux, sizeof d->aux));
     cublasStatus_t st =
             cublasLtMatmul(g->lt, p->op, &d->alpha, b, p->la, a, p->lb, &d->beta, dst, p->ld, dst,
                            p->ld, &p->algo, g->workspace, AMP_CUBLASLT_WORKSPACE, stream);
@@ -435,6 +465,58 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_dev
     g->stats = (amp_cuda_gemm_stats){(int)p->epilogue, direct,
                                      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
     return AMP_OK;
+}
+
+static amp_status gemm_empty(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev);
+
+/* cuBLASLt's GELU_AUX[_BIAS] can run d: the tanh form, C written directly (f32 or the inputs'
+ * dtype), one product, an aux leading dimension that is a multiple of 8 and an aux aligned to
+ * 16 bytes (cuBLASLt's requirements for the pre-activation). */
+static bool gemm_gelu_eligible(const amp_gemm_desc *d) {
+    bool direct = d->a_dtype == d->b_dtype && (d->c_dtype == AMP_F32 || d->c_dtype == d->a_dtype);
+    return d->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH && direct && d->batch <= 1 &&
+           d->ldc % 8 == 0 && ((uintptr_t)d->aux & 15u) == 0 && d->n > 0 && d->k > 0;
+}
+
+/* C = GELU(aux) with the unary entry's kernel (the same bits as amp_gelu), dense rows at once
+ * or row by row. */
+static amp_status gemm_gelu_pass(const amp_gemm_desc *d, cudaStream_t stream) {
+    amp_unary_op op = d->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH ? AMP_UNARY_GELU_TANH
+                                                                  : AMP_UNARY_GELU_ERF;
+    if (d->m == 0 || d->n == 0) return AMP_OK;
+    if (d->ldc == d->n)
+        return amp_cuda_unary_launch(op, d->c_dtype, d->m * d->n, d->aux, 1.0f, d->c, stream);
+    size_t es = amp_dtype_size(d->c_dtype);
+    for (int64_t i = 0; i < d->m; i++)
+        AMP_TRY(amp_cuda_unary_launch(op, d->c_dtype, d->n, (const char *)d->aux + i * d->ldc * es,
+                                      1.0f, (char *)d->c + i * d->ldc * es, stream));
+    return AMP_OK;
+}
+
+/* One product (or a native batch) after the bias rounding: a GELU epilogue as cuBLASLt's where
+ * it takes it, else the GEMM into aux and the GELU pass; the rest through gemm_run or, for an
+ * empty product, gemm_empty. */
+static amp_status gemm_product(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev) {
+    bool gelu = amp_gemm_epilogue_is_gelu(d->epilogue);
+    if (gelu && gemm_gelu_eligible(d)) {
+        bool taken;
+        pthread_mutex_lock(&dev->gemm->lock);
+        amp_status s = gemm_run(d, scratch, dev, &taken);
+        pthread_mutex_unlock(&dev->gemm->lock);
+        if (s != AMP_OK || taken) return s;
+    }
+    amp_gemm_desc pre = *d;
+    if (gelu) pre.c = d->aux, pre.aux = NULL, pre.epilogue = AMP_GEMM_EPILOGUE_NONE;
+    if (pre.n == 0 || pre.k == 0) {
+        AMP_TRY(gemm_empty(&pre, scratch, dev));
+    } else {
+        bool taken;
+        pthread_mutex_lock(&dev->gemm->lock);
+        amp_status s = gemm_run(&pre, scratch, dev, &taken);
+        pthread_mutex_unlock(&dev->gemm->lock);
+        AMP_TRY(s);
+    }
+    return gelu ? gemm_gelu_pass(d, dev->stream) : AMP_OK;
 }
 
 /* An empty product: C = epilogue(beta * C + bias) (C unread when beta = 0, as BLAS), and the
@@ -483,19 +565,16 @@ amp_status amp_cuda_gemm(amp_device_ctx *dev, const amp_gemm_desc *desc) {
             one.a = (const char *)desc->a + i * desc->stride_a * (int64_t)amp_dtype_size(desc->a_dtype);
             one.b = (const char *)desc->b + i * desc->stride_b * (int64_t)amp_dtype_size(desc->b_dtype);
             one.c = (char *)desc->c + i * desc->stride_c * (int64_t)amp_dtype_size(desc->c_dtype);
+            if (desc->aux)
+                one.aux = (char *)desc->aux +
+                          i * desc->stride_c * (int64_t)amp_dtype_size(desc->c_dtype);
             AMP_TRY(amp_cuda_gemm(dev, &one));
         }
         return AMP_OK;
     }
     amp_gemm_desc d = *desc;
     if (d.bias && d.c_dtype != AMP_F32 && d.n > 0) s = bias_round(&d, scratch, dev);
-    if (s == AMP_OK && (d.n == 0 || d.k == 0)) {
-        s = gemm_empty(&d, scratch, dev);
-    } else if (s == AMP_OK) {
-        pthread_mutex_lock(&dev->gemm->lock);
-        s = gemm_run(&d, scratch, dev);
-        pthread_mutex_unlock(&dev->gemm->lock);
-    }
+    if (s == AMP_OK) s = gemm_product(&d, scratch, dev);
     /* Safe before the queued work ran: the allocator hands these only to work queued later on the
      * same stream. */
     for (int i = 0; i < SCR_N; i++) amp_cuda_free(dev, scratch[i]);

@@ -20,6 +20,8 @@ enum {
     GEMM_RELU = 1 << 10,      /* epilogue AMP_GEMM_EPILOGUE_RELU */
     GEMM_BIAS_GRAD = 1 << 11, /* bias_grad (with TRANS_A) */
     GEMM_BCAST_B = 1 << 12,   /* with a batch: one B for every product (stride_b 0) */
+    GEMM_GELU_TANH = 1 << 13, /* epilogue AMP_GEMM_EPILOGUE_GELU_TANH, the pre-activation in aux */
+    GEMM_GELU_ERF = 1 << 14,  /* epilogue AMP_GEMM_EPILOGUE_GELU_ERF */
 };
 
 /* gemm: s = {m, n, k, pad, batch}: every leading dimension is its row length + pad; a and b in
@@ -49,6 +51,17 @@ static void setup_gemm(const op_row *r, tcase *c) {
     else gen_uniform(c, 2, NAN, NAN);
     if (r->flags & BIAS) in_range(c, 3, "bias", ROLE_IN, EK_F32, n, -1, 1);
     if (r->flags & GEMM_BIAS_GRAD) slot_decl(c, 4, "bias_grad", ROLE_OUT, EK_F32, r->s[0]);
+    if (r->flags & (GEMM_GELU_TANH | GEMM_GELU_ERF)) {
+        /* C's layout, NaN in the padding between rows, which no backend may write */
+        slot_decl(c, 5, "aux", ROLE_INOUT, ek_of(r->dt2), nb * gemm_span(r, 2));
+        gen_uniform(c, 5, NAN, NAN);
+    }
+}
+static amp_gemm_epilogue gemm_epilogue(const op_row *r) {
+    return r->flags & GEMM_RELU        ? AMP_GEMM_EPILOGUE_RELU
+           : r->flags & GEMM_GELU_TANH ? AMP_GEMM_EPILOGUE_GELU_TANH
+           : r->flags & GEMM_GELU_ERF  ? AMP_GEMM_EPILOGUE_GELU_ERF
+                                       : AMP_GEMM_EPILOGUE_NONE;
 }
 static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *p) {
     amp_gemm_desc d = {
@@ -58,8 +71,9 @@ static amp_status run_gemm(const op_row *r, const amp_backend *be, void *const *
         .b = p[1], .b_dtype = r->dt, .ldb = gemm_cols(r, 1),
         .c = p[2], .c_dtype = r->dt2, .ldc = gemm_cols(r, 2),
         .bias = p[3],
-        .epilogue = r->flags & GEMM_RELU ? AMP_GEMM_EPILOGUE_RELU : AMP_GEMM_EPILOGUE_NONE,
+        .epilogue = gemm_epilogue(r),
         .bias_grad = p[4],
+        .aux = p[5],
         .allow_tf32 = r->flags & ALLOW_TF32,
         .batch = r->s[4],
         .stride_a = gemm_span(r, 0),
@@ -80,6 +94,19 @@ static const op_row gemm_rows[] = {
     {"gemm_f32_nn_relu_alpha", E_gemm, {40, 56, 48}, F32, F32, .flags = GEMM_RELU, .f = {-0.5f, 0}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
     {"gemm_f16_bf16c_bias_relu", E_gemm, {24, 40, 64}, F16, BF16, .flags = TRANS_B | BIAS | GEMM_RELU, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
     {"gemm_bf16_tt_f32c_bias_relu", E_gemm, {20, 36, 44, 2}, BF16, F32, .flags = TRANS_A | TRANS_B | BIAS | GEMM_RELU, .f = {1, 1}, .tol = TOL(1e-4, 1e-4), .lo = -1, .hi = 1},
+    /* Bias + GELU: the pre-activation in aux (the same bits on both backends' routes, as the
+     * bias epilogue writes), C its GELU; on CUDA the tanh form is cuBLASLt's GELU_AUX_BIAS where
+     * an algorithm takes it (f32 C, a half C of the inputs' dtype, ldc a multiple of 8), the GELU
+     * of the unrounded value, within 2^-p (2 |C| + 2 |aux|) (core/backend.h): the atol covers
+     * 2^-7 2 |aux| for bf16 pre-activations of about 1 and 2^-10 2 |aux| for f16. Else the
+     * unary GELU kernel from aux: a padded ldc, the erf form, f16 inputs into a bf16 C, a batch. */
+    {"gemm_f32_nt_bias_gelu_tanh", E_gemm, {32, 128, 200}, F32, F32, .flags = TRANS_B | BIAS | GEMM_GELU_TANH, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -0.2f, .hi = 0.2f},
+    {"gemm_bf16_nt_bias_gelu_tanh_fc", E_gemm, {64, 256, 96}, BF16, BF16, .flags = TRANS_B | BIAS | GEMM_GELU_TANH, .f = {1, 0}, .tol = TOL(2e-2, ULP_BF16), .lo = -0.3f, .hi = 0.3f},
+    {"gemm_f16_nt_gelu_tanh_nobias", E_gemm, {40, 48, 64}, F16, F16, .flags = TRANS_B | GEMM_GELU_TANH, .f = {1, 0}, .tol = TOL(3e-3, ULP_F16), .lo = -0.3f, .hi = 0.3f},
+    {"gemm_f16_nt_bias_gelu_erf_ld", E_gemm, {33, 40, 72, 3}, F16, F16, .flags = TRANS_B | BIAS | GEMM_GELU_ERF, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -0.3f, .hi = 0.3f},
+    {"gemm_f32_nn_gelu_tanh_ld", E_gemm, {20, 36, 44, 1}, F32, F32, .flags = BIAS | GEMM_GELU_TANH, .f = {1, 0}, .tol = TOL(1e-4, 1e-4), .lo = -0.3f, .hi = 0.3f},
+    {"gemm_f16_bf16c_bias_gelu_tanh", E_gemm, {24, 40, 64}, F16, BF16, .flags = TRANS_B | BIAS | GEMM_GELU_TANH, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -0.3f, .hi = 0.3f},
+    {"gemm_batch_bf16_nt_bias_gelu_erf", E_gemm, {16, 32, 40, 0, 3}, BF16, BF16, .flags = TRANS_B | BIAS | GEMM_GELU_ERF, .f = {1, 0}, .tol = TOL(1e-3, ULP_BF16), .lo = -0.3f, .hi = 0.3f},
     /* A half C with a bias and no epilogue: written directly, the bias rounded to f16 first. */
     {"gemm_f16_nt_bias_direct", E_gemm, {48, 64, 80}, F16, F16, .flags = TRANS_B | BIAS, .f = {1, 0}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
     /* The bias gradient with the weight gradient (dW = dY^T X): fused for an f32 C (dense and

@@ -14,7 +14,7 @@
 #define NAME "test_autocast_table"
 
 typedef enum op_id {
-    OP_LINEAR, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
+    OP_LINEAR, OP_LINEAR_GELU, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
     OP_SIGMOID, OP_SILU, OP_GELU, OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_RMS_NORM, OP_EMBEDDING, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
     OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION, OP_WHERE, OP_MASKED_FILL
 } op_id;
@@ -33,6 +33,8 @@ typedef struct row {
 static const row rows[] = {
     {"linear f32", OP_LINEAR, F32, F32, F32, BF16},
     {"linear bf16", OP_LINEAR, BF16, BF16, BF16, BF16},
+    {"linear_gelu f32", OP_LINEAR_GELU, F32, F32, F32, BF16},
+    {"linear_gelu f16", OP_LINEAR_GELU, F16, F16, F16, BF16},
     {"matmul f32", OP_MATMUL, F32, F32, F32, BF16},
     {"matmul batched f32", OP_MATMUL, F32, F32, F32, BF16},
     {"conv2d f32", OP_CONV, F32, F32, F32, BF16},
@@ -99,6 +101,7 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
     amp_tensor *b = make(ctx, r->in2, 2, s2);
     switch (r->op) {
     case OP_LINEAR: return amp_linear(a, make(ctx, r->in2, 2, w2), NULL, y);
+    case OP_LINEAR_GELU: return amp_linear_gelu(a, make(ctx, r->in2, 2, w2), NULL, true, y);
     case OP_MATMUL: return amp_matmul(a, make(ctx, r->in2, batched ? 3 : 2, batched ? w3 : w2), y);
     case OP_CONV: return amp_conv2d(make(ctx, r->in, 4, s4), make(ctx, r->in2, 4, wc), NULL, 1, 1, y);
     case OP_ADD: return amp_add(a, b, y);

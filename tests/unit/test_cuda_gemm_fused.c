@@ -13,6 +13,9 @@
  *    scratch of a half C of the other dtype, mixed operands widened), with bias, alpha and beta;
  *    a NaN before the epilogue stays NaN (cuBLASLt's own ReLU would make it +0) and -0 becomes
  *    +0, on both backends;
+ *  - the GELU epilogues (tanh and erf): the pre-activation in aux with the plain GEMM's bits, C
+ *    cuBLASLt's GELU_AUX[_BIAS] (stats) within core/backend.h's bound or, where the GELU runs
+ *    as a pass, amp_gelu's bits;
  *  - the bias gradient (column sums of dY for dW = dY^T X): fused into the GEMM (f32 C, dense and
  *    padded A) and in its own pass (half C, alpha != 1, TF32, mixed operands), also with n = 0
  *    and k = 0;
@@ -258,6 +261,82 @@ static void check_case(gcase g) {
     gdata_free(&d);
 }
 
+/* GELU epilogues on every route: aux (the pre-activation) has the bits the same GEMM writes to C
+ * without the epilogue; C is the unary GELU kernel of aux bit for bit where the GELU runs as a
+ * pass (the erf form, a padded ldc, a half C of the other dtype), and cuBLASLt's GELU_AUX_BIAS
+ * (the stats say so) within core/backend.h's 2^-p (2 |C| + 2 |aux|) elsewhere. */
+static void test_gelu(void) {
+    static const struct {
+        amp_dtype ab, c;
+        bool tanh_form, bias;
+        int pad;
+        bool cublaslt; /* the route gemm.c takes */
+    } cases[] = {
+        {AMP_F32, AMP_F32, true, true, 0, true},    {AMP_BF16, AMP_BF16, true, true, 0, true},
+        {AMP_F16, AMP_F16, true, false, 0, true},   {AMP_BF16, AMP_F32, true, true, 0, true},
+        {AMP_F16, AMP_F16, false, true, 0, false},  {AMP_F32, AMP_F32, true, true, 3, false},
+        {AMP_F16, AMP_BF16, true, true, 0, false},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        gcase g = {.tb = true, .bias = cases[t].bias, .m = 24, .n = 40, .k = 56,
+                   .pad = cases[t].pad, .a_dt = cases[t].ab, .b_dt = cases[t].ab,
+                   .c_dt = cases[t].c, .alpha = 1, .beta = 0};
+        gdata d;
+        gdata_make(&g, &d);
+        size_t an = (size_t)(d.a_rows * d.lda) * amp_dtype_size(g.a_dt);
+        size_t bn = (size_t)(d.b_rows * d.ldb) * amp_dtype_size(g.b_dt);
+        size_t cn = (size_t)(g.m * d.ldc) * amp_dtype_size(g.c_dt);
+        void *da = dev_copy(d.a, an), *db = dev_copy(d.b, bn), *dc = dev_copy(d.c0, cn);
+        void *daux = dev_copy(d.c0, cn), *dplain = dev_copy(d.c0, cn);
+        float *dbias = dev_copy(d.bias, (size_t)g.n * 4);
+        amp_gemm_desc dd = desc_of(&g, &d, da, db, dplain, dbias, NULL);
+        CHECK_OK(gpu->k.gemm(gpu->dev, &dd));
+        dd.c = dc;
+        dd.aux = daux;
+        dd.epilogue = cases[t].tanh_form ? AMP_GEMM_EPILOGUE_GELU_TANH : AMP_GEMM_EPILOGUE_GELU_ERF;
+        CHECK_OK(gpu->k.gemm(gpu->dev, &dd));
+        amp_cuda_gemm_stats st;
+        amp_cuda_gemm_stats_get(amp_cuda_device(), &st);
+        int want_epi = cases[t].cublaslt ? (g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                   : CUBLASLT_EPILOGUE_GELU_AUX)
+                                         : (g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+        CHECK_MSG(st.epilogue == want_epi, "gelu case %zu: cuBLASLt ran epilogue %d, want %d", t,
+                  st.epilogue, want_epi);
+        uint8_t *c = malloc(cn), *aux = malloc(cn), *plain = malloc(cn), *ref = malloc(cn);
+        CHECK_OK(gpu->copy_to_host(gpu->dev, c, dc, cn));
+        CHECK_OK(gpu->copy_to_host(gpu->dev, aux, daux, cn));
+        CHECK_OK(gpu->copy_to_host(gpu->dev, plain, dplain, cn));
+        CHECK_MSG(memcmp(aux, plain, cn) == 0, "gelu case %zu: aux differs from the plain GEMM's C", t);
+        memcpy(ref, aux, cn); /* the padding stays as both buffers had it */
+        CHECK_OK(cpu->k.unary(cpu->dev, cases[t].tanh_form ? AMP_UNARY_GELU_TANH : AMP_UNARY_GELU_ERF,
+                              g.c_dt, g.m * d.ldc, aux, 1.0f, ref));
+        double u = g.c_dt == AMP_F32 ? 0x1p-23 : g.c_dt == AMP_BF16 ? 0x1p-7 : 0x1p-10;
+        int bad = 0, inexact = 0;
+        for (int i = 0; i < g.m; i++)
+            for (int64_t j = 0; j < d.ldc; j++) {
+                size_t o = (size_t)(i * d.ldc + j);
+                float got = load_host(c, g.c_dt, o), want = load_host(ref, g.c_dt, o);
+                if (j >= g.n) {
+                    bad += memcmp(c + o * amp_dtype_size(g.c_dt), d.c0 + o * amp_dtype_size(g.c_dt),
+                                  amp_dtype_size(g.c_dt)) != 0;
+                    continue;
+                }
+                float z = load_host(aux, g.c_dt, o);
+                inexact += got != want;
+                double bound = cases[t].cublaslt ? u * (2.0 * fabs(want) + 2.0 * fabs(z)) : 0.0;
+                bad += !(fabs((double)got - want) <= bound);
+            }
+        CHECK_MSG(bad == 0, "gelu case %zu (%s -> %s, %s, pad %d): %d elements of C off", t,
+                  dn(g.a_dt), dn(g.c_dt), cases[t].tanh_form ? "tanh" : "erf", cases[t].pad, bad);
+        if (cases[t].cublaslt && g.c_dt == AMP_F32) /* cuBLASLt's own GELU, not a copy of ours */
+            CHECK_MSG(inexact > 0, "gelu case %zu: cuBLASLt's GELU gave amp_gelu's bits everywhere", t);
+        free(c), free(aux), free(plain), free(ref);
+        gpu->free(gpu->dev, da), gpu->free(gpu->dev, db), gpu->free(gpu->dev, dc);
+        gpu->free(gpu->dev, daux), gpu->free(gpu->dev, dplain), gpu->free(gpu->dev, dbias);
+        gdata_free(&d);
+    }
+}
+
 /* TF32: the rounded product on CUDA, not the true one; true f32 without it; half inputs and
  * the CPU unaffected. */
 static void test_tf32(void) {
@@ -420,6 +499,17 @@ static void test_errors(void) {
         d.bias = NULL;
         d.epilogue = AMP_GEMM_EPILOGUE_RELU;
         CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG, "or an epilogue");
+        d.bias_grad = NULL;
+        d.epilogue = AMP_GEMM_EPILOGUE_GELU_TANH;
+        CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG,
+                    "a GELU epilogue needs aux");
+        d.aux = g;
+        d.beta = 1.0f;
+        CHECK_FAILS(bes[i]->k.gemm(bes[i]->dev, &d), AMP_ERR_INVALID_ARG,
+                    "a GELU epilogue with beta 1");
+        d.beta = 0.0f;
+        d.aux = NULL;
+        d.bias_grad = g;
         d.epilogue = AMP_GEMM_EPILOGUE_NONE;
         CHECK_OK(bes[i]->k.gemm(bes[i]->dev, &d));
         CHECK_OK(bes[i]->sync(bes[i]->dev));
@@ -521,6 +611,7 @@ int main(void) {
     test_relu();
     test_bias_grad();
     test_half_bias_direct();
+    test_gelu();
     test_errors();
     for (int t = 0; t < 4; t++) ctx_gemm(t & 1, t & 2);
     for (int t = 0; t < 4; t++) ctx_conv(t & 1, t & 2);

@@ -55,6 +55,18 @@ static void gemm_and_conv(void) {
     g.lda = 8;
     g.bias_grad = s1;
     EXPECT(AMP_OPCAT_GEMM_CONV, 2 * 8 * 6 * 5 + 8 * 5, gemm, &g);
+    /* A GELU epilogue: one FLOP per output element more, as the unary GELU counts it. */
+    amp_gemm_desc ge = {.m = 8, .n = 6, .k = 5, .alpha = 1.0f, .a = b0, .a_dtype = AMP_F32,
+                        .lda = 5, .b = b1, .b_dtype = AMP_F32, .ldb = 6, .c = b2,
+                        .c_dtype = AMP_F32, .ldc = 6, .bias = s0,
+                        .epilogue = AMP_GEMM_EPILOGUE_GELU_TANH, .aux = b3};
+    EXPECT(AMP_OPCAT_GEMM_CONV, 2 * 8 * 6 * 5 + 2 * 8 * 6, gemm, &ge);
+    /* A strided batch counts every product (bmm's B m n k 2). */
+    amp_gemm_desc gb = {.m = 4, .n = 3, .k = 5, .alpha = 1.0f, .a = b0, .a_dtype = AMP_F32,
+                        .lda = 5, .b = b1, .b_dtype = AMP_F32, .ldb = 3, .c = b2,
+                        .c_dtype = AMP_F32, .ldc = 3, .batch = 3, .stride_a = 20,
+                        .stride_b = 15, .stride_c = 12};
+    EXPECT(AMP_OPCAT_GEMM_CONV, 3 * 2 * 4 * 3 * 5, gemm, &gb);
 
     amp_conv2d_desc c = {.n = 2, .c_in = 3, .h_in = 6, .w_in = 6, .c_out = 4, .kh = 3, .kw = 3,
                          .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1, .h_out = 6,
