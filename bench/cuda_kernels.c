@@ -6,6 +6,9 @@
  *   - GEMM through cuBLASLt at the MLP's shapes (batch x 784 -> 2048 -> 2048 -> 10, forward and
  *     both backward products) in bf16 and f16 with f32 accumulation, in TFLOP/s against the
  *     tensor-core peak (60 % is the target);
+ *   - the transformer ops at GPT-2 small's shapes: LayerNorm, GELU and softmax rows as bandwidth
+ *     against 85 % of the HBM, the fused attention in TFLOP/s against the f32 and tensor-core
+ *     peaks;
  *   - the peaks those are held against, measured: a device-to-device copy (bytes read and
  *     written), and a square GEMM in each compute mode of the backend (f32, f32 with TF32
  *     allowed, bf16, f16), each beside the data sheet's dense figure.
@@ -217,6 +220,113 @@ typedef struct copy_run {
     size_t bytes;
 } copy_run;
 
+/* ---- transformer ops (GPT-2 small's shapes) ---- */
+
+typedef struct tf_run {
+    const amp_backend *be;
+    int what;
+    int64_t rows, cols;
+    amp_attn_desc ad;
+    void *x, *y, *dy, *dx, *q, *k, *v, *o, *dq, *dk, *dv;
+    float *gamma, *beta, *mean, *rstd, *dgamma, *dbeta, *lse, *delta;
+} tf_run;
+
+enum { TF_LN_FWD, TF_LN_BWD, TF_GELU_FWD, TF_GELU_BWD, TF_SOFTMAX_FWD, TF_ATTN_FWD, TF_ATTN_BWD,
+       TF_N };
+/* Bytes per element of the row ops in bf16 (2 a value; the f32 statistics and parameters are
+ * per row or per column, noise at 768 wide): LayerNorm forward reads x, writes y (4); backward
+ * reads x and dy, writes dx (6; dgamma and dbeta are per column); GELU 4 and backward 6 (reads
+ * the input and dy); softmax 4. The bandwidth they should reach is 85 % of the HBM's. FLOPs per
+ * element (core/backend_kernels.def's counts): 8, 12, 1, 1, 5. */
+static const double g_tf_bytes[TF_N] = {4, 6, 4, 6, 4, 0, 0};
+static const char *g_tf_name[TF_N] = {"LayerNorm forward", "LayerNorm backward", "GELU (tanh)",
+                                      "GELU backward", "softmax", "attention forward (causal)",
+                                      "attention backward (causal)"};
+
+static void tf_once(void *p) {
+    tf_run *r = p;
+    amp_ln_desc ln = {.rows = r->rows, .cols = r->cols, .eps = 1e-5f, .dt = AMP_BF16};
+    amp_softmax_desc sm = {.rows = r->rows, .cols = r->cols, .dt = AMP_BF16};
+    int64_t n = r->rows * r->cols;
+    switch (r->what) {
+    case TF_LN_FWD:
+        AK(r->be->k.layernorm_fwd(r->be->dev, &ln, r->x, NULL, NULL, r->gamma, r->beta, r->y,
+                                  r->mean, r->rstd));
+        break;
+    case TF_LN_BWD:
+        AK(r->be->k.layernorm_bwd(r->be->dev, &ln, r->x, r->dy, r->gamma, r->mean, r->rstd, r->dx,
+                                  r->dgamma, r->dbeta));
+        break;
+    case TF_GELU_FWD:
+        AK(r->be->k.unary(r->be->dev, AMP_UNARY_GELU_TANH, AMP_BF16, n, r->x, 1.0f, r->y));
+        break;
+    case TF_GELU_BWD:
+        AK(r->be->k.binary(r->be->dev, AMP_BINARY_GELU_TANH_BWD, AMP_BF16, n, r->x, r->dy, r->dx));
+        break;
+    case TF_SOFTMAX_FWD: AK(r->be->k.softmax_fwd(r->be->dev, &sm, r->x, r->y)); break;
+    case TF_ATTN_FWD:
+        AK(r->be->k.attn_fwd(r->be->dev, &r->ad, r->q, r->k, r->v, NULL, r->o, r->lse));
+        break;
+    default:
+        AK(r->be->k.attn_bwd(r->be->dev, &r->ad, r->q, r->k, r->v, NULL, r->o, r->dy, r->lse,
+                             r->delta, r->dq, r->dk, r->dv));
+        break;
+    }
+}
+
+/* The row ops over [B T, C] = [8 * 1024, 768] in bf16 against 85 % of the HBM, and the fused
+ * attention at B 8, H 12, T 1024, D 64 (bf16, causal) against the f32 CUDA-core peak its warps
+ * are bound by and the tensor-core peak FlashAttention's kernels approach (kernels/cuda/
+ * attention.cu). Inputs are zeros but for the attention's (exps of equal scores: the same work). */
+static void bench_transformer(const amp_backend *be, peak pk, bool json, int reps, bool smoke) {
+    tf_run r = {.be = be, .rows = smoke ? 64 : 8 * 1024, .cols = smoke ? 96 : 768};
+    int64_t n = r.rows * r.cols, heads = smoke ? 2 : 12, seq = smoke ? 64 : 1024;
+    r.ad = (amp_attn_desc){.batch = smoke ? 1 : 8, .heads = heads, .seq = seq, .head_dim = 64,
+                           .dt = AMP_BF16, .scale = 0.125f, .causal = true};
+    int64_t bht = r.ad.batch * heads * seq, qkv = bht * 64;
+    size_t b2 = (size_t)(n > qkv ? n : qkv) * 2;
+    r.x = dev_zeros(be, b2), r.y = dev_zeros(be, b2), r.dy = dev_zeros(be, b2);
+    r.dx = dev_zeros(be, b2);
+    r.q = dev_zeros(be, b2), r.k = dev_zeros(be, b2), r.v = dev_zeros(be, b2);
+    r.o = dev_zeros(be, b2), r.dq = dev_zeros(be, b2), r.dk = dev_zeros(be, b2);
+    r.dv = dev_zeros(be, b2);
+    r.gamma = dev_zeros(be, (size_t)r.cols * 4), r.beta = dev_zeros(be, (size_t)r.cols * 4);
+    r.dgamma = dev_zeros(be, (size_t)r.cols * 4), r.dbeta = dev_zeros(be, (size_t)r.cols * 4);
+    r.mean = dev_zeros(be, (size_t)(r.rows > bht ? r.rows : bht) * 4);
+    r.rstd = dev_zeros(be, (size_t)(r.rows > bht ? r.rows : bht) * 4);
+    r.lse = dev_zeros(be, (size_t)bht * 4), r.delta = dev_zeros(be, (size_t)bht * 4);
+    r.what = TF_LN_FWD; /* the backward's statistics: rstd from a forward */
+    tf_once(&r);
+    for (int w = 0; w < TF_N; w++) {
+        r.what = w;
+        float ms = time_ms(tf_once, &r, reps);
+        bool attn = w >= TF_ATTN_FWD;
+        double pairs = (double)r.ad.batch * heads * (double)seq * (double)(seq + 1) / 2;
+        double flops = attn ? (w == TF_ATTN_FWD ? 4.0 : 10.0) * pairs * 64 : 0;
+        double tbs = attn ? 0 : g_tf_bytes[w] * (double)n / (ms * 1e-3) / 1e12;
+        double tflops = attn ? flops / (ms * 1e-3) / 1e12 : 0;
+        double target_ms = attn ? (pk.tc_tflops > 0 ? flops / (pk.tc_tflops * 1e12) * 1e3 : 0)
+                                : (pk.hbm_tbs > 0 ? g_tf_bytes[w] * (double)n /
+                                                            (0.85 * pk.hbm_tbs * 1e12) * 1e3
+                                                  : 0);
+        if (json)
+            printf("{\"bench\": \"transformer\", \"kernel\": \"%s\", \"ms\": %.4f, "
+                   "\"tb_per_s\": %.3f, \"tflops\": %.2f}\n", g_tf_name[w], ms, tbs, tflops);
+        else if (attn)
+            printf("| %s | %.1f GFLOP | %.3f ms | %.1f TFLOP/s | %.0f %% of f32, %.1f %% of "
+                   "tensor cores | %.3f ms |\n", g_tf_name[w], flops / 1e9, ms, tflops,
+                   pk.f32_tflops > 0 ? 100 * tflops / pk.f32_tflops : 0,
+                   pk.tc_tflops > 0 ? 100 * tflops / pk.tc_tflops : 0, target_ms);
+        else
+            printf("| %s | %.0f B | %.3f ms | %.2f TB/s | %.0f %% of HBM | %.3f ms |\n",
+                   g_tf_name[w], g_tf_bytes[w], ms, tbs,
+                   pk.hbm_tbs > 0 ? 100 * tbs / pk.hbm_tbs : 0, target_ms);
+    }
+    void *all[] = {r.x, r.y, r.dy, r.dx, r.q, r.k, r.v, r.o, r.dq, r.dk, r.dv, r.gamma, r.beta,
+                   r.dgamma, r.dbeta, r.mean, r.rstd, r.lse, r.delta};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be->dev, all[i]);
+}
+
 static void copy_once(void *p) {
     copy_run *r = p;
     CK(cudaMemcpyAsync(r->dst, r->src, r->bytes, cudaMemcpyDeviceToDevice,
@@ -317,5 +427,11 @@ int main(int argc, char **argv) {
                "| m x n x k | time | TFLOP/s | of peak |\n|---|---|---|---:|---:|---:|\n",
                (long long)batch);
     bench_gemm(be, batch, pk, json, reps);
+    if (!json)
+        printf("\nTransformer ops, bf16: rows [8192, 768] against 85 %% of the HBM; attention at "
+               "B 8, H 12, T 1024, D 64 against the tensor-core peak (target: the time at that "
+               "peak):\n\n| kernel | bytes/elem or FLOPs | time | achieved | of peak | target |\n"
+               "|---|---:|---:|---:|---:|---:|\n");
+    bench_transformer(be, pk, json, reps, smoke);
     return 0;
 }

@@ -18,7 +18,7 @@ device=$(sed -n 's/^Device: //p' "$dir/summary.md" | head -n 1)
     tail -n +5 "$dir/summary.md" # without its title and device lines
     if [[ -s $dir/kernels.md ]]; then
         echo
-        echo "### Peaks, fused optimizers, the MLP's GEMMs (bench/cuda_kernels)"
+        echo "### Peaks, fused optimizers, the MLP's GEMMs, the transformer ops (bench/cuda_kernels)"
         echo
         cat "$dir/kernels.md"
     fi

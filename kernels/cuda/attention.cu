@@ -1,20 +1,26 @@
 /* Fused scaled dot-product attention on the device: the CUDA side of attn_fwd and attn_bwd
- * (core/backend_kernels.def), FlashAttention's algorithm in its simplest deterministic form:
- * one warp per query row (forward, dq) or per key (dk, dv), lanes over the head dim (d = lane +
+ * (core/backend_kernels.def), FlashAttention's algorithm in a simple deterministic form: one
+ * warp per query row (forward, dq) or per key (dk, dv), lanes over the head dim (d = lane +
  * 32 u, at most ATTN_PER_LANE values a lane, head_dim <= 128), each score a warp's butterfly
  * sum, the softmax online (the forward keeps the row's running max and sum, the backward
- * recomputes e^(s - lse) from the forward's logsumexp). Nothing of seq x seq is stored; the
- * extra memory is the f32 delta = rowsum(dO O) per row, the caller's workspace.
- *  - Forward: per (i, j) pair the row reads k_j and v_j (2 head_dim elements, from L1/L2 after
- *    the first row of a block) and does 4 head_dim FLOPs plus two exps.
- *  - Backward: the dk/dv kernel (a warp per key, over the rows that see it) and the dq kernel (a
- *    warp per row, over its keys) each recompute s and dp: 8 head_dim FLOPs per pair for dk/dv
- *    and 6 for dq; every sum has one order, so the gradients are deterministic without atomics.
- * No shared-memory tiles or tensor cores yet: at B=8, H=12, T=1024, D=64 in bf16 causal the
- * forward's 25.8 GFLOP take about 0.1 ms at 30 % of an H100's 990 TFLOPS bf16 dense with
- * tensor cores; these CUDA-core warps reach at most its 67 TFLOPS f32, and less with the
- * shuffles. scripts/gpu.sh times it when a device is lent; tiles in shared memory with mma come
- * with a GPU that can prove them.
+ * recomputes e^(s - lse) from the forward's logsumexp). A block is ATTN_WARPS consecutive rows
+ * (keys) of one (batch, head); the keys (rows) they visit come through shared memory in tiles of
+ * ATTN_TILE, read from global memory once per block instead of once per warp. Nothing of
+ * seq x seq is stored; the extra memory is the f32 delta = rowsum(dO O) per row, the caller's
+ * workspace.
+ *  - Forward: per (i, j) pair 4 head_dim FLOPs and two exps; global traffic per block of
+ *    ATTN_WARPS rows: the keys' k and v once (2 head_dim s bytes per key, s the dtype's size),
+ *    so 2 head_dim s / ATTN_WARPS bytes per pair: 16 B per pair at head_dim 64 in bf16.
+ *  - Backward: the dk/dv kernel (a warp per key, over the rows that see it; q, dO, lse and delta
+ *    tiled) and the dq kernel (a warp per row, over its keys; k, v tiled) each recompute s and
+ *    dp: 8 head_dim FLOPs per pair for dk/dv and 6 for dq; every sum has one order, so the
+ *    gradients are deterministic without atomics.
+ * What an H100 allows (bench/RESULTS.md): at B=8, H=12, T=1024, D=64 causal the forward is
+ * 12.9 GFLOP (50.3 M pairs), 13 us at its 989 TFLOPS dense bf16 tensor-core peak and 0.19 ms at
+ * its 67 TFLOPS f32 CUDA-core peak, which bounds these kernels (no mma yet); the tiles' 16 B a
+ * pair are 0.81 GB, mostly from L2 (a head's k and v are 256 KiB), 0.28 ms even at 85 % of the
+ * 3.35 TB/s of HBM. scripts/gpu.sh times them (bench/cuda_kernels) when a device is lent;
+ * tensor-core tiles come with a GPU that can prove them.
  * A kv_len outside [0, seq] (device memory: the host cannot see it without waiting) writes NaN
  * into the outputs of that batch and records the batch in word 3 of the context's bad-index
  * record, which the next cross-entropy forward reports (xent.cu). Dropout draws are the CPU's
@@ -33,6 +39,8 @@
 
 #define ATTN_WARPS 4
 #define ATTN_PER_LANE 4 /* head_dim <= 32 * 4 */
+#define ATTN_DMAX (32 * ATTN_PER_LANE)
+#define ATTN_TILE 32 /* keys (or rows) a block holds in shared memory: 2 x 16 KiB at head_dim 128 */
 #define ATTN_RECORD 3   /* the word of the context's bad-index record */
 
 /* The lane's values of row `row` (head_dim elements) of x, 0 past head_dim. */
@@ -72,38 +80,79 @@ static __device__ inline int64_t batch_len(const amp_attn_desc &d, const int32_t
     return len;
 }
 
+/* A block's rows (or keys): ATTN_WARPS consecutive ones of one (batch, head), a warp each, so
+ * that the keys (or rows) they all visit go through shared memory once per block. */
+struct attn_group {
+    int64_t bh, first;
+};
+static __device__ inline attn_group group_of(const amp_attn_desc &d, int64_t g) {
+    int64_t per = (d.seq + ATTN_WARPS - 1) / ATTN_WARPS;
+    return attn_group{g / per, (g % per) * ATTN_WARPS};
+}
+
+/* Rows [r0, r0 + n) of x (head_dim wide) into tile as f32, by every thread of the block. */
+template <amp_dtype D>
+static __device__ inline void load_tile(float (*tile)[ATTN_DMAX], const void *x, int64_t r0,
+                                        int64_t n, int64_t dim) {
+    for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x)
+        tile[e / dim][e % dim] = amp_load_f32(x, D, (r0 + e / dim) * dim + e % dim);
+}
+
+/* The lane's values of a tile's row (0 past head_dim). */
+static __device__ inline void tile_row(const float (*tile)[ATTN_DMAX], int64_t r, int64_t dim,
+                                       int lane, float out[ATTN_PER_LANE]) {
+    for (int u = 0; u < ATTN_PER_LANE; u++) {
+        int64_t c = lane + 32 * u;
+        out[u] = c < dim ? tile[r][c] : 0.0f;
+    }
+}
+
 template <amp_dtype D>
 static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const void *k,
                                        const void *v, const int32_t *kv_len, void *o, float *lse,
                                        unsigned long long *record) {
+    __shared__ float ks[ATTN_TILE][ATTN_DMAX], vs[ATTN_TILE][ATTN_DMAX];
     int lane = threadIdx.x % AMP_LANES;
-    int64_t rows = d.batch * d.heads * d.seq, warps = (int64_t)gridDim.x * ATTN_WARPS;
+    int64_t groups = d.batch * d.heads * ((d.seq + ATTN_WARPS - 1) / ATTN_WARPS);
     float inv_keep = amp_dropout_scale(d.dropout_p);
-    for (int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / AMP_LANES; row < rows;
-         row += warps) {
-        int64_t bh = row / d.seq, i = row % d.seq, len = batch_len(d, kv_len, bh, record);
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        attn_group rg = group_of(d, g);
+        int64_t bh = rg.bh, i = rg.first + threadIdx.x / AMP_LANES, row = bh * d.seq + i;
+        int64_t len = batch_len(d, kv_len, bh, record); /* the same for the whole block */
+        bool active = i < d.seq;
         float acc[ATTN_PER_LANE] = {0}, qv[ATTN_PER_LANE], kv[ATTN_PER_LANE], vv[ATTN_PER_LANE];
         if (len < 0) {
             for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] = NAN;
-            store_row<D>(o, row, d.head_dim, lane, acc);
-            if (lane == 0) lse[row] = NAN;
+            if (active) store_row<D>(o, row, d.head_dim, lane, acc);
+            if (active && lane == 0) lse[row] = NAN;
             continue;
         }
-        load_row<D>(q, row, d.head_dim, lane, qv);
+        if (active) load_row<D>(q, row, d.head_dim, lane, qv);
         float m = -INFINITY, l = 0.0f;
-        int64_t nk = amp_attn_keys(d.causal, d.seq, i, len);
-        for (int64_t j = 0; j < nk; j++) {
-            load_row<D>(k, bh * d.seq + j, d.head_dim, lane, kv);
-            float s = dot(qv, kv) * d.scale;
-            float m_new = s > m ? s : m;
-            float corr = m == -INFINITY ? 0.0f : amp_expf(m - m_new), p = amp_expf(s - m_new);
-            l = l * corr + p;
-            m = m_new;
-            float pz = p * amp_attn_keep(d.dropout_p, inv_keep, d.seed,
-                                         amp_attn_draw(d.offset, d.seq, bh, i, j));
-            load_row<D>(v, bh * d.seq + j, d.head_dim, lane, vv);
-            for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] = acc[u] * corr + pz * vv[u];
+        int64_t last = rg.first + ATTN_WARPS <= d.seq ? rg.first + ATTN_WARPS - 1 : d.seq - 1;
+        int64_t nk = active ? amp_attn_keys(d.causal, d.seq, i, len) : 0;
+        int64_t nk_block = amp_attn_keys(d.causal, d.seq, last, len); /* the most of any row */
+        for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
+            int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE;
+            __syncthreads(); /* the previous tile is consumed */
+            load_tile<D>(ks, k, bh * d.seq + t0, n, d.head_dim);
+            load_tile<D>(vs, v, bh * d.seq + t0, n, d.head_dim);
+            __syncthreads();
+            for (int64_t jj = 0; jj < n && t0 + jj < nk; jj++) {
+                int64_t j = t0 + jj;
+                tile_row(ks, jj, d.head_dim, lane, kv);
+                float s = dot(qv, kv) * d.scale;
+                float m_new = s > m ? s : m;
+                float corr = m == -INFINITY ? 0.0f : amp_expf(m - m_new), p = amp_expf(s - m_new);
+                l = l * corr + p;
+                m = m_new;
+                float pz = p * amp_attn_keep(d.dropout_p, inv_keep, d.seed,
+                                             amp_attn_draw(d.offset, d.seq, bh, i, j));
+                tile_row(vs, jj, d.head_dim, lane, vv);
+                for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] = acc[u] * corr + pz * vv[u];
+            }
         }
+        if (!active) continue;
         float inv = amp_attn_inv_sum(l);
         for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] *= inv;
         store_row<D>(o, row, d.head_dim, lane, acc);
@@ -140,34 +189,56 @@ static __device__ inline attn_pair pair_grads(const amp_attn_desc &d, float inv_
     return attn_pair{p * z, p * (dp * z - delta)};
 }
 
-/* dk, dv: a warp per key j, over the rows that see it. */
+/* dk, dv: a warp per key j, over the rows that see it, the block's rows (q, dO, lse, delta)
+ * through shared memory. */
 template <amp_dtype D>
 static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const void *k,
                                         const void *v, const int32_t *kv_len, const void *dout,
                                         const float *lse, const float *delta, void *dk, void *dv,
                                         unsigned long long *record) {
+    __shared__ float qs[ATTN_TILE][ATTN_DMAX], dos[ATTN_TILE][ATTN_DMAX];
+    __shared__ float lses[ATTN_TILE], deltas[ATTN_TILE];
     int lane = threadIdx.x % AMP_LANES;
-    int64_t keys = d.batch * d.heads * d.seq, warps = (int64_t)gridDim.x * ATTN_WARPS;
+    int64_t groups = d.batch * d.heads * ((d.seq + ATTN_WARPS - 1) / ATTN_WARPS);
     float inv_keep = amp_dropout_scale(d.dropout_p);
-    for (int64_t key = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / AMP_LANES; key < keys;
-         key += warps) {
-        int64_t bh = key / d.seq, j = key % d.seq, len = batch_len(d, kv_len, bh, record);
-        float kv[ATTN_PER_LANE], vv[ATTN_PER_LANE], qv[ATTN_PER_LANE], dov[ATTN_PER_LANE];
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        attn_group kg = group_of(d, g);
+        int64_t bh = kg.bh, j = kg.first + threadIdx.x / AMP_LANES, key = bh * d.seq + j;
+        int64_t len = batch_len(d, kv_len, bh, record);
+        bool active = j < d.seq;
+        float kv[ATTN_PER_LANE] = {0}, vv[ATTN_PER_LANE] = {0}, qv[ATTN_PER_LANE],
+              dov[ATTN_PER_LANE];
         float dkv[ATTN_PER_LANE] = {0}, dvv[ATTN_PER_LANE] = {0};
-        load_row<D>(k, key, d.head_dim, lane, kv);
-        load_row<D>(v, key, d.head_dim, lane, vv);
-        /* Rows i >= j see key j when causal, every row otherwise; none past the batch's length. */
-        int64_t i0 = len < 0 || j >= len ? d.seq : d.causal ? j : 0;
-        for (int64_t i = i0; i < d.seq; i++) {
-            int64_t row = bh * d.seq + i;
-            load_row<D>(q, row, d.head_dim, lane, qv);
-            load_row<D>(dout, row, d.head_dim, lane, dov);
-            attn_pair g = pair_grads(d, inv_keep, bh, i, j, qv, kv, vv, dov, lse[row], delta[row]);
-            for (int u = 0; u < ATTN_PER_LANE; u++) {
-                dvv[u] += g.pz * dov[u];
-                dkv[u] += (g.ds * d.scale) * qv[u];
+        if (active) {
+            load_row<D>(k, key, d.head_dim, lane, kv);
+            load_row<D>(v, key, d.head_dim, lane, vv);
+        }
+        /* Rows i >= j see key j when causal, every row otherwise; none past the batch's length,
+         * and the block reads from its first key's first row. */
+        int64_t i0 = !active || len < 0 || j >= len ? d.seq : d.causal ? j : 0;
+        int64_t i_block = len < 0 || kg.first >= len ? d.seq : d.causal ? kg.first : 0;
+        for (int64_t t0 = i_block; t0 < d.seq; t0 += ATTN_TILE) {
+            int64_t n = d.seq - t0 < ATTN_TILE ? d.seq - t0 : ATTN_TILE;
+            __syncthreads();
+            load_tile<D>(qs, q, bh * d.seq + t0, n, d.head_dim);
+            load_tile<D>(dos, dout, bh * d.seq + t0, n, d.head_dim);
+            for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+                lses[e] = lse[bh * d.seq + t0 + e];
+                deltas[e] = delta[bh * d.seq + t0 + e];
+            }
+            __syncthreads();
+            for (int64_t ii = i0 > t0 ? i0 - t0 : 0; ii < n; ii++) {
+                tile_row(qs, ii, d.head_dim, lane, qv);
+                tile_row(dos, ii, d.head_dim, lane, dov);
+                attn_pair p = pair_grads(d, inv_keep, bh, t0 + ii, j, qv, kv, vv, dov, lses[ii],
+                                         deltas[ii]);
+                for (int u = 0; u < ATTN_PER_LANE; u++) {
+                    dvv[u] += p.pz * dov[u];
+                    dkv[u] += (p.ds * d.scale) * qv[u];
+                }
             }
         }
+        if (!active) continue;
         if (len < 0)
             for (int u = 0; u < ATTN_PER_LANE; u++) dkv[u] = NAN, dvv[u] = NAN;
         store_row<D>(dk, key, d.head_dim, lane, dkv);
@@ -175,32 +246,57 @@ static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const vo
     }
 }
 
-/* dq: a warp per row i, over its keys. */
+/* dq: a warp per row i, over its keys, the block's keys (k, v) through shared memory. */
 template <amp_dtype D>
 static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void *k, const void *v,
                                       const int32_t *kv_len, const void *dout, const float *lse,
                                       const float *delta, void *dq, unsigned long long *record) {
+    __shared__ float ks[ATTN_TILE][ATTN_DMAX], vs[ATTN_TILE][ATTN_DMAX];
     int lane = threadIdx.x % AMP_LANES;
-    int64_t rows = d.batch * d.heads * d.seq, warps = (int64_t)gridDim.x * ATTN_WARPS;
+    int64_t groups = d.batch * d.heads * ((d.seq + ATTN_WARPS - 1) / ATTN_WARPS);
     float inv_keep = amp_dropout_scale(d.dropout_p);
-    for (int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / AMP_LANES; row < rows;
-         row += warps) {
-        int64_t bh = row / d.seq, i = row % d.seq, len = batch_len(d, kv_len, bh, record);
-        float kv[ATTN_PER_LANE], vv[ATTN_PER_LANE], qv[ATTN_PER_LANE], dov[ATTN_PER_LANE];
-        float dqv[ATTN_PER_LANE] = {0};
-        load_row<D>(q, row, d.head_dim, lane, qv);
-        load_row<D>(dout, row, d.head_dim, lane, dov);
-        int64_t nk = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, i, len);
-        for (int64_t j = 0; j < nk; j++) {
-            load_row<D>(k, bh * d.seq + j, d.head_dim, lane, kv);
-            load_row<D>(v, bh * d.seq + j, d.head_dim, lane, vv);
-            attn_pair g = pair_grads(d, inv_keep, bh, i, j, qv, kv, vv, dov, lse[row], delta[row]);
-            for (int u = 0; u < ATTN_PER_LANE; u++) dqv[u] += (g.ds * d.scale) * kv[u];
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        attn_group rg = group_of(d, g);
+        int64_t bh = rg.bh, i = rg.first + threadIdx.x / AMP_LANES, row = bh * d.seq + i;
+        int64_t len = batch_len(d, kv_len, bh, record);
+        bool active = i < d.seq;
+        float kv[ATTN_PER_LANE], vv[ATTN_PER_LANE], qv[ATTN_PER_LANE] = {0},
+              dov[ATTN_PER_LANE] = {0};
+        float dqv[ATTN_PER_LANE] = {0}, row_lse = 0.0f, row_delta = 0.0f;
+        if (active) {
+            load_row<D>(q, row, d.head_dim, lane, qv);
+            load_row<D>(dout, row, d.head_dim, lane, dov);
+            row_lse = lse[row];
+            row_delta = delta[row];
         }
+        int64_t last = rg.first + ATTN_WARPS <= d.seq ? rg.first + ATTN_WARPS - 1 : d.seq - 1;
+        int64_t nk = len < 0 || !active ? 0 : amp_attn_keys(d.causal, d.seq, i, len);
+        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
+        for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
+            int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE;
+            __syncthreads();
+            load_tile<D>(ks, k, bh * d.seq + t0, n, d.head_dim);
+            load_tile<D>(vs, v, bh * d.seq + t0, n, d.head_dim);
+            __syncthreads();
+            for (int64_t jj = 0; jj < n && t0 + jj < nk; jj++) {
+                tile_row(ks, jj, d.head_dim, lane, kv);
+                tile_row(vs, jj, d.head_dim, lane, vv);
+                attn_pair p = pair_grads(d, inv_keep, bh, i, t0 + jj, qv, kv, vv, dov, row_lse,
+                                         row_delta);
+                for (int u = 0; u < ATTN_PER_LANE; u++) dqv[u] += (p.ds * d.scale) * kv[u];
+            }
+        }
+        if (!active) continue;
         if (len < 0)
             for (int u = 0; u < ATTN_PER_LANE; u++) dqv[u] = NAN;
         store_row<D>(dq, row, d.head_dim, lane, dqv);
     }
+}
+
+/* Blocks for the tiled kernels: one per group of ATTN_WARPS rows (or keys). */
+static unsigned grid_for_groups(const amp_attn_desc *d) {
+    int64_t groups = d->batch * d->heads * ((d->seq + ATTN_WARPS - 1) / ATTN_WARPS);
+    return (unsigned)(groups < AMP_CUDA_MAX_BLOCKS ? groups : AMP_CUDA_MAX_BLOCKS);
 }
 
 static unsigned grid_for_warps(int64_t n) {
@@ -218,9 +314,9 @@ static amp_status check_dim(const char *fn, const amp_attn_desc *d) {
 template <amp_dtype D>
 static void launch_fwd(const amp_attn_desc *d, const void *q, const void *k, const void *v,
                        const int32_t *kv_len, void *o, float *lse, unsigned long long *record,
-                       unsigned grid, cudaStream_t stream) {
-    attn_fwd_kernel<D><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, o, lse,
-                                                                     record);
+                       cudaStream_t stream) {
+    attn_fwd_kernel<D><<<grid_for_groups(d), ATTN_WARPS * AMP_LANES, 0, stream>>>(
+            *d, q, k, v, kv_len, o, lse, record);
 }
 
 template <amp_dtype D>
@@ -229,10 +325,11 @@ static void launch_bwd(const amp_attn_desc *d, const void *q, const void *k, con
                        float *delta, void *dq, void *dk, void *dv, unsigned long long *record,
                        unsigned grid, cudaStream_t stream) {
     attn_delta_kernel<D><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, o, dout, delta);
-    attn_dkdv_kernel<D><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
-                                                                      lse, delta, dk, dv, record);
-    attn_dq_kernel<D><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout, lse,
-                                                                    delta, dq, record);
+    unsigned groups = grid_for_groups(d);
+    attn_dkdv_kernel<D><<<groups, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
+                                                                        lse, delta, dk, dv, record);
+    attn_dq_kernel<D><<<groups, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
+                                                                      lse, delta, dq, record);
 }
 
 extern "C" amp_status amp_cuda_attn_fwd(amp_device_ctx *dev, const amp_attn_desc *d,
@@ -245,11 +342,10 @@ extern "C" amp_status amp_cuda_attn_fwd(amp_device_ctx *dev, const amp_attn_desc
     if (rows == 0) return AMP_OK;
     cudaStream_t stream = dev->stream;
     unsigned long long *record = dev->label_record + ATTN_RECORD;
-    unsigned grid = grid_for_warps(rows);
     switch (d->dt) {
-    case AMP_F16: launch_fwd<AMP_F16>(d, q, k, v, kv_len, o, lse, record, grid, stream); break;
-    case AMP_BF16: launch_fwd<AMP_BF16>(d, q, k, v, kv_len, o, lse, record, grid, stream); break;
-    default: launch_fwd<AMP_F32>(d, q, k, v, kv_len, o, lse, record, grid, stream); break;
+    case AMP_F16: launch_fwd<AMP_F16>(d, q, k, v, kv_len, o, lse, record, stream); break;
+    case AMP_BF16: launch_fwd<AMP_BF16>(d, q, k, v, kv_len, o, lse, record, stream); break;
+    default: launch_fwd<AMP_F32>(d, q, k, v, kv_len, o, lse, record, stream); break;
     }
     AMP_CUDA_LAUNCHED(stream);
     return AMP_OK;
