@@ -1,7 +1,8 @@
 /* exp, log, tanh, sigmoid, SiLU, erf and GELU per element in f32, written once for both backends (Cephes'
  * single-precision algorithms: range reduction and a minimax polynomial), so the CPU and the
  * device compute the same bits: every product goes through amp_mul_rn (never fused with the add
- * after it, core/hd.h's rule for nvcc) and the C side builds with -ffp-contract=off. No libm
+ * after it, core/hd.h's rule for nvcc) and the C side builds with -ffp-contract=off, except the
+ * exp's multiply-adds, which are fmaf on both (one rounding each, the same everywhere). No libm
  * call, so the CPU loops vectorise; floor is an integer conversion for the same reason.
  *
  * Accuracy against the correctly rounded result (tests/unit/test_transcendental.c measures it
@@ -13,6 +14,7 @@
 #ifndef AMP_KERNELS_MATH_TRANSCENDENTAL_H
 #define AMP_KERNELS_MATH_TRANSCENDENTAL_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "core/half.h"
@@ -31,23 +33,27 @@ AMP_HD static inline float amp_scale_pow2(float p, int n) {
 }
 
 /* e^x = p 2^n for finite x in [-104, 88.73]: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two
- * parts, the first exact in 9 bits), p = e^r = 1 + r + r^2 q(r), in [0.7, 1.42]. */
+ * parts, the first exact in 9 bits), p = e^r = 1 + r + r^2 q(r), in [0.7, 1.42]. The multiply-adds
+ * are fmaf, one rounding each on both backends (a fused multiply-add instruction on the CPU's
+ * FMA and AVX-512 builds and on the device; the correctly rounded libm call elsewhere): a third
+ * fewer operations than separate products, which bound the CPU's softmax, GELU and attention
+ * (bench/RESULTS.md, "exp with fused multiply-adds"). */
 AMP_HD static inline float amp_exp_reduce(float x, int *n_out) {
-    float zf = amp_mul_rn(1.44269504088896341f, x) + 0.5f;
+    float zf = fmaf(1.44269504088896341f, x, 0.5f);
     int n = (int)zf;
     n -= (float)n > zf; /* floor: zf may be negative (a subtraction, not a branch: it vectorises) */
     float fn = (float)n;
-    float r = x - amp_mul_rn(fn, 0.693359375f);
-    r = r - amp_mul_rn(fn, -2.12194440e-4f);
+    float r = fmaf(fn, -0.693359375f, x);
+    r = fmaf(fn, 2.12194440e-4f, r);
     float r2 = amp_mul_rn(r, r);
     float p = 1.9875691500e-4f;
-    p = amp_mul_rn(p, r) + 1.3981999507e-3f;
-    p = amp_mul_rn(p, r) + 8.3334519073e-3f;
-    p = amp_mul_rn(p, r) + 4.1665795894e-2f;
-    p = amp_mul_rn(p, r) + 1.6666665459e-1f;
-    p = amp_mul_rn(p, r) + 5.0000001201e-1f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
     *n_out = n;
-    return amp_mul_rn(p, r2) + r + 1.0f;
+    return fmaf(p, r2, r) + 1.0f;
 }
 
 /* e^x for x in [-103.97, 88.73] (amp_expf's range, without its special cases): no branch, so
