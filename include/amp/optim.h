@@ -135,6 +135,33 @@ float amp_optimizer_group_weight_decay(const amp_optimizer *opt, int group);
 amp_status amp_optimizer_set_group_lr(amp_optimizer *opt, int group, float lr);
 amp_model *amp_optimizer_model(const amp_optimizer *opt);
 
+/* ---- learning-rate schedules (nanoGPT's get_lr) ----
+ * The rate of step s = 0, 1, 2, ... (the step about to run):
+ *   s <  warmup_steps:  max_lr (s + 1) / (warmup_steps + 1)   (a linear warm-up, never 0)
+ *   s >= decay_steps:   min_lr                                (decay_steps: where decay ends)
+ *   otherwise, with t = (s - warmup_steps) / (decay_steps - warmup_steps) in [0, 1):
+ *     AMP_LR_COSINE     min_lr + (max_lr - min_lr) (1 + cos(pi t)) / 2
+ *     AMP_LR_LINEAR     max_lr + (min_lr - max_lr) t
+ *     AMP_LR_CONSTANT   max_lr (min_lr and decay_steps unused; warm-up still applies)
+ * computed in double and rounded to f32 once. Valid schedules: 0 <= min_lr <= max_lr, both
+ * finite; 0 <= warmup_steps <= decay_steps (decay_steps unused by CONSTANT); a known decay.
+ * amp_lr_at checks the schedule and step >= 0 (AMP_ERR_INVALID_ARG naming the field, *lr
+ * untouched); amp_optimizer_schedule sets every group's rate to amp_lr_at(s, step) (as nanoGPT
+ * sets each param_group's lr), which amp-train calls before each step; a C user calls it the
+ * same way for any model. */
+typedef enum amp_lr_decay {
+    AMP_LR_CONSTANT = 0,
+    AMP_LR_COSINE = 1,
+    AMP_LR_LINEAR = 2,
+} amp_lr_decay;
+typedef struct amp_lr_schedule {
+    float max_lr, min_lr;
+    int64_t warmup_steps, decay_steps;
+    amp_lr_decay decay;
+} amp_lr_schedule;
+amp_status amp_lr_at(const amp_lr_schedule *s, int64_t step, float *lr);
+amp_status amp_optimizer_schedule(amp_optimizer *opt, const amp_lr_schedule *s, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif
