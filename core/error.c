@@ -36,6 +36,14 @@ amp_status amp_fail(amp_status s, const char *fmt, ...) {
     return s;
 }
 
+amp_status amp_error(amp_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(amp_error_msg, sizeof amp_error_msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
 amp_status amp_fail_context(amp_status s, const char *fmt, ...) {
     char prev[AMP_ERROR_MSG_MAX], ctx[AMP_ERROR_MSG_MAX];
     memcpy(prev, amp_error_msg, sizeof prev);

@@ -30,6 +30,15 @@ const char *amp_status_str(amp_status s);
 /* Message of the last failure on this thread; "" when none. Never NULL. */
 const char *amp_last_error(void);
 
+/* Records the printf-style message as this thread's amp_last_error() and returns s: for user
+ * code of the library's callbacks (a model's forward) that refuses its input, so that the caller
+ * learns why, as from the library's own errors. */
+amp_status amp_error(amp_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 2, 3)))
+#endif
+        ;
+
 #ifdef __cplusplus
 }
 #endif
