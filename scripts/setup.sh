@@ -27,10 +27,11 @@ done
 # /usr/share/datasets/fashion-mnist for amp-train and the end-to-end tests; clang and its
 # compiler-rt (libclang_rt.fuzzer, only a recommends of clang) for scripts/fuzz.sh; gnuplot-nox
 # for amp-bench --plot (its test reports SKIPPED without it); jq, which reads --json's output in
-# the tests.
+# the tests; fortunes, whose English text (/usr/share/games/fortunes) is amp-train --model gpt's
+# default corpus.
 packages=(cmake gcc g++ make libdnnl-dev libopenblas-dev zlib1g-dev libjansson-dev
     libopenmpi-dev openmpi-bin dataset-fashion-mnist ocl-icd-opencl-dev clang libclang-rt-dev
-    gnuplot-nox jq)
+    gnuplot-nox jq fortunes)
 
 missing=()
 for p in "${packages[@]}"; do

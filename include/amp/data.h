@@ -181,6 +181,32 @@ amp_status amp_stager_create(amp_ctx *ctx, amp_stager **out);
 amp_status amp_stager_put(amp_stager *s, const amp_batch *b, amp_tensor **x, amp_tensor **y);
 void amp_stager_free(amp_stager *s); /* NULL is a no-op */
 
+/* ---- token streams (llm.c's .bin files) ----
+ * A file of 256 little-endian int32 (magic 20240520, version 1, the token count, the rest 0)
+ * followed by that many uint16 token ids: what llm.c's and nanoGPT-style tokenizer scripts write
+ * (GPT-2's BPE, vocab 50257), and amp-text-tokens for bytes (vocab 256). Opening reads
+ * the whole file and checks it: a wrong magic or version, a body shorter or longer than the
+ * count says, or an id >= vocab_size is AMP_ERR_FORMAT naming the file (and the id's position).
+ * Batches are windows of seq + 1 tokens (the inputs and, shifted by one, the targets):
+ *   AMP_TOKENS_RANDOM:     row i of step s starts at a uniform position in [0, n - seq - 1),
+ *                          drawn by Philox from (seed, s, i), so a run resumed at step s reads
+ *                          the same batches as one that never stopped;
+ *   AMP_TOKENS_SEQUENTIAL: row i of step s starts at ((s B + i) seq) mod (n - seq - 1), the
+ *                          order another program can feed too.
+ * A file with fewer than seq + 2 tokens is AMP_ERR_SHAPE naming both counts. */
+typedef struct amp_tokens amp_tokens;
+typedef enum amp_token_order { AMP_TOKENS_RANDOM = 0, AMP_TOKENS_SEQUENTIAL = 1 } amp_token_order;
+amp_status amp_tokens_open(const char *path, int32_t vocab_size, amp_tokens **out);
+void amp_tokens_free(amp_tokens *t); /* NULL is a no-op */
+int64_t amp_tokens_count(const amp_tokens *t);
+const uint16_t *amp_tokens_data(const amp_tokens *t);
+/* idx and targets: [batch, seq] i32 each (targets[i][j] = the token after idx[i][j]). */
+amp_status amp_tokens_batch(const amp_tokens *t, amp_token_order order, uint64_t seed,
+                            int64_t step, int64_t batch, int64_t seq, int32_t *idx,
+                            int32_t *targets);
+/* Writes tokens [n] as such a file (atomically: a temporary file renamed), each < 65536. */
+amp_status amp_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif
