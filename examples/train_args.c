@@ -9,12 +9,12 @@
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: amp-train [options]\n"
-            "  --model convnet|mlp      network (default convnet)\n"
+            "  --model convnet|mlp|gpt  network (default convnet); gpt: see below\n"
             "  --epochs N               passes over the training set (default 2)\n"
             "  --batch-size B           (default 128)\n"
             "  --lr X                   learning rate (default 0.05 for sgd, 0.001 for adam)\n"
             "  --momentum X             SGD momentum (default 0.9)\n"
-            "  --optimizer sgd|adam     (default sgd)\n"
+            "  --optimizer sgd|adam     (default sgd; adamw, the only one, for gpt)\n"
             "  --seed S                 initialisation, shuffling and dropout (default 0)\n"
             "  --data DIR               Fashion-MNIST IDX files (default "
             "/usr/share/datasets/fashion-mnist)\n"
@@ -48,7 +48,15 @@ static void train_usage(FILE *f) {
             "Under mpirun or srun every process trains its share of each epoch (DDP); rank 0\n"
             "prints, and what it prints holds for all: the loss averaged over the ranks and the\n"
             "samples/s of all of them. --batch-size is the global batch, split over the\n"
-            "processes, so that N processes train as one does, only faster.\n");
+            "processes, so that N processes train as one does, only faster.\n"
+            "--model gpt (GPT-2, nanoGPT's names) trains on DIR/train.bin and DIR/val.bin (--data\n"
+            "DIR, token files of llm.c's format; amp-text-tokens makes byte-level ones) with AdamW\n"
+            "(betas 0.9, 0.95), --batch-size 16 and --lr 1e-3 unless given, and:\n"
+            "  --n-layer 4 --n-head 4 --n-embd 256 --block-size 128 --vocab-size 256 --dropout 0\n"
+            "  --data-order random|sequential  windows drawn from (seed, step), or llm.c's order\n"
+            "  --warmup-steps 100 --min-lr LR/10 --weight-decay 0.1 (2-D tensors only)\n"
+            "  --grad-clip 1.0 (0: none) --max-steps 2000 --eval-every 0 (and at the end)\n"
+            "  --eval-batches 20 --sample N (tokens printed at the end) --temperature 1 --top-k 0\n");
 }
 
 static int parse_number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -64,9 +72,11 @@ static int parse_number(const char *opt, const char *s, double lo, double hi, do
 }
 
 int train_args_parse(int argc, char **argv, train_args *a) {
-    *a = (train_args){.model = "convnet", .optimizer = "sgd",
-                      .data_dir = "/usr/share/datasets/fashion-mnist", .epochs = 2,
-                      .batch_size = 128, .lr = -1, .momentum = 0.9f, .accumulate = 1};
+    *a = (train_args){.model = "convnet", .optimizer = NULL, .data_dir = NULL, .epochs = 2,
+                      .batch_size = -1, .lr = -1, .momentum = 0.9f, .accumulate = 1,
+                      .n_layer = 4, .n_head = 4, .n_embd = 256, .block_size = 128,
+                      .vocab_size = 256, .min_lr = -1, .weight_decay = 0.1f, .grad_clip = 1.0f,
+                      .temperature = 1.0f, .warmup_steps = 100, .eval_batches = 20};
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"epochs", required_argument, 0, 'e'},
         {"batch-size", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
@@ -84,6 +94,14 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"sync-bn", no_argument, 0, 'B'},          {"allreduce-fp32", no_argument, 0, 'F'},
         {"batch-per-process", no_argument, 0, 'G'}, {"allow-tf32", no_argument, 0, 'T'},
         {"nondeterministic", no_argument, 0, 'Z'},
+        {"n-layer", required_argument, 0, 1000},  {"n-head", required_argument, 0, 1001},
+        {"n-embd", required_argument, 0, 1002},   {"block-size", required_argument, 0, 1003},
+        {"vocab-size", required_argument, 0, 1004}, {"dropout", required_argument, 0, 1005},
+        {"data-order", required_argument, 0, 1006}, {"warmup-steps", required_argument, 0, 1007},
+        {"min-lr", required_argument, 0, 1008},   {"weight-decay", required_argument, 0, 1009},
+        {"grad-clip", required_argument, 0, 1010}, {"eval-every", required_argument, 0, 1011},
+        {"eval-batches", required_argument, 0, 1012}, {"sample", required_argument, 0, 1013},
+        {"temperature", required_argument, 0, 1014}, {"top-k", required_argument, 0, 1015},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -122,6 +140,28 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 'Z': a->nondeterministic = true; break;
         case 'F': a->allreduce_fp32 = true; break;
         case 'h': train_usage(stdout); return 1;
+        case 1000: if (parse_number(name, optarg, 1, 64, &v)) return -1; a->n_layer = (int)v; break;
+        case 1001: if (parse_number(name, optarg, 1, 1024, &v)) return -1; a->n_head = (int)v; break;
+        case 1002: if (parse_number(name, optarg, 1, 65536, &v)) return -1; a->n_embd = (int)v; break;
+        case 1003: if (parse_number(name, optarg, 1, 1 << 20, &v)) return -1; a->block_size = (int)v; break;
+        case 1004: if (parse_number(name, optarg, 1, 65536, &v)) return -1; a->vocab_size = (int)v; break;
+        case 1005: if (parse_number(name, optarg, 0, 0.999, &v)) return -1; a->dropout = (float)v; break;
+        case 1006:
+            if (strcmp(optarg, "random") && strcmp(optarg, "sequential")) {
+                fprintf(stderr, "amp-train: --data-order '%s': want random or sequential\n", optarg);
+                return -1;
+            }
+            a->data_order_sequential = strcmp(optarg, "sequential") == 0;
+            break;
+        case 1007: if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->warmup_steps = (int64_t)v; break;
+        case 1008: if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->min_lr = (float)v; break;
+        case 1009: if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->weight_decay = (float)v; break;
+        case 1010: if (parse_number(name, optarg, 0, 1e6, &v)) return -1; a->grad_clip = (float)v; break;
+        case 1011: if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->eval_every = (int64_t)v; break;
+        case 1012: if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->eval_batches = (int64_t)v; break;
+        case 1013: if (parse_number(name, optarg, 0, 1e7, &v)) return -1; a->sample = (int64_t)v; break;
+        case 1014: if (parse_number(name, optarg, 1e-3, 1e3, &v)) return -1; a->temperature = (float)v; break;
+        case 1015: if (parse_number(name, optarg, 0, 65536, &v)) return -1; a->top_k = (int)v; break;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {
                 fprintf(stderr, "amp-train: --opt-level '%s': want O0, O1, O2 or O3\n", optarg);
@@ -165,10 +205,41 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         fprintf(stderr, "amp-train: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (strcmp(a->model, "convnet") && strcmp(a->model, "mlp")) {
-        fprintf(stderr, "amp-train: --model '%s': want convnet or mlp\n", a->model);
+    bool gpt = strcmp(a->model, "gpt") == 0;
+    if (strcmp(a->model, "convnet") && strcmp(a->model, "mlp") && !gpt) {
+        fprintf(stderr, "amp-train: --model '%s': want convnet, mlp or gpt\n", a->model);
         return -1;
     }
+    if (gpt && !a->data_dir) {
+        fprintf(stderr, "amp-train: --model gpt needs --data DIR holding train.bin and val.bin "
+                "(amp-text-tokens DIR FILE... makes them; scripts/train.sh --model gpt does it "
+                "all on the fortunes corpus)\n");
+        return -1;
+    }
+    if (gpt && a->optimizer && strcmp(a->optimizer, "adamw")) {
+        fprintf(stderr, "amp-train: --optimizer '%s': --model gpt trains with adamw\n", a->optimizer);
+        return -1;
+    }
+    if (gpt) {
+        if (a->n_embd % a->n_head) {
+            fprintf(stderr, "amp-train: --n-embd %d is not a multiple of --n-head %d\n", a->n_embd,
+                    a->n_head);
+            return -1;
+        }
+        if (a->batch_size < 0) a->batch_size = 16;
+        if (a->lr < 0) a->lr = 1e-3f;
+        if (a->min_lr < 0) a->min_lr = a->lr / 10;
+        if (a->min_lr > a->lr) {
+            fprintf(stderr, "amp-train: --min-lr %g is above --lr %g\n", (double)a->min_lr, (double)a->lr);
+            return -1;
+        }
+        if (a->log_every == 0) a->log_every = 10;
+        a->optimizer = "adamw";
+        return 0;
+    }
+    if (!a->data_dir) a->data_dir = "/usr/share/datasets/fashion-mnist";
+    if (!a->optimizer) a->optimizer = "sgd";
+    if (a->batch_size < 0) a->batch_size = 128;
     if (strcmp(a->optimizer, "sgd") && strcmp(a->optimizer, "adam")) {
         fprintf(stderr, "amp-train: --optimizer '%s': want sgd or adam\n", a->optimizer);
         return -1;

@@ -37,9 +37,17 @@ typedef struct train_args {
     bool batch_per_process; /* --batch-per-process: under mpirun, --batch-size is each process's
                                (PyTorch's DistributedSampler + DataLoader); else the global
                                batch, split over the processes */
+    /* --model gpt (examples/train_gpt.c) */
+    int n_layer, n_head, n_embd, block_size, vocab_size;
+    float dropout, min_lr, weight_decay, grad_clip, temperature;
+    bool data_order_sequential;
+    int64_t warmup_steps, eval_every, eval_batches, sample;
+    int top_k;
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */
 int train_args_parse(int argc, char **argv, train_args *args);
+/* amp-train --model gpt: returns the process's exit code. */
+int amp_train_gpt(const train_args *args);
 
 #endif

@@ -1,0 +1,309 @@
+/* amp-train --model gpt: the GPT of examples/gpt_model.h trained on token files (llm.c's
+ * format: DIR/train.bin and DIR/val.bin, amp-text-tokens makes byte-level ones) as nanoGPT and
+ * llm.c train it: AdamW (betas 0.9 and 0.95, weight decay on the 2-D tensors only), a linear
+ * warm-up then cosine decay to --min-lr (amp_optimizer_schedule), the gradient norm clipped on
+ * unscaled gradients, --accumulate micro-batches per step, the validation loss every
+ * --eval-every steps over --eval-batches batches, and a sample printed at the end.
+ *
+ * A step line as llm.c's: step, loss, learning rate, gradient norm, loss scale, ms, tokens/s and
+ * MFU: the GEMM FLOPs the ops counted in the step (amp/profile.h) over its time, against the
+ * peak of this machine's GEMMs in the compute dtype, measured at the start (1024^3 products,
+ * the best of 3). Batches are a function of (seed, step), so a resumed run reads the batches
+ * of a run that never stopped; the checkpoint keeps the step. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "amp/amp.h"
+#include "gpt_model.h"
+#include "train_args.h"
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        amp_status s_ = (call);                                                                    \
+        if (s_ != AMP_OK) {                                                                        \
+            fprintf(stderr, "amp-train: %s: %s\n", amp_status_str(s_), amp_last_error());         \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The best GFLOP/s of three 1024^3 products in dt through amp_matmul. */
+static amp_status measure_peak(amp_ctx *ctx, amp_dtype dt, double *gflops) {
+    enum { N = 1024 };
+    amp_tensor *a = NULL, *b = NULL, *c = NULL, *m = NULL;
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_status s = amp_tensor_create(ctx, dt, 2, (const int64_t[]){N, N}, &a);
+    if (s == AMP_OK) s = amp_tensor_create(ctx, dt, 2, (const int64_t[]){N, N}, &b);
+    *gflops = 0;
+    for (int r = 0; r < 4 && s == AMP_OK; r++) {
+        double t0 = seconds_now();
+        float v;
+        s = amp_matmul(a, b, &c);
+        if (s == AMP_OK) s = amp_mean(c, &m);
+        if (s == AMP_OK) s = amp_tensor_item(m, &v);
+        double g = 2.0 * N * N * N / (seconds_now() - t0) / 1e9;
+        if (r > 0 && g > *gflops) *gflops = g; /* the first call makes the plan */
+        amp_ctx_reset_step(ctx);
+    }
+    amp_set_grad_enabled(ctx, grad);
+    amp_tensor_free(a);
+    amp_tensor_free(b);
+    return s;
+}
+
+/* The mean loss over n batches of val (sequential windows from its start), in eval mode. */
+static amp_status evaluate(amp_model *m, const amp_tokens *val, int64_t batch, int64_t seq,
+                           int64_t n, amp_tensor *x, amp_tensor *y, int32_t *hx, int32_t *hy,
+                           double *out) {
+    amp_ctx *ctx = amp_model_ctx(m);
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_model_train(m, false);
+    double sum = 0;
+    amp_status s = AMP_OK;
+    size_t bytes = (size_t)(batch * seq) * sizeof *hx;
+    for (int64_t i = 0; i < n && s == AMP_OK; i++) {
+        amp_tensor *loss;
+        float v = 0;
+        s = amp_tokens_batch(val, AMP_TOKENS_SEQUENTIAL, 0, i, batch, seq, hx, hy);
+        if (s == AMP_OK) s = amp_tensor_copy_from_host(x, hx, bytes);
+        if (s == AMP_OK) s = amp_tensor_copy_from_host(y, hy, bytes);
+        if (s == AMP_OK) s = gpt_loss(m, x, y, &loss);
+        if (s == AMP_OK) s = amp_tensor_item(loss, &v);
+        sum += v;
+        amp_ctx_reset_step(ctx);
+    }
+    amp_model_train(m, true);
+    amp_set_grad_enabled(ctx, grad);
+    *out = sum / (double)n;
+    return s;
+}
+
+/* n tokens drawn after a newline, each from the last position's logits / temperature over the
+ * real vocabulary (the padding never drawn), the top_k most likely kept (0: all), printed as
+ * bytes. */
+static amp_status sample(amp_model *m, const gpt_config *cfg, int64_t n, float temperature,
+                         int top_k, uint64_t seed, FILE *to) {
+    amp_ctx *ctx = amp_model_ctx(m);
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_model_train(m, false);
+    int64_t cap = n + 1, len = 1, V = cfg->vocab_size, Vp = gpt_padded_vocab(V);
+    int32_t *toks = malloc((size_t)cap * sizeof *toks);
+    float *logits = malloc((size_t)cfg->block_size * (size_t)Vp * sizeof *logits);
+    float *p = malloc((size_t)V * sizeof *p);
+    amp_status s = toks && logits && p ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
+    if (s == AMP_OK) toks[0] = V > '\n' ? '\n' : 0;
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t t = 0; t < n && s == AMP_OK; t++) {
+        int64_t start = len > cfg->block_size ? len - cfg->block_size : 0, T = len - start;
+        amp_tensor *x = NULL, *out = NULL;
+        s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, T}, toks + start, &x);
+        if (s == AMP_OK) s = amp_model_forward(m, x, &out);
+        if (s == AMP_OK) s = amp_tensor_to_host_f32(out, logits, (size_t)(T * Vp) * sizeof *logits);
+        amp_tensor_free(x);
+        amp_ctx_reset_step(ctx);
+        if (s != AMP_OK) break;
+        const float *last = logits + (T - 1) * Vp;
+        float kth = -INFINITY;
+        if (top_k > 0 && top_k < V) { /* the k-th largest logit: the cut */
+            for (int64_t i = 0; i < V; i++) p[i] = last[i];
+            for (int k = 0; k < top_k; k++) {
+                int64_t best = 0;
+                for (int64_t i = 1; i < V; i++) best = p[i] > p[best] ? i : best;
+                kth = p[best];
+                p[best] = -INFINITY;
+            }
+        }
+        double mx = -INFINITY, total = 0;
+        for (int64_t i = 0; i < V; i++) mx = last[i] > mx ? last[i] : mx;
+        for (int64_t i = 0; i < V; i++) {
+            p[i] = last[i] >= kth ? (float)exp((last[i] - mx) / temperature) : 0.0f;
+            total += p[i];
+        }
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        double u = (double)(r >> 11) * 0x1p-53 * total, acc = 0;
+        int64_t pick = V - 1;
+        for (int64_t i = 0; i < V; i++)
+            if ((acc += p[i]) > u) {
+                pick = i;
+                break;
+            }
+        toks[len++] = (int32_t)pick;
+        if (V <= 256) fputc((int)pick, to);
+        else fprintf(to, "%lld ", (long long)pick);
+    }
+    fputc('\n', to);
+    free(toks);
+    free(logits);
+    free(p);
+    amp_model_train(m, true);
+    amp_set_grad_enabled(ctx, grad);
+    return s;
+}
+
+static bool below_2d(const char *name, const amp_tensor *p, void *user) {
+    (void)name, (void)user;
+    return amp_tensor_ndim(p) < 2;
+}
+
+int amp_train_gpt(const train_args *a) {
+    FILE *text = a->json ? stderr : stdout;
+    amp_ctx *ctx = NULL;
+    amp_model *model = NULL;
+    amp_optimizer *opt = NULL;
+    amp_tokens *train = NULL, *val = NULL;
+    amp_tensor *x = NULL, *y = NULL, *loss_sum = NULL; /* the step's micro-batch losses */
+    int32_t *hx = NULL, *hy = NULL;
+    amp_comm *comm = NULL;
+    int exit_code = 1;
+    gpt_config cfg = {.n_layer = a->n_layer, .n_head = a->n_head, .n_embd = a->n_embd,
+                      .block_size = a->block_size, .vocab_size = a->vocab_size,
+                      .dropout = a->dropout};
+    int64_t B = a->batch_size, T = a->block_size;
+    char path[4096];
+    static const amp_device devices[] = {AMP_DEVICE_AUTO, AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
+    TRY(amp_comm_create(&comm));
+    if (amp_comm_size(comm) > 1)
+        TRY(amp_error(AMP_ERR_UNSUPPORTED, "--model gpt runs in one process for now (%d were "
+                      "started): DDP of the GPT is not wired into amp-train yet",
+                      amp_comm_size(comm)));
+    TRY(amp_ctx_create(&(amp_ctx_opts){.device = devices[a->device], .seed = a->seed,
+                                       .n_threads = a->threads, .allow_tf32 = a->allow_tf32},
+                       &ctx));
+    snprintf(path, sizeof path, "%s/train.bin", a->data_dir);
+    TRY(amp_tokens_open(path, cfg.vocab_size, &train));
+    snprintf(path, sizeof path, "%s/val.bin", a->data_dir);
+    TRY(amp_tokens_open(path, cfg.vocab_size, &val));
+    TRY(gpt_create(ctx, &cfg, &model));
+    TRY(amp_model_build(model));
+    amp_adam_opts ao = {.lr = a->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = a->weight_decay, .decoupled = true, .exact = true};
+    TRY(amp_adam_create(model, &ao, &opt));
+    int group;
+    TRY(amp_optimizer_add_group(opt, below_2d, NULL, &(amp_param_group_opts){a->lr, 0.0f}, &group));
+    amp_options amp_opts = {.opt_level = (amp_opt_level)a->opt_level,
+                            .half_type = a->bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
+                            .loss_scale = a->loss_scale, .init_scale = a->init_scale};
+    TRY(amp_initialize_ex(model, opt, &amp_opts));
+    if (a->init_weights) TRY(amp_model_load_weights(model, opt, a->init_weights));
+    int64_t step = 0;
+    amp_checkpoint_opts ckpt = {.keep = a->keep};
+    if (a->resume) {
+        const char *from = strcmp(a->resume, "latest") ? a->resume : a->checkpoint_dir;
+        TRY(amp_checkpoint_load(from, model, opt, &ckpt, &step));
+        fprintf(text, "amp-train: resumed from %s at step %lld\n", from, (long long)step);
+    }
+    TRY(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){B, T}, &x));
+    TRY(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){B, T}, &y));
+    TRY(amp_tensor_create(ctx, AMP_F32, 1, (const int64_t[]){1}, &loss_sum));
+    hx = malloc((size_t)(B * T) * sizeof *hx);
+    hy = malloc((size_t)(B * T) * sizeof *hy);
+    if (!hx || !hy) TRY(amp_error(AMP_ERR_OOM, "out of host memory for a batch"));
+    amp_dtype compute = a->opt_level == 0 ? AMP_F32 : a->bf16 ? AMP_BF16 : AMP_F16;
+    double peak = 0;
+    TRY(measure_peak(ctx, compute, &peak));
+    int64_t max_steps = a->max_steps ? a->max_steps : 2000;
+    amp_lr_schedule sched = {.max_lr = a->lr, .min_lr = a->min_lr, .warmup_steps = a->warmup_steps,
+                             .decay_steps = max_steps, .decay = AMP_LR_COSINE};
+    if (sched.warmup_steps > max_steps) sched.warmup_steps = max_steps;
+    fprintf(text, "amp-train: gpt, %d layers, %d heads, %d wide, block %d, vocab %d (padded %d), "
+            "%lld parameters; %lld + %lld tokens from %s; batch %lld x %lld x %lld accumulated; "
+            "O%d%s; backend %s; %s GEMM peak %.1f GFLOP/s\n", cfg.n_layer, cfg.n_head,
+            cfg.n_embd, cfg.block_size, cfg.vocab_size, gpt_padded_vocab(cfg.vocab_size),
+            (long long)gpt_n_params(model, &cfg), (long long)amp_tokens_count(train),
+            (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
+            (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
+            amp_ctx_backend_name(ctx), amp_dtype_name(compute), peak);
+    size_t bytes = (size_t)(B * T) * sizeof *hx;
+    double loss_avg = NAN, val_loss = NAN, total_s = 0, total_tok = 0;
+    amp_token_order order = a->data_order_sequential ? AMP_TOKENS_SEQUENTIAL : AMP_TOKENS_RANDOM;
+    for (; step < max_steps; step++) {
+        double t0 = seconds_now();
+        TRY(amp_optimizer_schedule(opt, &sched, step));
+        amp_profile_begin(false);
+        const float zero = 0.0f;
+        TRY(amp_tensor_copy_from_host(loss_sum, &zero, sizeof zero));
+        for (int64_t k = 0; k < a->accumulate; k++) {
+            amp_tensor *loss;
+            TRY(amp_tokens_batch(train, order, a->seed, step * a->accumulate + k, B, T, hx, hy));
+            TRY(amp_tensor_copy_from_host(x, hx, bytes));
+            TRY(amp_tensor_copy_from_host(y, hy, bytes));
+            TRY(gpt_loss(model, x, y, &loss));
+            if (a->accumulate > 1) TRY(amp_div_scalar(loss, (float)a->accumulate, &loss));
+            TRY(amp_backward(loss));
+            TRY(amp_accumulate(loss_sum, loss));
+        }
+        float norm = 0, loss_v = 0;
+        if (a->grad_clip > 0) TRY(amp_clip_grad_norm(opt, a->grad_clip, &norm));
+        bool stepped = true;
+        TRY(amp_step(opt, &stepped));
+        TRY(amp_tensor_item(loss_sum, &loss_v)); /* waits for the step: its time is whole */
+        amp_op_profile prof;
+        amp_profile_end(&prof);
+        TRY(amp_zero_grad(opt));
+        double dt = seconds_now() - t0, tokens = (double)(B * T * a->accumulate);
+        double mfu = peak > 0 ? prof.flops[AMP_OPCAT_GEMM_CONV] / dt / (peak * 1e9) : 0;
+        if (step > 0) total_s += dt, total_tok += tokens; /* the first step makes the plans */
+        loss_avg = loss_v;
+        amp_scaler_state sc;
+        TRY(amp_scaler_get_state(opt, 0, &sc));
+        float lr = amp_optimizer_lr(opt);
+        bool log = a->log_every && ((step + 1) % a->log_every == 0 || step + 1 == max_steps);
+        if (log && a->json)
+            printf("{\"step\": %lld, \"loss\": %.6f, \"lr\": %.4e, \"norm\": %.4f, \"loss_scale\": "
+                   "%g, \"skipped\": %s, \"ms\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n",
+                   (long long)step + 1, (double)loss_v, (double)lr, (double)norm,
+                   (double)sc.scale, stepped ? "false" : "true", dt * 1e3, tokens / dt, mfu);
+        else if (log)
+            printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | scale %g%s | %.1f ms | "
+                   "%.0f tok/s | MFU %.1f %%\n", (long long)step + 1, (long long)max_steps,
+                   (double)loss_v, (double)lr, (double)norm, (double)sc.scale,
+                   stepped ? "" : " (skipped)", dt * 1e3, tokens / dt, 100 * mfu);
+        bool eval_now = a->eval_every && (step + 1) % a->eval_every == 0;
+        if (eval_now || step + 1 == max_steps) {
+            TRY(evaluate(model, val, B, T, a->eval_batches, x, y, hx, hy, &val_loss));
+            if (a->json) printf("{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)step + 1, val_loss);
+            else printf("step %5lld | val loss %.4f\n", (long long)step + 1, val_loss);
+        }
+        if (a->checkpoint_dir && a->save_every && (step + 1) % a->save_every == 0)
+            TRY(amp_checkpoint_save(a->checkpoint_dir, step + 1, model, opt, &ckpt, NULL, 0));
+        fflush(stdout);
+    }
+    if (a->checkpoint_dir) {
+        TRY(amp_checkpoint_save(a->checkpoint_dir, step, model, opt, &ckpt, path, sizeof path));
+        fprintf(text, "amp-train: saved %s\n", path);
+    }
+    if (a->sample > 0) {
+        fprintf(text, "amp-train: a sample of %lld tokens (temperature %g, top-k %d, seed %llu):\n",
+                (long long)a->sample, (double)a->temperature, a->top_k, (unsigned long long)a->seed);
+        TRY(sample(model, &cfg, a->sample, a->temperature, a->top_k, a->seed, text));
+    }
+    if (a->json)
+        printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
+               "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
+               "\"parameters\": %lld, \"backend\": \"%s\"}\n", (long long)step, loss_avg, val_loss,
+               total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
+               a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
+               (long long)gpt_n_params(model, &cfg), amp_ctx_backend_name(ctx));
+    exit_code = 0;
+fail:
+    free(hx);
+    free(hy);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_tensor_free(loss_sum);
+    amp_optimizer_free(opt);
+    amp_model_free(model);
+    amp_tokens_free(train);
+    amp_tokens_free(val);
+    amp_ctx_free(ctx);
+    amp_comm_free(comm);
+    return exit_code;
+}

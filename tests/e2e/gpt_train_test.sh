@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# amp-train --model gpt end to end on a small byte-level corpus (this project's README, made into
+# token files by amp-text-tokens), a tiny GPT (2 layers, 64 wide, block 32):
+#  - --json: one object per logged step with step and loss (and lr, norm, loss scale, ms,
+#    tokens/s, MFU), val_loss objects, a final object with val_loss; the loss falls;
+#  - bit-exact resume: N steps in one run against K steps, then a new process resuming from the
+#    checkpoint to N: the final checkpoints are byte-identical (the batches are a function of the
+#    step), at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so that a step is skipped before
+#    the save);
+#  - a sample of the asked length is printed;
+#  - bad input, each a clear error and exit code 1: a token file with a wrong magic, a truncated
+#    one, a token id >= --vocab-size, --block-size larger than the checkpoint's model, a
+#    checkpoint of another GPT shape.
+#   gpt_train_test.sh AMP_TRAIN AMP_TEXT_TOKENS WORKDIR README
+set -euo pipefail
+train=$1 tokens=$2 work=$3 readme=$4
+rm -rf "$work"
+mkdir -p "$work"
+"$tokens" "$work/data" "$readme" >/dev/null
+tiny=(--model gpt --data "$work/data" --n-layer 2 --n-head 2 --n-embd 64 --block-size 32
+    --batch-size 4 --threads 2 --warmup-steps 5 --lr 3e-3 --eval-batches 2 --log-every 1 --json)
+pass=0 fail=0
+check() { # description, command...
+    if "${@:2}"; then pass=$((pass + 1)); else echo "FAIL: $1" >&2; fail=$((fail + 1)); fi
+}
+
+# --json, the falling loss, the sample
+"$train" "${tiny[@]}" --max-steps 40 --eval-every 20 --sample 64 >"$work/run.json" 2>"$work/run.err"
+steps=$(grep -c '"step": [0-9]*, "loss"' "$work/run.json" || true)
+check "40 step objects with step and loss (got $steps)" test "$steps" -eq 40
+check "val_loss objects at steps 20 and 40" test "$(grep -c '"val_loss"' "$work/run.json")" -ge 3
+final=$(tail -n 1 "$work/run.json")
+check "the final object has val_loss ($final)" grep -q '"model": "gpt".*"val_loss": [0-9.]*' <<<"$final"
+first=$(grep -m1 '"step": 1,' "$work/run.json" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+last=$(grep '"step": 40,' "$work/run.json" | grep '"loss"' | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+check "the loss fell by a fifth ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }'
+for key in lr norm loss_scale ms tokens_per_s mfu; do
+    check "the step objects carry $key" grep -q "\"$key\": " "$work/run.json"
+done
+check "a sample was printed" grep -q "a sample of 64 tokens" "$work/run.err"
+
+# bit-exact resume at three levels
+resume() { # name, amp-train arguments...
+    local name=$1 dir="$work/resume-$1"
+    shift
+    "$train" "${tiny[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/straight" >"$dir.straight" 2>&1
+    "$train" "${tiny[@]}" "$@" --max-steps 6 --checkpoint-dir "$dir/resumed" >"$dir.first" 2>&1
+    "$train" "${tiny[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/resumed" --resume latest \
+        >"$dir.second" 2>&1
+    for f in model.safetensors state.safetensors; do
+        check "$name: $f differs after resuming at step 6" \
+            cmp "$dir/straight/step-0000012/$f" "$dir/resumed/step-0000012/$f"
+    done
+    check "$name: the second run did not resume" grep -q "resumed from" "$dir.second"
+}
+resume O0 --opt-level O0
+resume O1_bf16 --opt-level O1 --half bf16
+resume O2_fp16 --opt-level O2 --init-scale 16777216
+check "O2_fp16: no skipped step before the save" grep -q '"skipped": true' "$work/resume-O2_fp16.first"
+
+# bad input
+bad() { # description, wanted message, amp-train arguments...
+    local what=$1 want=$2
+    shift 2
+    local rc=0
+    "$train" "$@" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
+    check "$what: exit code $rc, want 1" test "$rc" -eq 1
+    check "$what: no '$want' in: $(head -c 300 "$work/bad.err")" grep -q -- "$want" "$work/bad.err"
+}
+mkdir -p "$work/magic" "$work/trunc"
+cp "$work/data/val.bin" "$work/magic/val.bin"
+cp "$work/data/val.bin" "$work/trunc/val.bin"
+cp "$work/data/train.bin" "$work/magic/train.bin"
+printf '\x00' | dd of="$work/magic/train.bin" bs=1 seek=0 count=1 conv=notrunc status=none
+head -c 2000 "$work/data/train.bin" >"$work/trunc/train.bin"
+args=("${tiny[@]}")
+bad "wrong magic" "not a token file of llm.c's format" "${args[@]/$work\/data/$work/magic}" --max-steps 1
+bad "truncated" "truncated or not a token file" "${args[@]/$work\/data/$work/trunc}" --max-steps 1
+bad "token id >= vocab" "outside the vocabulary of 100" "${tiny[@]}" --vocab-size 100 --max-steps 1
+bad "another GPT shape" "does not fit: 28 mis-shaped: transformer.wte.weight (file \[256, 64\], model \[256, 32\])" "${tiny[@]}" --n-embd 32 --max-steps 13 \
+    --checkpoint-dir "$work/resume-O0/straight" --resume latest
+bad "block size past the checkpoint's" "transformer.wpe.weight (file \[32, 64\], model \[64, 64\])" "${tiny[@]}" --block-size 64 --max-steps 13 \
+    --checkpoint-dir "$work/resume-O0/straight" --resume latest
+
+echo "gpt_train_test: $pass passed, $fail failed"
+((fail == 0))
