@@ -55,6 +55,8 @@ static void train_usage(FILE *f) {
             "  --n-layer 4 --n-head 4 --n-embd 256 --block-size 128 --vocab-size 256 --dropout 0\n"
             "  --data-order random|sequential  windows drawn from (seed, step), or llm.c's order\n"
             "  --warmup-steps 100 --min-lr LR/10 --weight-decay 0.1 (2-D tensors only)\n"
+            "  --lr-decay-steps N (where the cosine reaches --min-lr; default --max-steps: a run\n"
+            "  stopped early and resumed keeps its schedule only when N stays the same)\n"
             "  --grad-clip 1.0 (0: none) --max-steps 2000 --eval-every 0 (and at the end)\n"
             "  --eval-batches 20 --sample N (tokens printed at the end) --temperature 1 --top-k 0\n");
 }
@@ -102,6 +104,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"grad-clip", required_argument, 0, 1010}, {"eval-every", required_argument, 0, 1011},
         {"eval-batches", required_argument, 0, 1012}, {"sample", required_argument, 0, 1013},
         {"temperature", required_argument, 0, 1014}, {"top-k", required_argument, 0, 1015},
+        {"lr-decay-steps", required_argument, 0, 1016},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -162,6 +165,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1013: if (parse_number(name, optarg, 0, 1e7, &v)) return -1; a->sample = (int64_t)v; break;
         case 1014: if (parse_number(name, optarg, 1e-3, 1e3, &v)) return -1; a->temperature = (float)v; break;
         case 1015: if (parse_number(name, optarg, 0, 65536, &v)) return -1; a->top_k = (int)v; break;
+        case 1016: if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->lr_decay_steps = (int64_t)v; break;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {
                 fprintf(stderr, "amp-train: --opt-level '%s': want O0, O1, O2 or O3\n", optarg);

@@ -42,6 +42,7 @@ typedef struct train_args {
     float dropout, min_lr, weight_decay, grad_clip, temperature;
     bool data_order_sequential;
     int64_t warmup_steps, eval_every, eval_batches, sample;
+    int64_t lr_decay_steps; /* where the cosine reaches --min-lr; 0: --max-steps */
     int top_k;
 } train_args;
 

@@ -9,8 +9,11 @@
  * MFU: the GEMM FLOPs the ops counted in the step (amp/profile.h) over its time, against the
  * peak of this machine's GEMMs in the compute dtype, measured at the start (1024^3 products,
  * the best of 3). Batches are a function of (seed, step), so a resumed run reads the batches
- * of a run that never stopped; the checkpoint keeps the step. */
+ * of a run that never stopped; the checkpoint keeps the step. Under mpirun each of the N
+ * processes takes its 1/N of every global batch's rows (DDP averages the gradients), so N
+ * processes train as one does; rank 0 prints, the losses averaged over the ranks. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,30 +62,32 @@ static amp_status measure_peak(amp_ctx *ctx, amp_dtype dt, double *gflops) {
     return s;
 }
 
-/* The mean loss over n batches of val (sequential windows from its start), in eval mode. */
-static amp_status evaluate(amp_model *m, const amp_tokens *val, int64_t batch, int64_t seq,
-                           int64_t n, amp_tensor *x, amp_tensor *y, int32_t *hx, int32_t *hy,
-                           double *out) {
+/* The mean loss over n global batches of val (sequential windows from its start), in eval mode:
+ * this rank's rows (b of B, from row `first`) and the ranks' means averaged. */
+static amp_status evaluate(amp_model *m, amp_comm *comm, const amp_tokens *val, int64_t B,
+                           int64_t b, int64_t first, int64_t seq, int64_t n, amp_tensor *x,
+                           amp_tensor *y, int32_t *hx, int32_t *hy, double *out) {
     amp_ctx *ctx = amp_model_ctx(m);
     bool grad = amp_set_grad_enabled(ctx, false);
     amp_model_train(m, false);
     double sum = 0;
     amp_status s = AMP_OK;
-    size_t bytes = (size_t)(batch * seq) * sizeof *hx;
+    size_t bytes = (size_t)(b * seq) * sizeof *hx, at = (size_t)(first * seq);
     for (int64_t i = 0; i < n && s == AMP_OK; i++) {
         amp_tensor *loss;
         float v = 0;
-        s = amp_tokens_batch(val, AMP_TOKENS_SEQUENTIAL, 0, i, batch, seq, hx, hy);
-        if (s == AMP_OK) s = amp_tensor_copy_from_host(x, hx, bytes);
-        if (s == AMP_OK) s = amp_tensor_copy_from_host(y, hy, bytes);
+        s = amp_tokens_batch(val, AMP_TOKENS_SEQUENTIAL, 0, i, B, seq, hx, hy);
+        if (s == AMP_OK) s = amp_tensor_copy_from_host(x, hx + at, bytes);
+        if (s == AMP_OK) s = amp_tensor_copy_from_host(y, hy + at, bytes);
         if (s == AMP_OK) s = gpt_loss(m, x, y, &loss);
         if (s == AMP_OK) s = amp_tensor_item(loss, &v);
         sum += v;
         amp_ctx_reset_step(ctx);
     }
+    if (s == AMP_OK) s = amp_comm_allreduce_sum_f64(comm, &sum, 1);
     amp_model_train(m, true);
     amp_set_grad_enabled(ctx, grad);
-    *out = sum / (double)n;
+    *out = sum / (double)n / (double)amp_comm_size(comm);
     return s;
 }
 
@@ -162,7 +167,8 @@ int amp_train_gpt(const train_args *a) {
     amp_tensor *x = NULL, *y = NULL, *loss_sum = NULL; /* the step's micro-batch losses */
     int32_t *hx = NULL, *hy = NULL;
     amp_comm *comm = NULL;
-    int exit_code = 1;
+    amp_ddp *ddp = NULL;
+    int exit_code = 1, world = 1, rank = 0;
     gpt_config cfg = {.n_layer = a->n_layer, .n_head = a->n_head, .n_embd = a->n_embd,
                       .block_size = a->block_size, .vocab_size = a->vocab_size,
                       .dropout = a->dropout};
@@ -170,12 +176,21 @@ int amp_train_gpt(const train_args *a) {
     char path[4096];
     static const amp_device devices[] = {AMP_DEVICE_AUTO, AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
     TRY(amp_comm_create(&comm));
-    if (amp_comm_size(comm) > 1)
-        TRY(amp_error(AMP_ERR_UNSUPPORTED, "--model gpt runs in one process for now (%d were "
-                      "started): DDP of the GPT is not wired into amp-train yet",
-                      amp_comm_size(comm)));
+    world = amp_comm_size(comm), rank = amp_comm_rank(comm);
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) goto fail; /* rank 0 prints */
+    if (rank != 0) text = stdout;
+    if (B % world)
+        TRY(amp_error(AMP_ERR_INVALID_ARG, "--batch-size %lld does not split over %d processes",
+                      (long long)B, world));
+    int64_t b = B / world; /* this rank's rows of each global batch */
+    int threads = a->threads;
+    if (!threads && world > 1) { /* the machine's cores shared by its processes */
+        int share = omp_get_num_procs() / amp_comm_local_size(comm);
+        threads = share > 0 ? share : 1;
+    }
+    if (world > 1) TRY(amp_comm_select_device(comm));
     TRY(amp_ctx_create(&(amp_ctx_opts){.device = devices[a->device], .seed = a->seed,
-                                       .n_threads = a->threads, .allow_tf32 = a->allow_tf32},
+                                       .n_threads = threads, .allow_tf32 = a->allow_tf32},
                        &ctx));
     snprintf(path, sizeof path, "%s/train.bin", a->data_dir);
     TRY(amp_tokens_open(path, cfg.vocab_size, &train));
@@ -193,15 +208,17 @@ int amp_train_gpt(const train_args *a) {
                             .loss_scale = a->loss_scale, .init_scale = a->init_scale};
     TRY(amp_initialize_ex(model, opt, &amp_opts));
     if (a->init_weights) TRY(amp_model_load_weights(model, opt, a->init_weights));
+    if (world > 1) TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm}, &ddp));
     int64_t step = 0;
     amp_checkpoint_opts ckpt = {.keep = a->keep};
     if (a->resume) {
         const char *from = strcmp(a->resume, "latest") ? a->resume : a->checkpoint_dir;
-        TRY(amp_checkpoint_load(from, model, opt, &ckpt, &step));
+        if (ddp) TRY(amp_ddp_checkpoint_load(ddp, from, &ckpt, &step));
+        else TRY(amp_checkpoint_load(from, model, opt, &ckpt, &step));
         fprintf(text, "amp-train: resumed from %s at step %lld\n", from, (long long)step);
     }
-    TRY(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){B, T}, &x));
-    TRY(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){B, T}, &y));
+    TRY(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){b, T}, &x));
+    TRY(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){b, T}, &y));
     TRY(amp_tensor_create(ctx, AMP_F32, 1, (const int64_t[]){1}, &loss_sum));
     hx = malloc((size_t)(B * T) * sizeof *hx);
     hy = malloc((size_t)(B * T) * sizeof *hy);
@@ -210,18 +227,20 @@ int amp_train_gpt(const train_args *a) {
     double peak = 0;
     TRY(measure_peak(ctx, compute, &peak));
     int64_t max_steps = a->max_steps ? a->max_steps : 2000;
+    int64_t decay_steps = a->lr_decay_steps ? a->lr_decay_steps : max_steps;
     amp_lr_schedule sched = {.max_lr = a->lr, .min_lr = a->min_lr, .warmup_steps = a->warmup_steps,
-                             .decay_steps = max_steps, .decay = AMP_LR_COSINE};
-    if (sched.warmup_steps > max_steps) sched.warmup_steps = max_steps;
+                             .decay_steps = decay_steps, .decay = AMP_LR_COSINE};
+    if (sched.warmup_steps > decay_steps) sched.warmup_steps = decay_steps;
     fprintf(text, "amp-train: gpt, %d layers, %d heads, %d wide, block %d, vocab %d (padded %d), "
             "%lld parameters; %lld + %lld tokens from %s; batch %lld x %lld x %lld accumulated; "
-            "O%d%s; backend %s; %s GEMM peak %.1f GFLOP/s\n", cfg.n_layer, cfg.n_head,
+            "O%d%s; backend %s%s; %s GEMM peak %.1f GFLOP/s\n", cfg.n_layer, cfg.n_head,
             cfg.n_embd, cfg.block_size, cfg.vocab_size, gpt_padded_vocab(cfg.vocab_size),
             (long long)gpt_n_params(model, &cfg), (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
-            amp_ctx_backend_name(ctx), amp_dtype_name(compute), peak);
-    size_t bytes = (size_t)(B * T) * sizeof *hx;
+            amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
+            amp_dtype_name(compute), peak);
+    size_t bytes = (size_t)(b * T) * sizeof *hx, offset = (size_t)(rank * b * T);
     double loss_avg = NAN, val_loss = NAN, total_s = 0, total_tok = 0;
     amp_token_order order = a->data_order_sequential ? AMP_TOKENS_SEQUENTIAL : AMP_TOKENS_RANDOM;
     for (; step < max_steps; step++) {
@@ -233,8 +252,9 @@ int amp_train_gpt(const train_args *a) {
         for (int64_t k = 0; k < a->accumulate; k++) {
             amp_tensor *loss;
             TRY(amp_tokens_batch(train, order, a->seed, step * a->accumulate + k, B, T, hx, hy));
-            TRY(amp_tensor_copy_from_host(x, hx, bytes));
-            TRY(amp_tensor_copy_from_host(y, hy, bytes));
+            if (ddp) TRY(amp_ddp_set_sync(ddp, k + 1 == a->accumulate));
+            TRY(amp_tensor_copy_from_host(x, hx + offset, bytes));
+            TRY(amp_tensor_copy_from_host(y, hy + offset, bytes));
             TRY(gpt_loss(model, x, y, &loss));
             if (a->accumulate > 1) TRY(amp_div_scalar(loss, (float)a->accumulate, &loss));
             TRY(amp_backward(loss));
@@ -245,6 +265,9 @@ int amp_train_gpt(const train_args *a) {
         bool stepped = true;
         TRY(amp_step(opt, &stepped));
         TRY(amp_tensor_item(loss_sum, &loss_v)); /* waits for the step: its time is whole */
+        double ranks_loss = loss_v;
+        TRY(amp_comm_allreduce_sum_f64(comm, &ranks_loss, 1));
+        loss_v = (float)(ranks_loss / world);
         amp_op_profile prof;
         amp_profile_end(&prof);
         TRY(amp_zero_grad(opt));
@@ -268,19 +291,22 @@ int amp_train_gpt(const train_args *a) {
                    stepped ? "" : " (skipped)", dt * 1e3, tokens / dt, 100 * mfu);
         bool eval_now = a->eval_every && (step + 1) % a->eval_every == 0;
         if (eval_now || step + 1 == max_steps) {
-            TRY(evaluate(model, val, B, T, a->eval_batches, x, y, hx, hy, &val_loss));
+            TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
+                         &val_loss));
             if (a->json) printf("{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)step + 1, val_loss);
             else printf("step %5lld | val loss %.4f\n", (long long)step + 1, val_loss);
         }
         if (a->checkpoint_dir && a->save_every && (step + 1) % a->save_every == 0)
-            TRY(amp_checkpoint_save(a->checkpoint_dir, step + 1, model, opt, &ckpt, NULL, 0));
+            TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step + 1, &ckpt, NULL, 0)
+                    : amp_checkpoint_save(a->checkpoint_dir, step + 1, model, opt, &ckpt, NULL, 0));
         fflush(stdout);
     }
     if (a->checkpoint_dir) {
-        TRY(amp_checkpoint_save(a->checkpoint_dir, step, model, opt, &ckpt, path, sizeof path));
+        TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step, &ckpt, path, sizeof path)
+                : amp_checkpoint_save(a->checkpoint_dir, step, model, opt, &ckpt, path, sizeof path));
         fprintf(text, "amp-train: saved %s\n", path);
     }
-    if (a->sample > 0) {
+    if (a->sample > 0 && rank == 0) {
         fprintf(text, "amp-train: a sample of %lld tokens (temperature %g, top-k %d, seed %llu):\n",
                 (long long)a->sample, (double)a->temperature, a->top_k, (unsigned long long)a->seed);
         TRY(sample(model, &cfg, a->sample, a->temperature, a->top_k, a->seed, text));
@@ -294,6 +320,8 @@ int amp_train_gpt(const train_args *a) {
                (long long)gpt_n_params(model, &cfg), amp_ctx_backend_name(ctx));
     exit_code = 0;
 fail:
+    if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */
+    amp_ddp_free(ddp);
     free(hx);
     free(hy);
     amp_tensor_free(x);

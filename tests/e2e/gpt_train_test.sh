@@ -19,6 +19,8 @@ mkdir -p "$work"
 "$tokens" "$work/data" "$readme" >/dev/null
 tiny=(--model gpt --data "$work/data" --n-layer 2 --n-head 2 --n-embd 64 --block-size 32
     --batch-size 4 --threads 2 --warmup-steps 5 --lr 3e-3 --eval-batches 2 --log-every 1 --json)
+# the same cosine whether a run stops at step 6 or 12
+sched=(--lr-decay-steps 12)
 pass=0 fail=0
 check() { # description, command...
     if "${@:2}"; then pass=$((pass + 1)); else echo "FAIL: $1" >&2; fail=$((fail + 1)); fi
@@ -43,9 +45,9 @@ check "a sample was printed" grep -q "a sample of 64 tokens" "$work/run.err"
 resume() { # name, amp-train arguments...
     local name=$1 dir="$work/resume-$1"
     shift
-    "$train" "${tiny[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/straight" >"$dir.straight" 2>&1
-    "$train" "${tiny[@]}" "$@" --max-steps 6 --checkpoint-dir "$dir/resumed" >"$dir.first" 2>&1
-    "$train" "${tiny[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/resumed" --resume latest \
+    "$train" "${tiny[@]}" "${sched[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/straight" >"$dir.straight" 2>&1
+    "$train" "${tiny[@]}" "${sched[@]}" "$@" --max-steps 6 --checkpoint-dir "$dir/resumed" >"$dir.first" 2>&1
+    "$train" "${tiny[@]}" "${sched[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/resumed" --resume latest \
         >"$dir.second" 2>&1
     for f in model.safetensors state.safetensors; do
         check "$name: $f differs after resuming at step 6" \
