@@ -8,7 +8,7 @@
  * A step line as llm.c's: step, loss, learning rate, gradient norm, loss scale, ms, tokens/s and
  * MFU: the GEMM FLOPs the ops counted in the step (amp/profile.h) over its time, against the
  * peak of this machine's GEMMs in the compute dtype, measured at the start (1024^3 products,
- * the best of 3). Batches are a function of (seed, step), so a resumed run reads the batches
+ * the best of 3) and raised to any step's GEMM rate above it (the start met a busy machine). Batches are a function of (seed, step), so a resumed run reads the batches
  * of a run that never stopped; the checkpoint keeps the step. Under mpirun each of the N
  * processes takes its 1/N of every global batch's rows (DDP averages the gradients), so N
  * processes train as one does; rank 0 prints, the losses averaged over the ranks. */
@@ -272,7 +272,15 @@ int amp_train_gpt(const train_args *a) {
         amp_profile_end(&prof);
         TRY(amp_zero_grad(opt));
         double dt = seconds_now() - t0, tokens = (double)(B * T * a->accumulate);
-        double mfu = peak > 0 ? prof.flops[AMP_OPCAT_GEMM_CONV] / dt / (peak * 1e9) : 0;
+        double achieved = prof.flops[AMP_OPCAT_GEMM_CONV] / dt / 1e9;
+        if (step > 0 && achieved > peak) { /* a peak is at least any rate reached: the start's
+                                              measure met a busy machine */
+            fprintf(text, "amp-train: the steps' GEMMs ran at %.1f GFLOP/s, above the peak "
+                    "measured at start (%.1f): MFU is taken against the former from now on\n",
+                    achieved, peak);
+            peak = achieved;
+        }
+        double mfu = peak > 0 ? achieved / peak : 0;
         if (step > 0) total_s += dt, total_tok += tokens; /* the first step makes the plans */
         loss_avg = loss_v;
         amp_scaler_state sc;
