@@ -12,7 +12,7 @@ rm -rf "$work"
 mkdir -p "$work"
 "$tokens" "$work/data" "$readme" >/dev/null
 tiny=(--model gpt --data "$work/data" --n-layer 2 --n-head 2 --n-embd 64 --block-size 32
-    --batch-size 4 --warmup-steps 5 --lr 3e-3 --lr-decay-steps 20 --eval-batches 2 --log-every 1
+    --batch-size 4 --warmup-steps 5 --lr 1e-3 --lr-decay-steps 20 --eval-batches 2 --log-every 1
     --json)
 run2=("$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np 2 "$train")
 pass=0 fail=0
