@@ -28,10 +28,16 @@ const char *amp_status_str(amp_status s) {
 
 const char *amp_last_error(void) { return amp_error_msg; }
 
+/* The message of amp_fail and of the public amp_error (the same thing, for user code). */
+static amp_status record(amp_status s, const char *fmt, va_list ap) {
+    vsnprintf(amp_error_msg, sizeof amp_error_msg, fmt, ap);
+    return s;
+}
+
 amp_status amp_fail(amp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(amp_error_msg, sizeof amp_error_msg, fmt, ap);
+    record(s, fmt, ap);
     va_end(ap);
     return s;
 }
@@ -39,7 +45,7 @@ amp_status amp_fail(amp_status s, const char *fmt, ...) {
 amp_status amp_error(amp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(amp_error_msg, sizeof amp_error_msg, fmt, ap);
+    record(s, fmt, ap);
     va_end(ap);
     return s;
 }
