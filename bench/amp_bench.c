@@ -57,7 +57,8 @@ typedef struct bench_args {
     int n_batches;
     amp_device device;
     int threads, steps, warmup, repeat;
-    bool compare_torch, profile, threads_given;
+    bool compare_torch, profile, threads_given, batch_given;
+    bench_gpt_shape gpt;
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
     const char *plot;
     bench_torch_opts torch;
@@ -66,11 +67,15 @@ typedef struct bench_args {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: amp-bench [options]\n"
-            "  --model LIST          mlp,convnet,resnet (default mlp; resnet: the hand-written\n"
-            "                        residual network of examples/resnet_model.h)\n"
+            "  --model LIST          mlp,convnet,resnet,gpt (default mlp; resnet: the hand-written\n"
+            "                        residual network of examples/resnet_model.h; gpt: GPT-2 of\n"
+            "                        examples/gpt_model.h on random tokens, AdamW, tokens/s)\n"
+            "  --n-layer L --n-head H --n-embd C --block-size T --vocab-size V\n"
+            "                        the GPT's shape (default 4, 4, 256, 128, 256: amp-train's;\n"
+            "                        a sample is a sequence of T tokens)\n"
             "  --opt-level LIST      O0,O1,O2,O3 (default all four)\n"
             "  --half LIST           fp16,bf16 for O1-O3 (default bf16)\n"
-            "  --batch LIST          samples per step (default 128)\n"
+            "  --batch LIST          samples per step (default 128; gpt: 16 sequences)\n"
             "  --steps N             timed steps (default 20)\n"
             "  --warmup W            untimed steps before them (default 5)\n"
             "  --repeat R            R runs of each configuration (alternating with PyTorch's),\n"
@@ -107,7 +112,7 @@ static bool parse_list(const char *opt, const char *text, int *n, bool (*parse_o
 }
 
 static bool one_model(const char *s, void *out, int i) {
-    static const char *const models[] = {"mlp", "convnet", "resnet"};
+    static const char *const models[] = {"mlp", "convnet", "resnet", "gpt"};
     for (size_t k = 0; k < sizeof models / sizeof *models; k++)
         if (!strcmp(s, models[k])) return ((const char **)out)[i] = models[k], true;
     return false;
@@ -180,6 +185,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.models = {"mlp"}, .n_models = 1, .levels = {AMP_O0, AMP_O1, AMP_O2, AMP_O3},
                       .n_levels = 4, .halves = {AMP_HALF_BF16}, .n_halves = 1, .batches = {128},
                       .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5, .repeat = 1,
+                      .gpt = {.n_layer = 4, .n_head = 4, .n_embd = 256, .block_size = 128,
+                              .vocab_size = 256},
                       .torch = {.script = default_torch_script(),
                                 .python = getenv("PYTHON") ? getenv("PYTHON") : "python3"}};
     a->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -198,7 +205,13 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(o, "--model")) ok = parse_list(o, v, &a->n_models, one_model, a->models);
         else if (!strcmp(o, "--opt-level")) ok = parse_list(o, v, &a->n_levels, one_level, a->levels);
         else if (!strcmp(o, "--half")) ok = parse_list(o, v, &a->n_halves, one_half, a->halves);
-        else if (!strcmp(o, "--batch")) ok = parse_list(o, v, &a->n_batches, one_batch, a->batches);
+        else if (!strcmp(o, "--batch"))
+            ok = parse_list(o, v, &a->n_batches, one_batch, a->batches), a->batch_given = true;
+        else if (!strcmp(o, "--n-layer")) ok = parse_int(o, v, 1, &a->gpt.n_layer);
+        else if (!strcmp(o, "--n-head")) ok = parse_int(o, v, 1, &a->gpt.n_head);
+        else if (!strcmp(o, "--n-embd")) ok = parse_int(o, v, 1, &a->gpt.n_embd);
+        else if (!strcmp(o, "--block-size")) ok = parse_int(o, v, 1, &a->gpt.block_size);
+        else if (!strcmp(o, "--vocab-size")) ok = parse_int(o, v, 1, &a->gpt.vocab_size);
         else if (!strcmp(o, "--steps")) ok = parse_int(o, v, 1, &a->steps);
         else if (!strcmp(o, "--warmup")) ok = parse_int(o, v, 0, &a->warmup);
         else if (!strcmp(o, "--repeat")) {
@@ -313,13 +326,14 @@ static void progress(int done, int total, const char *what) {
 static int expand_configs(const bench_args *a, bench_cfg *cfgs) {
     int n = 0;
     for (int m = 0; m < a->n_models; m++)
-        for (int b = 0; b < a->n_batches; b++)
+        for (int b = 0; b < (a->batch_given || strcmp(a->models[m], "gpt") ? a->n_batches : 1); b++)
             for (int l = 0; l < a->n_levels; l++)
                 for (int h = 0; h < (a->levels[l] == AMP_O0 ? 1 : a->n_halves); h++)
                     if (n < MAX_ROWS / 2)
                         cfgs[n++] = (bench_cfg){
                             .model = a->models[m], .level = a->levels[l], .half = a->halves[h],
-                            .batch = a->batches[b], .device = a->device, .threads = a->threads,
+                            .batch = a->batch_given || strcmp(a->models[m], "gpt") ? a->batches[b] : 16,
+                            .gpt = a->gpt, .device = a->device, .threads = a->threads,
                             .steps = a->steps, .warmup = a->warmup, .profile = a->profile};
     return n;
 }
@@ -334,6 +348,16 @@ static double peak_for(const bench_run_header *h, const bench_row *r) {
     if (!strcmp(r->half, "bf16")) return h->peak_gflops_bf16;
     if (!strcmp(r->half, "fp16")) return h->peak_gflops_f16;
     return h->peak_gflops_f32;
+}
+
+/* The GPT's shape in the run's header, when a GPT is among the models. */
+static void note_models(const bench_args *a, bench_run_header *h) {
+    for (int m = 0; m < a->n_models; m++)
+        if (!strcmp(a->models[m], "gpt"))
+            snprintf(h->model_note, sizeof h->model_note,
+                     "gpt: %d layers, %d heads, %d wide, sequences of %d tokens, vocabulary %d "
+                     "(examples/gpt_model.h; PyTorch: bench/gpt_reference.py)", a->gpt.n_layer,
+                     a->gpt.n_head, a->gpt.n_embd, a->gpt.block_size, a->gpt.vocab_size);
 }
 
 static int write_outputs(const bench_args *a, const bench_run_header *h, const bench_row *rows,
@@ -399,6 +423,7 @@ static int run_distributed(bench_args *a, amp_comm *comm) {
     bench_run_header h;
     bench_run_header_init(&h);
     bench_machine_describe(&h, a->threads, a->device == AMP_DEVICE_CUDA);
+    note_models(a, &h);
     amp_status s = AMP_OK; /* the peaks of one rank's share of the cores, measured by rank 0 alone */
     if (rank == 0)
         s = bench_measure_peaks(a->device, a->threads, &h.peak_gflops_f32, &h.peak_gflops_bf16,
@@ -465,6 +490,7 @@ int main(int argc, char **argv) {
     bench_run_header h;
     bench_run_header_init(&h);
     bench_machine_describe(&h, a.threads, a.device == AMP_DEVICE_CUDA);
+    note_models(&a, &h);
     child_result r;
     if (in_child(JOB_PEAKS, &a, NULL, &r) != AMP_OK) {
         fprintf(stderr, "amp-bench: measuring the GEMM peaks: %s\n", bench_last_error());

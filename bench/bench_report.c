@@ -86,6 +86,11 @@ static double bench_ratio(const bench_row *rows, int n_rows, int i, int match) {
     return match >= 0 ? rows[i].samples_per_s / rows[match].samples_per_s : NAN;
 }
 
+/* samples/s times the sequence length; NaN for a model without tokens. */
+static double bench_tokens_per_s(const bench_row *r) {
+    return r->seq_len > 0 ? r->samples_per_s * r->seq_len : NAN;
+}
+
 /* printf of one number into a small buffer, "-" when unknown. */
 typedef struct bench_cell {
     char s[32];
@@ -117,12 +122,46 @@ static amp_status bench_check_stream(const char *who, FILE *f) {
     return ferror(f) ? bench_fail(AMP_ERR_IO, "%s: writing failed", who) : AMP_OK;
 }
 
+/* Token models' rows: tokens/s, MFU, and PyTorch's tokens/s with the ratio (libamp rows with a
+ * match); as aligned columns or as Markdown. Nothing when no row has tokens. */
+static void bench_tokens_table(FILE *f, const bench_row *rows, int n_rows, bool markdown) {
+    bool any = false;
+    for (int i = 0; i < n_rows; i++) any |= rows[i].seq_len > 0;
+    if (!any) return;
+    if (markdown)
+        fputs("\nTokens per second (tokens/s = samples/s x sequence length)\n\n"
+              "| impl | model | batch | seq | level | half | tokens/s | MFU | PyTorch tokens/s | "
+              "libamp / PyTorch |\n|---|---|---:|---:|---|---|---:|---:|---:|---:|\n", f);
+    else
+        fprintf(f, "\ntokens/s\n%-7s %-7s %-13s %-4s %5s %5s %10s %5s %10s %5s\n", "impl", "model",
+                "level", "half", "batch", "seq", "tokens/s", "MFU%", "PyTorch", "vs pt");
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        if (r->seq_len <= 0) continue;
+        int match = bench_find_pytorch_match(rows, n_rows, i);
+        double pt = match >= 0 ? bench_tokens_per_s(&rows[match]) : NAN;
+        double ratio = bench_ratio(rows, n_rows, i, match);
+        if (markdown)
+            fprintf(f, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", r->impl, r->model,
+                    r->batch, r->seq_len, r->opt_level, r->half,
+                    bench_num(bench_tokens_per_s(r), "%.0f").s,
+                    bench_num(100.0 * r->mfu, "%.1f %%").s, bench_num(pt, "%.0f").s,
+                    bench_num(ratio, "%.2f").s);
+        else
+            fprintf(f, "%-7s %-7s %-13s %-4s %5d %5d %10s %5s %10s %5s\n", r->impl, r->model,
+                    r->opt_level, r->half, r->batch, r->seq_len,
+                    bench_num(bench_tokens_per_s(r), "%.0f").s, bench_num(100.0 * r->mfu, "%.1f").s,
+                    bench_num(pt, "%.0f").s, bench_num(ratio, "%.2f").s);
+    }
+}
+
 amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_row *rows,
                              int n_rows) {
     amp_status s = bench_check_args(__func__, f, run, true, rows, n_rows);
     if (s != AMP_OK) return s;
     fprintf(f, "%s  %s  [%s]  %d threads%s%s\n", run->date, run->cpu_model, run->isa,
             run->threads, run->gpu_model[0] ? "  GPU: " : "", run->gpu_model);
+    if (run->model_note[0]) fprintf(f, "%s\n", run->model_note);
     fprintf(f,
             "%-7s %-7s %-13s %-4s %5s %-4s %3s %2s %8s %7s %7s %9s %7s %5s %8s %7s %4s %5s %5s\n",
             "impl", "model", "level", "half", "batch", "dev", "thr", "ws", "ms med", "ms p10",
@@ -184,6 +223,7 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
                     r->samples_per_s / r->world_size, 100.0 * r->scaling_efficiency);
         }
     }
+    bench_tokens_table(f, rows, n_rows, false);
     return bench_check_stream(__func__, f);
 }
 
@@ -208,7 +248,9 @@ static json_t *bench_json_row_fields(const bench_row *r);
 
 static json_t *bench_json_row(const bench_row *r) {
     json_t *o = bench_json_row_fields(r);
-    if (o && json_object_set_new(o, "scaling_efficiency", bench_json_real(r->scaling_efficiency))) {
+    if (o && (json_object_set_new(o, "scaling_efficiency", bench_json_real(r->scaling_efficiency)) ||
+              json_object_set_new(o, "seq_len", json_integer(r->seq_len)) ||
+              json_object_set_new(o, "tokens_per_s", bench_json_real(bench_tokens_per_s(r))))) {
         json_decref(o);
         return NULL;
     }
@@ -249,7 +291,10 @@ amp_status bench_write_json(FILE *f, const bench_run_header *run, const bench_ro
             array = NULL;
         }
     /* json_pack's "o" steals its reference even on failure, so nothing leaks on the way out. */
-    json_t *root = json_pack("{s:o, s:o}", "run", bench_json_run(run), "rows", array);
+    json_t *jrun = bench_json_run(run);
+    if (jrun && run->model_note[0])
+        json_object_set_new(jrun, "model_note", json_string(run->model_note));
+    json_t *root = json_pack("{s:o, s:o}", "run", jrun, "rows", array);
     if (!root) return bench_fail(AMP_ERR_OOM, "%s: building the JSON document failed", __func__);
     /* 10 significant digits: exact for any timing or count here, and no 1.8999999999999999. */
     int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
@@ -297,7 +342,7 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
           f);
     for (int c = 0; c < BENCH_PROF_N_CATS; c++)
         fprintf(f, ",prof_%s_s_per_step", bench_prof_names[c]);
-    fputs(",scaling_efficiency\n", f);
+    fputs(",scaling_efficiency,seq_len,tokens_per_s\n", f);
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         bench_csv_str(f, r->impl, false);
@@ -324,7 +369,9 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
             if (!isnan(r->prof_s_per_step[c])) fprintf(f, "%.10g", r->prof_s_per_step[c]);
             fputc(',', f);
         }
-        if (!isnan(r->scaling_efficiency)) fprintf(f, "%.10g", r->scaling_efficiency);
+        bench_csv_real(f, r->scaling_efficiency);
+        fprintf(f, "%d,", r->seq_len);
+        if (r->seq_len > 0) fprintf(f, "%.10g", bench_tokens_per_s(r));
         fputc('\n', f);
     }
     return bench_check_stream(__func__, f);
@@ -407,6 +454,7 @@ amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const benc
             run->gpu_model, bench_num(run->peak_gflops_f32, "%.1f").s,
             bench_num(run->peak_gflops_bf16, "%.1f").s, bench_num(run->peak_gflops_f16, "%.1f").s,
             run->lib_version, run->torch_version[0] ? ", PyTorch " : "", run->torch_version);
+    if (run->model_note[0]) fprintf(f, "%s\n\n", run->model_note);
     fputs("| model | device | threads | ranks | batch | level | half | "
           "step ms median (p10–p90) | samples/s | GFLOP/s | MFU | skipped | syncs/step | "
           "PyTorch | PyTorch samples/s | libamp / PyTorch |\n"
@@ -448,5 +496,6 @@ amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const benc
     }
     bench_md_profile(f, rows, n_rows);
     bench_md_scaling(f, rows, n_rows);
+    bench_tokens_table(f, rows, n_rows, true);
     return bench_check_stream(__func__, f);
 }

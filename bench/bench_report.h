@@ -57,6 +57,7 @@ typedef struct bench_row {
     char device[8];     /* "cpu", "cuda" */
     int threads;
     int world_size;     /* ranks; 1 without DDP */
+    int seq_len;        /* tokens per sample (a GPT's sequence length); 0: not a token model */
     /* metrics; doubles NaN and byte counts -1 when unknown */
     int n_steps;                                /* measured steps (after warm-up) */
     double step_ms_median, step_ms_p10, step_ms_p90;
@@ -88,6 +89,7 @@ typedef struct bench_run_header {
     double peak_gflops_f16;
     char lib_version[32];   /* libamp's version */
     char torch_version[32]; /* "" when PyTorch was not run */
+    char model_note[160];   /* the shapes of models that take them (a GPT's), "" when none */
 } bench_run_header;
 
 /* Message of the last failure on this thread; "" when none. Never NULL. */
@@ -111,7 +113,8 @@ const char *bench_pytorch_config_for(const bench_row *libamp_row);
 int bench_find_pytorch_match(const bench_row *rows, int n_rows, int i);
 
 /* Aligned columns for a terminal (~150 characters): the throughput block, then the memory split
- * in MiB, then (when any row was profiled) milliseconds per step by category. */
+ * in MiB, then (when any row was profiled) milliseconds per step by category, then (when any row
+ * is a token model's) tokens/s. */
 amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_row *rows,
                              int n_rows);
 /* One JSON object {"run": {...}, "rows": [{...}, ...]} with every field; NaN and -1 as null. */
@@ -122,7 +125,7 @@ amp_status bench_write_json(FILE *f, const bench_run_header *run, const bench_ro
 amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows);
 /* A "CPU: ..." line, then a throughput table (libamp rows, each with its matching PyTorch row's
  * samples/s and the ratio beside it; PyTorch rows with no libamp match get their own line), then
- * a memory table (one line per row). */
+ * a memory table (one line per row), then (when any row is a token model's) a tokens/s table. */
 amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const bench_row *rows,
                                 int n_rows);
 

@@ -38,6 +38,7 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
     row->batch = cfg->batch;
     row->threads = (int)json_integer_value(json_object_get(j, "threads"));
     row->world_size = 1;
+    row->seq_len = !strcmp(cfg->model, "gpt") ? cfg->gpt.block_size : 0;
     row->n_steps = (int)n;
     row->step_ms_median = sum.median;
     row->step_ms_p10 = sum.p10;
@@ -52,12 +53,16 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
 amp_status bench_torch_run(const bench_torch_opts *o, const bench_cfg *cfg, bench_row *row,
                            char *version, size_t size) {
     bench_row_init(row);
-    char cmd[2048];
+    char cmd[2048], shape[160] = "";
+    if (!strcmp(cfg->model, "gpt"))
+        snprintf(shape, sizeof shape, " --n-layer %d --n-head %d --n-embd %d --block-size %d "
+                 "--vocab-size %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
+                 cfg->gpt.block_size, cfg->gpt.vocab_size);
     snprintf(cmd, sizeof cmd,
              "'%s' '%s' --bench --model %s --precision %s --batch-size %d --steps %d --warmup %d "
-             "--threads %d --device %s 2>&1",
+             "--threads %d --device %s%s 2>&1",
              o->python, o->script, cfg->model, bench_torch_precision(cfg), cfg->batch, cfg->steps,
-             cfg->warmup, cfg->threads, cfg->device == AMP_DEVICE_CUDA ? "cuda" : "cpu");
+             cfg->warmup, cfg->threads, cfg->device == AMP_DEVICE_CUDA ? "cuda" : "cpu", shape);
     FILE *p = popen(cmd, "r");
     if (!p) return bench_fail(AMP_ERR_IO, "cannot run %s: %s", o->python, cmd);
     char line[65536], last[512] = "";

@@ -19,6 +19,10 @@ JSON line with the per-step times and samples/s from their median:
     python3 bench/pytorch_reference.py --bench --model mlp --precision bf16 --batch 128 \
         --steps 20 --warmup 5 --threads 2
 
+--model gpt (--bench only) runs bench/gpt_reference.py's GPT-2 of --n-layer, --n-head, --n-embd,
+--block-size and --vocab-size on one batch of random token sequences, AdamW and clipping as
+amp-train --model gpt; a sample is a sequence.
+
 Needs torch (and numpy outside --bench; scripts/setup.sh --bench); no torchvision. Without an
 importable torch it prints one line to stderr and exits with status 3 (amp-bench reports "PyTorch
 not importable: ..."); --device cuda without a usable GPU exits with status 4.
@@ -160,7 +164,12 @@ def evaluate(model, x, y, use_autocast):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("convnet", "mlp", "resnet"), default="convnet")
+    p.add_argument("--model", choices=("convnet", "mlp", "resnet", "gpt"), default="convnet")
+    p.add_argument("--n-layer", type=int, default=4, help="--model gpt's shape")
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--block-size", type=int, default=128)
+    p.add_argument("--vocab-size", type=int, default=256)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", "--batch", dest="batch_size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.05)
@@ -196,6 +205,8 @@ def parse_args(argv):
     if flag and a.precision and a.precision != flag:
         p.error(f"--precision {a.precision} contradicts --autocast-{flag}")
     a.precision = a.precision or flag or "fp32"
+    if a.model == "gpt" and not a.bench:
+        p.error("--model gpt is for --bench; bench/gpt_reference.py trains it on token files")
     return a
 
 
@@ -204,10 +215,21 @@ def autocast_dtype(precision):
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def bench_gpt(a):
+    """--bench --model gpt: bench/gpt_reference.py's GPT and training step."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpt_reference
+    step_ms, final_loss, n_params, scaler = gpt_reference.bench(a, DEVICE)
+    return step_ms, final_loss, n_params, scaler
+
+
 def bench(a):
     """--bench: the training step of the accuracy mode on one random batch, timed step by step."""
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
+    if a.model == "gpt":
+        step_ms, final_loss, n_params, scaler = bench_gpt(a)
+        return bench_report(a, step_ms, final_loss, n_params, scaler)
     model = make_model(a.model).to(DEVICE)
     gen = torch.Generator().manual_seed(a.seed)
     x = torch.randn(a.batch_size, 1, 28, 28, generator=gen).to(DEVICE)
@@ -228,8 +250,13 @@ def bench(a):
             torch.cuda.synchronize()
         if step >= a.warmup:
             step_ms.append((time.perf_counter() - t0) * 1e3)
+    return bench_report(a, step_ms, loss.item(), sum(p.numel() for p in model.parameters()), scaler)
+
+
+def bench_report(a, step_ms, final_loss, n_params, scaler):
+    """--bench's one JSON line."""
     median_ms = statistics.median(step_ms)
-    config = "fp32" if amp_dtype is None else "autocast-" + a.precision
+    config = "fp32" if a.precision == "fp32" else "autocast-" + a.precision
     print(json.dumps({
         "impl": "pytorch", "model": a.model, "precision": a.precision, "config": config,
         "device": DEVICE, "batch": a.batch_size, "steps": a.steps, "warmup": a.warmup,
@@ -239,7 +266,7 @@ def bench(a):
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "cuda_peak_bytes": torch.cuda.max_memory_allocated() if DEVICE == "cuda" else None,
         "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
-        "final_loss": loss.item(), "n_params": sum(p.numel() for p in model.parameters()),
+        "final_loss": final_loss, "n_params": n_params,
         "torch": torch.__version__}), flush=True)
     return 0
 

@@ -157,8 +157,8 @@ static void test_csv(const bench_run_header *run, const bench_row *rows) {
         line += len + (end != NULL);
     }
     CHECK_MSG(n_lines == 5, "%d lines, want 1 + 4", n_lines);
-    CHECK(header_fields == 9 + 7 + BENCH_MEM_N_KINDS + 1 + 4 + BENCH_PROF_N_CATS + 1);
-    CHECK(strstr(text, ",scaling_efficiency\n") != NULL);
+    CHECK(header_fields == 9 + 7 + BENCH_MEM_N_KINDS + 1 + 4 + BENCH_PROF_N_CATS + 3);
+    CHECK(strstr(text, ",scaling_efficiency,seq_len,tokens_per_s\n") != NULL);
     CHECK(strstr(text, "\"mlp,wide\"") != NULL);
     CHECK(strncmp(text, "impl,model,opt_level,half,batch,", 32) == 0);
     free(text);
@@ -217,6 +217,46 @@ static void test_markdown(const bench_run_header *run, bench_row *rows) {
     }
 }
 
+/* A token model's rows (a GPT's, sequences of 128): tokens/s = samples/s x 128 and the ratio to
+ * PyTorch's in the table, the Markdown, JSON and CSV; the run's model note printed. Rows
+ * without tokens get no tokens table. */
+static void test_tokens(const bench_run_header *run, const bench_row *rows) {
+    bench_run_header h = *run;
+    snprintf(h.model_note, sizeof h.model_note, "gpt: 4 layers, 4 heads");
+    bench_row gpt[2] = {rows[0], rows[2]}; /* libamp O0 and PyTorch fp32: 20 and 22 ms */
+    for (int i = 0; i < 2; i++) {
+        snprintf(gpt[i].model, sizeof gpt[i].model, "gpt");
+        gpt[i].seq_len = 128;
+        gpt[i].samples_per_s = i == 0 ? 80.0 : 50.0;
+    }
+    gpt[0].mfu = 0.5;
+    amp_status s = AMP_ERR_IO;
+    char *text = bench_capture(bench_write_table, &h, gpt, 2, &s);
+    CHECK(s == AMP_OK && text);
+    if (text) {
+        CHECK(strstr(text, "gpt: 4 layers, 4 heads\n") != NULL);
+        CHECK_MSG(strstr(text, "  10240  50.0       6400  1.60\n") != NULL, "%s", text);
+        free(text);
+    }
+    text = bench_capture(bench_write_markdown, &h, gpt, 2, &s);
+    CHECK(s == AMP_OK && text);
+    if (text) {
+        CHECK_MSG(strstr(text, "| libamp | gpt | 128 | 128 | O0 | - | 10240 | 50.0 % | 6400 | 1.60 |")
+                  != NULL, "%s", text);
+        free(text);
+    }
+    text = bench_capture(bench_csv_adapter, &h, gpt, 2, &s);
+    CHECK(s == AMP_OK && text && strstr(text, ",128,10240\n") != NULL);
+    free(text);
+    text = bench_capture(bench_write_json, &h, gpt, 2, &s);
+    CHECK(s == AMP_OK && text && strstr(text, "\"tokens_per_s\": 10240") != NULL &&
+          strstr(text, "\"model_note\": \"gpt: 4 layers") != NULL);
+    free(text);
+    text = bench_capture(bench_write_markdown, run, rows, 4, &s);
+    CHECK(s == AMP_OK && text && strstr(text, "Tokens per second") == NULL);
+    free(text);
+}
+
 static void test_table(const bench_run_header *run, const bench_row *rows) {
     amp_status s = AMP_ERR_IO;
     char *text = bench_capture(bench_write_table, run, rows, 4, &s);
@@ -253,6 +293,7 @@ int main(void) {
     test_csv(&run, rows);
     test_markdown(&run, rows);
     test_table(&run, rows);
+    test_tokens(&run, rows);
     test_errors(&run, rows);
     bench_run_header host;
     bench_run_header_init(&host);

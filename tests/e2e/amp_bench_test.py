@@ -56,6 +56,45 @@ HAND_FLOPS = {
 }
 
 
+def gpt_flops(b, t, c, layers, vocab):
+    """examples/gpt_model.h's step: per block c_attn, attn.c_proj, c_fc (its GELU epilogue one
+    FLOP an element) and mlp.c_proj, the causal attention (2 b t^2 c forward, 5 b t^2 c backward:
+    the backward recomputes the scores, core/backend_kernels.def), and the tied head (no bias)."""
+    rows = b * t
+    block = (linear(rows, c, 3 * c, True) + linear(rows, c, c, True) +
+             linear(rows, c, 4 * c, True) + rows * 4 * c + linear(rows, 4 * c, c, True) +
+             7 * b * t * t * c)
+    return layers * block + 3 * 2 * rows * c * vocab
+
+
+def check_gpt():
+    """--model gpt: the shape options, the FLOPs by hand, tokens/s = samples/s x T, the model
+    note, and a bad shape refused by name."""
+    gj = os.path.join(work, "gpt.json")
+    shape = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "16",
+             "--vocab-size", "60"]
+    rc, out, err = run(["--model", "gpt"] + shape + ["--opt-level", "O0,O1", "--half", "bf16",
+                        "--batch", "2", "--steps", "2", "--warmup", "1", "--threads", "1",
+                        "--json=" + gj])
+    check(rc == 0, "amp-bench --model gpt exits 0 (got %d: %s)" % (rc, err.strip()))
+    check("tokens/s" in out and "gpt: 2 layers, 2 heads, 32 wide" in out,
+          "the table has tokens/s and the GPT's shape")
+    if rc != 0:
+        return
+    d = json.load(open(gj))
+    want = gpt_flops(2, 16, 32, 2, 64)  # the vocabulary padded to 64
+    for r in d["rows"]:
+        got = r["gflop_per_step"] * 1e9
+        check(abs(got - want) <= 1e-6 * want, "gpt %s: %.0f FLOPs per step, %d by hand"
+              % (r["opt_level"], got, want))
+        check(r["seq_len"] == 16 and abs(r["tokens_per_s"] - 16 * r["samples_per_s"]) <= 1e-6 *
+              r["tokens_per_s"], "gpt %s: tokens/s is samples/s x 16" % r["opt_level"])
+    rc, out, err = run(["--model", "gpt", "--n-embd", "30", "--n-head", "4", "--opt-level", "O0",
+                        "--steps", "1", "--warmup", "0"])
+    check(rc == 1 and "n_embd 30" in err, "a GPT shape that does not split over the heads is "
+          "refused by name (rc %d, %s)" % (rc, err.strip()))
+
+
 def main():
     os.makedirs(work, exist_ok=True)
     js, cs, md = (os.path.join(work, "r." + e) for e in ("json", "csv", "md"))
@@ -116,6 +155,8 @@ def main():
         got = r["gflop_per_step"] * 1e9
         check(r["model"] == "resnet" and abs(got - HAND_FLOPS["resnet"]) <= 1e-6 * got,
               "resnet O1: %.0f GEMM/conv FLOPs per step, %d by hand" % (got, HAND_FLOPS["resnet"]))
+
+    check_gpt()
 
     rc, out, err = run(["--opt-level", "O5"])
     check(rc == 2 and "O5" in err, "--opt-level O5 refused naming it (rc %d, %s)" % (rc, err))

@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "core/philox.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/transcendental.h"
 #include "test_data.h"
 #include "test_util.h"
 
@@ -239,9 +240,40 @@ static void test_dropout(void) {
     free(hy);
 }
 
+/* GELU tanh's backward runs in vector loops (amp_tanhf's three ranges as selects): the bits of
+ * the scalar amp_gelu_tanh_bwd, which the CUDA backend runs, over one f32 in every 1024 of the
+ * whole range (every exponent, both signs, NaN and infinities among them), each with its own dy,
+ * in tiles with a NaN and without. */
+static void test_gelu_tanh_bwd_bits(void) {
+    const int64_t n = (int64_t)1 << 22;
+    float *x = malloc((size_t)n * sizeof *x), *dy = malloc((size_t)n * sizeof *dy),
+          *y = malloc((size_t)n * sizeof *y);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = amp_f32_from_bits((uint32_t)(i * 1024 + (i % 1021)));
+        dy[i] = (float)(4.0 * test_uniform() - 2.0);
+    }
+    /* the NaNs sit in the top of the range: move one in every 64 tiles' worth away from them */
+    for (int64_t i = 0; i < n / 2; i += 64 * 1024 + 7) x[i] = NAN;
+    CHECK_OK(amp_cpu_binary(amp_cpu_device(), AMP_BINARY_GELU_TANH_BWD, AMP_F32, n, x, dy, y));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float want = amp_gelu_tanh_bwd(x[i], dy[i]);
+        bool same = amp_f32_bits(want) == amp_f32_bits(y[i]) || (isnan(want) && isnan(y[i]));
+        if (!same && bad++ < 3)
+            fprintf(stderr, "gelu_tanh_bwd(%a, %a): got %a, the scalar function %a\n", (double)x[i],
+                    (double)dy[i], (double)y[i], (double)want);
+    }
+    CHECK_MSG(bad == 0, "gelu_tanh_bwd: %lld of %lld differ from the scalar bits", (long long)bad,
+              (long long)n);
+    free(x);
+    free(dy);
+    free(y);
+}
+
 int main(void) {
     test_rng_seed(0x243f6a8885a308d3ull);
     test_ops_random();
+    test_gelu_tanh_bwd_bits();
     test_special_values();
     test_in_place_and_errors();
     test_dropout();
