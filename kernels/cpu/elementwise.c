@@ -103,7 +103,7 @@ AMP_CPU_CLONE_INLINE void gelu_tanh_bwd_tile(int64_t n, const float *x, const fl
     for (int64_t i = 0; i < n; i++) {
         float cube = amp_mul_rn(amp_mul_rn(x[i], x[i]), x[i]);
         u[i] = amp_mul_rn(0.7978845608028654f, x[i] + amp_mul_rn(0.044715f, cube));
-        float z = fminf(fabsf(u[i]), 9.01f);
+        float z = fabsf(u[i]) < 9.01f ? fabsf(u[i]) : 9.01f;
         e[i] = z + z;
         nan |= u[i] != u[i];
     }

@@ -4,7 +4,7 @@
  * (amp_cpu_each_row); each row is read in place (f32) or widened once into the thread's f32
  * buffer, then read three times by vector loops built per ISA.
  * The column sums of the backward (dgamma, dbeta) are chunks of AMP_LN_COL_CHUNK rows in f64,
- * added in chunk order. */
+ * added in chunk order, blocks of columns in parallel. */
 #include <string.h>
 
 #include "core/error.h"
@@ -80,23 +80,26 @@ AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     tile_out_store(c->out, d->dt, base, cols, y);
 }
 
-/* buf: g = dy gamma, then g xhat, cols floats each. */
-static void dx_row(void *ctx, int64_t row, float *buf) {
+/* buf: g = dy gamma, g xhat, the row of x widened and dx before its narrowing, cols floats
+ * each; vector loops, built per ISA. */
+AMP_CPU_CLONES static void dx_row(void *ctx, int64_t row, float *buf) {
     const ln_call *c = ctx;
     const amp_ln_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;
     float *g = buf, *gx = buf + cols;
     float mu = d->rms ? 0.0f : c->mean_in[row], rs = c->rstd_in[row];
+    const float *xv = tile_in(c->x, d->dt, base, cols, buf + 2 * cols);
+    const float *dy = tile_in(c->dy, d->dt, base, cols, g); /* g itself when widened */
+    const float *gamma = c->gamma;
     for (int64_t j = 0; j < cols; j++) {
-        g[j] = amp_mul_rn(amp_load_f32(c->dy, d->dt, base + j), c->gamma ? c->gamma[j] : 1.0f);
-        gx[j] = amp_mul_rn(g[j], amp_ln_xhat(amp_load_f32(c->x, d->dt, base + j), mu, rs));
+        g[j] = amp_mul_rn(dy[j], gamma ? gamma[j] : 1.0f);
+        gx[j] = amp_mul_rn(g[j], amp_ln_xhat(xv[j], mu, rs));
     }
     float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
     float m2 = lanes_sum(gx, cols) / (float)cols;
-    for (int64_t j = 0; j < cols; j++) {
-        float xh = amp_ln_xhat(amp_load_f32(c->x, d->dt, base + j), mu, rs);
-        amp_store_f32(c->out, d->dt, base + j, amp_ln_dx(g[j], xh, m1, m2, rs));
-    }
+    float *y = tile_out(c->out, d->dt, base, buf + 3 * cols);
+    for (int64_t j = 0; j < cols; j++) y[j] = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
+    tile_out_store(c->out, d->dt, base, cols, y);
 }
 
 amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, const void *x,
@@ -114,30 +117,50 @@ amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     return amp_cpu_each_row(__func__, d->rows, 2 * d->cols, fwd_row, &c);
 }
 
+/* Columns per task of the column sums: a block's rows are read as contiguous runs, its f64
+ * partials stay in registers or L1. */
+#define LN_COL_BLOCK 64
+
+/* dgamma[j] and dbeta[j] for the columns [j0, j0 + nj) (nj <= LN_COL_BLOCK): per column the
+ * additions of column_sums, in its order; across the block's columns vector loops. */
+AMP_CPU_CLONES static void column_block(const amp_ln_desc *d, const void *x, const void *dy,
+                                        const float *mean, const float *rstd, int64_t j0,
+                                        int64_t nj, float *dgamma, float *dbeta) {
+    double g_total[LN_COL_BLOCK] = {0}, b_total[LN_COL_BLOCK] = {0};
+    double g[LN_COL_BLOCK], b[LN_COL_BLOCK];
+    float xb[LN_COL_BLOCK], eb[LN_COL_BLOCK];
+    int64_t cols = d->cols;
+    for (int64_t start = 0; start < d->rows; start += AMP_LN_COL_CHUNK) {
+        int64_t end = start + AMP_LN_COL_CHUNK < d->rows ? start + AMP_LN_COL_CHUNK : d->rows;
+        for (int64_t j = 0; j < nj; j++) g[j] = b[j] = 0.0;
+        for (int64_t row = start; row < end; row++) {
+            const float *e = tile_in(dy, d->dt, row * cols + j0, nj, eb);
+            const float *xv = tile_in(x, d->dt, row * cols + j0, nj, xb);
+            float mu = d->rms ? 0.0f : mean[row], rs = rstd[row];
+            for (int64_t j = 0; j < nj; j++) {
+                g[j] += (double)amp_mul_rn(e[j], amp_ln_xhat(xv[j], mu, rs));
+                b[j] += (double)e[j];
+            }
+        }
+        for (int64_t j = 0; j < nj; j++) g_total[j] += g[j], b_total[j] += b[j];
+    }
+    for (int64_t j = 0; j < nj; j++) {
+        if (dgamma) dgamma[j0 + j] = (float)g_total[j];
+        if (dbeta) dbeta[j0 + j] = (float)b_total[j];
+    }
+}
+
 /* dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum of dy: chunks of AMP_LN_COL_CHUNK rows
- * summed in f64 in row order, then the chunks in order. */
+ * summed in f64 in row order, then the chunks in order; blocks of columns in parallel. (A task
+ * per column read one float per row, a cache line each: 10 ms of a 97 ms GPT step,
+ * bench/RESULTS.md.) */
 static void column_sums(const amp_ln_desc *d, const void *x, const void *dy, const float *mean,
                         const float *rstd, float *dgamma, float *dbeta) {
-    int64_t cols = d->cols, chunks = (d->rows + AMP_LN_COL_CHUNK - 1) / AMP_LN_COL_CHUNK;
+    int64_t blocks = (d->cols + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < cols; j++) {
-        double g_total = 0.0, b_total = 0.0;
-        for (int64_t c = 0; c < chunks; c++) {
-            double g = 0.0, b = 0.0;
-            int64_t end = (c + 1) * AMP_LN_COL_CHUNK < d->rows ? (c + 1) * AMP_LN_COL_CHUNK
-                                                                : d->rows;
-            for (int64_t row = c * AMP_LN_COL_CHUNK; row < end; row++) {
-                float e = amp_load_f32(dy, d->dt, row * cols + j);
-                float xh = amp_ln_xhat(amp_load_f32(x, d->dt, row * cols + j),
-                                       d->rms ? 0.0f : mean[row], rstd[row]);
-                g += (double)amp_mul_rn(e, xh);
-                b += (double)e;
-            }
-            g_total += g;
-            b_total += b;
-        }
-        if (dgamma) dgamma[j] = (float)g_total;
-        if (dbeta) dbeta[j] = (float)b_total;
+    for (int64_t k = 0; k < blocks; k++) {
+        int64_t j0 = k * LN_COL_BLOCK, nj = d->cols - j0 < LN_COL_BLOCK ? d->cols - j0 : LN_COL_BLOCK;
+        column_block(d, x, dy, mean, rstd, j0, nj, dgamma, dbeta);
     }
 }
 
@@ -158,5 +181,5 @@ amp_status amp_cpu_layernorm_bwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     if (!dx) return AMP_OK;
     ln_call c = {.d = d, .x = x, .dy = dy, .out = dx, .gamma = gamma, .mean_in = mean,
                  .rstd_in = rstd};
-    return amp_cpu_each_row(__func__, d->rows, 2 * d->cols, dx_row, &c);
+    return amp_cpu_each_row(__func__, d->rows, 4 * d->cols, dx_row, &c);
 }

@@ -5,14 +5,16 @@
  *    stats; then the losses' total over 256 double lanes and their tree, in one thread (rows
  *    terms, nothing next to the rows * classes exps).
  *  - Backward: rows in parallel, the softmax recomputed from the logits and the saved
- *    logsumexp; nothing of size rows * classes is kept between the two.
+ *    logsumexp in vector loops; nothing of size rows * classes is kept between the two.
  * A label outside [0, classes) other than ignore_index fails naming its row, checked before
  * anything is written. */
 #include <math.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
+#include "kernels/cpu/vector_exp.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/xent.h"
 
@@ -54,20 +56,35 @@ static void fwd_row(void *ctx, int64_t r, float *buf) {
     row_loss[r] = amp_xent_row_loss(m, s, v[label], sx, classes, d->label_smoothing);
 }
 
-static void bwd_row(void *ctx, int64_t r, float *g) {
+/* g: the row's gradient (dlogits itself when f32, else buf, narrowed after); the logits of a
+ * half row are widened into buf first. exp(x - lse) in vector loops (vector_exp.h: the scalar
+ * amp_expf's bits) where every x - lse is a number below 88 (always, with the forward's lse of
+ * finite logits), else amp_xent_grad one element at a time. */
+AMP_CPU_CLONES static void bwd_row(void *ctx, int64_t r, float *buf) {
     const xent_call *c = ctx;
     const amp_xent_desc *d = c->d;
     int64_t classes = d->classes, base = r * classes;
     int32_t label = c->labels[r];
+    float *g = tile_out(c->dlogits, d->dt, base, buf);
     if (label == d->ignore_index) {
         for (int64_t j = 0; j < classes; j++) g[j] = 0.0f;
-    } else {
-        float lse = c->cstats[r], eps = d->label_smoothing, eps_c = eps / (float)classes;
-        for (int64_t j = 0; j < classes; j++)
-            g[j] = amp_xent_grad(amp_load_f32(c->logits, d->dt, base + j), lse, j == label, eps,
-                                 eps_c, c->scale);
+        tile_out_store(c->dlogits, d->dt, base, classes, g);
+        return;
     }
-    for (int64_t j = 0; j < classes; j++) amp_store_f32(c->dlogits, d->dt, base + j, g[j]);
+    const float *v = tile_in(c->logits, d->dt, base, classes, buf);
+    float lse = c->cstats[r], eps = d->label_smoothing, eps_c = eps / (float)classes;
+    int in_range = 1;
+    for (int64_t j = 0; j < classes; j++) in_range &= v[j] - lse <= 88.0f; /* false for NaN */
+    if (in_range) {
+        amp_cpu_exp_shifted(v, classes, lse, g);
+        float e_label = g[label];
+        for (int64_t j = 0; j < classes; j++) g[j] = amp_mul_rn(g[j] - eps_c, c->scale);
+        g[label] = amp_mul_rn(e_label - ((1.0f - eps) + eps_c), c->scale);
+    } else {
+        for (int64_t j = 0; j < classes; j++)
+            g[j] = amp_xent_grad(v[j], lse, j == label, eps, eps_c, c->scale);
+    }
+    tile_out_store(c->dlogits, d->dt, base, classes, g);
 }
 
 amp_status amp_cpu_xent_fwd(amp_device_ctx *dev, const amp_xent_desc *d, const void *logits,
