@@ -12,7 +12,6 @@
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/layernorm.h"
-#include "kernels/math/load_store.h"
 
 /* The 32-lane total of v[0, n). */
 AMP_CPU_CLONE_INLINE float lanes_sum(const float *v, int64_t n) {
@@ -51,28 +50,25 @@ typedef struct ln_call {
     float *rstd;
 } ln_call;
 
-/* buf: the row widened (or the stored sum read back), then the output before its narrowing;
- * vector loops, built per ISA. */
+/* buf: the rows of x and r widened, the sum, and the output before its narrowing, cols floats
+ * each; vector loops, built per ISA. */
 AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     const ln_call *c = ctx;
     const amp_ln_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;
-    const float *v;
-    if (c->r) {
-        for (int64_t j = 0; j < cols; j++) { /* the sum as stored: rounded to dt, read back */
-            amp_store_f32(c->sum, d->dt, base + j,
-                          amp_load_f32(c->x, d->dt, base + j) + amp_load_f32(c->r, d->dt, base + j));
-            buf[j] = amp_load_f32(c->sum, d->dt, base + j);
-        }
-        v = buf;
-    } else {
-        v = tile_in(c->x, d->dt, base, cols, buf);
+    const float *v = tile_in(c->x, d->dt, base, cols, buf);
+    if (c->r) { /* the sum as stored: rounded to dt, read back */
+        const float *r = tile_in(c->r, d->dt, base, cols, buf + cols);
+        float *sum = tile_out(c->sum, d->dt, base, buf + 2 * cols);
+        for (int64_t j = 0; j < cols; j++) sum[j] = v[j] + r[j];
+        tile_out_store(c->sum, d->dt, base, cols, sum);
+        v = tile_in(c->sum, d->dt, base, cols, buf + 2 * cols);
     }
     float mu = d->rms ? 0.0f : lanes_sum(v, cols) / (float)cols;
     float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
     if (!d->rms) c->mean[row] = mu;
     c->rstd[row] = rs;
-    float *y = tile_out(c->out, d->dt, base, buf + cols);
+    float *y = tile_out(c->out, d->dt, base, buf + 3 * cols);
     const float *gamma = c->gamma, *beta = c->beta;
     for (int64_t j = 0; j < cols; j++)
         y[j] = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), gamma ? gamma[j] : 1.0f,
@@ -114,7 +110,7 @@ amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     if (r) AMP_CHECK_ARG(sum);
     ln_call c = {.d = d, .x = x, .r = r, .sum = sum, .out = y, .gamma = gamma, .beta = beta,
                  .mean = mean, .rstd = rstd};
-    return amp_cpu_each_row(__func__, d->rows, 2 * d->cols, fwd_row, &c);
+    return amp_cpu_each_row(__func__, d->rows, 4 * d->cols, fwd_row, &c);
 }
 
 /* Columns per task of the column sums: a block's rows are read as contiguous runs, its f64
