@@ -38,9 +38,36 @@ static int64_t piece_desc(const amp_tensor *x, int dim, int64_t start, int64_t l
     return start * xs[dim];
 }
 
+/* A piece that is one contiguous range of x (every dim before a->dim of extent 1: q, k and v
+ * chunked out of one tensor) goes straight into x's gradient: the step's first piece zeroes it
+ * and copies itself in, later ones add themselves to their range only. Through a temporary of
+ * x's size each piece cost a fill and an add of all of x (1.7 ms of a GPT step). */
+static bool narrow_bwd_in_place(const narrow_aux *a, amp_tensor *x, const amp_tensor *dy,
+                                amp_status *st) {
+    for (int k = 0; k < a->dim; k++)
+        if (x->shape[k] != 1) return false;
+    amp_tensor *g;
+    float beta;
+    if ((*st = amp_grad_target(x, &g, &beta)) != AMP_OK) return true;
+    int64_t inner = 1;
+    for (int k = a->dim + 1; k < x->ndim; k++) inner *= x->shape[k];
+    char *at = (char *)g->data + a->start * inner * (int64_t)amp_dtype_size(g->dtype);
+    if (beta == 0.0f) {
+        *st = AMP_BE(dy->backend, fill, g->data, g->dtype, g->numel, 0.0f);
+        if (*st == AMP_OK) *st = AMP_DEV(dy->backend, copy, at, dy->data, amp_tensor_nbytes(dy));
+    } else {
+        *st = AMP_BE(dy->backend, axpy, g->dtype, dy->numel, 1.0f, dy->data, at);
+    }
+    if (*st == AMP_OK) amp_grad_mark_written(x);
+    return true;
+}
+
 static amp_status narrow_bwd(amp_tape_node *node, const amp_tensor *dy) {
     const narrow_aux *a = node->aux;
     amp_tensor *x = node->in[0];
+    if (!x->requires_grad) return AMP_OK;
+    amp_status st;
+    if (dy->dtype == x->dtype && narrow_bwd_in_place(a, x, dy, &st)) return st;
     amp_grad_sink s;
     AMP_TRY(amp_grad_begin(x, &s));
     if (s.buf) {

@@ -152,6 +152,23 @@ static void ref_chunk(const gc_case *c, double *y) {
             y[i * 3 + j] = 2.0 * V(0)[(i + 1) * 6 + j] * V(0)[(i + 1) * 6 + j + 3];
 }
 
+/* x [3, 2, 4] chunked along dim 0 (contiguous pieces: their gradients go straight into x's, the
+ * first zeroing it), the middle piece narrowed a second time (its range added to again):
+ * p0 p1 + p2 p2 + n1. */
+static amp_status lib_chunk0(gc_case *c, amp_tensor **y) {
+    amp_tensor *p[3], *a, *b, *n;
+    amp_status s = amp_chunk(T(0), 3, 0, p);
+    if (!s) s = amp_mul(p[0], p[1], &a);
+    if (!s) s = amp_mul(p[2], p[2], &b);
+    if (!s) s = amp_add(a, b, &a);
+    if (!s) s = amp_narrow(T(0), 0, 1, 1, &n);
+    return s ? s : amp_add(a, n, y);
+}
+static void ref_chunk0(const gc_case *c, double *y) {
+    for (int i = 0; i < 8; i++)
+        y[i] = V(0)[i] * V(0)[8 + i] + V(0)[16 + i] * V(0)[16 + i] + V(0)[8 + i];
+}
+
 static amp_status lib_linear3(gc_case *c, amp_tensor **y) { return amp_linear(T(0), T(1), T(2), y); }
 static void ref_linear3(const gc_case *c, double *y) {
     ref_linear(S(0, 0) * S(0, 1), S(0, 2), S(1, 0), V(0), V(1), V(2), y);
@@ -241,6 +258,8 @@ static gc_case cases[] = {
     {OP("split, cat, narrow", lib_split_cat, ref_split_cat), .in = {X_("x", 3, 2, 3, 8)},
      OUT(3, 2, 2, 8)},
     {OP("chunk and a view", lib_chunk, ref_chunk), .in = {X_("x", 2, 4, 6)}, OUT(2, 3, 3)},
+    {OP("chunk along dim 0, a piece narrowed twice", lib_chunk0, ref_chunk0),
+     .in = {X_("x", 3, 3, 2, 4)}, OUT(3, 1, 2, 4)},
     {OP("matmul batched [B, H, T, D] @ [B, H, D, T]", lib_matmul_b, ref_matmul_b),
      .in = {X_("q", 4, 2, 3, 4, 5), X_("k", 4, 2, 3, 5, 4)}, OUT(4, 2, 3, 4, 4)},
     {OP("matmul shared a @ batched b", lib_matmul_b, ref_matmul_b),
