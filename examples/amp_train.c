@@ -7,7 +7,6 @@
  * line, or the progress bar, redrawn at most every PROGRESS_SECONDS. On CUDA the one wait left
  * in a step is cross-entropy's label check (core/backend.h: xent_fwd). */
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,18 +15,12 @@
 #include <unistd.h>
 
 #include "amp/amp.h"
+#include "stop_signal.h"
 #include "train_args.h"
 
 #define EVAL_BATCH 1000
 /* The progress bar's redraws, each one read of the step's loss: a few a second look live. */
 #define PROGRESS_SECONDS 0.25
-
-/* SIGTERM (a scheduler about to kill the job) or SIGINT: finish the step, save, exit 0. */
-static volatile sig_atomic_t g_stop;
-static void on_stop_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
 /* This process's rank under mpirun/srun (0 alone), for error lines. */
 static int g_rank;
@@ -101,25 +94,6 @@ static amp_status evaluate(amp_model *m, const amp_dataset *test, double *accura
     amp_loader_free(ld);
     *accuracy = seen ? (double)correct / (double)seen : 0.0;
     return s;
-}
-
-/* What every rank must decide alike after a step: whether to stop (a signal reached this process
- * or, under mpirun, any of them: the launcher passes SIGTERM to all, but not at the same step, and
- * stopping together keeps the final save, a collective, in step) and whether to read the step's
- * loss for rank 0's progress bar (read on every rank: the bar shows the ranks' average, and no
- * rank waits for its device while the others wait in MPI). One MAX all-reduce decides both. A
- * failed agreement is an error, never a quiet stop: a rank that stopped alone would meet its
- * peers' next collective with another one. */
-static amp_status agree_after_step(amp_comm *comm, bool *stop, bool *draw) {
-    double f[2] = {g_stop, *draw};
-    if (amp_comm_is_distributed(comm)) {
-        amp_status s = amp_comm_allreduce_max_f64(comm, f, 2);
-        if (s != AMP_OK) return s;
-    }
-    if (f[0] != 0) g_stop = 1;
-    *stop = f[0] != 0;
-    *draw = f[1] != 0;
-    return AMP_OK;
 }
 
 /* A process of several that fails must take the others down, which would otherwise wait for it
@@ -263,9 +237,7 @@ int main(int argc, char **argv) {
         fprintf(g_text, "amp-train: resumed from %s at step %lld (epoch %d)\n", from,
                 (long long)steps, first_epoch);
     }
-    struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
-    sigaction(SIGTERM, &stop, NULL);
-    sigaction(SIGINT, &stop, NULL);
+    stop_signal_install();
     for (int epoch = first_epoch; epoch <= a.epochs && !(a.max_steps && steps >= a.max_steps) &&
                                   !g_stop;
          epoch++) {
@@ -307,7 +279,9 @@ int main(int argc, char **argv) {
              * printed as the average of the ranks' losses. */
             double now = tty ? now_seconds() : 0.0;
             bool draw = tty && (now - drawn_at >= PROGRESS_SECONDS || b.index + 1 == n_batches);
-            TRY(agree_after_step(comm, &stop, &draw));
+            /* and whether to read the loss for rank 0's bar: on every rank (the bar shows their
+             * average, and no rank waits for its device while the others wait in MPI) */
+            TRY(stop_signal_agree(comm, &stop, &draw));
             if (log_step || draw) {
                 TRY(amp_tensor_item(loss, &loss_value));
                 double v = loss_value;

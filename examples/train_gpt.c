@@ -11,7 +11,10 @@
  * the best of 3) and raised to any step's GEMM rate above it (the start met a busy machine). Batches are a function of (seed, step), so a resumed run reads the batches
  * of a run that never stopped; the checkpoint keeps the step. Under mpirun each of the N
  * processes takes its 1/N of every global batch's rows (DDP averages the gradients), so N
- * processes train as one does; rank 0 prints, the losses averaged over the ranks. */
+ * processes train as one does; rank 0 prints, the losses averaged over the ranks. SIGTERM or
+ * SIGINT (examples/stop_signal.h) ends the run after its step with a checkpoint (with
+ * --checkpoint-dir) and exit 0, every rank at the same step; resumed, it ends as a run that
+ * never stopped. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 
 #include "amp/amp.h"
 #include "gpt_model.h"
+#include "stop_signal.h"
 #include "train_args.h"
 
 #define TRY(call)                                                                                  \
@@ -243,7 +247,9 @@ int amp_train_gpt(const train_args *a) {
     size_t bytes = (size_t)(b * T) * sizeof *hx, offset = (size_t)(rank * b * T);
     double loss_avg = NAN, val_loss = NAN, total_s = 0, total_tok = 0;
     amp_token_order order = a->data_order_sequential ? AMP_TOKENS_SEQUENTIAL : AMP_TOKENS_RANDOM;
-    for (; step < max_steps; step++) {
+    bool stop = false;
+    stop_signal_install();
+    for (; step < max_steps && !stop; step++) {
         double t0 = seconds_now();
         TRY(amp_optimizer_schedule(opt, &sched, step));
         amp_profile_begin(false);
@@ -297,14 +303,15 @@ int amp_train_gpt(const train_args *a) {
                    "%.0f tok/s | MFU %.1f %%\n", (long long)step + 1, (long long)max_steps,
                    (double)loss_v, (double)lr, (double)norm, (double)sc.scale,
                    stepped ? "" : " (skipped)", dt * 1e3, tokens / dt, 100 * mfu);
+        TRY(stop_signal_agree(comm, &stop, NULL)); /* SIGTERM: save after this step, exit 0 */
         bool eval_now = a->eval_every && (step + 1) % a->eval_every == 0;
-        if (eval_now || step + 1 == max_steps) {
+        if (!stop && (eval_now || step + 1 == max_steps)) {
             TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
                          &val_loss));
             if (a->json) printf("{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)step + 1, val_loss);
             else printf("step %5lld | val loss %.4f\n", (long long)step + 1, val_loss);
         }
-        if (a->checkpoint_dir && a->save_every && (step + 1) % a->save_every == 0)
+        if (a->checkpoint_dir && a->save_every && (step + 1) % a->save_every == 0 && !stop)
             TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step + 1, &ckpt, NULL, 0)
                     : amp_checkpoint_save(a->checkpoint_dir, step + 1, model, opt, &ckpt, NULL, 0));
         fflush(stdout);
@@ -312,20 +319,23 @@ int amp_train_gpt(const train_args *a) {
     if (a->checkpoint_dir) {
         TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step, &ckpt, path, sizeof path)
                 : amp_checkpoint_save(a->checkpoint_dir, step, model, opt, &ckpt, path, sizeof path));
-        fprintf(text, "amp-train: saved %s\n", path);
+        fprintf(text, "amp-train: saved %s%s\n", path, stop ? " (stopped by a signal)" : "");
     }
-    if (a->sample > 0 && rank == 0) {
+    if (stop) fprintf(text, "amp-train: stopped by a signal at step %lld\n", (long long)step);
+    if (a->sample > 0 && rank == 0 && !stop) {
         fprintf(text, "amp-train: a sample of %lld tokens (temperature %g, top-k %d, seed %llu):\n",
                 (long long)a->sample, (double)a->temperature, a->top_k, (unsigned long long)a->seed);
         TRY(sample(model, &cfg, a->sample, a->temperature, a->top_k, a->seed, text));
     }
+    char val_json[32] = "null"; /* JSON has no NaN: a run stopped before its evaluation */
+    if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.6f", val_loss);
     if (a->json)
-        printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %.6f, "
+        printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %s, "
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
-               "\"parameters\": %lld, \"backend\": \"%s\"}\n", (long long)step, loss_avg, val_loss,
+               "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", (long long)step, loss_avg, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
-               (long long)gpt_n_params(model, &cfg), amp_ctx_backend_name(ctx));
+               (long long)gpt_n_params(model, &cfg), amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */

@@ -8,6 +8,8 @@
 #    step), at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so that a step is skipped before
 #    the save);
 #  - a sample of the asked length is printed;
+#  - SIGTERM mid-run: the step finishes, a checkpoint is saved, exit 0, and the resumed run ends
+#    byte-identical to an uninterrupted one;
 #  - bad input, each a clear error and exit code 1: a token file with a wrong magic, a truncated
 #    one, a token id >= --vocab-size, --block-size larger than the checkpoint's model, a
 #    checkpoint of another GPT shape.
@@ -59,6 +61,29 @@ resume O0 --opt-level O0
 resume O1_bf16 --opt-level O1 --half bf16
 resume O2_fp16 --opt-level O2 --init-scale 16777216
 check "O2_fp16: no skipped step before the save" grep -q '"skipped": true' "$work/resume-O2_fp16.first"
+
+# SIGTERM in the middle of a run: the step finishes, a checkpoint is saved, exit 0; resumed,
+# the run ends byte-identical to one that never stopped (the signal lands right after the first
+# periodic save, far from the end).
+long=(--opt-level O1 --half bf16 --max-steps 300 --lr-decay-steps 300)
+"$train" "${tiny[@]}" "${long[@]}" --checkpoint-dir "$work/term/straight" >"$work/term.straight" 2>&1
+"$train" "${tiny[@]}" "${long[@]}" --checkpoint-dir "$work/term/run" --save-every 5 \
+    >"$work/term.first" 2>"$work/term.first.err" &
+pid=$!
+for _ in $(seq 1200); do [[ -f $work/term/run/latest ]] && break; sleep 0.05; done
+kill -TERM "$pid" 2>/dev/null || true
+rc=0
+wait "$pid" || rc=$?
+check "amp-train exited $rc after SIGTERM, want 0" test "$rc" -eq 0
+check "SIGTERM: no 'stopped by a signal' in $(tail -n 2 "$work/term.first.err")" \
+    grep -q "stopped by a signal at step" "$work/term.first.err"
+check "SIGTERM: the final JSON object says stopped" grep -q '"stopped": true' "$work/term.first"
+"$train" "${tiny[@]}" "${long[@]}" --checkpoint-dir "$work/term/run" --resume latest \
+    >"$work/term.second" 2>&1
+for f in model.safetensors state.safetensors; do
+    check "SIGTERM: $f differs after resuming from $(cat "$work/term/run/latest" 2>/dev/null)" \
+        cmp "$work/term/straight/step-0000300/$f" "$work/term/run/step-0000300/$f"
+done
 
 # bad input
 bad() { # description, wanted message, amp-train arguments...
