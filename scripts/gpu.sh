@@ -29,12 +29,13 @@
 #              the unit tests that run their cases on CUDA too; beside them compute-sanitizer's
 #              memcheck (with the allocator's cache off) and racecheck over the op table
 #   figures    bench/cuda_kernels (copy and GEMM peaks per dtype, fused optimizers against HBM,
-#              the MLP's GEMMs), then amp-bench at every level for the MLP and the ConvNet on the
-#              GPU, each beside PyTorch AMP on the same GPU; nothing else runs on the GPU meanwhile
+#              the MLP's GEMMs), then amp-bench: GPT-2 small in bf16 at O1 and O2, and every level
+#              for the MLP and the ConvNet, each beside PyTorch AMP on the same GPU; nothing else
+#              runs on the GPU meanwhile
 # Where no GPU answers (the rehearsal, scripts/gpu_rehearsal.sh) the tests report SKIPPED and the
 # sanitizer and figures say "no device". Files go to $OUT (the device tool's) or build-gpu/out:
 #   summary.md (each part's result), gpu.log (all output), probe.txt, sanitizer.log, kernels.md,
-#   amp-bench-mlp.md, amp-bench-convnet.md.
+#   amp-bench-gpt2.md, amp-bench-mlp.md, amp-bench-convnet.md.
 # Exits 0 when no part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -262,6 +263,21 @@ if ((built && has_gpu)); then
         part_end PASS "peaks, fused optimizers, MLP GEMMs"
     else
         part_end FAIL "see kernels.md"
+    fi
+else
+    part_end SKIP "$( ((built)) && echo 'no device' || echo 'not built')"
+fi
+
+# GPT-2 small (12 layers, 12 heads, 768 wide, T 1024, GPT-2's vocabulary padded to 50304) in
+# bf16 at O1 and O2 beside PyTorch autocast on the same GPU: tokens/s, MFU, peak device memory.
+part_begin "amp-bench gpt2"
+if ((built && has_gpu)); then
+    if timeout "$(limit 100)" "$build/bench/amp-bench" --model gpt --n-layer 12 --n-head 12 \
+        --n-embd 768 --block-size 1024 --vocab-size 50257 --opt-level O1,O2 --half bf16 --batch 8 \
+        --steps 10 --warmup 3 --device cuda --compare-torch --markdown="$out/amp-bench-gpt2.md"; then
+        part_end PASS "GPT-2 small, batch 8 x 1024, O1 and O2 bf16, PyTorch beside"
+    else
+        part_end FAIL "see gpu.log"
     fi
 else
     part_end SKIP "$( ((built)) && echo 'no device' || echo 'not built')"

@@ -22,7 +22,7 @@ device=$(sed -n 's/^Device: //p' "$dir/summary.md" | head -n 1)
         echo
         cat "$dir/kernels.md"
     fi
-    for model in mlp convnet; do
+    for model in gpt2 mlp convnet; do
         [[ -s $dir/amp-bench-$model.md ]] || continue
         echo
         echo "### amp-bench $model on the GPU, PyTorch AMP on the same GPU beside it"
