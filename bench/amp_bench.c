@@ -325,16 +325,19 @@ static void progress(int done, int total, const char *what) {
 /* Model x batch x level x half type (O0 has none), in that nesting. */
 static int expand_configs(const bench_args *a, bench_cfg *cfgs) {
     int n = 0;
-    for (int m = 0; m < a->n_models; m++)
-        for (int b = 0; b < (a->batch_given || strcmp(a->models[m], "gpt") ? a->n_batches : 1); b++)
+    for (int m = 0; m < a->n_models; m++) {
+        /* a GPT's default batch is 16 sequences, not 128 images */
+        bool gpt_default = !a->batch_given && !strcmp(a->models[m], "gpt");
+        for (int b = 0; b < (gpt_default ? 1 : a->n_batches); b++)
             for (int l = 0; l < a->n_levels; l++)
                 for (int h = 0; h < (a->levels[l] == AMP_O0 ? 1 : a->n_halves); h++)
                     if (n < MAX_ROWS / 2)
                         cfgs[n++] = (bench_cfg){
                             .model = a->models[m], .level = a->levels[l], .half = a->halves[h],
-                            .batch = a->batch_given || strcmp(a->models[m], "gpt") ? a->batches[b] : 16,
-                            .gpt = a->gpt, .device = a->device, .threads = a->threads,
-                            .steps = a->steps, .warmup = a->warmup, .profile = a->profile};
+                            .batch = gpt_default ? 16 : a->batches[b], .gpt = a->gpt,
+                            .device = a->device, .threads = a->threads, .steps = a->steps,
+                            .warmup = a->warmup, .profile = a->profile};
+    }
     return n;
 }
 

@@ -41,47 +41,12 @@ typedef struct bench_state {
     amp_optimizer *opt;
     amp_ddp *ddp;
     amp_tensor *x, *y, *loss;
+    bool gpt; /* token sequences, AdamW, clipping (else images, SGD) */
 } bench_state;
 
 static int world_of(const bench_cfg *c) { return c->comm ? amp_comm_size(c->comm) : 1; }
 
 static bool is_gpt(const bench_cfg *c) { return !strcmp(c->model, "gpt"); }
-
-static bool below_2d(const char *name, const amp_tensor *p, void *user) {
-    (void)name, (void)user;
-    return amp_tensor_ndim(p) < 2;
-}
-
-/* The GPT of c->gpt with amp-train --model gpt's optimizer (AdamW, betas 0.9 and 0.95, weight
- * decay 0.1 on the 2-D tensors), and a batch of c->batch fixed random sequences with their next
- * tokens as targets. */
-static amp_status gpt_state_make(const bench_cfg *c, bench_state *b) {
-    gpt_config g = {.n_layer = c->gpt.n_layer, .n_head = c->gpt.n_head, .n_embd = c->gpt.n_embd,
-                    .block_size = c->gpt.block_size, .vocab_size = c->gpt.vocab_size};
-    BENCH_TRY(gpt_create(b->ctx, &g, &b->model));
-    BENCH_TRY(amp_model_build(b->model));
-    /* nanoGPT's learning rate for its small models; the repeated batch does not diverge */
-    BENCH_TRY(amp_adam_create(b->model, &(amp_adam_opts){.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f,
-                                                         .eps = 1e-8f, .weight_decay = 0.1f,
-                                                         .decoupled = true, .exact = true},
-                              &b->opt));
-    int group;
-    BENCH_TRY(amp_optimizer_add_group(b->opt, below_2d, NULL,
-                                      &(amp_param_group_opts){6e-4f, 0.0f}, &group));
-    int64_t n = (int64_t)c->batch * g.block_size;
-    int32_t *tok = malloc((size_t)(n + 1) * sizeof *tok);
-    if (!tok) return bench_fail(AMP_ERR_OOM, "out of memory for a batch of %d", c->batch);
-    uint32_t state = 12345u;
-    for (int64_t i = 0; i <= n; i++) {
-        state = state * 1664525u + 1013904223u;
-        tok[i] = (int32_t)((state >> 8) % (uint32_t)g.vocab_size);
-    }
-    const int64_t shape[2] = {c->batch, g.block_size};
-    amp_status s = amp_tensor_from_host(b->ctx, AMP_I32, 2, shape, tok, &b->x);
-    if (s == AMP_OK) s = amp_tensor_from_host(b->ctx, AMP_I32, 2, shape, tok + 1, &b->y);
-    free(tok);
-    return s == AMP_OK ? AMP_OK : bench_fail(s, "the batch: %s", amp_last_error());
-}
 
 static void state_free(bench_state *b) {
     amp_ddp_free(b->ddp);
@@ -92,17 +57,17 @@ static void state_free(bench_state *b) {
     amp_ctx_free(b->ctx);
 }
 
-static amp_status state_make(const bench_cfg *c, bench_state *b) {
-    *b = (bench_state){0};
-    BENCH_TRY(amp_ctx_create(&(amp_ctx_opts){.device = c->device, .seed = 0,
-                                             .n_threads = c->threads}, &b->ctx));
-    if (is_gpt(c)) {
-        BENCH_TRY(gpt_state_make(c, b));
-        BENCH_TRY(amp_initialize_ex(b->model, b->opt, &(amp_options){.opt_level = c->level,
-                                                                     .half_type = c->half,
-                                                                     .quiet = true}));
-        if (world_of(c) > 1)
-            BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm}, &b->ddp));
+/* c's model and amp-train's optimizer for it: SGD with momentum for the image models (a smaller
+ * step keeps the repeated batch from diverging), nanoGPT's AdamW for the GPT at its small models'
+ * lr. */
+static amp_status model_make(const bench_cfg *c, bench_state *b) {
+    if (b->gpt) {
+        gpt_config g = {.n_layer = c->gpt.n_layer, .n_head = c->gpt.n_head,
+                        .n_embd = c->gpt.n_embd, .block_size = c->gpt.block_size,
+                        .vocab_size = c->gpt.vocab_size};
+        BENCH_TRY(gpt_create(b->ctx, &g, &b->model));
+        BENCH_TRY(amp_model_build(b->model));
+        BENCH_TRY(gpt_adamw_create(b->model, 6e-4f, 0.1f, &b->opt));
         return AMP_OK;
     }
     if (!strcmp(c->model, "mlp")) BENCH_TRY(amp_model_mlp_mnist(b->ctx, &b->model));
@@ -110,13 +75,29 @@ static amp_status state_make(const bench_cfg *c, bench_state *b) {
     else if (!strcmp(c->model, "resnet")) BENCH_TRY(resnet_model_create(b->ctx, &b->model));
     else return bench_fail(AMP_ERR_INVALID_ARG, "unknown model '%s' (want mlp, convnet, resnet or gpt)",
                            c->model);
-    /* amp-train's optimizer; a smaller step keeps the repeated batch from diverging. */
     BENCH_TRY(amp_sgd_create(b->model, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &b->opt));
-    BENCH_TRY(amp_initialize_ex(b->model, b->opt, &(amp_options){.opt_level = c->level,
-                                                                 .half_type = c->half,
-                                                                 .quiet = true}));
-    if (world_of(c) > 1)
-        BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm}, &b->ddp));
+    return AMP_OK;
+}
+
+/* The GPT's batch: c->batch fixed random sequences, the next tokens as targets. */
+static amp_status token_batch(const bench_cfg *c, bench_state *b) {
+    int64_t n = (int64_t)c->batch * c->gpt.block_size;
+    int32_t *tok = malloc((size_t)(n + 1) * sizeof *tok);
+    if (!tok) return bench_fail(AMP_ERR_OOM, "out of memory for a batch of %d", c->batch);
+    uint32_t state = 12345u;
+    for (int64_t i = 0; i <= n; i++) {
+        state = state * 1664525u + 1013904223u;
+        tok[i] = (int32_t)((state >> 8) % (uint32_t)c->gpt.vocab_size);
+    }
+    const int64_t shape[2] = {c->batch, c->gpt.block_size};
+    amp_status s = amp_tensor_from_host(b->ctx, AMP_I32, 2, shape, tok, &b->x);
+    if (s == AMP_OK) s = amp_tensor_from_host(b->ctx, AMP_I32, 2, shape, tok + 1, &b->y);
+    free(tok);
+    return s == AMP_OK ? AMP_OK : bench_fail(s, "the batch: %s", amp_last_error());
+}
+
+/* The image models' batch (synthetic_batch). */
+static amp_status image_batch(const bench_cfg *c, bench_state *b) {
     float *x = malloc((size_t)c->batch * 784 * sizeof *x);
     int32_t *y = malloc((size_t)c->batch * sizeof *y);
     if (!x || !y) {
@@ -133,11 +114,25 @@ static amp_status state_make(const bench_cfg *c, bench_state *b) {
     return s == AMP_OK ? AMP_OK : bench_fail(s, "the batch: %s", amp_last_error());
 }
 
+static amp_status state_make(const bench_cfg *c, bench_state *b) {
+    *b = (bench_state){.gpt = is_gpt(c)};
+    BENCH_TRY(amp_ctx_create(&(amp_ctx_opts){.device = c->device, .seed = 0,
+                                             .n_threads = c->threads}, &b->ctx));
+    amp_status s = model_make(c, b);
+    if (s != AMP_OK) return s;
+    BENCH_TRY(amp_initialize_ex(b->model, b->opt, &(amp_options){.opt_level = c->level,
+                                                                 .half_type = c->half,
+                                                                 .quiet = true}));
+    if (world_of(c) > 1)
+        BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm}, &b->ddp));
+    return b->gpt ? token_batch(c, b) : image_batch(c, b);
+}
+
 /* Forward, loss, backward and the optimizer's step; b->loss stays valid until end_step. A GPT's
  * step clips the gradient norm at 1.0 as amp-train's does. */
-static amp_status train_step(bench_state *b, bool gpt) {
+static amp_status train_step(bench_state *b) {
     amp_tensor *logits;
-    if (gpt) {
+    if (b->gpt) {
         float norm;
         BENCH_TRY(gpt_loss(b->model, b->x, b->y, &b->loss));
         BENCH_TRY(amp_backward(b->loss));
@@ -175,7 +170,7 @@ static void fill_config(const bench_cfg *c, bench_row *row) {
 
 static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     for (int i = 0; i < c->warmup; i++) {
-        BENCH_TRY(train_step(b, is_gpt(c)));
+        BENCH_TRY(train_step(b));
         BENCH_TRY(end_step(b));
     }
     amp_ctx_memory_reset_peak(b->ctx);
@@ -184,7 +179,7 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     amp_status s = AMP_OK;
     for (int i = 0; s == AMP_OK && i < c->steps; i++) {
         double t0 = now_seconds();
-        s = train_step(b, is_gpt(c));
+        s = train_step(b);
         if (s == AMP_OK) s = end_step(b);
         ms[i] = 1e3 * (now_seconds() - t0);
     }
@@ -210,7 +205,7 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
      * count is amp-bench's, not the step's). */
     amp_op_profile p;
     amp_profile_begin(false);
-    s = train_step(b, is_gpt(c));
+    s = train_step(b);
     amp_profile_end(&p);
     if (s == AMP_OK) s = end_step(b);
     if (s != AMP_OK) return s;
@@ -222,7 +217,7 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
         double t0 = now_seconds();
         amp_profile_begin(true);
         for (int i = 0; s == AMP_OK && i < c->steps; i++) {
-            s = train_step(b, is_gpt(c));
+            s = train_step(b);
             if (s == AMP_OK) s = end_step(b);
         }
         amp_profile_end(&p);

@@ -15,8 +15,9 @@ the mean over --eval-batches sequential batches of val.bin from its start, as am
     python3 bench/gpt_reference.py --data /tmp/fortunes --max-steps 600 --precision bf16 --json
 
 With --json it prints amp-train's objects: {"step", "loss", ...} per logged step, {"step",
-"val_loss"} per evaluation and a final {"model": "gpt", ..., "val_loss"}. amp-bench imports
-this file for `--model gpt --compare-torch` (bench/pytorch_reference.py --bench --model gpt);
+"val_loss"} per evaluation and a final {"model": "gpt", ..., "val_loss"}. amp-bench's
+`--model gpt --compare-torch` runs this file's GPT and AdamW (bench/pytorch_reference.py --bench
+--model gpt);
 tests/python/test_gpt_nanogpt.py loads amp-train's checkpoints into its GPT.
 """
 import argparse
@@ -188,37 +189,6 @@ def val_loss(model, val, B, T, n, device="cpu", precision="fp32"):
         total += loss.item()
     model.train(was)
     return total / n
-
-
-def bench(a, device):
-    """amp-bench's GPT: one batch of fixed random tokens, AdamW, clipping at 1.0; --warmup untimed
-    steps, then --steps timed ones. Returns the per-step milliseconds, the last loss, the parameter
-    count (without wpe, nanoGPT's get_num_params) and the scaler."""
-    torch.manual_seed(a.seed)
-    c = Config(a.n_layer, a.n_head, a.n_embd, a.block_size, a.vocab_size)
-    model = GPT(c).to(device)
-    gen = torch.Generator().manual_seed(a.seed)
-    tok = torch.randint(0, a.vocab_size, (a.batch_size, a.block_size + 1), generator=gen).to(device)
-    x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
-    opt = adamw(model, 6e-4, 0.1, device)
-    scaler = torch.amp.GradScaler(device, enabled=a.precision == "fp16")
-    step_ms = []
-    for step in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
-        with autocast(device, a.precision):
-            _, loss = model(x, y)
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        if step >= a.warmup:
-            step_ms.append((time.perf_counter() - t0) * 1e3)
-    n_params = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
-    return step_ms, loss.item(), n_params, scaler
 
 
 def parse_args(argv):

@@ -215,34 +215,46 @@ def autocast_dtype(precision):
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-def bench_gpt(a):
-    """--bench --model gpt: bench/gpt_reference.py's GPT and training step."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import gpt_reference
-    step_ms, final_loss, n_params, scaler = gpt_reference.bench(a, DEVICE)
-    return step_ms, final_loss, n_params, scaler
+def bench_setup(a):
+    """The model, one batch, the optimizer and the loss of the batch as a function: the image
+    models with amp-train's SGD, or bench/gpt_reference.py's GPT with nanoGPT's AdamW; the
+    parameter count (a GPT's without the position embedding, nanoGPT's get_num_params); whether
+    the step clips the gradient norm at 1.0 (the GPT's, as amp-train --model gpt's)."""
+    gen = torch.Generator().manual_seed(a.seed)
+    if a.model == "gpt":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import gpt_reference
+        model = gpt_reference.GPT(gpt_reference.Config(a.n_layer, a.n_head, a.n_embd,
+                                                       a.block_size, a.vocab_size)).to(DEVICE)
+        tok = torch.randint(0, a.vocab_size, (a.batch_size, a.block_size + 1), generator=gen)
+        x, y = tok[:, :-1].contiguous().to(DEVICE), tok[:, 1:].contiguous().to(DEVICE)
+        opt = gpt_reference.adamw(model, 6e-4, 0.1, DEVICE)
+        n_params = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
+        return model, opt, lambda: model(x, y)[1], n_params, True
+    model = make_model(a.model).to(DEVICE)
+    x = torch.randn(a.batch_size, 1, 28, 28, generator=gen).to(DEVICE)
+    y = torch.randint(0, 10, (a.batch_size,), generator=gen).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    return (model, opt, lambda: F.cross_entropy(model(x), y),
+            sum(p.numel() for p in model.parameters()), False)
 
 
 def bench(a):
     """--bench: the training step of the accuracy mode on one random batch, timed step by step."""
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
-    if a.model == "gpt":
-        step_ms, final_loss, n_params, scaler = bench_gpt(a)
-        return bench_report(a, step_ms, final_loss, n_params, scaler)
-    model = make_model(a.model).to(DEVICE)
-    gen = torch.Generator().manual_seed(a.seed)
-    x = torch.randn(a.batch_size, 1, 28, 28, generator=gen).to(DEVICE)
-    y = torch.randint(0, 10, (a.batch_size,), generator=gen).to(DEVICE)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    model, opt, batch_loss, n_params, clip = bench_setup(a)
     amp_dtype = autocast_dtype(a.precision)
     scaler = torch.amp.GradScaler(DEVICE, enabled=a.precision == "fp16")
     step_ms = []
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         with autocast(amp_dtype):
-            loss = F.cross_entropy(model(x), y)
+            loss = batch_loss()
         scaler.scale(loss).backward()
+        if clip:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
@@ -250,7 +262,7 @@ def bench(a):
             torch.cuda.synchronize()
         if step >= a.warmup:
             step_ms.append((time.perf_counter() - t0) * 1e3)
-    return bench_report(a, step_ms, loss.item(), sum(p.numel() for p in model.parameters()), scaler)
+    return bench_report(a, step_ms, loss.item(), n_params, scaler)
 
 
 def bench_report(a, step_ms, final_loss, n_params, scaler):

@@ -240,6 +240,28 @@ static inline amp_status gpt_loss(amp_model *m, amp_tensor *idx, amp_tensor *tar
     return s == AMP_OK ? amp_cross_entropy(logits, flat_t, loss) : s;
 }
 
+static inline bool gpt_below_2d(const char *name, const amp_tensor *p, void *user) {
+    (void)name, (void)user;
+    return amp_tensor_ndim(p) < 2;
+}
+
+/* nanoGPT's configure_optimizers: AdamW (betas 0.9 and 0.95, eps 1e-8) at lr with weight_decay
+ * on the 2-D tensors, the biases, LayerNorms and nothing else in a group without decay. */
+static inline amp_status gpt_adamw_create(amp_model *m, float lr, float weight_decay,
+                                          amp_optimizer **opt) {
+    amp_adam_opts ao = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                        .weight_decay = weight_decay, .decoupled = true, .exact = true};
+    amp_status s = amp_adam_create(m, &ao, opt);
+    if (s == AMP_OK)
+        s = amp_optimizer_add_group(*opt, gpt_below_2d, NULL, &(amp_param_group_opts){lr, 0.0f},
+                                    NULL);
+    if (s != AMP_OK) {
+        amp_optimizer_free(*opt);
+        *opt = NULL;
+    }
+    return s;
+}
+
 /* Parameters without the position embedding (nanoGPT's get_num_params), and the model FLOPs of
  * one token's forward and backward: 6 N for the GEMMs plus the attention's 6 L T C (12 L T C
  * non-causal halved by the mask), PaLM's accounting as nanoGPT's estimate_mfu writes it. */

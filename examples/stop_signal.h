@@ -2,7 +2,8 @@
  * sets a flag; the training loop finishes its step, saves a checkpoint and exits 0. Under mpirun
  * the launcher passes the signal to every process, but not at the same step: stop_signal_agree,
  * called by every rank after each step, stops them all at the step where any one saw it, so the
- * final save (a collective) stays in step. */
+ * final save (a collective) stays in step. The flag is static: each program file that includes
+ * this installs and polls its own (amp_train.c for the image models, train_gpt.c for the GPT). */
 #ifndef EXAMPLES_STOP_SIGNAL_H
 #define EXAMPLES_STOP_SIGNAL_H
 

@@ -157,11 +157,6 @@ static amp_status sample(amp_model *m, const gpt_config *cfg, int64_t n, float t
     return s;
 }
 
-static bool below_2d(const char *name, const amp_tensor *p, void *user) {
-    (void)name, (void)user;
-    return amp_tensor_ndim(p) < 2;
-}
-
 int amp_train_gpt(const train_args *a) {
     FILE *text = a->json ? stderr : stdout;
     amp_ctx *ctx = NULL;
@@ -202,11 +197,7 @@ int amp_train_gpt(const train_args *a) {
     TRY(amp_tokens_open(path, cfg.vocab_size, &val));
     TRY(gpt_create(ctx, &cfg, &model));
     TRY(amp_model_build(model));
-    amp_adam_opts ao = {.lr = a->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                        .weight_decay = a->weight_decay, .decoupled = true, .exact = true};
-    TRY(amp_adam_create(model, &ao, &opt));
-    int group;
-    TRY(amp_optimizer_add_group(opt, below_2d, NULL, &(amp_param_group_opts){a->lr, 0.0f}, &group));
+    TRY(gpt_adamw_create(model, a->lr, a->weight_decay, &opt));
     amp_options amp_opts = {.opt_level = (amp_opt_level)a->opt_level,
                             .half_type = a->bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
                             .loss_scale = a->loss_scale, .init_scale = a->init_scale};

@@ -34,8 +34,7 @@ AMP_CPU_CLONE_INLINE void sigmoid_tile(bool gelu, int64_t n, const float *x, flo
     float z[EW_TILE], e[EW_TILE];
     int nan = 0;
     for (int64_t i = 0; i < n; i++) {
-        float cube = amp_mul_rn(amp_mul_rn(x[i], x[i]), x[i]);
-        float inner = amp_mul_rn(0.7978845608028654f, x[i] + amp_mul_rn(0.044715f, cube));
+        float inner = amp_gelu_tanh_arg(x[i]);
         z[i] = gelu ? inner + inner : x[i];
         e[i] = -fabsf(z[i]);
         nan |= z[i] != z[i];
@@ -101,8 +100,7 @@ AMP_CPU_CLONE_INLINE void gelu_tanh_bwd_tile(int64_t n, const float *x, const fl
     float u[EW_TILE], e[EW_TILE];
     int nan = 0;
     for (int64_t i = 0; i < n; i++) {
-        float cube = amp_mul_rn(amp_mul_rn(x[i], x[i]), x[i]);
-        u[i] = amp_mul_rn(0.7978845608028654f, x[i] + amp_mul_rn(0.044715f, cube));
+        u[i] = amp_gelu_tanh_arg(x[i]);
         float z = fabsf(u[i]) < 9.01f ? fabsf(u[i]) : 9.01f;
         e[i] = z + z;
         nan |= u[i] != u[i];
@@ -113,21 +111,10 @@ AMP_CPU_CLONE_INLINE void gelu_tanh_bwd_tile(int64_t n, const float *x, const fl
     }
     amp_cpu_exp_shifted(e, n, 0.0f, e);
     for (int64_t i = 0; i < n; i++) {
-        float z = fabsf(u[i]), s = amp_mul_rn(z, z);
-        float p = -5.70498872745e-3f;
-        p = amp_mul_rn(p, s) + 2.06390887954e-2f;
-        p = amp_mul_rn(p, s) - 5.37397155531e-2f;
-        p = amp_mul_rn(p, s) + 1.33314422036e-1f;
-        p = amp_mul_rn(p, s) - 3.33332819422e-1f;
-        float small = amp_mul_rn(amp_mul_rn(p, s), z) + z;
-        float mid = 1.0f - 2.0f / (e[i] + 1.0f);
-        float t = z > 9.01f ? 1.0f : z >= 0.625f ? mid : small;
+        float z = fabsf(u[i]);
+        float t = z > 9.01f ? 1.0f : z >= 0.625f ? amp_tanh_from_exp2z(e[i]) : amp_tanh_poly(z);
         t = u[i] < 0.0f ? -t : t; /* tanh(-0) = -0 becomes +0 here: 1 + t and t^2 are the same */
-        float x2 = amp_mul_rn(x[i], x[i]);
-        float left = amp_mul_rn(0.5f, 1.0f + t);
-        float right = amp_mul_rn(amp_mul_rn(amp_mul_rn(0.5f, x[i]), 1.0f - amp_mul_rn(t, t)),
-                                 amp_mul_rn(0.7978845608028654f, 1.0f + amp_mul_rn(0.134145f, x2)));
-        y[i] = amp_mul_rn(dy[i], left + right);
+        y[i] = amp_gelu_tanh_bwd_from(x[i], dy[i], t);
     }
 }
 

@@ -112,6 +112,19 @@ AMP_HD static inline float amp_logf(float x) {
 
 /* tanh(x): an odd polynomial below 0.625, 1 - 2 / (e^2|x| + 1) above, +-1 past 9.01 (where the
  * f32 result is 1 to the last bit). */
+/* Its two ranges for z = |x|, also run by the CPU's vector loops (kernels/cpu/elementwise.c):
+ * the odd polynomial below 0.625, and 1 - 2 / (e + 1) from e = e^(2 z) above. */
+AMP_HD static inline float amp_tanh_poly(float z) {
+    float s = amp_mul_rn(z, z);
+    float p = -5.70498872745e-3f;
+    p = amp_mul_rn(p, s) + 2.06390887954e-2f;
+    p = amp_mul_rn(p, s) - 5.37397155531e-2f;
+    p = amp_mul_rn(p, s) + 1.33314422036e-1f;
+    p = amp_mul_rn(p, s) - 3.33332819422e-1f;
+    return amp_mul_rn(amp_mul_rn(p, s), z) + z;
+}
+AMP_HD static inline float amp_tanh_from_exp2z(float e) { return 1.0f - 2.0f / (e + 1.0f); }
+
 AMP_HD static inline float amp_tanhf(float x) {
     if (x != x) return x;
     float z = x < 0.0f ? -x : x;
@@ -119,16 +132,10 @@ AMP_HD static inline float amp_tanhf(float x) {
     if (z > 9.01f) {
         t = 1.0f;
     } else if (z >= 0.625f) {
-        t = 1.0f - 2.0f / (amp_expf(z + z) + 1.0f);
+        t = amp_tanh_from_exp2z(amp_expf(z + z));
     } else {
         if (z == 0.0f) return x; /* keeps -0 */
-        float s = amp_mul_rn(z, z);
-        float p = -5.70498872745e-3f;
-        p = amp_mul_rn(p, s) + 2.06390887954e-2f;
-        p = amp_mul_rn(p, s) - 5.37397155531e-2f;
-        p = amp_mul_rn(p, s) + 1.33314422036e-1f;
-        p = amp_mul_rn(p, s) - 3.33332819422e-1f;
-        t = amp_mul_rn(amp_mul_rn(p, s), z) + z;
+        t = amp_tanh_poly(z);
     }
     return x < 0.0f ? -t : t;
 }
@@ -214,11 +221,16 @@ AMP_HD static inline float amp_gelu_erf(float x) {
 
 /* GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3),
  * as x sigmoid(2 u) (the same function: 1 + tanh(u) = 2 sigmoid(2 u)), which does not cancel
- * where tanh(u) is near -1 (PyTorch's formula gives 0 there below x = -5). */
-AMP_HD static inline float amp_gelu_tanh(float x) {
+ * where tanh(u) is near -1 (PyTorch's formula gives 0 there below x = -5). The argument u is
+ * shared with the backward. */
+AMP_HD static inline float amp_gelu_tanh_arg(float x) {
     float cube = amp_mul_rn(amp_mul_rn(x, x), x);
-    float inner = amp_mul_rn(0.7978845608028654f, x + amp_mul_rn(0.044715f, cube));
-    return amp_mul_rn(x, amp_sigmoidf(inner + inner));
+    return amp_mul_rn(0.7978845608028654f, x + amp_mul_rn(0.044715f, cube));
+}
+
+AMP_HD static inline float amp_gelu_tanh(float x) {
+    float u = amp_gelu_tanh_arg(x);
+    return amp_mul_rn(x, amp_sigmoidf(u + u));
 }
 
 /* Their derivatives times dy, as PyTorch's gelu_backward: exact, Phi(x) + x phi(x); tanh,
@@ -231,14 +243,17 @@ AMP_HD static inline float amp_gelu_erf_bwd(float x, float dy) {
     return amp_mul_rn(dy, cdf + amp_mul_rn(x, pdf));
 }
 
-AMP_HD static inline float amp_gelu_tanh_bwd(float x, float dy) {
+/* The backward's value from x, dy and t = tanh(u). */
+AMP_HD static inline float amp_gelu_tanh_bwd_from(float x, float dy, float t) {
     float x2 = amp_mul_rn(x, x);
-    float cube = amp_mul_rn(x2, x);
-    float t = amp_tanhf(amp_mul_rn(0.7978845608028654f, x + amp_mul_rn(0.044715f, cube)));
     float left = amp_mul_rn(0.5f, 1.0f + t);
     float right = amp_mul_rn(amp_mul_rn(amp_mul_rn(0.5f, x), 1.0f - amp_mul_rn(t, t)),
                              amp_mul_rn(0.7978845608028654f, 1.0f + amp_mul_rn(0.134145f, x2)));
     return amp_mul_rn(dy, left + right);
+}
+
+AMP_HD static inline float amp_gelu_tanh_bwd(float x, float dy) {
+    return amp_gelu_tanh_bwd_from(x, dy, amp_tanhf(amp_gelu_tanh_arg(x)));
 }
 
 /* Backward passes, as PyTorch's: tanh and sigmoid from their output y, SiLU from its input x. */

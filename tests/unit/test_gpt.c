@@ -63,11 +63,6 @@ typedef struct run {
     amp_tensor *idx, *targets;
 } run;
 
-static bool below_2d(const char *name, const amp_tensor *p, void *user) {
-    (void)name, (void)user;
-    return amp_tensor_ndim(p) < 2;
-}
-
 /* The tiny GPT with the reference's initial weights and batch on `dev`; with opt, nanoGPT's
  * AdamW groups, and amp_initialize at `o` unless it is NULL. */
 static bool run_make(run *r, amp_device dev, bool with_opt, const amp_options *o) {
@@ -78,13 +73,7 @@ static bool run_make(run *r, amp_device dev, bool with_opt, const amp_options *o
     if (!r->m) return false;
     CHECK_OK(amp_model_build(r->m));
     if (with_opt) {
-        amp_adam_opts ao = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                            .weight_decay = 0.1f, .decoupled = true, .exact = true};
-        CHECK_OK(amp_adam_create(r->m, &ao, &r->opt));
-        int g;
-        if (r->opt)
-            CHECK_OK(amp_optimizer_add_group(r->opt, below_2d, NULL,
-                                             &(amp_param_group_opts){1e-3f, 0.0f}, &g));
+        CHECK_OK(gpt_adamw_create(r->m, 1e-3f, 0.1f, &r->opt));
         if (r->opt && o) CHECK_OK(amp_initialize_ex(r->m, r->opt, o));
     }
     CHECK_OK(amp_model_load_weights(r->m, r->opt, data_path("gpt_tiny_weights.safetensors")));
