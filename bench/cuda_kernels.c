@@ -245,7 +245,8 @@ static const char *g_tf_name[TF_N] = {"LayerNorm forward", "LayerNorm backward",
 
 static void tf_once(void *p) {
     tf_run *r = p;
-    amp_ln_desc ln = {.rows = r->rows, .cols = r->cols, .eps = 1e-5f, .dt = AMP_BF16};
+    amp_ln_desc ln = {.rows = r->rows, .cols = r->cols, .eps = 1e-5f, .dt = AMP_BF16,
+                      .r_dt = AMP_BF16, .y_dt = AMP_BF16};
     amp_softmax_desc sm = {.rows = r->rows, .cols = r->cols, .dt = AMP_BF16};
     int64_t n = r->rows * r->cols;
     switch (r->what) {

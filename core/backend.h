@@ -227,8 +227,13 @@ typedef enum amp_reduce_op {
 typedef struct amp_ln_desc {
     int64_t rows, cols;
     float eps;
-    amp_dtype dt;
+    amp_dtype dt;   /* x, the sum and dx */
+    amp_dtype r_dt; /* the residual: dt, or a half type widened as it is read when dt is f32 */
+    amp_dtype y_dt; /* y and dy: dt, or a half type when dt is f32 (y straight in the dtype a
+                       linear layer's autocast would cast it to) */
     bool rms;
+    bool accumulate; /* layernorm_bwd adds dx into dx's old values (f32 only: the bits of dx
+                        written to a temporary and added by axpy) */
 } amp_ln_desc;
 
 /* Softmax (or log-softmax, `log`) over the last dim of a dense [rows, cols] array; x, y, dy and

@@ -61,6 +61,15 @@ amp_status amp_backend_check_ln(const char *fn, const amp_ln_desc *d) {
     if (!(d->eps >= 0.0f) || isinf(d->eps))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: eps = %g, want a finite value >= 0", fn,
                         (double)d->eps);
+    AMP_TRY(amp_backend_check_float(fn, d->r_dt));
+    AMP_TRY(amp_backend_check_float(fn, d->y_dt));
+    if ((d->r_dt != d->dt || d->y_dt != d->dt) && d->dt != AMP_F32)
+        return amp_fail(AMP_ERR_DTYPE, "%s: x is %s with residual %s and y %s; only an f32 x may "
+                        "take a half residual or give a half y", fn, amp_dtype_name(d->dt),
+                        amp_dtype_name(d->r_dt), amp_dtype_name(d->y_dt));
+    if (d->accumulate && d->dt != AMP_F32)
+        return amp_fail(AMP_ERR_DTYPE, "%s: accumulating into dx needs an f32 x (x is %s)", fn,
+                        amp_dtype_name(d->dt));
     return AMP_OK;
 }
 

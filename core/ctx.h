@@ -82,6 +82,9 @@ struct amp_ctx {
     /* Who watches backward passes (DDP's gradient buckets, parallel/ddp.c); NULL: nobody. */
     const struct amp_backward_observer *bw_observer;
     void *bw_observer_user;
+    /* Set during a backward that releases its graph (no retain_graph): gradients may be handed
+     * from an output to an input instead of copied (amp_grad_pass, nn/autograd.c). */
+    bool bw_releases;
     /* Collectives among the ranks of a job for ops that need them in the middle of a pass (sync
      * batch norm's statistics, nn/ops_sync_batchnorm.c), set by parallel/ (amp_model_convert_sync_
      * batchnorm); NULL: a world of one, the op's local path. */

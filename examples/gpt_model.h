@@ -15,8 +15,10 @@
  * (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorms 1 and 0.
  *
  * The forward fuses what nanoGPT runs as separate ops, with the same values: each residual add
- * with the LayerNorm after it (amp_add_layer_norm, the next block's ln_1 included), c_fc with its
- * GELU (amp_linear_gelu), and q, k, v out of c_attn in one permuting copy. The vocabulary is
+ * with the LayerNorm after it (amp_add_layer_norm_for_linear, the next block's ln_1 included;
+ * under O1 the LayerNorm's output comes out in the half type its linear reads and the half branch
+ * joins the f32 stream without an f32 copy), c_fc with its GELU (amp_linear_gelu), and q, k, v
+ * out of c_attn in one permuting copy. The vocabulary is
  * padded to a multiple of 64 for the GEMMs (50257 -> 50304, as nanoGPT and llm.c pad it); the
  * loss is the cross-entropy over the padded logits, as nanoGPT's (llm.c's classifier skips the
  * padding), and the sampler never draws a padded id. */
@@ -164,15 +166,18 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
         amp_tensor *w1 = amp_model_param(blk->ln_1, 0), *b1 = amp_model_param(blk->ln_1, 1);
         amp_tensor *w2 = amp_model_param(blk->ln_2, 0), *b2 = amp_model_param(blk->ln_2, 1);
         /* x = x + mlp(...) of the block before, fused with this block's ln_1 */
-        s = r ? amp_add_layer_norm(x, r, w1, b1, 1e-5f, &x, &h) : amp_layer_norm(x, w1, b1, 1e-5f, &h);
+        s = r ? amp_add_layer_norm_for_linear(x, r, w1, b1, 1e-5f, &x, &h)
+              : amp_layer_norm_for_linear(x, w1, b1, 1e-5f, &h);
         if (s == AMP_OK) s = gpt_attention(g, blk, training, h, &a);
-        if (s == AMP_OK) s = amp_add_layer_norm(x, a, w2, b2, 1e-5f, &x, &h);
+        if (s == AMP_OK) s = amp_add_layer_norm_for_linear(x, a, w2, b2, 1e-5f, &x, &h);
         if (s == AMP_OK) s = gpt_apply(&blk->c_fc, h, true, &h);
         if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &h);
         if (s == AMP_OK) s = amp_dropout(h, g->cfg.dropout, training, &r);
     }
     amp_tensor *wf = amp_model_param(g->ln_f, 0), *bf = amp_model_param(g->ln_f, 1);
-    if (s == AMP_OK) s = r ? amp_add_layer_norm(x, r, wf, bf, 1e-5f, &x, &h) : amp_layer_norm(x, wf, bf, 1e-5f, &h);
+    if (s == AMP_OK)
+        s = r ? amp_add_layer_norm_for_linear(x, r, wf, bf, 1e-5f, &x, &h)
+              : amp_layer_norm_for_linear(x, wf, bf, 1e-5f, &h);
     if (s == AMP_OK) s = amp_linear(h, amp_model_param(g->wte, 0), NULL, out); /* the tied head */
     return s;
 }

@@ -96,6 +96,23 @@ amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha
     return AMP_OK;
 }
 
+/* Taking dy over is safe when nothing reads it as out's gradient any more: out's node is done
+ * (the reverse walk), the graph goes with this backward (a retained graph's next backward writes
+ * out's gradient again) and nobody kept out. t's own later contributions then add into dy's
+ * memory, which is t's alone from here on. */
+amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t) {
+    if (!t || !t->requires_grad) return AMP_OK;
+    amp_tensor *out = node->out, *dy = out->grad;
+    if (t->ctx->bw_releases && !t->grad_written && (t->flags & AMP_TENSOR_STEP) &&
+        (out->flags & (AMP_TENSOR_STEP | AMP_TENSOR_KEPT)) == AMP_TENSOR_STEP &&
+        t->dtype == dy->dtype && t->numel == dy->numel && t->backend == dy->backend) {
+        AMP_TRY(amp_tensor_step_over(t, t->dtype, dy->data, &t->grad));
+        t->grad_written = true;
+        return AMP_OK;
+    }
+    return amp_grad_accumulate(t, dy, 1.0f);
+}
+
 amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph) {
     return amp_autograd_backward_seeded(loss, seed_value, NULL, retain_graph);
 }
@@ -136,6 +153,7 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
     const amp_backward_observer *obs = ctx->bw_observer;
     void *user = ctx->bw_observer_user;
     amp_status s = obs ? obs->begin(user, ctx->tape, ctx->n_tape) : AMP_OK;
+    ctx->bw_releases = !retain_graph;
     for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {
         amp_tape_node *n = ctx->tape[i];
         if (n->out->grad_written) { /* else its output did not reach the loss */
@@ -144,6 +162,7 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
         }
         if (s == AMP_OK && obs) s = obs->node_done(user, n);
     }
+    ctx->bw_releases = false;
     if (obs) {
         amp_status e = obs->end(user, s);
         if (s == AMP_OK) s = e;

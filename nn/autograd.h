@@ -61,6 +61,10 @@ amp_status amp_grad_target(amp_tensor *t, amp_tensor **grad, float *beta);
 void amp_grad_mark_written(amp_tensor *t);
 /* grad(t) += alpha * src, without a temporary (src has t's numel and dtype). */
 amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha);
+/* grad(t) += node's output gradient (dy), for ops whose gradient flows back unchanged (reshape,
+ * add): t's first contribution in a backward that releases the graph takes dy's memory over
+ * instead of copying it, as PyTorch hands a view's gradient back; otherwise as accumulate. */
+amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t);
 
 /* A view of x (nn/ops_shape.c): a step struct over x's data from element `at`, of another shape
  * (numel from it), sharing x's version counter; not recorded (the caller records it). */

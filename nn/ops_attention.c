@@ -13,22 +13,39 @@ typedef struct attn_aux {
     amp_attn_desc d;
 } attn_aux;
 
+/* The gradient of q, k or v: straight into its sink (its gradient itself on the first
+ * contribution), or a temporary when it needs none or is one of the other two (q, k and v may
+ * be one tensor: each then gets all three, added in). */
+static amp_status attn_grad_buf(amp_tensor *t, bool shared, amp_grad_sink *s, amp_tensor **buf) {
+    *s = (amp_grad_sink){0};
+    if (!shared) AMP_TRY(amp_grad_begin(t, s));
+    if (s->buf) *buf = s->buf;
+    else AMP_TRY(amp_tensor_step_like(t, t->dtype, buf));
+    return AMP_OK;
+}
+
+static amp_status attn_grad_done(amp_tensor *t, amp_grad_sink *s, amp_tensor *buf) {
+    if (s->buf) return amp_grad_end(s);
+    return amp_grad_accumulate(t, buf, 1.0f);
+}
+
 static amp_status attn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     const amp_attn_desc *d = &((const attn_aux *)node->aux)->d;
     amp_tensor *q = node->in[0], *k = node->in[1], *v = node->in[2];
     amp_tensor *kv_len = node->n_in > 3 ? node->in[3] : NULL;
     amp_tensor *lse = node->saved[0], *delta, *dq, *dk, *dv;
+    bool shared = q == k || q == v || k == v;
+    amp_grad_sink sq, sk, sv;
     AMP_TRY(amp_tensor_step_like(lse, AMP_F32, &delta));
-    AMP_TRY(amp_tensor_step_like(q, q->dtype, &dq));
-    AMP_TRY(amp_tensor_step_like(k, k->dtype, &dk));
-    AMP_TRY(amp_tensor_step_like(v, v->dtype, &dv));
+    AMP_TRY(attn_grad_buf(q, shared, &sq, &dq));
+    AMP_TRY(attn_grad_buf(k, shared, &sk, &dk));
+    AMP_TRY(attn_grad_buf(v, shared, &sv, &dv));
     AMP_TRY(AMP_BE(dy->backend, attn_bwd, d, q->data, k->data, v->data,
                    kv_len ? kv_len->data : NULL, node->out->data, dy->data, lse->data,
                    delta->data, dq->data, dk->data, dv->data));
-    /* Temporaries added in: q, k and v may be one tensor (each then gets all three). */
-    AMP_TRY(amp_grad_accumulate(q, dq, 1.0f));
-    AMP_TRY(amp_grad_accumulate(k, dk, 1.0f));
-    return amp_grad_accumulate(v, dv, 1.0f);
+    AMP_TRY(attn_grad_done(q, &sq, dq));
+    AMP_TRY(attn_grad_done(k, &sk, dk));
+    return attn_grad_done(v, &sv, dv);
 }
 
 static amp_status check_inputs(const char *op, amp_tensor *q, amp_tensor *k, amp_tensor *v,

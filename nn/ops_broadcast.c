@@ -65,7 +65,8 @@ static amp_status bcast_bwd(amp_tape_node *node, const amp_tensor *dy) {
     switch (op) {
     case AMP_BINARY_ADD:
     case AMP_BINARY_SUB:
-        AMP_TRY(accumulate_to(a, dy, 1.0f));
+        if (amp_same_shape(a, dy)) AMP_TRY(amp_grad_pass(node, a));
+        else AMP_TRY(accumulate_to(a, dy, 1.0f));
         return accumulate_to(b, dy, op == AMP_BINARY_SUB ? -1.0f : 1.0f);
     case AMP_BINARY_MUL:
         AMP_TRY(amp_tensor_step_like(dy, dy->dtype, &t));

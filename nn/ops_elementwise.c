@@ -58,7 +58,7 @@ static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op
 }
 
 static amp_status amp_add_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    AMP_TRY(amp_grad_accumulate(node->in[0], dy, 1.0f));
+    AMP_TRY(amp_grad_pass(node, node->in[0]));
     return amp_grad_accumulate(node->in[1], dy, 1.0f);
 }
 
@@ -84,7 +84,7 @@ amp_status amp_mul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
 }
 
 static amp_status amp_sub_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    AMP_TRY(amp_grad_accumulate(node->in[0], dy, 1.0f));
+    AMP_TRY(amp_grad_pass(node, node->in[0]));
     return amp_grad_accumulate(node->in[1], dy, -1.0f);
 }
 

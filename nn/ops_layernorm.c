@@ -3,7 +3,11 @@
  * layernorm_fwd pass forward (mean and rstd saved, f32 [rows]); one layernorm_bwd pass back
  * (dx, dgamma, dbeta). gamma and beta are f32 at every opt level (norm parameters are never
  * cast: keep_batchnorm_fp32 covers every norm). Cast category as torch.amp's: layer_norm is on
- * its fp32 list, so under autocast x (and the residual) run in f32 and the output is f32. */
+ * its fp32 list, so under autocast x runs in f32 and the output is f32. A residual narrower than
+ * an f32 x is widened as the kernel reads it (PyTorch's promotion of x + r; O1's half branch
+ * output joins the f32 stream without an f32 copy of it), and the _for_linear forms give y in
+ * the half type the linear reading it would cast it to: the bits of the cast, without the f32 y
+ * and its f32 gradient held for the step. */
 #include "core/error.h"
 #include "nn/autocast.h"
 
@@ -11,11 +15,20 @@ typedef struct ln_aux {
     amp_ln_desc d;
 } ln_aux;
 
+/* An f32 x's later gradient contribution is added by the kernel (the residual stream's: the
+ * next block's add passed its gradient first), not written to a temporary and added. */
 static amp_status ln_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    const amp_ln_desc *d = &((const ln_aux *)node->aux)->d;
+    amp_ln_desc dd = ((const ln_aux *)node->aux)->d;
+    const amp_ln_desc *d = &dd;
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
-    amp_grad_sink sx, sg, sb;
-    AMP_TRY(amp_grad_begin(x, &sx));
+    amp_grad_sink sx = {.t = x}, sg, sb;
+    if (x->requires_grad && x->dtype == AMP_F32) {
+        float beta_x;
+        AMP_TRY(amp_grad_target(x, &sx.buf, &beta_x));
+        dd.accumulate = beta_x != 0.0f;
+    } else {
+        AMP_TRY(amp_grad_begin(x, &sx));
+    }
     AMP_TRY(amp_grad_begin(gamma, &sg));
     AMP_TRY(amp_grad_begin(beta, &sb));
     if (sx.buf || sg.buf || sb.buf)
@@ -42,24 +55,46 @@ static amp_status check_param(const char *op, const char *arg, amp_tensor **p, i
 }
 
 static amp_status add_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    AMP_TRY(amp_grad_accumulate(node->in[0], dy, 1.0f));
-    return amp_grad_accumulate(node->in[1], dy, 1.0f);
+    amp_tensor *r = node->in[1];
+    AMP_TRY(amp_grad_pass(node, node->in[0]));
+    if (r->dtype == dy->dtype) return amp_grad_accumulate(r, dy, 1.0f);
+    /* A half residual: dy rounded to it, as the backward of a cast to f32 gives. */
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(r, &s));
+    if (s.buf)
+        AMP_TRY(AMP_BE(dy->backend, cast, s.buf->data, r->dtype, dy->data, dy->dtype, dy->numel));
+    return amp_grad_end(&s);
 }
 
-/* y = norm(x + r) (r may be NULL), with sum = x + r when r is given. */
-static amp_status ln_run(const char *op, bool rms, amp_tensor *x, amp_tensor *r,
+/* Under autocast x runs in f32; a residual stays in its half type when x is f32. */
+static amp_status ln_inputs(const char *op, amp_tensor **x, amp_tensor **r) {
+    AMP_TRY(amp_autocast(AMP_CAT_WIDEN, x, 1));
+    AMP_TRY(amp_check_float(op, "x", *x));
+    if (!*r) return AMP_OK;
+    AMP_TRY(amp_check_float(op, "residual", *r));
+    if (!((*x)->dtype == AMP_F32 && (*r)->dtype != AMP_F32)) {
+        AMP_TRY(amp_autocast(AMP_CAT_WIDEN, r, 1));
+        if ((*r)->dtype != (*x)->dtype)
+            return amp_fail(AMP_ERR_DTYPE, "%s: x is %s and the residual %s; a residual may be "
+                            "narrower than an f32 x (widened as it is read), not wider: cast x "
+                            "to f32", op, amp_dtype_name((*x)->dtype), amp_dtype_name((*r)->dtype));
+    }
+    if ((*r)->ctx != (*x)->ctx)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: x and the residual belong to different "
+                        "contexts", op);
+    return AMP_OK;
+}
+
+/* y = norm(x + r) (r may be NULL), with sum = x + r when r is given; y in the autocast half
+ * type when for_linear and autocast is on. */
+static amp_status ln_run(const char *op, bool rms, bool for_linear, amp_tensor *x, amp_tensor *r,
                          amp_tensor *gamma, amp_tensor *beta, float eps, amp_tensor **sum,
                          amp_tensor **out) {
     AMP_CHECK_ARG(out);
     AMP_TRY(amp_check_tensor(op, "x", x, 0));
     if (r) AMP_TRY(amp_check_tensor(op, "residual", r, 0));
-    amp_tensor *io[2] = {x, r};
-    AMP_TRY(amp_autocast(AMP_CAT_WIDEN, io, r ? 2 : 1));
-    x = io[0];
-    r = io[1];
-    AMP_TRY(amp_check_float(op, "x", x));
+    AMP_TRY(ln_inputs(op, &x, &r));
     if (r) {
-        AMP_TRY(amp_check_same_dtype(op, x, r));
         if (!amp_same_shape(x, r)) {
             char bx[96], br[96];
             return amp_fail(AMP_ERR_SHAPE, "%s: x %s and residual %s differ in shape", op,
@@ -70,10 +105,11 @@ static amp_status ln_run(const char *op, bool rms, amp_tensor *x, amp_tensor *r,
     AMP_TRY(check_param(op, "gamma", &gamma, cols));
     AMP_TRY(check_param(op, "beta", &beta, cols));
     amp_ln_desc d = {.rows = x->numel / cols, .cols = cols, .eps = eps, .dt = x->dtype,
-                     .rms = rms};
+                     .r_dt = r ? r->dtype : x->dtype, .y_dt = x->dtype, .rms = rms};
+    if (for_linear && x->ctx->autocast.enabled) d.y_dt = x->ctx->autocast.half;
     int64_t rows[1] = {d.rows};
     amp_tensor *y, *s = NULL, *mean = NULL, *rstd;
-    AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
+    AMP_TRY(amp_tensor_step_like(x, d.y_dt, &y));
     if (r) AMP_TRY(amp_tensor_step_like(x, x->dtype, &s));
     if (!rms) AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &mean));
     AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &rstd));
@@ -100,16 +136,30 @@ static amp_status ln_run(const char *op, bool rms, amp_tensor *x, amp_tensor *r,
 
 amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
                           amp_tensor **out) {
-    return ln_run("amp_layer_norm", false, x, NULL, gamma, beta, eps, NULL, out);
+    return ln_run("amp_layer_norm", false, false, x, NULL, gamma, beta, eps, NULL, out);
 }
 
 amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out) {
-    return ln_run("amp_rms_norm", true, x, NULL, gamma, NULL, eps, NULL, out);
+    return ln_run("amp_rms_norm", true, false, x, NULL, gamma, NULL, eps, NULL, out);
 }
 
 amp_status amp_add_layer_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
                               amp_tensor *beta, float eps, amp_tensor **sum, amp_tensor **out) {
     AMP_CHECK_ARG(sum);
     AMP_CHECK_ARG(residual);
-    return ln_run("amp_add_layer_norm", false, x, residual, gamma, beta, eps, sum, out);
+    return ln_run("amp_add_layer_norm", false, false, x, residual, gamma, beta, eps, sum, out);
+}
+
+amp_status amp_layer_norm_for_linear(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                     float eps, amp_tensor **out) {
+    return ln_run("amp_layer_norm_for_linear", false, true, x, NULL, gamma, beta, eps, NULL, out);
+}
+
+amp_status amp_add_layer_norm_for_linear(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
+                                         amp_tensor *beta, float eps, amp_tensor **sum,
+                                         amp_tensor **out) {
+    AMP_CHECK_ARG(sum);
+    AMP_CHECK_ARG(residual);
+    return ln_run("amp_add_layer_norm_for_linear", false, true, x, residual, gamma, beta, eps,
+                  sum, out);
 }

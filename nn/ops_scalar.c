@@ -16,7 +16,8 @@ static amp_status amp_mul_scalar_bwd(amp_tape_node *node, const amp_tensor *dy) 
 }
 
 static amp_status amp_add_scalar_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    return amp_grad_accumulate(node->in[0], dy, 1.0f);
+    (void)dy;
+    return amp_grad_pass(node, node->in[0]);
 }
 
 /* d(x / s) = dy / s, a true division as PyTorch's DivBackward (not dy * (1 / s)). */

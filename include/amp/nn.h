@@ -60,12 +60,24 @@ amp_status amp_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *be
  * f32 and y is f32 (torch.amp's fp32 list). amp_add_layer_norm is the GPT block's residual add
  * fused with the next LayerNorm (llm.c's fused residual forward): *sum = x + residual (rounded to
  * their dtype, the next block's residual stream) and y = layer_norm(*sum), in one pass, the bits
- * of amp_add followed by amp_layer_norm. */
+ * of amp_add followed by amp_layer_norm. The residual may be narrower than an f32 x (a half
+ * branch joining the f32 stream under O1): it is widened as it is read, PyTorch's promotion of
+ * x + residual, and *sum is f32.
+ * The _for_linear forms are for a LayerNorm read only by a linear layer (a transformer's ln_1
+ * before c_attn, ln_2 before c_fc, ln_f before the head): under autocast y comes out in the
+ * autocast half type, the bits the linear's cast of the f32 y would give, without that f32 y and
+ * its f32 gradient held for the step (TransformerEngine's LayerNormLinear fuses the same cast);
+ * without autocast they are amp_layer_norm and amp_add_layer_norm. */
 amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
                           amp_tensor **out);
 amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out);
 amp_status amp_add_layer_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
                               amp_tensor *beta, float eps, amp_tensor **sum, amp_tensor **out);
+amp_status amp_layer_norm_for_linear(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
+                                     float eps, amp_tensor **out);
+amp_status amp_add_layer_norm_for_linear(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
+                                         amp_tensor *beta, float eps, amp_tensor **sum,
+                                         amp_tensor **out);
 /* torch.nn.SyncBatchNorm: in training the statistics are those of the global batch of every rank
  * of the context's collective (amp_model_convert_sync_batchnorm in amp/parallel.h sets it; none:
  * this process alone, the values of amp_batchnorm2d to rounding). The running statistics take the

@@ -58,7 +58,7 @@ AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     int64_t cols = d->cols, base = row * cols;
     const float *v = tile_in(c->x, d->dt, base, cols, buf);
     if (c->r) { /* the sum as stored: rounded to dt, read back */
-        const float *r = tile_in(c->r, d->dt, base, cols, buf + cols);
+        const float *r = tile_in(c->r, d->r_dt, base, cols, buf + cols);
         float *sum = tile_out(c->sum, d->dt, base, buf + 2 * cols);
         for (int64_t j = 0; j < cols; j++) sum[j] = v[j] + r[j];
         tile_out_store(c->sum, d->dt, base, cols, sum);
@@ -68,12 +68,12 @@ AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
     if (!d->rms) c->mean[row] = mu;
     c->rstd[row] = rs;
-    float *y = tile_out(c->out, d->dt, base, buf + 3 * cols);
+    float *y = tile_out(c->out, d->y_dt, base, buf + 3 * cols);
     const float *gamma = c->gamma, *beta = c->beta;
     for (int64_t j = 0; j < cols; j++)
         y[j] = amp_ln_affine(amp_ln_xhat(v[j], mu, rs), gamma ? gamma[j] : 1.0f,
                              beta ? beta[j] : 0.0f);
-    tile_out_store(c->out, d->dt, base, cols, y);
+    tile_out_store(c->out, d->y_dt, base, cols, y);
 }
 
 /* buf: g = dy gamma, g xhat, the row of x widened and dx before its narrowing, cols floats
@@ -85,7 +85,7 @@ AMP_CPU_CLONES static void dx_row(void *ctx, int64_t row, float *buf) {
     float *g = buf, *gx = buf + cols;
     float mu = d->rms ? 0.0f : c->mean_in[row], rs = c->rstd_in[row];
     const float *xv = tile_in(c->x, d->dt, base, cols, buf + 2 * cols);
-    const float *dy = tile_in(c->dy, d->dt, base, cols, g); /* g itself when widened */
+    const float *dy = tile_in(c->dy, d->y_dt, base, cols, g); /* g itself when widened */
     const float *gamma = c->gamma;
     for (int64_t j = 0; j < cols; j++) {
         g[j] = amp_mul_rn(dy[j], gamma ? gamma[j] : 1.0f);
@@ -94,7 +94,10 @@ AMP_CPU_CLONES static void dx_row(void *ctx, int64_t row, float *buf) {
     float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
     float m2 = lanes_sum(gx, cols) / (float)cols;
     float *y = tile_out(c->out, d->dt, base, buf + 3 * cols);
-    for (int64_t j = 0; j < cols; j++) y[j] = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
+    if (d->accumulate) /* f32: y is dx's row itself */
+        for (int64_t j = 0; j < cols; j++) y[j] += amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
+    else
+        for (int64_t j = 0; j < cols; j++) y[j] = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
     tile_out_store(c->out, d->dt, base, cols, y);
 }
 
@@ -130,7 +133,7 @@ AMP_CPU_CLONES static void column_block(const amp_ln_desc *d, const void *x, con
         int64_t end = start + AMP_LN_COL_CHUNK < d->rows ? start + AMP_LN_COL_CHUNK : d->rows;
         for (int64_t j = 0; j < nj; j++) g[j] = b[j] = 0.0;
         for (int64_t row = start; row < end; row++) {
-            const float *e = tile_in(dy, d->dt, row * cols + j0, nj, eb);
+            const float *e = tile_in(dy, d->y_dt, row * cols + j0, nj, eb);
             const float *xv = tile_in(x, d->dt, row * cols + j0, nj, xb);
             float mu = d->rms ? 0.0f : mean[row], rs = rstd[row];
             for (int64_t j = 0; j < nj; j++) {

@@ -36,7 +36,7 @@ static __global__ void ln_fwd_kernel(amp_ln_desc d, const void *x, const void *r
         for (int64_t j = lane; j < d.cols; j += AMP_LN_LANES) {
             float e = amp_load_f32(x, D, base + j);
             if (r) { /* the sum as stored: rounded to D, then read back by this lane */
-                amp_store_f32(sum, D, base + j, e + amp_load_f32(r, D, base + j));
+                amp_store_f32(sum, D, base + j, e + amp_load_f32(r, d.r_dt, base + j));
                 e = amp_load_f32(sum, D, base + j);
             }
             acc += e;
@@ -54,7 +54,7 @@ static __global__ void ln_fwd_kernel(amp_ln_desc d, const void *x, const void *r
         }
         for (int64_t j = lane; j < d.cols; j += AMP_LN_LANES) {
             float xh = amp_ln_xhat(amp_load_f32(src, D, base + j), mu, rs);
-            amp_store_f32(y, D, base + j,
+            amp_store_f32(y, d.y_dt, base + j,
                           amp_ln_affine(xh, gamma ? gamma[j] : 1.0f, beta ? beta[j] : 0.0f));
         }
     }
@@ -71,16 +71,18 @@ static __global__ void ln_dx_kernel(amp_ln_desc d, const void *x, const void *dy
         int64_t base = row * d.cols;
         float mu = d.rms ? 0.0f : mean[row], rs = rstd[row], a1 = 0.0f, a2 = 0.0f;
         for (int64_t j = lane; j < d.cols; j += AMP_LN_LANES) {
-            float g = amp_mul_rn(amp_load_f32(dy, D, base + j), gamma ? gamma[j] : 1.0f);
+            float g = amp_mul_rn(amp_load_f32(dy, d.y_dt, base + j), gamma ? gamma[j] : 1.0f);
             a1 += g;
             a2 += amp_mul_rn(g, amp_ln_xhat(amp_load_f32(x, D, base + j), mu, rs));
         }
         float m1 = d.rms ? 0.0f : amp_warp_sum(a1) / (float)d.cols;
         float m2 = amp_warp_sum(a2) / (float)d.cols;
         for (int64_t j = lane; j < d.cols; j += AMP_LN_LANES) {
-            float g = amp_mul_rn(amp_load_f32(dy, D, base + j), gamma ? gamma[j] : 1.0f);
+            float g = amp_mul_rn(amp_load_f32(dy, d.y_dt, base + j), gamma ? gamma[j] : 1.0f);
             float xh = amp_ln_xhat(amp_load_f32(x, D, base + j), mu, rs);
-            amp_store_f32(dx, D, base + j, amp_ln_dx(g, xh, m1, m2, rs));
+            float e = amp_ln_dx(g, xh, m1, m2, rs);
+            if (d.accumulate) e = amp_load_f32(dx, D, base + j) + e; /* f32 only */
+            amp_store_f32(dx, D, base + j, e);
         }
     }
 }
@@ -96,7 +98,7 @@ static __global__ void ln_col_partials_kernel(amp_ln_desc d, const void *x, cons
         int64_t end = (c + 1) * AMP_LN_COL_CHUNK < d.rows ? (c + 1) * AMP_LN_COL_CHUNK : d.rows;
         double g = 0.0, b = 0.0;
         for (int64_t row = c * AMP_LN_COL_CHUNK; row < end; row++) {
-            float e = amp_load_f32(dy, D, row * d.cols + j);
+            float e = amp_load_f32(dy, d.y_dt, row * d.cols + j);
             float xh = amp_ln_xhat(amp_load_f32(x, D, row * d.cols + j),
                                    d.rms ? 0.0f : mean[row], rstd[row]);
             g += (double)amp_mul_rn(e, xh);

@@ -11,6 +11,8 @@
 /* Row variants of these entries (from 1 << 10, as the other headers' variants of their own). */
 enum {
     LN_RMS = 1 << 10, LN_RESIDUAL = 1 << 11, LN_NO_BIAS = 1 << 12, /* layernorm_* */
+    LN_HALF_R = 1 << 13, LN_HALF_Y = 1 << 14, /* the residual, or y and dy, in dt2 */
+    LN_ACCUMULATE = 1 << 15,                  /* layernorm_bwd adds into dx */
     LOG_SOFTMAX = 1 << 13, SM_MASKED = 1 << 14,                   /* softmax_* */
     XENT_IGNORE = 1 << 15, XENT_SUM = 1 << 16,                    /* xent_* */
     ATTN_CAUSAL = 1 << 17, ATTN_PADDED = 1 << 18,                 /* attn_* */
@@ -147,23 +149,27 @@ static amp_status run_copy_strided(const op_row *r, const amp_backend *be, void 
 }
 
 /* layernorm_fwd: s = {rows, cols}, f = {eps}; flags: LN_RMS, LN_RESIDUAL (x + r fused),
- * NO_AFFINE (gamma and beta NULL), LN_NO_BIAS (beta NULL). */
+ * NO_AFFINE (gamma and beta NULL), LN_NO_BIAS (beta NULL), LN_HALF_R and LN_HALF_Y (the residual,
+ * or y and dy, in dt2 with an f32 x), LN_ACCUMULATE (the backward adds into dx). */
 static amp_ln_desc ln_desc(const op_row *r) {
     return (amp_ln_desc){.rows = r->s[0], .cols = r->s[1], .eps = r->f[0], .dt = r->dt,
-                         .rms = r->flags & LN_RMS};
+                         .r_dt = r->flags & LN_HALF_R ? r->dt2 : r->dt,
+                         .y_dt = r->flags & LN_HALF_Y ? r->dt2 : r->dt,
+                         .rms = r->flags & LN_RMS, .accumulate = r->flags & LN_ACCUMULATE};
 }
 static void setup_layernorm_fwd(const op_row *r, tcase *c) {
     int64_t n = r->s[0] * r->s[1];
+    amp_ln_desc d = ln_desc(r);
     in_main(r, c, 0, "x", ek_of(r->dt), n);
     if (r->flags & LN_RESIDUAL) {
-        in_main(r, c, 1, "r", ek_of(r->dt), n);
+        in_main(r, c, 1, "r", ek_of(d.r_dt), n);
         slot_decl(c, 2, "sum", ROLE_OUT, ek_of(r->dt), n);
     }
     if (!(r->flags & NO_AFFINE)) {
         in_range(c, 3, "gamma", ROLE_IN, EK_F32, r->s[1], 0.5, 1.5);
         if (!(r->flags & LN_NO_BIAS)) in_range(c, 4, "beta", ROLE_IN, EK_F32, r->s[1], -1, 1);
     }
-    slot_decl(c, 5, "y", ROLE_OUT, ek_of(r->dt), n);
+    slot_decl(c, 5, "y", ROLE_OUT, ek_of(d.y_dt), n);
     if (!(r->flags & LN_RMS)) slot_decl(c, 6, "mean", ROLE_OUT, EK_F32, r->s[0]);
     slot_decl(c, 7, "rstd", ROLE_OUT, EK_F32, r->s[0]);
 }
@@ -175,8 +181,9 @@ static amp_status run_layernorm_fwd(const op_row *r, const amp_backend *be, void
 /* layernorm_bwd: as the forward's; mean and rstd are those of x, computed in double here. */
 static void setup_layernorm_bwd(const op_row *r, tcase *c) {
     int64_t rows = r->s[0], cols = r->s[1], n = rows * cols;
+    amp_ln_desc d = ln_desc(r);
     in_main(r, c, 0, "x", ek_of(r->dt), n);
-    in_range(c, 1, "dy", ROLE_IN, ek_of(r->dt), n, -1, 1);
+    in_range(c, 1, "dy", ROLE_IN, ek_of(d.y_dt), n, -1, 1);
     if (!(r->flags & NO_AFFINE)) in_range(c, 2, "gamma", ROLE_IN, EK_F32, cols, 0.5, 1.5);
     float *mean = slot_decl(c, 3, "mean", ROLE_IN, EK_F32, rows);
     float *rstd = slot_decl(c, 4, "rstd", ROLE_IN, EK_F32, rows);
@@ -191,7 +198,8 @@ static void setup_layernorm_bwd(const op_row *r, tcase *c) {
         mean[i] = (float)m;
         rstd[i] = (float)(1.0 / sqrt(v / (double)cols + r->f[0]));
     }
-    slot_decl(c, 5, "dx", ROLE_OUT, ek_of(r->dt), n);
+    if (r->flags & LN_ACCUMULATE) in_range(c, 5, "dx", ROLE_INOUT, ek_of(r->dt), n, -1, 1);
+    else slot_decl(c, 5, "dx", ROLE_OUT, ek_of(r->dt), n);
     slot_decl(c, 6, "dgamma", ROLE_OUT, EK_F32, cols);
     if (!(r->flags & LN_RMS)) slot_decl(c, 7, "dbeta", ROLE_OUT, EK_F32, cols);
 }
@@ -415,10 +423,16 @@ static const op_row transformer_rows[] = {
     {"layernorm_fwd_f16_odd_bare", E_layernorm_fwd, {17, 101}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"layernorm_fwd_f32_specials", E_layernorm_fwd, {8, 40}, F32, .f = {1e-5f}, .tol = TOL(0, 0), .lo = -3, .hi = 3, .specials = true},
     {"rmsnorm_fwd_bf16_no_bias", E_layernorm_fwd, {40, 257}, BF16, .flags = LN_RMS | LN_NO_BIAS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_fwd_f32_bf16_residual_y", E_layernorm_fwd, {33, 256}, F32, BF16, .flags = LN_RESIDUAL | LN_HALF_R | LN_HALF_Y, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_fwd_f32_f16_y_odd", E_layernorm_fwd, {17, 101}, F32, F16, .flags = LN_HALF_Y, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_fwd_f32_f16_residual", E_layernorm_fwd, {9, 70}, F32, F16, .flags = LN_RESIDUAL | LN_HALF_R, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"layernorm_bwd_f32_gpt2", E_layernorm_bwd, {64, 768}, F32, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"layernorm_bwd_bf16_odd", E_layernorm_bwd, {70, 101}, BF16, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"layernorm_bwd_f16_bare", E_layernorm_bwd, {33, 64}, F16, .flags = NO_AFFINE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     {"rmsnorm_bwd_f32", E_layernorm_bwd, {40, 257}, F32, .flags = LN_RMS, .f = {1e-6f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_bwd_f32_bf16_dy_accumulate", E_layernorm_bwd, {70, 256}, F32, BF16, .flags = LN_HALF_Y | LN_ACCUMULATE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_bwd_f32_accumulate_odd", E_layernorm_bwd, {33, 101}, F32, .flags = LN_ACCUMULATE, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
+    {"layernorm_bwd_f32_f16_dy", E_layernorm_bwd, {17, 64}, F32, F16, .flags = LN_HALF_Y, .f = {1e-5f}, .tol = EXACT, .lo = -3, .hi = 3},
     /* Softmax: the same bits on both backends (warp-order max and sums, the shared exp); GPT-2's
      * vocabulary rows, attention rows with a mask and a fully masked row, NaN rows. */
     {"softmax_f32_vocab", E_softmax_fwd, {4, 50257}, F32, .tol = EXACT, .lo = -8, .hi = 8},

@@ -16,7 +16,8 @@
 typedef enum op_id {
     OP_LINEAR, OP_LINEAR_GELU, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
     OP_SIGMOID, OP_SILU, OP_GELU, OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_RMS_NORM, OP_EMBEDDING, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
-    OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION, OP_WHERE, OP_MASKED_FILL
+    OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION, OP_WHERE, OP_MASKED_FILL,
+    OP_ADD_LAYER_NORM, OP_LN_FOR_LINEAR, OP_ADD_LN_FOR_LINEAR
 } op_id;
 
 typedef struct row {
@@ -54,6 +55,11 @@ static const row rows[] = {
     {"log_softmax f16", OP_LOG_SOFTMAX, F16, F16, F16, F32},
     {"layer_norm bf16", OP_LAYER_NORM, BF16, BF16, BF16, F32},
     {"rms_norm f32", OP_RMS_NORM, F32, F32, F32, F32},
+    {"add_layer_norm f32 + bf16", OP_ADD_LAYER_NORM, F32, BF16, F32, F32},
+    {"add_layer_norm bf16", OP_ADD_LAYER_NORM, BF16, BF16, BF16, F32},
+    {"layer_norm_for_linear f32", OP_LN_FOR_LINEAR, F32, F32, F32, BF16},
+    {"layer_norm_for_linear f16", OP_LN_FOR_LINEAR, F16, F16, F16, BF16},
+    {"add_layer_norm_for_linear f32 + bf16", OP_ADD_LN_FOR_LINEAR, F32, BF16, F32, BF16},
     {"embedding bf16 table", OP_EMBEDDING, BF16, BF16, BF16, BF16},
     {"embedding f32 table", OP_EMBEDDING, F32, F32, F32, F32},
     {"relu bf16", OP_RELU, BF16, BF16, BF16, BF16},
@@ -118,6 +124,17 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
     case OP_LOG_SOFTMAX: return amp_log_softmax(a, -1, y);
     case OP_LAYER_NORM: return amp_layer_norm(a, NULL, NULL, 1e-5f, y);
     case OP_RMS_NORM: return amp_rms_norm(a, NULL, 1e-5f, y);
+    case OP_ADD_LAYER_NORM: {
+        amp_tensor *sum = NULL;
+        return amp_add_layer_norm(a, b, NULL, NULL, 1e-5f, &sum, y);
+    }
+    case OP_LN_FOR_LINEAR: return amp_layer_norm_for_linear(a, NULL, NULL, 1e-5f, y);
+    case OP_ADD_LN_FOR_LINEAR: {
+        amp_tensor *sum = NULL;
+        CHECK_OK(amp_add_layer_norm_for_linear(a, b, NULL, NULL, 1e-5f, &sum, y));
+        CHECK(amp_tensor_dtype(sum) == F32); /* the stream stays f32, the half residual widened */
+        return AMP_OK;
+    }
     case OP_EMBEDDING: return amp_embedding(make(ctx, AMP_I32, 2, s2), make(ctx, r->in, 2, w2), y);
     case OP_RELU: return amp_relu(a, y);
     case OP_SUM_DIM: return amp_sum_dim(a, 1, false, y);

@@ -1,12 +1,14 @@
 /* Gradient check of LayerNorm, RMSNorm and the fused residual add + LayerNorm (forward against
  * float64, gradients of x, gamma and beta against float64 central differences), on every device
  * that answers; then the fused op against amp_add followed by amp_layer_norm, bit for bit in
- * bf16 (outputs and every gradient), and bad input. */
+ * bf16 (outputs and every gradient), its O1 form (an f32 stream, a bf16 residual and a bf16 y)
+ * against the casts O1 ran before it, and bad input. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "amp/amp.h"
+#include "core/ctx.h"
 #include "core/half.h"
 #include "gradcheck_run.h"
 #include "test_devices.h"
@@ -132,6 +134,77 @@ static void test_fused_equals_unfused(amp_ctx *ctx) {
     }
 }
 
+/* Under a bf16 autocast, amp_add_layer_norm_for_linear with an f32 x and a bf16 residual against
+ * what O1 ran before it: the residual cast to f32, amp_add, amp_layer_norm, the output cast to
+ * bf16. The same bits forward (sum and y) and backward (x, the residual, gamma, beta), with the
+ * sum read by a later op too (its gradient then arrives before the LayerNorm's, which the
+ * backward adds in place). */
+static void test_mixed_equals_casts(amp_ctx *ctx) {
+    enum { R = 5, C = 72 };
+    float hx[R * C], hg[C], hb[C];
+    uint16_t hr[R * C];
+    for (int i = 0; i < R * C; i++) {
+        hx[i] = sinf((float)i * 0.29f) * 1.7f;
+        hr[i] = amp_f32_to_bf16_bits(cosf((float)i * 0.13f));
+    }
+    for (int j = 0; j < C; j++) hg[j] = 0.9f + 0.01f * (float)j, hb[j] = 0.5f - 0.015f * (float)j;
+    amp_tensor *x[2], *r[2], *g[2], *b[2], *y[2], *s[2];
+    const int64_t shape[2] = {R, C}, cs[1] = {C};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, shape, hx, &x[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_BF16, 2, shape, hr, &r[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hg, &g[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hb, &b[k]));
+        amp_tensor *leaves[4] = {x[k], r[k], g[k], b[k]};
+        for (int i = 0; i < 4; i++) CHECK_OK(amp_tensor_set_requires_grad(leaves[i], true));
+    }
+    ctx->autocast.enabled = true;
+    ctx->autocast.half = AMP_BF16;
+    CHECK_OK(amp_add_layer_norm_for_linear(x[0], r[0], g[0], b[0], EPS, &s[0], &y[0]));
+    amp_tensor *rf = NULL, *yf = NULL;
+    CHECK_OK(amp_cast(r[1], AMP_F32, &rf));
+    CHECK_OK(amp_add(x[1], rf, &s[1]));
+    CHECK_OK(amp_layer_norm(s[1], g[1], b[1], EPS, &yf));
+    CHECK_OK(amp_cast(yf, AMP_BF16, &y[1]));
+    CHECK(amp_tensor_dtype(y[0]) == AMP_BF16 && amp_tensor_dtype(s[0]) == AMP_F32);
+    uint16_t a16[R * C], b16[R * C];
+    CHECK_OK(amp_tensor_to_host(y[0], a16, sizeof a16));
+    CHECK_OK(amp_tensor_to_host(y[1], b16, sizeof b16));
+    CHECK_MSG(memcmp(a16, b16, sizeof a16) == 0, "y differs from the casts'");
+    float fa[R * C], fb[R * C];
+    CHECK_OK(amp_tensor_to_host(s[0], fa, sizeof fa));
+    CHECK_OK(amp_tensor_to_host(s[1], fb, sizeof fb));
+    CHECK_MSG(memcmp(fa, fb, sizeof fa) == 0, "the sum differs from the casts'");
+    amp_tensor *m[2] = {NULL, NULL}, *loss = NULL;
+    for (int k = 0; k < 2; k++) {
+        amp_tensor *p = NULL, *q = NULL;
+        CHECK_OK(amp_mul(s[k], y[k], &p)); /* promoted to f32 */
+        CHECK_OK(amp_mul_scalar(s[k], 0.25f, &q));
+        CHECK_OK(amp_add(p, q, &p));
+        CHECK_OK(amp_mean(p, &m[k]));
+    }
+    CHECK_OK(amp_add(m[0], m[1], &loss));
+    CHECK_OK(amp_backward(loss));
+    ctx->autocast.enabled = false;
+    amp_tensor *pairs[4][2] = {{x[0], x[1]}, {r[0], r[1]}, {g[0], g[1]}, {b[0], b[1]}};
+    for (int i = 0; i < 4; i++) {
+        amp_tensor *ga = NULL, *gb = NULL;
+        CHECK_OK(amp_tensor_get_grad(pairs[i][0], &ga));
+        CHECK_OK(amp_tensor_get_grad(pairs[i][1], &gb));
+        size_t nb = (size_t)amp_tensor_numel(ga) * sizeof(float);
+        CHECK_OK(amp_tensor_to_host_f32(ga, fa, nb));
+        CHECK_OK(amp_tensor_to_host_f32(gb, fb, nb));
+        CHECK_MSG(memcmp(fa, fb, nb) == 0, "gradient %d of the mixed op differs from the casts'", i);
+    }
+    amp_ctx_reset_step(ctx);
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_free(x[k]);
+        amp_tensor_free(r[k]);
+        amp_tensor_free(g[k]);
+        amp_tensor_free(b[k]);
+    }
+}
+
 static void test_bad_input(amp_ctx *ctx) {
     amp_tensor *x = NULL, *g = NULL, *y = NULL, *s = NULL, *i32 = NULL;
     CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (const int64_t[]){3, 8}, &x));
@@ -141,6 +214,15 @@ static void test_bad_input(amp_ctx *ctx) {
     CHECK_FAILS(amp_layer_norm(x, NULL, NULL, -1.0f, &y), AMP_ERR_INVALID_ARG, "eps");
     CHECK_FAILS(amp_rms_norm(i32, NULL, EPS, &y), AMP_ERR_DTYPE, "amp_rms_norm");
     CHECK_FAILS(amp_add_layer_norm(x, g, NULL, NULL, EPS, &s, &y), AMP_ERR_SHAPE, "residual");
+    amp_tensor *h = NULL, *f = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_BF16, 2, (const int64_t[]){3, 8}, &h));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F16, 2, (const int64_t[]){3, 8}, &f));
+    /* a residual wider than x, or of another half type, without autocast */
+    CHECK_FAILS(amp_add_layer_norm(h, x, NULL, NULL, EPS, &s, &y), AMP_ERR_DTYPE, "not wider");
+    CHECK_FAILS(amp_add_layer_norm_for_linear(h, f, NULL, NULL, EPS, &s, &y), AMP_ERR_DTYPE,
+                "residual f16");
+    amp_tensor_free(h);
+    amp_tensor_free(f);
     amp_tensor_free(x);
     amp_tensor_free(g);
     amp_tensor_free(i32);
@@ -157,6 +239,7 @@ static void run_all(amp_device device) {
         printf("%-48s %s\n", cases[i].name, test_n_fail == before ? "ok" : "FAILED");
     }
     test_fused_equals_unfused(ctx);
+    test_mixed_equals_casts(ctx);
     test_bad_input(ctx);
     amp_ctx_free(ctx);
 }
