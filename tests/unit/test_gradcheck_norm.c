@@ -5,6 +5,7 @@
  * against the casts O1 ran before it, and bad input. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "amp/amp.h"
@@ -76,95 +77,121 @@ static gc_case cases[] = {
      OUT(2, 4, 9)},
 };
 
+/* Two copies of the leaves x [R, C], the residual r, gamma and beta (f32 [C]), all requiring
+ * grad: one for the fused op, one for what it stands for. */
+typedef struct ln_twins {
+    amp_tensor *x[2], *r[2], *g[2], *b[2];
+} ln_twins;
+
+static void twins_make(amp_ctx *ctx, ln_twins *t, int64_t rows, int64_t cols, amp_dtype xdt,
+                       const void *hx, amp_dtype rdt, const void *hr) {
+    float *hg = malloc((size_t)cols * sizeof *hg), *hb = malloc((size_t)cols * sizeof *hb);
+    if (!hg || !hb) abort();
+    for (int64_t j = 0; j < cols; j++)
+        hg[j] = 1.0f + 0.01f * (float)j, hb[j] = 0.02f * (float)j - 1.0f;
+    const int64_t shape[2] = {rows, cols};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(amp_tensor_from_host(ctx, xdt, 2, shape, hx, &t->x[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, rdt, 2, shape, hr, &t->r[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, &cols, hg, &t->g[k]));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, &cols, hb, &t->b[k]));
+        amp_tensor *leaves[4] = {t->x[k], t->r[k], t->g[k], t->b[k]};
+        for (int i = 0; i < 4; i++) CHECK_OK(amp_tensor_set_requires_grad(leaves[i], true));
+    }
+    free(hg);
+    free(hb);
+}
+
+/* The same bits in both copies' gradients (x, r, gamma, beta); then the step ends. */
+static void twins_check_grads(amp_ctx *ctx, ln_twins *t, const char *what) {
+    amp_tensor *pairs[4][2] = {{t->x[0], t->x[1]}, {t->r[0], t->r[1]}, {t->g[0], t->g[1]},
+                               {t->b[0], t->b[1]}};
+    for (int i = 0; i < 4; i++) {
+        amp_tensor *ga = NULL, *gb = NULL;
+        CHECK_OK(amp_tensor_get_grad(pairs[i][0], &ga));
+        CHECK_OK(amp_tensor_get_grad(pairs[i][1], &gb));
+        if (!ga || !gb) continue;
+        size_t nb = (size_t)amp_tensor_numel(ga) * sizeof(float);
+        float *fa = malloc(nb), *fb = malloc(nb);
+        if (!fa || !fb) abort();
+        CHECK_OK(amp_tensor_to_host_f32(ga, fa, nb));
+        CHECK_OK(amp_tensor_to_host_f32(gb, fb, nb));
+        CHECK_MSG(memcmp(fa, fb, nb) == 0, "gradient %d of %s differs", i, what);
+        free(fa);
+        free(fb);
+    }
+    amp_ctx_reset_step(ctx);
+}
+
+static void twins_free(ln_twins *t) {
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_free(t->x[k]);
+        amp_tensor_free(t->r[k]);
+        amp_tensor_free(t->g[k]);
+        amp_tensor_free(t->b[k]);
+    }
+}
+
+/* Backward of one loss over both graphs, mean(s y + s / 4) each: both outputs carry gradients
+ * (the sum's from the product first, then the LayerNorm's added), the graphs' leaves apart. */
+static void twins_backward(amp_tensor *const s[2], amp_tensor *const y[2]) {
+    amp_tensor *m[2] = {NULL, NULL}, *loss = NULL;
+    for (int k = 0; k < 2; k++) {
+        amp_tensor *p = NULL, *q = NULL;
+        CHECK_OK(amp_mul(s[k], y[k], &p)); /* promoted to f32 where the dtypes differ */
+        CHECK_OK(amp_mul_scalar(s[k], 0.25f, &q));
+        CHECK_OK(amp_add(p, q, &p));
+        CHECK_OK(amp_mean(p, &m[k]));
+    }
+    CHECK_OK(amp_add(m[0], m[1], &loss));
+    CHECK_OK(amp_backward(loss));
+}
+
 /* amp_add_layer_norm against amp_add then amp_layer_norm in bf16: the same bits forward and
  * backward (the sum is rounded before the statistics in both). */
 static void test_fused_equals_unfused(amp_ctx *ctx) {
     enum { R = 6, C = 96 };
     uint16_t hx[R * C], hr[R * C];
-    float hg[C], hb[C];
     for (int i = 0; i < R * C; i++) {
         hx[i] = amp_f32_to_bf16_bits(sinf((float)i * 0.37f) * 2.0f);
         hr[i] = amp_f32_to_bf16_bits(cosf((float)i * 0.11f));
     }
-    for (int j = 0; j < C; j++) hg[j] = 1.0f + 0.01f * (float)j, hb[j] = 0.02f * (float)j - 1.0f;
-    amp_tensor *x[2], *r[2], *g[2], *b[2], *y[2], *s[2];
-    const int64_t shape[2] = {R, C}, cs[1] = {C};
-    for (int k = 0; k < 2; k++) {
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_BF16, 2, shape, hx, &x[k]));
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_BF16, 2, shape, hr, &r[k]));
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hg, &g[k]));
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hb, &b[k]));
-        amp_tensor *leaves[4] = {x[k], r[k], g[k], b[k]};
-        for (int i = 0; i < 4; i++) CHECK_OK(amp_tensor_set_requires_grad(leaves[i], true));
-    }
-    CHECK_OK(amp_add_layer_norm(x[0], r[0], g[0], b[0], EPS, &s[0], &y[0]));
-    CHECK_OK(amp_add(x[1], r[1], &s[1]));
-    CHECK_OK(amp_layer_norm(s[1], g[1], b[1], EPS, &y[1]));
+    ln_twins t;
+    twins_make(ctx, &t, R, C, AMP_BF16, hx, AMP_BF16, hr);
+    amp_tensor *y[2], *s[2];
+    CHECK_OK(amp_add_layer_norm(t.x[0], t.r[0], t.g[0], t.b[0], EPS, &s[0], &y[0]));
+    CHECK_OK(amp_add(t.x[1], t.r[1], &s[1]));
+    CHECK_OK(amp_layer_norm(s[1], t.g[1], t.b[1], EPS, &y[1]));
     uint16_t a16[R * C], b16[R * C];
     CHECK_OK(amp_tensor_to_host(y[0], a16, sizeof a16));
     CHECK_OK(amp_tensor_to_host(y[1], b16, sizeof b16));
     CHECK(memcmp(a16, b16, sizeof a16) == 0);
-    /* One loss over both graphs, mean(s y) each: both outputs carry gradients, the two graphs'
-     * leaves are apart. */
-    amp_tensor *m[2] = {NULL, NULL}, *loss = NULL;
-    for (int k = 0; k < 2; k++) {
-        amp_tensor *p = NULL;
-        CHECK_OK(amp_mul(s[k], y[k], &p));
-        CHECK_OK(amp_mean(p, &m[k]));
-    }
-    CHECK_OK(amp_add(m[0], m[1], &loss));
-    CHECK_OK(amp_backward(loss));
-    amp_tensor *pairs[4][2] = {{x[0], x[1]}, {r[0], r[1]}, {g[0], g[1]}, {b[0], b[1]}};
-    for (int i = 0; i < 4; i++) {
-        amp_tensor *ga = NULL, *gb = NULL;
-        CHECK_OK(amp_tensor_get_grad(pairs[i][0], &ga));
-        CHECK_OK(amp_tensor_get_grad(pairs[i][1], &gb));
-        float fa[R * C], fb[R * C];
-        size_t nb = (size_t)amp_tensor_numel(ga) * sizeof(float);
-        CHECK_OK(amp_tensor_to_host_f32(ga, fa, nb));
-        CHECK_OK(amp_tensor_to_host_f32(gb, fb, nb));
-        CHECK_MSG(memcmp(fa, fb, nb) == 0, "gradient %d of the fused op differs", i);
-    }
-    amp_ctx_reset_step(ctx);
-    for (int k = 0; k < 2; k++) {
-        amp_tensor_free(x[k]);
-        amp_tensor_free(r[k]);
-        amp_tensor_free(g[k]);
-        amp_tensor_free(b[k]);
-    }
+    twins_backward(s, y);
+    twins_check_grads(ctx, &t, "the fused op");
+    twins_free(&t);
 }
 
 /* Under a bf16 autocast, amp_add_layer_norm_for_linear with an f32 x and a bf16 residual against
  * what O1 ran before it: the residual cast to f32, amp_add, amp_layer_norm, the output cast to
- * bf16. The same bits forward (sum and y) and backward (x, the residual, gamma, beta), with the
- * sum read by a later op too (its gradient then arrives before the LayerNorm's, which the
- * backward adds in place). */
+ * bf16. The same bits forward (the sum and y) and backward (x, the residual, gamma, beta; the
+ * sum's gradient arrives before the LayerNorm's, which the backward adds in place). */
 static void test_mixed_equals_casts(amp_ctx *ctx) {
     enum { R = 5, C = 72 };
-    float hx[R * C], hg[C], hb[C];
+    float hx[R * C];
     uint16_t hr[R * C];
     for (int i = 0; i < R * C; i++) {
         hx[i] = sinf((float)i * 0.29f) * 1.7f;
         hr[i] = amp_f32_to_bf16_bits(cosf((float)i * 0.13f));
     }
-    for (int j = 0; j < C; j++) hg[j] = 0.9f + 0.01f * (float)j, hb[j] = 0.5f - 0.015f * (float)j;
-    amp_tensor *x[2], *r[2], *g[2], *b[2], *y[2], *s[2];
-    const int64_t shape[2] = {R, C}, cs[1] = {C};
-    for (int k = 0; k < 2; k++) {
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, shape, hx, &x[k]));
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_BF16, 2, shape, hr, &r[k]));
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hg, &g[k]));
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 1, cs, hb, &b[k]));
-        amp_tensor *leaves[4] = {x[k], r[k], g[k], b[k]};
-        for (int i = 0; i < 4; i++) CHECK_OK(amp_tensor_set_requires_grad(leaves[i], true));
-    }
+    ln_twins t;
+    twins_make(ctx, &t, R, C, AMP_F32, hx, AMP_BF16, hr);
     ctx->autocast.enabled = true;
     ctx->autocast.half = AMP_BF16;
-    CHECK_OK(amp_add_layer_norm_for_linear(x[0], r[0], g[0], b[0], EPS, &s[0], &y[0]));
-    amp_tensor *rf = NULL, *yf = NULL;
-    CHECK_OK(amp_cast(r[1], AMP_F32, &rf));
-    CHECK_OK(amp_add(x[1], rf, &s[1]));
-    CHECK_OK(amp_layer_norm(s[1], g[1], b[1], EPS, &yf));
+    amp_tensor *y[2], *s[2], *rf = NULL, *yf = NULL;
+    CHECK_OK(amp_add_layer_norm_for_linear(t.x[0], t.r[0], t.g[0], t.b[0], EPS, &s[0], &y[0]));
+    CHECK_OK(amp_cast(t.r[1], AMP_F32, &rf));
+    CHECK_OK(amp_add(t.x[1], rf, &s[1]));
+    CHECK_OK(amp_layer_norm(s[1], t.g[1], t.b[1], EPS, &yf));
     CHECK_OK(amp_cast(yf, AMP_BF16, &y[1]));
     CHECK(amp_tensor_dtype(y[0]) == AMP_BF16 && amp_tensor_dtype(s[0]) == AMP_F32);
     uint16_t a16[R * C], b16[R * C];
@@ -175,34 +202,10 @@ static void test_mixed_equals_casts(amp_ctx *ctx) {
     CHECK_OK(amp_tensor_to_host(s[0], fa, sizeof fa));
     CHECK_OK(amp_tensor_to_host(s[1], fb, sizeof fb));
     CHECK_MSG(memcmp(fa, fb, sizeof fa) == 0, "the sum differs from the casts'");
-    amp_tensor *m[2] = {NULL, NULL}, *loss = NULL;
-    for (int k = 0; k < 2; k++) {
-        amp_tensor *p = NULL, *q = NULL;
-        CHECK_OK(amp_mul(s[k], y[k], &p)); /* promoted to f32 */
-        CHECK_OK(amp_mul_scalar(s[k], 0.25f, &q));
-        CHECK_OK(amp_add(p, q, &p));
-        CHECK_OK(amp_mean(p, &m[k]));
-    }
-    CHECK_OK(amp_add(m[0], m[1], &loss));
-    CHECK_OK(amp_backward(loss));
+    twins_backward(s, y);
     ctx->autocast.enabled = false;
-    amp_tensor *pairs[4][2] = {{x[0], x[1]}, {r[0], r[1]}, {g[0], g[1]}, {b[0], b[1]}};
-    for (int i = 0; i < 4; i++) {
-        amp_tensor *ga = NULL, *gb = NULL;
-        CHECK_OK(amp_tensor_get_grad(pairs[i][0], &ga));
-        CHECK_OK(amp_tensor_get_grad(pairs[i][1], &gb));
-        size_t nb = (size_t)amp_tensor_numel(ga) * sizeof(float);
-        CHECK_OK(amp_tensor_to_host_f32(ga, fa, nb));
-        CHECK_OK(amp_tensor_to_host_f32(gb, fb, nb));
-        CHECK_MSG(memcmp(fa, fb, nb) == 0, "gradient %d of the mixed op differs from the casts'", i);
-    }
-    amp_ctx_reset_step(ctx);
-    for (int k = 0; k < 2; k++) {
-        amp_tensor_free(x[k]);
-        amp_tensor_free(r[k]);
-        amp_tensor_free(g[k]);
-        amp_tensor_free(b[k]);
-    }
+    twins_check_grads(ctx, &t, "the O1 form against the casts");
+    twins_free(&t);
 }
 
 static void test_bad_input(amp_ctx *ctx) {
