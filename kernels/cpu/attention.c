@@ -1,10 +1,11 @@
 /* CPU backend: fused scaled dot-product attention, forward (attn_fwd), FlashAttention's
  * algorithm over tiles: for each (batch, head) and block of ATTN_BR query rows, the blocks of
- * ATTN_BC keys the rows see are visited in order, S = scale Q K^T by oneDNN's sgemm, the rows'
- * running max and sum updated (the online softmax), and O += P V by sgemm; only O and the rows'
- * logsumexp are written. Tasks (batch, head, query block) run in parallel, each in its thread's
- * arena (ATTN_BR x ATTN_BC scores, the widened tiles, the f32 accumulator): no memory grows with
- * seq^2. Half inputs are widened tile by tile (f32 arithmetic throughout). The softmax's exps
+ * ATTN_BC keys the rows see are visited in order, S = scale Q K^T, the rows' running max and sum
+ * updated (the online softmax), and O += P V; only O and the rows' logsumexp are written. Tasks
+ * (batch, head, query block) run in parallel, each in its thread's arena (ATTN_BR x ATTN_BC
+ * scores, the widened tiles, the f32 accumulator): no memory grows with seq^2. Half inputs are
+ * widened tile by tile (f32 arithmetic), the products oneDNN's sgemm; bf16 inputs on a CPU with
+ * AVX512-BF16 take bf16 products instead (attn_gemm, attention_tiles.h). The softmax's exps
  * run in vector loops built per ISA (attention_tiles.h): as scalar calls they took 60 % of the
  * forward.
  *
@@ -67,12 +68,10 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
         int64_t nc = attn_min(ATTN_BC, kend - j0);
         const float *k = tile_in(x->k, d->dt, (bh * seq + j0) * dim, nc * dim, t->k);
         const float *v = tile_in(x->v, d->dt, (bh * seq + j0) * dim, nc * dim, t->v);
-        if (dnnl_sgemm('N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s, ATTN_BC) !=
-            dnnl_success)
+        if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s, ATTN_BC))
             return false;
         fwd_softmax_tile(d, bh, i0, nr, j0, nc, len, t);
-        if (dnnl_sgemm('N', 'N', nr, dim, nc, 1.0f, t->s, ATTN_BC, v, dim, 1.0f, t->acc, dim) !=
-            dnnl_success)
+        if (!attn_gemm(d, 'N', 'N', nr, dim, nc, 1.0f, t->s, ATTN_BC, v, dim, 1.0f, t->acc, dim))
             return false;
     }
     for (int64_t r = 0; r < nr; r++) {

@@ -5,7 +5,8 @@
  *   S = scale Q K^T, P = e^(S - lse) (masked), dP = dO V^T, with dropout's factor z (0 or
  *   1 / (1 - p), the forward's draws) Pz = P z and dS = P (dP z - delta);
  *   dV += Pz^T dO, dK += scale dS^T Q, dQ += scale dS K,
- * the five products by oneDNN's sgemm. dQ accumulates in the task's f32 rows of the whole head
+ * the five products by oneDNN's sgemm (bf16 products for bf16 inputs on CPUs with AVX512-BF16:
+ * attn_gemm, attention_tiles.h). dQ accumulates in the task's f32 rows of the whole head
  * (seq x head_dim floats in the thread's arena), so every sum has one order: deterministic,
  * without atomics, whatever the thread count. */
 #include <math.h>
@@ -95,18 +96,18 @@ static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
             int64_t nr = attn_min(ATTN_BR, seq - i0);
             const float *q = tile_in(x->q, d->dt, base + i0 * dim, nr * dim, t->q);
             const float *dout = tile_in(x->dout, d->dt, base + i0 * dim, nr * dim, t->dout);
-            if (dnnl_sgemm('N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
-                           ATTN_BC) != dnnl_success ||
-                dnnl_sgemm('N', 'T', nr, nc, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
-                           ATTN_BC) != dnnl_success)
+            if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
+                           ATTN_BC) ||
+                !attn_gemm(d, 'N', 'T', nr, nc, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
+                           ATTN_BC))
                 return false;
             block_probs(d, x, bh, i0, nr, j0, nc, len, t);
-            if (dnnl_sgemm('T', 'N', nc, dim, nr, 1.0f, t->s, ATTN_BC, dout, dim, 1.0f, t->dv,
-                           dim) != dnnl_success ||
-                dnnl_sgemm('T', 'N', nc, dim, nr, d->scale, t->dp, ATTN_BC, q, dim, 1.0f, t->dk,
-                           dim) != dnnl_success ||
-                dnnl_sgemm('N', 'N', nr, dim, nc, d->scale, t->dp, ATTN_BC, k, dim, 1.0f,
-                           t->dq + i0 * dim, dim) != dnnl_success)
+            if (!attn_gemm(d, 'T', 'N', nc, dim, nr, 1.0f, t->s, ATTN_BC, dout, dim, 1.0f, t->dv,
+                           dim) ||
+                !attn_gemm(d, 'T', 'N', nc, dim, nr, d->scale, t->dp, ATTN_BC, q, dim, 1.0f, t->dk,
+                           dim) ||
+                !attn_gemm(d, 'N', 'N', nr, dim, nc, d->scale, t->dp, ATTN_BC, k, dim, 1.0f,
+                           t->dq + i0 * dim, dim))
                 return false;
         }
         attn_store_rows(x->dk, d->dt, base + j0 * dim, nc * dim, t->dk);

@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/vector_exp.h"
@@ -18,6 +19,18 @@
 #define ATTN_BC 128
 
 static inline int64_t attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* A tile product, C = alpha op(A) op(B) + beta C on the f32 tiles (dnnl_sgemm's arguments): for
+ * bf16 attention on a CPU with AVX512-BF16 in bf16 products (attention_bf16.c: the q, k, v and
+ * dO tiles hold bf16 values, P and dS are rounded to bf16 as FlashAttention's tensor-core
+ * products round them), else oneDNN's f32 sgemm. False when it failed. */
+static inline bool attn_gemm(const amp_attn_desc *d, char ta, char tb, int64_t m, int64_t n,
+                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                             int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (d->dt == AMP_BF16 && amp_cpu_attn_bf16_products())
+        return amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+}
 
 typedef struct attn_operands {
     const void *q, *k, *v, *o, *dout;

@@ -1,0 +1,218 @@
+/* The CPU attention's tile products in bf16 (attention_tiles.h's attn_gemm), on CPUs with
+ * AVX512-BF16: C = alpha op(A) op(B) + beta C for f32 tiles whose values are rounded to bf16 as
+ * they are packed, multiplied exactly and summed in f32 by vdpbf16ps (two products a lane per
+ * instruction, twice the f32 FMA's rate). For bf16 attention the q, k, v and dO tiles hold bf16
+ * values already (the packing is exact); P and dS are rounded to bf16, as FlashAttention rounds
+ * them for its tensor-core products and as PyTorch's half math path rounds the probabilities.
+ * vdpbf16ps flushes denormal inputs and results to zero.
+ *
+ * op(A) (m x k) is packed as pairs of k: the 32-bit pair (op(A)[i][2q], op(A)[i][2q + 1]) at
+ * ap[i * ars + q * aps], row-major pairs for 'N', column-major for 'T' (both written with
+ * contiguous stores); op(B) (k x n) as pairs of k too, bp[q * np + j], zero-padded to n rounded up
+ * to 16 columns and m to 16 rows ('T': b's rows as pairs, transposed 16 x 16 in registers). Each block of 4 rows and up to 64 columns keeps its sums in 16
+ * registers. The speed against oneDNN's sgemm on the same tiles: bench/RESULTS.md ("the
+ * attention's products in bf16"). */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/dnnl_util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+static int64_t up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+/* 16 floats from p (the first n, the rest 0) rounded to bf16, zero-extended to 32-bit lanes. */
+BF16_TARGET static inline __m512i lanes16(const float *p, int64_t n) {
+    if (n <= 0) return _mm512_setzero_si512();
+    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, p));
+    return _mm512_cvtepu16_epi32(h);
+}
+
+/* The pairs (lo[l], hi[l]) of 16 columns of two rows (hi NULL: zeros). */
+BF16_TARGET static inline __m512i pairs16(const float *lo, const float *hi, int64_t n) {
+    __m512i a = lanes16(lo, n);
+    if (!hi) return a;
+    return _mm512_or_si512(a, _mm512_slli_epi32(lanes16(hi, n), 16));
+}
+
+/* One row of k values (contiguous) as k / 2 pairs into out[0, kp2), zero-padded. */
+BF16_TARGET static inline void row_pairs(const float *row, int64_t k, int64_t kp2, uint32_t *out) {
+    for (int64_t q = 0; q < kp2; q += 16) {
+        int64_t n = k - 2 * q; /* values left from pair q */
+        __mmask16 lo = n >= 16 ? (__mmask16)0xffff : (__mmask16)(n > 0 ? (1u << n) - 1 : 0);
+        __mmask16 hi = n >= 32 ? (__mmask16)0xffff : (__mmask16)(n > 16 ? (1u << (n - 16)) - 1 : 0);
+        __m512 a = _mm512_maskz_loadu_ps(lo, row + 2 * q);
+        __m512 b = _mm512_maskz_loadu_ps(hi, row + 2 * q + 16);
+        __m512i v = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+        __mmask16 st = kp2 - q >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (kp2 - q)) - 1);
+        _mm512_mask_storeu_epi32(out + q, st, v);
+    }
+}
+
+/* op(A) (m x k) into ap: 'N' reads rows of a (row-major pairs, ars = kp2, aps = 1), 'T' columns
+ * (column-major pairs, ars = 1, aps = mp). Rows m..mp are zero. */
+BF16_TARGET static void pack_a(char ta, int64_t m, int64_t k, const float *a, int64_t lda,
+                               int64_t mp, int64_t kp2, uint32_t *ap) {
+    if (ta == 'N') {
+        for (int64_t i = 0; i < m; i++) row_pairs(a + i * lda, k, kp2, ap + i * kp2);
+        memset(ap + m * kp2, 0, (size_t)((mp - m) * kp2) * sizeof *ap);
+        return;
+    }
+    for (int64_t q = 0; q < kp2; q++) {
+        const float *lo = a + 2 * q * lda, *hi = 2 * q + 1 < k ? lo + lda : NULL;
+        for (int64_t i = 0; i < mp; i += 16)
+            _mm512_storeu_si512(ap + q * mp + i, pairs16(lo + i, hi ? hi + i : NULL, m - i));
+    }
+}
+
+/* The 16 x 16 32-bit transpose of r (row i comes out as column i). */
+BF16_TARGET static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int c = 0; c < 4; c++) {
+            t[8 * i + c] = _mm512_shuffle_i32x4(u[8 * i + c], u[8 * i + 4 + c], 0x88);
+            t[8 * i + 4 + c] = _mm512_shuffle_i32x4(u[8 * i + c], u[8 * i + 4 + c], 0xdd);
+        }
+    for (int c = 0; c < 8; c++) {
+        r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+        r[c + 8] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    }
+}
+
+/* op(B) (k x n) into bp[q * np + j]: 'N' pairs two rows of b; 'T' takes 16 of b's rows (op(B)'s
+ * columns) as pairs into rows (kp2r pairs each, zero past k and past n) and transposes them 16
+ * by 16. Columns n..np are zero. */
+BF16_TARGET static void pack_b(char tb, int64_t k, int64_t n, const float *b, int64_t ldb,
+                               int64_t np, int64_t kp2, uint32_t *bp, uint32_t *rows) {
+    if (tb == 'N') {
+        for (int64_t q = 0; q < kp2; q++) {
+            const float *lo = b + 2 * q * ldb, *hi = 2 * q + 1 < k ? lo + ldb : NULL;
+            for (int64_t j = 0; j < np; j += 16)
+                _mm512_storeu_si512(bp + q * np + j, pairs16(lo + j, hi ? hi + j : NULL, n - j));
+        }
+        return;
+    }
+    int64_t kp2r = up(kp2, 16);
+    for (int64_t j0 = 0; j0 < np; j0 += 16) {
+        for (int64_t r = 0; r < 16; r++) {
+            if (j0 + r < n) row_pairs(b + (j0 + r) * ldb, k, kp2r, rows + r * kp2r);
+            else memset(rows + r * kp2r, 0, (size_t)kp2r * sizeof *rows);
+        }
+        for (int64_t q0 = 0; q0 < kp2; q0 += 16) {
+            __m512i v[16];
+            for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_si512(rows + r * kp2r + q0);
+            transpose16(v);
+            for (int64_t q = 0; q < 16 && q0 + q < kp2; q++)
+                _mm512_storeu_si512(bp + (q0 + q) * np + j0, v[q]);
+        }
+    }
+}
+
+/* Rows i0..i0+4 (those below m stored) by columns j0..j0 + 16 nv (those below n stored). */
+BF16_TARGET static inline __attribute__((always_inline)) void
+block(int nv, int64_t i0, int64_t j0, int64_t m, int64_t n, int64_t kp2, const uint32_t *ap,
+      int64_t ars, int64_t aps, const uint32_t *bp, int64_t np, float alpha, float beta, float *c,
+      int64_t ldc) {
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t q = 0; q < kp2; q++) {
+        __m512i b[4];
+        for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_si512(bp + q * np + j0 + 16 * v);
+        for (int r = 0; r < 4; r++) {
+            __m512i a = _mm512_set1_epi32((int)ap[(i0 + r) * ars + q * aps]);
+            for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)a, (__m512bh)b[v]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < 4 && i0 + r < m; r++)
+        for (int v = 0; v < nv; v++) {
+            int64_t j = j0 + 16 * v, left = n - j;
+            if (left <= 0) break;
+            __mmask16 mk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            float *p = c + (i0 + r) * ldc + j;
+            __m512 y = _mm512_mul_ps(va, acc[r][v]);
+            if (beta != 0.0f) y = _mm512_add_ps(y, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mk, p)));
+            _mm512_mask_storeu_ps(p, mk, y);
+        }
+}
+
+BF16_TARGET static bool gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                  const float *a, int64_t lda, const float *b, int64_t ldb,
+                                  float beta, float *c, int64_t ldc) {
+    int64_t mp = up(m, 16), np = up(n, 16), kp2 = (k + 1) / 2;
+    size_t words = (size_t)(mp * kp2 + kp2 * np + 16 * up(kp2, 16));
+    uint32_t *ap = NULL;
+    if (amp_dnnl_arena(AMP_DNNL_ARENA_SCRATCH, words * sizeof *ap, (void **)&ap) != AMP_OK)
+        return false;
+    uint32_t *bp = ap + mp * kp2, *rows = bp + kp2 * np;
+    pack_a(ta, m, k, a, lda, mp, kp2, ap);
+    pack_b(tb, k, n, b, ldb, np, kp2, bp, rows);
+    int64_t ars = ta == 'N' ? kp2 : 1, aps = ta == 'N' ? 1 : mp;
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+        int64_t j0 = 0;
+        for (; j0 + 64 <= np; j0 += 64)
+            block(4, i0, j0, m, n, kp2, ap, ars, aps, bp, np, alpha, beta, c, ldc);
+        for (; j0 + 32 <= np; j0 += 32)
+            block(2, i0, j0, m, n, kp2, ap, ars, aps, bp, np, alpha, beta, c, ldc);
+        for (; j0 < np; j0 += 16)
+            block(1, i0, j0, m, n, kp2, ap, ars, aps, bp, np, alpha, beta, c, ldc);
+    }
+    return true;
+}
+
+static int bf16_decide(void) {
+    if (!amp_cpu_avx512_kernels()) return 0; /* AMP_CPU_GENERIC keeps oneDNN's sgemm */
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+}
+
+bool amp_cpu_attn_bf16_products(void) {
+    static int decided = -1;
+    int d = __atomic_load_n(&decided, __ATOMIC_RELAXED);
+    if (d < 0) {
+        d = bf16_decide();
+        __atomic_store_n(&decided, d, __ATOMIC_RELAXED);
+    }
+    return d != 0;
+}
+
+bool amp_cpu_attn_gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                            const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                            float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return true;
+    if (k <= 0) { /* no products: C = beta C */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return true;
+    }
+    return gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+#else
+bool amp_cpu_attn_bf16_products(void) { return false; }
+bool amp_cpu_attn_gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                            const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                            float *c, int64_t ldc) {
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
+    (void)ldb, (void)beta, (void)c, (void)ldc;
+    return false;
+}
+#endif
