@@ -20,7 +20,7 @@
 #include "kernels/cpu/dnnl_util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "kernels/cpu/avx512_lanes.h"
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -29,8 +29,7 @@ static int64_t up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 /* 16 floats from p (the first n, the rest 0) rounded to bf16, zero-extended to 32-bit lanes. */
 BF16_TARGET static inline __m512i lanes16(const float *p, int64_t n) {
     if (n <= 0) return _mm512_setzero_si512();
-    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, p));
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(avx512_lanes(n), p));
     return _mm512_cvtepu16_epi32(h);
 }
 
@@ -45,13 +44,10 @@ BF16_TARGET static inline __m512i pairs16(const float *lo, const float *hi, int6
 BF16_TARGET static inline void row_pairs(const float *row, int64_t k, int64_t kp2, uint32_t *out) {
     for (int64_t q = 0; q < kp2; q += 16) {
         int64_t n = k - 2 * q; /* values left from pair q */
-        __mmask16 lo = n >= 16 ? (__mmask16)0xffff : (__mmask16)(n > 0 ? (1u << n) - 1 : 0);
-        __mmask16 hi = n >= 32 ? (__mmask16)0xffff : (__mmask16)(n > 16 ? (1u << (n - 16)) - 1 : 0);
-        __m512 a = _mm512_maskz_loadu_ps(lo, row + 2 * q);
-        __m512 b = _mm512_maskz_loadu_ps(hi, row + 2 * q + 16);
+        __m512 a = _mm512_maskz_loadu_ps(avx512_lanes(n), row + 2 * q);
+        __m512 b = _mm512_maskz_loadu_ps(avx512_lanes(n - 16), row + 2 * q + 16);
         __m512i v = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-        __mmask16 st = kp2 - q >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (kp2 - q)) - 1);
-        _mm512_mask_storeu_epi32(out + q, st, v);
+        _mm512_mask_storeu_epi32(out + q, avx512_lanes(kp2 - q), v);
     }
 }
 
@@ -68,30 +64,6 @@ BF16_TARGET static void pack_a(char ta, int64_t m, int64_t k, const float *a, in
         const float *lo = a + 2 * q * lda, *hi = 2 * q + 1 < k ? lo + lda : NULL;
         for (int64_t i = 0; i < mp; i += 16)
             _mm512_storeu_si512(ap + q * mp + i, pairs16(lo + i, hi ? hi + i : NULL, m - i));
-    }
-}
-
-/* The 16 x 16 32-bit transpose of r (row i comes out as column i). */
-BF16_TARGET static inline void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int i = 0; i < 2; i++)
-        for (int c = 0; c < 4; c++) {
-            t[8 * i + c] = _mm512_shuffle_i32x4(u[8 * i + c], u[8 * i + 4 + c], 0x88);
-            t[8 * i + 4 + c] = _mm512_shuffle_i32x4(u[8 * i + c], u[8 * i + 4 + c], 0xdd);
-        }
-    for (int c = 0; c < 8; c++) {
-        r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-        r[c + 8] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
     }
 }
 
@@ -115,11 +87,11 @@ BF16_TARGET static void pack_b(char tb, int64_t k, int64_t n, const float *b, in
             else memset(rows + r * kp2r, 0, (size_t)kp2r * sizeof *rows);
         }
         for (int64_t q0 = 0; q0 < kp2; q0 += 16) {
-            __m512i v[16];
-            for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_si512(rows + r * kp2r + q0);
-            transpose16(v);
+            __m512 v[16]; /* pairs, moved as 32-bit lanes */
+            for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_ps(rows + r * kp2r + q0);
+            avx512_transpose16(v);
             for (int64_t q = 0; q < 16 && q0 + q < kp2; q++)
-                _mm512_storeu_si512(bp + (q0 + q) * np + j0, v[q]);
+                _mm512_storeu_ps(bp + (q0 + q) * np + j0, v[q]);
         }
     }
 }
@@ -146,7 +118,7 @@ block(int nv, int64_t i0, int64_t j0, int64_t m, int64_t n, int64_t kp2, const u
         for (int v = 0; v < nv; v++) {
             int64_t j = j0 + 16 * v, left = n - j;
             if (left <= 0) break;
-            __mmask16 mk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            __mmask16 mk = avx512_lanes(left);
             float *p = c + (i0 + r) * ldc + j;
             __m512 y = _mm512_mul_ps(va, acc[r][v]);
             if (beta != 0.0f) y = _mm512_add_ps(y, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mk, p)));

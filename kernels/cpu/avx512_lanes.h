@@ -1,6 +1,6 @@
 /* Sixteen-lane loads and stores of f32, f16 and bf16 for the CPU backend's hand-vectorised
  * AVX-512 kernels (pool_2x2_avx512.c, batchnorm_avx512.c, channel_blocks_avx512.c, the casts of
- * memory.c): half values are widened in registers
+ * memory.c, attention_bf16.c's packing): half values are widened in registers
  * and rounded back as core/half.h's conversions round them (to nearest even; NaN as 0x7fff).
  * x86-64 with GCC or Clang only; the functions are built for AVX-512 F, BW and VL, which the
  * caller checks at run time (amp_cpu_avx512_kernels). */
@@ -17,6 +17,35 @@
 /* The first n lanes (none for n <= 0, all sixteen for n >= 16). */
 static inline __mmask16 avx512_lanes(int64_t n) {
     return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* r[i] becomes column i of the 16x16 matrix whose rows r held (32-bit lanes of any kind: f32
+ * here, bf16 pairs in attention_bf16.c through the casts). */
+AMP_AVX512_TARGET static inline void avx512_transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4j + k], 128-bit lane L: rows 4j..4j+3 of column 4L + k. */
+    for (int j = 0; j < 4; j++) {
+        __m512d a = _mm512_castps_pd(t[4 * j]), b = _mm512_castps_pd(t[4 * j + 2]);
+        __m512d c = _mm512_castps_pd(t[4 * j + 1]), d = _mm512_castps_pd(t[4 * j + 3]);
+        u[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int k = 0; k < 4; k++) {
+        __m512 even_lo = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+        __m512 even_hi = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        __m512 odd_lo = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+        __m512 odd_hi = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_f32x4(even_lo, even_hi, 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(even_lo, even_hi, 0xdd);
+        r[4 + k] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0xdd);
+    }
 }
 
 /* Sixteen elements from p[i] as f32; masked-off lanes read nothing and hold 0. */

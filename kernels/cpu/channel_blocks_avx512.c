@@ -15,34 +15,6 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include "kernels/cpu/avx512_lanes.h"
 
-/* r[i] becomes column i of the 16x16 matrix whose rows r held. */
-AMP_AVX512_TARGET static inline void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4j + k], 128-bit lane L: rows 4j..4j+3 of column 4L + k. */
-    for (int j = 0; j < 4; j++) {
-        __m512d a = _mm512_castps_pd(t[4 * j]), b = _mm512_castps_pd(t[4 * j + 2]);
-        __m512d c = _mm512_castps_pd(t[4 * j + 1]), d = _mm512_castps_pd(t[4 * j + 3]);
-        u[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        u[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        u[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        u[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    for (int k = 0; k < 4; k++) {
-        __m512 even_lo = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
-        __m512 even_hi = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-        __m512 odd_lo = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
-        __m512 odd_hi = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
-        r[k] = _mm512_shuffle_f32x4(even_lo, even_hi, 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(even_lo, even_hi, 0xdd);
-        r[4 + k] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(odd_lo, odd_hi, 0xdd);
-    }
-}
-
 /* One block of 16 channels of one sample: src holds its 16 planes of hw elements each, dst gets
  * the 16 f32 channels of position p at dst + p * dst_hw. narrow_block is the way back. */
 AMP_AVX512_TARGET static void widen_block(float *dst, int64_t dst_hw, const void *src, amp_dtype dt,
@@ -52,7 +24,7 @@ AMP_AVX512_TARGET static void widen_block(float *dst, int64_t dst_hw, const void
         __mmask16 m = avx512_lanes(n);
         __m512 r[16];
         for (int c = 0; c < 16; c++) r[c] = avx512_load16_exact(src, dt, c * hw + p, m);
-        transpose16(r);
+        avx512_transpose16(r);
         for (int64_t i = 0; i < n; i++) _mm512_storeu_ps(dst + (p + i) * dst_hw, r[i]);
     }
 }
@@ -65,7 +37,7 @@ AMP_AVX512_TARGET static void narrow_block(void *dst, amp_dtype dt, const float 
         __m512 r[16];
         for (int i = 0; i < 16; i++)
             r[i] = i < n ? _mm512_loadu_ps(src + (p + i) * src_hw) : _mm512_setzero_ps();
-        transpose16(r);
+        avx512_transpose16(r);
         for (int c = 0; c < 16; c++) avx512_store16(dst, dt, c * hw + p, m, r[c]);
     }
 }
