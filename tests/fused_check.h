@@ -1,6 +1,7 @@
 /* What the tests of the fused ops (test_gradcheck_fused.c: linear + ReLU, test_gradcheck_bn_relu.c:
- * batch norm + ReLU) share: the gradient-check loop over their cases, a leaf's gradient on the
- * host, the comparison of fused and unfused values, and a trace that logs the ops a model ran. */
+ * batch norm + ReLU, test_gradcheck_linear_gelu.c) share: the gradient-check loop over their
+ * cases, a leaf's gradient on the host, the comparison of fused and unfused values, a trace that
+ * logs the ops a model ran, and the main that runs it all on each backend. */
 #ifndef AMP_TESTS_FUSED_CHECK_H
 #define AMP_TESTS_FUSED_CHECK_H
 
@@ -43,6 +44,27 @@ static inline void log_op(void *user, const char *op, const amp_tensor *const *i
     (void)in, (void)n_in, (void)out;
     op_log *l = user;
     if (l->n < 32) l->ops[l->n++] = op;
+}
+
+/* The whole test: on the CPU, then on CUDA where a backend answers, a context seeded ctx_seed,
+ * the cases' gradient checks (seeds from seed0), then each of tests; test_summary(name). */
+typedef void (*fused_test)(amp_ctx *ctx);
+static inline int fused_check_main(const char *name, gc_case *cases, int n_cases, uint64_t seed0,
+                                   uint64_t ctx_seed, const fused_test *tests, int n_tests) {
+    const amp_device devices[2] = {AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
+    for (int d = 0; d < 2; d++) {
+        if (d == 1 && !amp_backend_cuda()) {
+            printf("%s: no CUDA backend (%s): the CPU only\n", name, amp_last_error());
+            break;
+        }
+        amp_ctx *ctx = NULL;
+        CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = devices[d], .seed = ctx_seed}, &ctx));
+        if (!ctx) continue;
+        gc_run_cases(ctx, cases, n_cases, seed0);
+        for (int i = 0; i < n_tests; i++) tests[i](ctx);
+        amp_ctx_free(ctx);
+    }
+    return test_summary(name);
 }
 
 #endif

@@ -272,20 +272,9 @@ static void test_errors(amp_ctx *ctx) {
     amp_tensor_free(xi);
 }
 
-static void run_device(amp_device dev) {
-    amp_ctx *ctx = NULL;
-    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = dev, .seed = 32}, &ctx));
-    if (!ctx) return;
-    gc_run_cases(ctx, gc_cases, (int)(sizeof gc_cases / sizeof gc_cases[0]), 3000);
-    test_against_unfused(ctx);
-    test_sequential(ctx);
-    test_errors(ctx);
-    amp_ctx_free(ctx);
-}
-
 int main(void) {
-    run_device(AMP_DEVICE_CPU);
-    if (amp_backend_cuda()) run_device(AMP_DEVICE_CUDA);
-    else printf("test_gradcheck_linear_gelu: no CUDA backend (%s): the CPU only\n", amp_last_error());
-    return test_summary("test_gradcheck_linear_gelu");
+    static const fused_test tests[] = {test_against_unfused, test_sequential, test_errors};
+    int n_cases = (int)(sizeof gc_cases / sizeof gc_cases[0]);
+    return fused_check_main("test_gradcheck_linear_gelu", gc_cases, n_cases, 3000, 32, tests,
+                            (int)(sizeof tests / sizeof tests[0]));
 }
