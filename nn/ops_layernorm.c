@@ -7,7 +7,8 @@
  * an f32 x is widened as the kernel reads it (PyTorch's promotion of x + r; O1's half branch
  * output joins the f32 stream without an f32 copy of it), and the _for_linear forms give y in
  * the half type the linear reading it would cast it to: the bits of the cast, without the f32 y
- * and its f32 gradient held for the step. */
+ * and its f32 gradient held for the step (the linear's dX then comes back in the half type, as
+ * torch.autocast's does, not in f32 through nn/gemm.c's cast shortcut). */
 #include "core/error.h"
 #include "nn/autocast.h"
 

@@ -66,8 +66,11 @@ amp_status amp_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *be
  * The _for_linear forms are for a LayerNorm read only by a linear layer (a transformer's ln_1
  * before c_attn, ln_2 before c_fc, ln_f before the head): under autocast y comes out in the
  * autocast half type, the bits the linear's cast of the f32 y would give, without that f32 y and
- * its f32 gradient held for the step (TransformerEngine's LayerNormLinear fuses the same cast);
- * without autocast they are amp_layer_norm and amp_add_layer_norm. */
+ * its f32 gradient held for the step (TransformerEngine's LayerNormLinear fuses the same cast).
+ * The gradient reaching the LayerNorm is then the linear's half dX, as torch.autocast computes
+ * it; after amp_layer_norm the linear writes dX in f32 straight into the f32 y's gradient
+ * (nn/gemm.c), a rounding fewer. Without autocast they are amp_layer_norm and
+ * amp_add_layer_norm. */
 amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
                           amp_tensor **out);
 amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out);

@@ -172,9 +172,10 @@ static void test_fused_equals_unfused(amp_ctx *ctx) {
 }
 
 /* Under a bf16 autocast, amp_add_layer_norm_for_linear with an f32 x and a bf16 residual against
- * what O1 ran before it: the residual cast to f32, amp_add, amp_layer_norm, the output cast to
- * bf16. The same bits forward (the sum and y) and backward (x, the residual, gamma, beta; the
- * sum's gradient arrives before the LayerNorm's, which the backward adds in place). */
+ * the unfused casts: the residual cast to f32, amp_add, amp_layer_norm, the output cast to bf16,
+ * read by an elementwise op (a linear reading the cast would write dX in f32, nn/gemm.c). The
+ * same bits forward (the sum and y) and backward (x, the residual, gamma, beta; the sum's
+ * gradient arrives before the LayerNorm's, which the backward adds in place). */
 static void test_mixed_equals_casts(amp_ctx *ctx) {
     enum { R = 5, C = 72 };
     float hx[R * C];
