@@ -10,12 +10,7 @@
 static bool amp_is_float(amp_dtype dt) { return dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16; }
 
 static amp_status amp_cast_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    amp_tensor *x = node->in[0];
-    amp_grad_sink s;
-    AMP_TRY(amp_grad_begin(x, &s));
-    if (s.buf)
-        AMP_TRY(AMP_BE(dy->backend, cast, s.buf->data, x->dtype, dy->data, dy->dtype, dy->numel));
-    return amp_grad_end(&s);
+    return amp_grad_accumulate_cast(node->in[0], dy);
 }
 
 amp_tensor *amp_cast_f32_source(const amp_tensor *t) {

@@ -96,6 +96,15 @@ amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha
     return AMP_OK;
 }
 
+amp_status amp_grad_accumulate_cast(amp_tensor *t, const amp_tensor *src) {
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(t, &s));
+    if (s.buf)
+        AMP_TRY(AMP_BE(src->backend, cast, s.buf->data, t->dtype, src->data, src->dtype,
+                       src->numel));
+    return amp_grad_end(&s);
+}
+
 /* Taking dy over is safe when nothing reads it as out's gradient any more: out's node is done
  * (the reverse walk), the graph goes with this backward (a retained graph's next backward writes
  * out's gradient again) and nobody kept out. t's own later contributions then add into dy's

@@ -61,6 +61,8 @@ amp_status amp_grad_target(amp_tensor *t, amp_tensor **grad, float *beta);
 void amp_grad_mark_written(amp_tensor *t);
 /* grad(t) += alpha * src, without a temporary (src has t's numel and dtype). */
 amp_status amp_grad_accumulate(amp_tensor *t, const amp_tensor *src, float alpha);
+/* grad(t) += src rounded to t's dtype (src of t's numel in another dtype: a cast's backward). */
+amp_status amp_grad_accumulate_cast(amp_tensor *t, const amp_tensor *src);
 /* grad(t) += node's output gradient (dy), for ops whose gradient flows back unchanged (reshape,
  * add): t's first contribution in a backward that releases the graph takes dy's memory over
  * instead of copying it, as PyTorch hands a view's gradient back; otherwise as accumulate. */

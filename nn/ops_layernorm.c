@@ -19,21 +19,20 @@ typedef struct ln_aux {
 /* An f32 x's later gradient contribution is added by the kernel (the residual stream's: the
  * next block's add passed its gradient first), not written to a temporary and added. */
 static amp_status ln_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    amp_ln_desc dd = ((const ln_aux *)node->aux)->d;
-    const amp_ln_desc *d = &dd;
+    amp_ln_desc d = ((const ln_aux *)node->aux)->d;
     amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
     amp_grad_sink sx = {.t = x}, sg, sb;
     if (x->requires_grad && x->dtype == AMP_F32) {
         float beta_x;
         AMP_TRY(amp_grad_target(x, &sx.buf, &beta_x));
-        dd.accumulate = beta_x != 0.0f;
+        d.accumulate = beta_x != 0.0f;
     } else {
         AMP_TRY(amp_grad_begin(x, &sx));
     }
     AMP_TRY(amp_grad_begin(gamma, &sg));
     AMP_TRY(amp_grad_begin(beta, &sb));
     if (sx.buf || sg.buf || sb.buf)
-        AMP_TRY(AMP_BE(dy->backend, layernorm_bwd, d, x->data, dy->data,
+        AMP_TRY(AMP_BE(dy->backend, layernorm_bwd, &d, x->data, dy->data,
                        gamma ? (const float *)gamma->data : NULL,
                        node->saved[0] ? (const float *)node->saved[0]->data : NULL,
                        (const float *)node->saved[1]->data, sx.buf ? sx.buf->data : NULL,
@@ -59,12 +58,7 @@ static amp_status add_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *r = node->in[1];
     AMP_TRY(amp_grad_pass(node, node->in[0]));
     if (r->dtype == dy->dtype) return amp_grad_accumulate(r, dy, 1.0f);
-    /* A half residual: dy rounded to it, as the backward of a cast to f32 gives. */
-    amp_grad_sink s;
-    AMP_TRY(amp_grad_begin(r, &s));
-    if (s.buf)
-        AMP_TRY(AMP_BE(dy->backend, cast, s.buf->data, r->dtype, dy->data, dy->dtype, dy->numel));
-    return amp_grad_end(&s);
+    return amp_grad_accumulate_cast(r, dy); /* a half residual: as a cast to f32's backward */
 }
 
 /* Under autocast x runs in f32; a residual stays in its half type when x is f32. */

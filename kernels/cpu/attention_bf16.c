@@ -8,15 +8,14 @@
  *
  * op(A) (m x k) is packed as pairs of k: the 32-bit pair (op(A)[i][2q], op(A)[i][2q + 1]) at
  * ap[i * ars + q * aps], row-major pairs for 'N', column-major for 'T' (both written with
- * contiguous stores); op(B) (k x n) as pairs of k too, bp[q * np + j], zero-padded to n rounded up
- * to 16 columns and m to 16 rows ('T': b's rows as pairs, transposed 16 x 16 in registers). Each block of 4 rows and up to 64 columns keeps its sums in 16
- * registers. The speed against oneDNN's sgemm on the same tiles: bench/RESULTS.md ("the
- * attention's products in bf16"). */
+ * contiguous stores); op(B) (k x n) as pairs of k too, bp[q * np + j], zero-padded to n rounded
+ * up to 16 columns and m to 16 rows ('T': b's rows as pairs, transposed 16 x 16 in registers).
+ * Each block of 4 rows and up to 64 columns keeps its sums in 16 registers. The speed against
+ * oneDNN's sgemm on the same tiles: bench/RESULTS.md ("the attention's products in bf16"). */
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/cpu/attention_bf16.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dnnl_util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -150,36 +149,14 @@ BF16_TARGET static bool gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_
     return true;
 }
 
-static int bf16_decide(void) {
-    if (!amp_cpu_avx512_kernels()) return 0; /* AMP_CPU_GENERIC keeps oneDNN's sgemm */
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16");
-}
-
-bool amp_cpu_attn_bf16_products(void) {
-    static int decided = -1;
-    int d = __atomic_load_n(&decided, __ATOMIC_RELAXED);
-    if (d < 0) {
-        d = bf16_decide();
-        __atomic_store_n(&decided, d, __ATOMIC_RELAXED);
-    }
-    return d != 0;
-}
-
 bool amp_cpu_attn_gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
                             const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                             float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return true;
-    if (k <= 0) { /* no products: C = beta C */
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-        return true;
-    }
+    if (m < 1 || n < 1 || k < 1) return false;
     return gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 #else
-bool amp_cpu_attn_bf16_products(void) { return false; }
 bool amp_cpu_attn_gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
                             const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                             float *c, int64_t ldc) {

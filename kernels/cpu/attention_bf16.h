@@ -5,12 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Whether this CPU runs them: AVX512-BF16 (and AVX-512 F/BW/VL), unless AMP_CPU_GENERIC is set.
- * Decided once per process. */
-bool amp_cpu_attn_bf16_products(void);
-/* C = alpha op(A) op(B) + beta C, dnnl_sgemm's arguments (row-major, 'N' or 'T'), with op(A) and
- * op(B) rounded to bf16 and the products summed in f32; false when the thread's scratch could not
- * be had (or without AVX512-BF16). */
+/* C = alpha op(A) op(B) + beta C, dnnl_sgemm's arguments (row-major, 'N' or 'T', m, n, k >= 1),
+ * with op(A) and op(B) rounded to bf16 and the products summed in f32, where
+ * amp_cpu_avx512_bf16_kernels() (cpu_backend.h); false when the thread's scratch could not be
+ * had, a size is below 1, or this build has no such kernel. */
 bool amp_cpu_attn_gemm_bf16(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
                             const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                             float *c, int64_t ldc);

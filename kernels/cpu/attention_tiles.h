@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/vector_exp.h"
@@ -27,7 +28,7 @@ static inline int64_t attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline bool attn_gemm(const amp_attn_desc *d, char ta, char tb, int64_t m, int64_t n,
                              int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                              int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (d->dt == AMP_BF16 && amp_cpu_attn_bf16_products())
+    if (d->dt == AMP_BF16 && amp_cpu_avx512_bf16_kernels())
         return amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
 }
@@ -130,7 +131,7 @@ static inline void attn_store_rows(void *y, amp_dtype dt, int64_t at, int64_t n,
 }
 
 /* task(d, x, i, tiles) for every i < tasks, in parallel (dynamic: causal tasks differ in work),
- * each with its thread's tiles; fails naming fn when a task's sgemm or arena failed. */
+ * each with its thread's tiles; fails naming fn when a task's product or arena failed. */
 typedef bool (*attn_task)(const amp_attn_desc *d, const attn_operands *x, int64_t i,
                           attn_tiles *t);
 static inline amp_status attn_run(const char *fn, const amp_attn_desc *d, const attn_operands *x,
@@ -145,8 +146,9 @@ static inline amp_status attn_run(const char *fn, const amp_attn_desc *d, const 
         }
     }
     if (failed)
-        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's oneDNN sgemm or its %lld-float arena failed",
-                        fn, (long long)attn_tiles_floats(d));
+        return amp_fail(AMP_ERR_BACKEND, "%s: a tile's product (oneDNN's sgemm, or the bf16 "
+                        "kernel's scratch) or its %lld-float arena failed", fn,
+                        (long long)attn_tiles_floats(d));
     return AMP_OK;
 }
 

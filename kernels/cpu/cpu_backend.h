@@ -58,6 +58,8 @@ float amp_cpu_row_sum(const float *v, int64_t n);
 /* cpu_avx512.c: whether the hand-vectorised AVX-512 kernels run (AVX-512 F, BW and VL, and
  * AMP_CPU_GENERIC unset). */
 bool amp_cpu_avx512_kernels(void);
+/* The same with AVX512-BF16 too: the attention's bf16 tile products (attention_bf16.c). */
+bool amp_cpu_avx512_bf16_kernels(void);
 /* pool_2x2_avx512.c: whether d (checked) is a 2x2 stride-2 unpadded pooling and those kernels
  * run; then one (n, c) plane at a time, same values and bits as the scalar scan. */
 bool amp_cpu_pool2x2_vectorised(const amp_pool_desc *d);

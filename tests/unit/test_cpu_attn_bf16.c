@@ -10,6 +10,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "test_util.h"
 
 #define NAME "test_cpu_attn_bf16"
@@ -24,8 +25,10 @@ static void run(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, 
                 bool integers) {
     int64_t lda = (ta == 'N' ? k : m) + 3, ldb = (tb == 'N' ? n : k) + 5, ldc = n + 2;
     int64_t ra = ta == 'N' ? m : k, rb = tb == 'N' ? k : n;
-    float *a = malloc(sizeof(float) * (size_t)(ra * lda)), *b = malloc(sizeof(float) * (size_t)(rb * ldb));
-    float *c = malloc(sizeof(float) * (size_t)(m * ldc)), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+    float *a = malloc(sizeof(float) * (size_t)(ra * lda));
+    float *b = malloc(sizeof(float) * (size_t)(rb * ldb));
+    float *c = malloc(sizeof(float) * (size_t)(m * ldc));
+    float *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
     if (!a || !b || !c || !c0) abort();
     for (int64_t i = 0; i < ra * lda; i++)
         a[i] = integers ? (float)(rand() % 9 - 4) : (float)rand() / (float)RAND_MAX - 0.5f;
@@ -47,7 +50,8 @@ static void run(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, 
                 s += t, mag += fabs(t);
             }
             double want = alpha * s + beta * c0[i * ldc + j], got = c[i * ldc + j];
-            double tol = integers ? 0.0 : (double)(k + 2) * 0x1p-24 * (fabs(alpha) * mag + fabs(want));
+            double tol =
+                integers ? 0.0 : (double)(k + 2) * 0x1p-24 * (fabs(alpha) * mag + fabs(want));
             bad += fabs(got - want) > tol;
             worst = fmax(worst, fabs(got - want));
         }
@@ -58,7 +62,7 @@ static void run(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, 
 }
 
 int main(void) {
-    if (!amp_cpu_attn_bf16_products())
+    if (!amp_cpu_avx512_bf16_kernels())
         return test_skip(NAME, "this CPU has no AVX512-BF16 (or AMP_CPU_GENERIC is set)");
     srand(7);
     const int64_t shapes[][3] = {{1, 1, 1}, {5, 17, 3}, {64, 128, 64}, {37, 70, 33},
