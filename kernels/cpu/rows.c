@@ -6,6 +6,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/vector_exp.h"
 #include "kernels/math/lanes.h"
 #include "kernels/math/softmax.h"
@@ -38,22 +39,32 @@ AMP_CPU_CLONE_INLINE void lanes_sum(const float *e, int64_t n, float *acc) {
     for (int l = 0; i < n; i++, l++) acc[l] += e[i];
 }
 
-AMP_CPU_CLONES void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, float *m_out,
-                                           float *s_out) {
+/* The 32 lanes' NaN-propagating max of v[0, n). */
+AMP_CPU_CLONE_INLINE float lanes_max(const float *v, int64_t n) {
     float acc[AMP_LANES];
     for (int l = 0; l < AMP_LANES; l++) acc[l] = -INFINITY;
     int64_t i = 0;
     for (; i + AMP_LANES <= n; i += AMP_LANES)
         for (int l = 0; l < AMP_LANES; l++) acc[l] = amp_lanes_max2(acc[l], v[i + l]);
     for (int l = 0; i < n; i++, l++) acc[l] = amp_lanes_max2(acc[l], v[i]);
-    float m = amp_lanes_combine(acc, 1);
+    return amp_lanes_combine(acc, 1);
+}
+
+AMP_CPU_CLONES void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, float *m_out,
+                                           float *s_out) {
+    bool avx512 = amp_cpu_avx512_kernels(); /* exp_avx512.c: the same bits, fewer instructions */
+    float m = avx512 ? amp_avx512_row_max(v, n) : lanes_max(v, n), acc[AMP_LANES];
+    *m_out = m;
+    if (avx512 && isfinite(m)) {
+        *s_out = amp_avx512_exp_sum(v, n, m, e);
+        return;
+    }
     if (isfinite(m))
         amp_cpu_exp_shifted(v, n, m, e);
     else /* fully masked (0), a NaN in the row (m NaN) or an inf: the scalar function */
         for (int64_t j = 0; j < n; j++) e[j] = amp_softmax_exp(v[j], m);
     for (int l = 0; l < AMP_LANES; l++) acc[l] = 0.0f;
     lanes_sum(e, n, acc);
-    *m_out = m;
     *s_out = amp_lanes_combine(acc, 0);
 }
 

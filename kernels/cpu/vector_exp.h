@@ -6,7 +6,9 @@
 
 #include <stdint.h>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
+#include "kernels/cpu/exp_avx512.h"
 #include "kernels/math/transcendental.h"
 
 /* amp_expf's lowest argument (below it e^x is 0 in f32), and where lower arguments are clamped:
@@ -18,8 +20,12 @@
  * number <= 88.72 or -inf, never NaN (the callers take rows or tiles with a NaN, or a max that
  * is not finite, the scalar way): the argument clamped into amp_expf_core's range, then its exp,
  * in two vector loops (one would not vectorise: GCC does not if-convert a select that feeds the
- * exp). e may be v. */
+ * exp), or exp_avx512.c's where the AVX-512 kernels run. e may be v. */
 AMP_CPU_CLONE_INLINE void amp_cpu_exp_shifted(const float *v, int64_t n, float m, float *e) {
+    if (amp_cpu_avx512_kernels()) { /* the same bits in fewer instructions (exp_avx512.c) */
+        amp_avx512_exp_shifted(v, n, m, e);
+        return;
+    }
     for (int64_t j = 0; j < n; j++) {
         float t = v[j] - m;
         e[j] = t >= AMP_EXP_LOW ? t : AMP_EXP_ZERO_ARG;

@@ -1,6 +1,6 @@
 /* A warp's butterflies over the 32 lanes of kernels/math/lanes.h (__shfl_xor_sync at offsets 16,
- * 8, 4, 2, 1): every lane ends with the result, combined in the order amp_lanes_combine repeats
- * on the CPU, so the row kernels that use them (LayerNorm, softmax, cross-entropy, attention)
+ * 8, 4, 2, 1): every lane ends with the result, lane 0 with the bits amp_lanes_combine gives on
+ * the CPU, so the row kernels that use them (LayerNorm, softmax, cross-entropy, attention)
  * can give the CPU backend's bits. */
 #ifndef AMP_KERNELS_CUDA_WARP_LANES_CUH
 #define AMP_KERNELS_CUDA_WARP_LANES_CUH

@@ -13,14 +13,14 @@
 /* The max that lets a NaN through (either operand). */
 AMP_HD static inline float amp_lanes_max2(float a, float b) { return a > b || a != a ? a : b; }
 
-/* The butterfly over 32 lane values: sums (max = 0) or NaN-propagating maxima (max = 1). */
+/* Lane 0's result of the butterfly over 32 lane values: sums (max = 0) or NaN-propagating
+ * maxima (max = 1). At offset off lane 0 reads lanes [0, 2 off) only, and lane l < off takes
+ * f(acc[l], acc[l + off]), so halving the lanes in place gives its bits with 31 operations
+ * instead of 160 (every lane's would not be the same: the max is not symmetric in +0 and -0). */
 static inline float amp_lanes_combine(float *acc, int max) {
-    for (int off = AMP_LANES / 2; off >= 1; off /= 2) {
-        float t[AMP_LANES];
-        for (int l = 0; l < AMP_LANES; l++)
-            t[l] = max ? amp_lanes_max2(acc[l], acc[l ^ off]) : acc[l] + acc[l ^ off];
-        for (int l = 0; l < AMP_LANES; l++) acc[l] = t[l];
-    }
+    for (int off = AMP_LANES / 2; off >= 1; off /= 2)
+        for (int l = 0; l < off; l++)
+            acc[l] = max ? amp_lanes_max2(acc[l], acc[l + off]) : acc[l] + acc[l + off];
     return acc[0];
 }
 

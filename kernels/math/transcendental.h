@@ -37,21 +37,31 @@ AMP_HD static inline float amp_scale_pow2(float p, int n) {
  * are fmaf, one rounding each on both backends (a fused multiply-add instruction on the CPU's
  * FMA and AVX-512 builds and on the device; the correctly rounded libm call elsewhere): a third
  * fewer operations than separate products, which bound the CPU's softmax, GELU and attention
- * (bench/RESULTS.md, "exp with fused multiply-adds"). */
+ * (bench/RESULTS.md, "exp with fused multiply-adds"). The constants are named for
+ * kernels/cpu/exp_avx512.c, which spells the same steps in AVX-512 registers. */
+#define AMP_EXP_LOG2E 1.44269504088896341f
+#define AMP_EXP_LN2_HI -0.693359375f
+#define AMP_EXP_LN2_LO 2.12194440e-4f
+#define AMP_EXP_Q5 1.9875691500e-4f
+#define AMP_EXP_Q4 1.3981999507e-3f
+#define AMP_EXP_Q3 8.3334519073e-3f
+#define AMP_EXP_Q2 4.1665795894e-2f
+#define AMP_EXP_Q1 1.6666665459e-1f
+#define AMP_EXP_Q0 5.0000001201e-1f
 AMP_HD static inline float amp_exp_reduce(float x, int *n_out) {
-    float zf = fmaf(1.44269504088896341f, x, 0.5f);
+    float zf = fmaf(AMP_EXP_LOG2E, x, 0.5f);
     int n = (int)zf;
     n -= (float)n > zf; /* floor: zf may be negative (a subtraction, not a branch: it vectorises) */
     float fn = (float)n;
-    float r = fmaf(fn, -0.693359375f, x);
-    r = fmaf(fn, 2.12194440e-4f, r);
+    float r = fmaf(fn, AMP_EXP_LN2_HI, x);
+    r = fmaf(fn, AMP_EXP_LN2_LO, r);
     float r2 = amp_mul_rn(r, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
+    float p = AMP_EXP_Q5;
+    p = fmaf(p, r, AMP_EXP_Q4);
+    p = fmaf(p, r, AMP_EXP_Q3);
+    p = fmaf(p, r, AMP_EXP_Q2);
+    p = fmaf(p, r, AMP_EXP_Q1);
+    p = fmaf(p, r, AMP_EXP_Q0);
     *n_out = n;
     return fmaf(p, r2, r) + 1.0f;
 }
