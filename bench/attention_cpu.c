@@ -1,10 +1,10 @@
 /* Fused causal attention on the CPU, forward + backward through the public API, against the
  * same shape in PyTorch (bench/attention_torch.py, F.scaled_dot_product_attention(is_causal=True)
  * with the same threads): `attention_cpu [B H T D [reps [f32|bf16|f16]]]` prints the median
- * time of a forward and backward, its FLOP rate (FlashAttention's convention: 2 B H T^2 D forward causal, 2.5
- * times that backward), the ledger's peak above the inputs, and the saved state plus workspace
- * beside the B H T^2 f32 probabilities a naive attention keeps (the CPU is synchronous: the time
- * is the work). Results: bench/RESULTS.md. */
+ * time of a forward and backward, its FLOP rate (FlashAttention's convention: 2 B H T^2 D
+ * forward causal, 2.5 times that backward), the ledger's peak above the inputs, and the saved
+ * state plus workspace beside the B H T^2 f32 probabilities a naive attention keeps (the CPU is
+ * synchronous: the time is the work). Results: bench/RESULTS.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
