@@ -94,19 +94,23 @@ static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
         int64_t first = d->causal ? j0 / ATTN_BR * ATTN_BR : 0;
         for (int64_t i0 = j0 < len ? first : seq; i0 < seq; i0 += ATTN_BR) {
             int64_t nr = attn_min(ATTN_BR, seq - i0);
+            /* The block's rows see keys below ks only (its last row sees the most): the keys
+             * past it would add exact zeros to dQ, dK and dV, so their products are skipped. */
+            int64_t ks = attn_min(nc, amp_attn_keys(d->causal, seq, i0 + nr - 1, len) - j0);
+            if (ks <= 0) continue;
             const float *q = tile_in(x->q, d->dt, base + i0 * dim, nr * dim, t->q);
             const float *dout = tile_in(x->dout, d->dt, base + i0 * dim, nr * dim, t->dout);
-            if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
+            if (!attn_gemm(d, 'N', 'T', nr, ks, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
                            ATTN_BC) ||
-                !attn_gemm(d, 'N', 'T', nr, nc, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
+                !attn_gemm(d, 'N', 'T', nr, ks, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
                            ATTN_BC))
                 return false;
-            block_probs(d, x, bh, i0, nr, j0, nc, len, t);
-            if (!attn_gemm(d, 'T', 'N', nc, dim, nr, 1.0f, t->s, ATTN_BC, dout, dim, 1.0f, t->dv,
+            block_probs(d, x, bh, i0, nr, j0, ks, len, t);
+            if (!attn_gemm(d, 'T', 'N', ks, dim, nr, 1.0f, t->s, ATTN_BC, dout, dim, 1.0f, t->dv,
                            dim) ||
-                !attn_gemm(d, 'T', 'N', nc, dim, nr, d->scale, t->dp, ATTN_BC, q, dim, 1.0f, t->dk,
+                !attn_gemm(d, 'T', 'N', ks, dim, nr, d->scale, t->dp, ATTN_BC, q, dim, 1.0f, t->dk,
                            dim) ||
-                !attn_gemm(d, 'N', 'N', nr, dim, nc, d->scale, t->dp, ATTN_BC, k, dim, 1.0f,
+                !attn_gemm(d, 'N', 'N', nr, dim, ks, d->scale, t->dp, ATTN_BC, k, dim, 1.0f,
                            t->dq + i0 * dim, dim))
                 return false;
         }
