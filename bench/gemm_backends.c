@@ -1,6 +1,7 @@
 /* CPU GEMM backends side by side: libamp's oneDNN GEMM (amp_cpu_gemm) against OpenBLAS
  * cblas_sgemm, f32, on the GEMMs of the MNIST MLP 784-2048-2048-10 and of the ConvNet's fc layer
- * at batch 128 (y = x W^T, dX = dY W, dW = dY^T X, as nn.Linear). A bf16 column shows oneDNN's
+ * at batch 128, and of one block of amp-bench's default GPT (2048 tokens, 256 wide: c_attn,
+ * attn.c_proj, mlp.c_fc, mlp.c_proj) (y = x W^T, dX = dY W, dW = dY^T X, as nn.Linear). A bf16 column shows oneDNN's
  * bf16 GEMM (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it). A second
  * table times the ConvNet's convolutions in oneDNN's plain NCHW layout, in its blocked layout
  * with reorders to and from NCHW, and through amp_cpu_conv2d_*. Results: bench/RESULTS.md.
@@ -111,10 +112,22 @@ static void bench_gemm(void) {
         {"ConvNet fc fwd", 128, 10, 1568, false, true},
         {"ConvNet fc dX", 128, 1568, 10, false, false},
         {"ConvNet fc dW", 10, 1568, 128, true, false},
+        {"GPT c_attn fwd", 2048, 768, 256, false, true},
+        {"GPT c_attn dX", 2048, 256, 768, false, false},
+        {"GPT c_attn dW", 768, 256, 2048, true, false},
+        {"GPT attn.c_proj fwd", 2048, 256, 256, false, true},
+        {"GPT attn.c_proj dX", 2048, 256, 256, false, false},
+        {"GPT attn.c_proj dW", 256, 256, 2048, true, false},
+        {"GPT c_fc fwd", 2048, 1024, 256, false, true},
+        {"GPT c_fc dX", 2048, 256, 1024, false, false},
+        {"GPT c_fc dW", 1024, 256, 2048, true, false},
+        {"GPT mlp.c_proj fwd", 2048, 256, 1024, false, true},
+        {"GPT mlp.c_proj dX", 2048, 1024, 256, false, false},
+        {"GPT mlp.c_proj dW", 256, 1024, 2048, true, false},
     };
     printf("| GEMM | m x n x k | oneDNN f32 | OpenBLAS f32 | oneDNN time / OpenBLAS time "
            "| oneDNN bf16 |\n|---|---|---|---|---|---|\n");
-    double tot_dnnl = 0, tot_blas = 0, tot_bf16 = 0;
+    double tot_dnnl = 0, tot_blas = 0, tot_bf16 = 0, gpt_dnnl = 0, gpt_blas = 0, gpt_bf16 = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const gemm_shape *s = &shapes[i];
         int64_t na = (int64_t)s->m * s->k, nb = (int64_t)s->k * s->n;
@@ -134,11 +147,15 @@ static void bench_gemm(void) {
         if (strstr(s->name, "unused") == NULL && strncmp(s->name, "MLP", 3) == 0) {
             tot_dnnl += t_dnnl, tot_blas += t_blas, tot_bf16 += t_bf16;
         }
+        if (strncmp(s->name, "GPT", 3) == 0) gpt_dnnl += t_dnnl, gpt_blas += t_blas, gpt_bf16 += t_bf16;
         free(a), free(b), free(c), free(a16), free(b16);
     }
     printf("\nMLP training step, the 8 GEMMs it runs: oneDNN f32 %.2f ms, OpenBLAS f32 %.2f ms, "
            "oneDNN bf16 %.2f ms\n\n",
            tot_dnnl * 1e3, tot_blas * 1e3, tot_bf16 * 1e3);
+    printf("GPT block, its 12 GEMMs: oneDNN f32 %.2f ms, OpenBLAS f32 %.2f ms, oneDNN bf16 %.2f ms "
+           "(bf16 %.2fx f32)\n\n",
+           gpt_dnnl * 1e3, gpt_blas * 1e3, gpt_bf16 * 1e3, gpt_dnnl / gpt_bf16);
 }
 
 /* ---- convolution layouts --------------------------------------------------------------------- */
