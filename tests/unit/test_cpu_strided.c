@@ -1,14 +1,18 @@
-/* CPU backend copy_strided (strided.c) against a reference that addresses every element on its
- * own (kernels/math/strided.h's offsets): the GPT's permutes (the q, k, v split of [B, T, 3, nh,
- * hs] and the heads back to [B, T, C]), a transpose of the last dim, an expand (stride 0), a
- * narrow and a 1-D copy, in 2- and 4-byte elements, large enough for the rows to be split between
- * threads, with 1, 2 and 3 threads (row splits that fall inside every dim). */
+/* CPU backend copy_strided, binary_bcast and where (strided.c) against references that address
+ * every element on its own (kernels/math/strided.h's offsets): the GPT's permutes (the q, k, v
+ * split of [B, T, 3, nh, hs] and the heads back to [B, T, C]), a transpose of the last dim,
+ * expands (stride 0), a narrow and a 1-D view, in 2- and 4-byte elements, large enough for the
+ * rows to be split between threads, with 1, 2 and 3 threads (row splits that fall inside every
+ * dim). The broadcast add and the where read the case's view as a and a dense b; where's cond is
+ * broadcast along the last dim. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/math/binary_op.h"
+#include "kernels/math/load_store.h"
 #include "kernels/math/strided.h"
 #include "test_util.h"
 
@@ -44,7 +48,8 @@ static void run_case(const copy_case *c, amp_dtype dt, int threads) {
     size_t es = amp_dtype_size(dt);
     unsigned char *src = malloc((size_t)src_elems * es), *got = malloc((size_t)n * es),
                   *want = malloc((size_t)n * es);
-    for (int64_t i = 0; i < src_elems * (int64_t)es; i++) src[i] = (unsigned char)(i * 131 + 7);
+    for (int64_t i = 0; i < src_elems * (int64_t)es; i++) /* no period a row's length divides */
+        src[i] = (unsigned char)(((uint64_t)i * 2654435761u) >> 11);
     memset(got, 0xa5, (size_t)n * es);
     for (int64_t i = 0; i < n; i++) {
         int64_t so = c->at + amp_view_offset(c->ndim, d.shape, d.src_stride, i);
@@ -54,6 +59,47 @@ static void run_case(const copy_case *c, amp_dtype dt, int threads) {
     CHECK_OK(amp_cpu_copy_strided(amp_cpu_device(), &d, src + c->at * (int64_t)es, got));
     CHECK_MSG(memcmp(got, want, (size_t)n * es) == 0, "copy_strided %s, %s, %d threads", c->name,
               amp_dtype_name(dt), threads);
+
+    /* y = a + b and y = cond ? a : b, a the view, b and cond dense (cond's last dim broadcast). */
+    amp_bcast_desc bd = {.op = AMP_BINARY_ADD, .dt = dt, .ndim = c->ndim};
+    amp_where_desc wd = {.dt = dt, .ndim = c->ndim};
+    memcpy(bd.shape, c->shape, sizeof c->shape);
+    memcpy(wd.shape, c->shape, sizeof c->shape);
+    memcpy(bd.a_stride, d.src_stride, sizeof d.src_stride);
+    memcpy(wd.a_stride, d.src_stride, sizeof d.src_stride);
+    memcpy(bd.b_stride, d.dst_stride, sizeof d.dst_stride);
+    memcpy(wd.b_stride, d.dst_stride, sizeof d.dst_stride);
+    memcpy(wd.cond_stride, d.dst_stride, sizeof d.dst_stride);
+    wd.cond_stride[c->ndim - 1] = 0;
+    int32_t *cond = malloc((size_t)n * sizeof *cond);
+    for (int64_t i = 0; i < n; i++) cond[i] = (int32_t)((i / c->shape[c->ndim - 1]) % 3 == 1);
+    unsigned char *b = malloc((size_t)n * es);
+    for (int64_t i = 0; i < n * (int64_t)es; i++)
+        b[i] = (unsigned char)(((uint64_t)i * 2246822519u) >> 13);
+    /* Finite values (exponent bit 30, or 14, cleared: below 2 in magnitude), so that every sum
+     * depends on both of its elements. */
+    for (int64_t i = 0; i < src_elems; i++) src[i * (int64_t)es + es - 1] &= 0xbf;
+    for (int64_t i = 0; i < n; i++) b[i * (int64_t)es + es - 1] &= 0xbf;
+    const unsigned char *a = src + c->at * (int64_t)es;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ao = amp_view_offset(c->ndim, d.shape, d.src_stride, i);
+        float v = amp_binary_apply(AMP_BINARY_ADD, amp_load_f32(a, dt, ao), amp_load_f32(b, dt, i));
+        amp_store_f32(want, dt, i, v);
+    }
+    CHECK_OK(amp_cpu_binary_bcast(amp_cpu_device(), &bd, a, b, got));
+    CHECK_MSG(memcmp(got, want, (size_t)n * es) == 0, "binary_bcast %s, %s, %d threads", c->name,
+              amp_dtype_name(dt), threads);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ao = amp_view_offset(c->ndim, d.shape, d.src_stride, i);
+        const unsigned char *from = cond[i - i % c->shape[c->ndim - 1]] ? a + ao * (int64_t)es
+                                                                          : b + i * (int64_t)es;
+        memcpy(want + i * (int64_t)es, from, es);
+    }
+    CHECK_OK(amp_cpu_where(amp_cpu_device(), &wd, cond, a, b, got));
+    CHECK_MSG(memcmp(got, want, (size_t)n * es) == 0, "where %s, %s, %d threads", c->name,
+              amp_dtype_name(dt), threads);
+    free(cond);
+    free(b);
     free(src);
     free(got);
     free(want);
