@@ -1,10 +1,11 @@
 /* CPU GEMM backends side by side: libamp's oneDNN GEMM (amp_cpu_gemm) against OpenBLAS
  * cblas_sgemm, f32, on the GEMMs of the MNIST MLP 784-2048-2048-10 and of the ConvNet's fc layer
  * at batch 128, and of one block of amp-bench's default GPT (2048 tokens, 256 wide: c_attn,
- * attn.c_proj, mlp.c_fc, mlp.c_proj) (y = x W^T, dX = dY W, dW = dY^T X, as nn.Linear). A bf16 column shows oneDNN's
- * bf16 GEMM (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it). A second
- * table times the ConvNet's convolutions in oneDNN's plain NCHW layout, in its blocked layout
- * with reorders to and from NCHW, and through amp_cpu_conv2d_*. Results: bench/RESULTS.md.
+ * attn.c_proj, mlp.c_fc, mlp.c_proj), each as y = x W^T, dX = dY W and dW = dY^T X (nn.Linear).
+ * A bf16 column shows oneDNN's bf16 GEMM (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is
+ * built without it). A second table times the ConvNet's convolutions in oneDNN's plain NCHW
+ * layout, in its blocked layout with reorders to and from NCHW, and through amp_cpu_conv2d_*.
+ * Results: bench/RESULTS.md.
  *
  * Built by CMake as build/bench/gemm_backends when OpenBLAS is found; by hand:
  *   gcc -O2 -std=gnu11 -fopenmp -I. -Iinclude bench/gemm_backends.c build-DIR/libamp.a \
@@ -147,7 +148,8 @@ static void bench_gemm(void) {
         if (strstr(s->name, "unused") == NULL && strncmp(s->name, "MLP", 3) == 0) {
             tot_dnnl += t_dnnl, tot_blas += t_blas, tot_bf16 += t_bf16;
         }
-        if (strncmp(s->name, "GPT", 3) == 0) gpt_dnnl += t_dnnl, gpt_blas += t_blas, gpt_bf16 += t_bf16;
+        if (strncmp(s->name, "GPT", 3) == 0)
+            gpt_dnnl += t_dnnl, gpt_blas += t_blas, gpt_bf16 += t_bf16;
         free(a), free(b), free(c), free(a16), free(b16);
     }
     printf("\nMLP training step, the 8 GEMMs it runs: oneDNN f32 %.2f ms, OpenBLAS f32 %.2f ms, "
