@@ -9,6 +9,7 @@
  * accurate to f32 rounding, where PyTorch's cascade sum in f32 is close but not bit-identical.
  * sum and sum_squares share one driver, so both follow exactly this order. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -81,17 +82,53 @@ amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *ou
     return AMP_OK;
 }
 
-/* Adds rows [r0, r1) of columns [j0, j0 + w) into acc (w <= ROWS_COL_BLOCK), row by row, so
- * each column is summed in row order; built per ISA (a linear layer's bias gradient: 3 ms of a
- * GPT step at the baseline's two doubles a vector). */
+/* Adds rows [r0, r1) of columns [j0, j0 + w) into acc (w <= ROWS_COL_BLOCK), each column in
+ * row order; built per ISA. The rows are widened first where x is a half type (at most
+ * AMP_CPU_REDUCE_CHUNK floats: chunk_rows x w), then summed ROWS_REG_BLOCK columns at a time,
+ * their double sums held in registers across the rows (eight AVX-512 registers): a sum kept in
+ * memory was loaded and stored again for every row, and a half row widened by its own call,
+ * which held a linear layer's bias gradient to about 10 GB/s (bench/RESULTS.md, "bias
+ * gradients in registers"). */
+#define ROWS_REG_BLOCK 64
+typedef double rows_v8d __attribute__((vector_size(64)));
+typedef float rows_v8f __attribute__((vector_size(32)));
+
+/* *s += the eight floats at p as doubles (a pointer, not a vector return, which GCC's
+ * per-clone ABI warns of). */
+static inline __attribute__((always_inline)) void rows_add8(rows_v8d *s, const float *p) {
+    rows_v8f f;
+    memcpy(&f, p, sizeof f);
+    *s += __builtin_convertvector(f, rows_v8d);
+}
+
 AMP_CPU_CLONES static void sum_rows_block(amp_dtype dt, int64_t cols, const void *x, int64_t r0,
                                           int64_t r1, int64_t j0, int64_t w, double *acc) {
-    float buf[ROWS_COL_BLOCK];
-    for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *row = tile_in(x, dt, r * cols + j0, w, buf);
-        for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
+    float buf[AMP_CPU_REDUCE_CHUNK];
+    const float *rows[AMP_CPU_REDUCE_CHUNK];
+    for (int64_t r = r0; r < r1; r++)
+        rows[r - r0] = tile_in(x, dt, r * cols + j0, w, buf + (r - r0) * w);
+    int64_t n = r1 - r0, jb = 0;
+    for (; jb + ROWS_REG_BLOCK <= w; jb += ROWS_REG_BLOCK) {
+        rows_v8d s[ROWS_REG_BLOCK / 8] = {0};
+        for (int64_t r = 0; r < n; r++) {
+#pragma GCC unroll 8
+            for (int v = 0; v < ROWS_REG_BLOCK / 8; v++) rows_add8(&s[v], rows[r] + jb + 8 * v);
+        }
+        memcpy(acc + jb, s, sizeof s);
     }
+    for (int64_t j = jb; j < w; j++) acc[j] = 0.0;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = jb; j < w; j++) acc[j] += (double)rows[r][j];
+}
+
+/* out[j0, j0 + w) = the chunks' partial sums added in chunk order per column, the columns in
+ * vector lanes. */
+AMP_CPU_CLONES static void sum_rows_fold(const double *partial, int64_t n_chunks, int64_t cols,
+                                         int64_t j0, int64_t w, float *out) {
+    double s[ROWS_COL_BLOCK] = {0};
+    for (int64_t c = 0; c < n_chunks; c++)
+        for (int64_t j = 0; j < w; j++) s[j] += partial[c * cols + j0 + j];
+    for (int64_t j = 0; j < w; j++) out[j0 + j] = (float)s[j];
 }
 
 amp_status amp_cpu_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int64_t cols,
@@ -122,10 +159,9 @@ amp_status amp_cpu_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int
         sum_rows_block(dt, cols, x, r0, r1, j0, w, partial + c * cols + j0);
     }
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t j = 0; j < cols; j++) {
-        double s = 0.0;
-        for (int64_t c = 0; c < n_chunks; c++) s += partial[c * cols + j];
-        out[j] = (float)s;
+    for (int64_t b = 0; b < n_blocks; b++) {
+        int64_t j0 = b * ROWS_COL_BLOCK, w = cols - j0 < ROWS_COL_BLOCK ? cols - j0 : ROWS_COL_BLOCK;
+        sum_rows_fold(partial, n_chunks, cols, j0, w, out);
     }
     free(partial);
     return AMP_OK;

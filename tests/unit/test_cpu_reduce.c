@@ -72,6 +72,59 @@ static void test_sum_rows(void) {
         }
 }
 
+/* sum_rows' order, which the bits depend on: rows cut into chunks of AMP_CPU_REDUCE_CHUNK /
+ * min(cols, 256) rows, each column summed in double in row order within a chunk, the chunks'
+ * sums added in chunk order, one rounding to f32. f32 and bf16 data with large terms that
+ * cancel, so that another order gives other bits; widths around the kernel's 64-column register blocks and
+ * 256-column tasks, heights around its chunks. */
+static void test_sum_rows_order(void) {
+    const int64_t widths[] = {1, 37, 63, 64, 65, 130, 256, 257, 700};
+    const int64_t heights[] = {1, 15, 16, 17, 100, 2049};
+    int bad_shapes = 0, shapes = 0;
+    for (int d = 0; d < 3; d++)
+        for (int wi = 0; wi < 9; wi++)
+            for (int hi = 0; hi < 6; hi++) {
+                amp_dtype dt = dts[d];
+                int64_t rows = heights[hi], cols = widths[wi], n = rows * cols;
+                void *x = test_random_tensor(dt, n, -1.0, 1.0);
+                /* Rows 5k and 5k + 3 hold +L and -L, L near 2^40, between values near 1:
+                 * those are rounded to L's spacing while it is in the sum, so the result
+                 * depends on the order (f16 has no such range) */
+                for (int64_t i = 0; dt != AMP_F16 && i < n; i++) {
+                    int64_t row = i / cols, col = i % cols;
+                    float big = ldexpf(1.0f + (float)((row / 5 * 31 + col * 17) % 64) / 64.0f, 40);
+                    float v = row % 5 == 0 ? big : row % 5 == 3 ? -big : test_load(x, dt, i);
+                    if (dt == AMP_F32)
+                        ((float *)x)[i] = v;
+                    else
+                        ((uint16_t *)x)[i] = amp_f32_to_bf16_bits(v);
+                }
+                float *out = malloc((size_t)cols * sizeof *out);
+                CHECK_OK(amp_cpu_sum_rows(amp_cpu_device(), dt, rows, cols, x, out));
+                int64_t chunk_rows = AMP_CPU_REDUCE_CHUNK / (cols < 256 ? cols : 256);
+                int bad = 0;
+                for (int64_t j = 0; j < cols; j++) {
+                    double total = 0.0;
+                    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+                        double chunk = 0.0;
+                        for (int64_t i = r0; i < rows && i < r0 + chunk_rows; i++)
+                            chunk += (double)test_load(x, dt, i * cols + j);
+                        total += chunk;
+                    }
+                    float want = (float)total;
+                    bad += memcmp(&want, &out[j], sizeof want) != 0;
+                }
+                if (bad && bad_shapes++ < 3)
+                    fprintf(stderr, "  sum_rows %s [%lld, %lld]: %d columns differ in bits\n",
+                            amp_dtype_name(dt), (long long)rows, (long long)cols, bad);
+                shapes++;
+                free(x);
+                free(out);
+            }
+    CHECK_MSG(bad_shapes == 0, "sum_rows: %d of %d shapes leave the documented order",
+              bad_shapes, shapes);
+}
+
 static void test_mse(void) {
     int64_t ns[] = {1, 1000, 70001};
     for (int d = 0; d < 3; d++)
@@ -140,6 +193,7 @@ int main(void) {
     test_rng_seed(0x13198a2e03707344ull);
     test_sum();
     test_sum_rows();
+    test_sum_rows_order();
     test_mse();
     test_thread_determinism();
     return test_summary("test_cpu_reduce");
