@@ -141,6 +141,23 @@ AMP_AVX512_TARGET float amp_avx512_exp_sum(const float *v, int64_t n, float m, f
     return combine_sum(lo, hi);
 }
 
+AMP_AVX512_TARGET float amp_avx512_row_sum(const float *v, int64_t n, float c, bool squares) {
+    __m512 cc = _mm512_set1_ps(c), lo = _mm512_setzero_ps(), hi = lo;
+    int64_t j = 0;
+#define AMP_ROW_TERM(x) (squares ? _mm512_mul_ps(_mm512_sub_ps(x, cc), _mm512_sub_ps(x, cc)) : (x))
+    for (; j + AMP_LANES <= n; j += AMP_LANES) {
+        __m512 a = _mm512_loadu_ps(v + j), b = _mm512_loadu_ps(v + j + 16);
+        lo = _mm512_add_ps(lo, AMP_ROW_TERM(a));
+        hi = _mm512_add_ps(hi, AMP_ROW_TERM(b));
+    }
+    __mmask16 klo = avx512_lanes(n - j), khi = avx512_lanes(n - j - 16);
+    __m512 a = _mm512_maskz_loadu_ps(klo, v + j), b = _mm512_maskz_loadu_ps(khi, v + j + 16);
+    lo = _mm512_mask_add_ps(lo, klo, lo, AMP_ROW_TERM(a));
+    hi = _mm512_mask_add_ps(hi, khi, hi, AMP_ROW_TERM(b));
+#undef AMP_ROW_TERM
+    return combine_sum(lo, hi);
+}
+
 #else /* not x86-64 with GCC or Clang: amp_cpu_avx512_kernels() is false and these are not
        * called; should one be, it gives the same bits by the portable loops */
 
@@ -156,6 +173,15 @@ float amp_avx512_row_max(const float *v, int64_t n) {
     for (int l = 0; l < AMP_LANES; l++) acc[l] = -INFINITY;
     for (int64_t j = 0; j < n; j++) acc[j % AMP_LANES] = amp_lanes_max2(acc[j % AMP_LANES], v[j]);
     return amp_lanes_combine(acc, 1);
+}
+
+float amp_avx512_row_sum(const float *v, int64_t n, float c, bool squares) {
+    float acc[AMP_LANES] = {0};
+    for (int64_t j = 0; j < n; j++) {
+        float t = v[j] - c;
+        acc[j % AMP_LANES] += squares ? amp_mul_rn(t, t) : v[j];
+    }
+    return amp_lanes_combine(acc, 0);
 }
 
 float amp_avx512_exp_sum(const float *v, int64_t n, float m, float *e) {

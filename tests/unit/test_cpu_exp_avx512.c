@@ -7,7 +7,9 @@
  *    written here: a CUDA warp's xor butterfly over 32 lanes, exactly as a warp runs it, and
  *    amp_softmax_exp per element. Every length from 0 to 100 and a few long ones (the masked
  *    tails), ties of +0 and -0, partly and fully masked rows, NaN anywhere, infinities. Without
- *    AVX-512 (or with AMP_CPU_GENERIC) the row checks still hold the portable loops. */
+ *    AVX-512 (or with AMP_CPU_GENERIC) the row checks still hold the portable loops;
+ *  - amp_avx512_row_sum (AVX-512 only), the plain sum and LayerNorm's squares about a centre, on
+ *    the same rows, against the butterfly over 32 lanes summed in order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,16 @@ static float ref_max(const float *v, int64_t n) {
 static float ref_sum(const float *e, int64_t n) {
     float acc[AMP_LANES] = {0};
     for (int64_t j = 0; j < n; j++) acc[j % AMP_LANES] += e[j];
+    return butterfly(acc, 0);
+}
+
+/* LayerNorm's sum of squares about c (kernels/math/layernorm.h): each square rounded first. */
+static float ref_sum_sq(const float *v, int64_t n, float c) {
+    float acc[AMP_LANES] = {0};
+    for (int64_t j = 0; j < n; j++) {
+        float t = v[j] - c;
+        acc[j % AMP_LANES] += amp_mul_rn(t, t);
+    }
     return butterfly(acc, 0);
 }
 
@@ -159,6 +171,11 @@ static void rows(void) {
                     ok = ok && same(amp_avx512_exp_sum(v, n, m_ref, e), s_ref);
                     for (int64_t j = 0; j < n; j++) ok = ok && same(e[j], e_ref[j]);
                 }
+            }
+            if (avx512) { /* the plain sum and the squares about 0.3 and about 0 (RMSNorm's) */
+                ok = ok && same(amp_avx512_row_sum(v, n, 0.0f, false), ref_sum(v, n));
+                ok = ok && same(amp_avx512_row_sum(v, n, 0.3f, true), ref_sum_sq(v, n, 0.3f));
+                ok = ok && same(amp_avx512_row_sum(v, n, 0.0f, true), ref_sum_sq(v, n, 0.0f));
             }
             if (!ok && bad++ < 5)
                 fprintf(stderr, "  row of %lld, kind %d: max %a (expected %a), sum %a (%a)\n",
