@@ -27,6 +27,12 @@ amp_device_ctx *amp_cpu_device(void);
 /* The cast entry's body (memory.c), for the kernels' own widening and narrowing of host tiles. */
 amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dtype src_dt,
                            int64_t n);
+/* Its widening (f16 or bf16 to f32) and rounding (f32 to f16 or bf16) of one tile, with the same
+ * bits, serial and without the entry's checks: cpu_tile.h's, called once per row or tile, where
+ * the entry's checks cost more than a short row's conversion (bench/RESULTS.md, "bias
+ * gradients in registers"). */
+void amp_cpu_widen_tile(float *dst, const uint16_t *src, amp_dtype half_dt, int64_t n);
+void amp_cpu_round_tile(uint16_t *dst, amp_dtype half_dt, const float *src, int64_t n);
 /* Host memory and copies (memory.c), the device entries' bodies (cpu_backend.c adapts them). */
 amp_status amp_cpu_alloc(size_t nbytes, void **out);
 void amp_cpu_free(void *p);

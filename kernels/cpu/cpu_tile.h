@@ -9,7 +9,7 @@
 /* Input elements [i0, i0 + len) as f32: the tensor itself when f32, else widened into buf. */
 static inline const float *tile_in(const void *p, amp_dtype dt, int64_t i0, int64_t len, float *buf) {
     if (dt == AMP_F32) return (const float *)p + i0;
-    (void)amp_cpu_convert(buf, AMP_F32, (const uint16_t *)p + i0, dt, len);
+    amp_cpu_widen_tile(buf, (const uint16_t *)p + i0, dt, len);
     return buf;
 }
 
@@ -20,7 +20,7 @@ static inline float *tile_out(void *p, amp_dtype dt, int64_t i0, float *buf) {
 }
 
 static inline void tile_out_store(void *p, amp_dtype dt, int64_t i0, int64_t len, const float *buf) {
-    if (dt != AMP_F32) (void)amp_cpu_convert((uint16_t *)p + i0, dt, buf, AMP_F32, len);
+    if (dt != AMP_F32) amp_cpu_round_tile((uint16_t *)p + i0, dt, buf, len);
 }
 
 #endif

@@ -243,6 +243,14 @@ static void half_to_f32(float *dst, const uint16_t *src, amp_dtype dt, int64_t n
     else bf16_to_f32_generic(dst, src, n);
 }
 
+void amp_cpu_widen_tile(float *dst, const uint16_t *src, amp_dtype half_dt, int64_t n) {
+    if (n > 0) half_to_f32(dst, src, half_dt, n);
+}
+
+void amp_cpu_round_tile(uint16_t *dst, amp_dtype half_dt, const float *src, int64_t n) {
+    if (n > 0) f32_to_half(dst, half_dt, src, n);
+}
+
 /* ---- Cast ----------------------------------------------------------------------------------- */
 
 static bool is_half(amp_dtype dt) {

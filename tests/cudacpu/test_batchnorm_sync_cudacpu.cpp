@@ -42,6 +42,12 @@ amp_status amp_cpu_convert(void *dst, amp_dtype dst_dt, const void *src, amp_dty
     for (int64_t i = 0; i < n; i++) nv_store(dst, dst_dt, i, nv_load(src, src_dt, i));
     return AMP_OK;
 }
+void amp_cpu_widen_tile(float *dst, const uint16_t *src, amp_dtype half_dt, int64_t n) {
+    (void)amp_cpu_convert(dst, AMP_F32, src, half_dt, n);
+}
+void amp_cpu_round_tile(uint16_t *dst, amp_dtype half_dt, const float *src, int64_t n) {
+    (void)amp_cpu_convert(dst, half_dt, src, AMP_F32, n);
+}
 }
 
 /* The relative spacing of dt's values near 1 (one ulp). */
