@@ -3,14 +3,17 @@
  * uses and its butterfly, so both backends give the same bits. Rows run in parallel
  * (amp_cpu_each_row); each row is read in place (f32) or widened once into the thread's f32
  * buffer, then read three times by vector loops built per ISA.
- * The column sums of the backward (dgamma, dbeta) are chunks of AMP_LN_COL_CHUNK rows in f64,
- * added in chunk order, blocks of columns in parallel. */
+ * The backward's tasks are chunks of AMP_LN_COL_CHUNK rows: each row's x and dy are widened once
+ * for its dx and for the chunk's f64 column sums (dgamma, dbeta), which are then added in chunk
+ * order, blocks of columns in parallel. Reading x and dy a second time for the column sums was
+ * a third of the backward's bytes (bench/RESULTS.md, "bias gradients in registers"). */
 #include <string.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
+#include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/math/layernorm.h"
 
@@ -51,6 +54,7 @@ typedef struct ln_call {
     float *mean;
     const float *mean_in, *rstd_in;
     float *rstd;
+    double *partial; /* the backward's column sums, per chunk of rows (NULL: none asked) */
 } ln_call;
 
 /* buf: the rows of x and r widened, the sum, and the output before its narrowing, cols floats
@@ -79,16 +83,14 @@ AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
     tile_out_store(c->out, d->y_dt, base, cols, y);
 }
 
-/* buf: g = dy gamma, g xhat, the row of x widened and dx before its narrowing, cols floats
- * each; vector loops, built per ISA. */
-AMP_CPU_CLONES static void dx_row(void *ctx, int64_t row, float *buf) {
-    const ln_call *c = ctx;
+/* One row's dx from its x and dy widened (xv, dy): g = dy gamma and g xhat in buf, dx's row
+ * before its narrowing after them, cols floats each; vector loops, built per ISA. */
+AMP_CPU_CLONE_INLINE void dx_row(const ln_call *c, int64_t row, const float *xv, const float *dy,
+                                 float *buf) {
     const amp_ln_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;
     float *g = buf, *gx = buf + cols;
     float mu = d->rms ? 0.0f : c->mean_in[row], rs = c->rstd_in[row];
-    const float *xv = tile_in(c->x, d->dt, base, cols, buf + 2 * cols);
-    const float *dy = tile_in(c->dy, d->y_dt, base, cols, g); /* g itself when widened */
     const float *gamma = c->gamma;
     for (int64_t j = 0; j < cols; j++) {
         g[j] = amp_mul_rn(dy[j], gamma ? gamma[j] : 1.0f);
@@ -96,12 +98,36 @@ AMP_CPU_CLONES static void dx_row(void *ctx, int64_t row, float *buf) {
     }
     float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
     float m2 = lanes_sum(gx, cols) / (float)cols;
-    float *y = tile_out(c->out, d->dt, base, buf + 3 * cols);
-    if (d->accumulate) /* f32: y is dx's row itself */
-        for (int64_t j = 0; j < cols; j++) y[j] += amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
-    else
-        for (int64_t j = 0; j < cols; j++) y[j] = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
+    float *y = tile_out(c->out, d->dt, base, buf + 2 * cols);
+    for (int64_t j = 0; j < cols; j++) { /* accumulate (f32): y is dx's row itself */
+        float v = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
+        y[j] = d->accumulate ? y[j] + v : v;
+    }
     tile_out_store(c->out, d->dt, base, cols, y);
+}
+
+/* Chunk k of the backward: its AMP_LN_COL_CHUNK rows in order, each row's x and dy widened once
+ * for both its column sums (dgamma's sum of dy xhat and dbeta's of dy, in f64, into the chunk's
+ * partials) and its dx (when asked). buf: x, dy, then dx_row's three rows. Built per ISA. */
+AMP_CPU_CLONES static void bwd_chunk(void *ctx, int64_t k, float *buf) {
+    const ln_call *c = ctx;
+    const amp_ln_desc *d = c->d;
+    int64_t cols = d->cols, r0 = k * AMP_LN_COL_CHUNK;
+    int64_t r1 = r0 + AMP_LN_COL_CHUNK < d->rows ? r0 + AMP_LN_COL_CHUNK : d->rows;
+    double *pg = c->partial ? c->partial + k * 2 * cols : NULL, *pb = pg ? pg + cols : NULL;
+    for (int64_t j = 0; pg && j < 2 * cols; j++) pg[j] = 0.0;
+    for (int64_t row = r0; row < r1; row++) {
+        const float *xv = tile_in(c->x, d->dt, row * cols, cols, buf);
+        const float *dy = tile_in(c->dy, d->y_dt, row * cols, cols, buf + cols);
+        if (pg) {
+            float mu = d->rms ? 0.0f : c->mean_in[row], rs = c->rstd_in[row];
+            for (int64_t j = 0; j < cols; j++) {
+                pg[j] += (double)amp_mul_rn(dy[j], amp_ln_xhat(xv[j], mu, rs));
+                pb[j] += (double)dy[j];
+            }
+        }
+        if (c->out) dx_row(c, row, xv, dy, buf + 2 * cols);
+    }
 }
 
 amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, const void *x,
@@ -119,50 +145,21 @@ amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     return amp_cpu_each_row(__func__, d->rows, 4 * d->cols, fwd_row, &c);
 }
 
-/* Columns per task of the column sums: a block's rows are read as contiguous runs, its f64
- * partials stay in registers or L1. */
-#define LN_COL_BLOCK 64
+/* Columns per task of the fold below. */
+#define LN_FOLD_BLOCK 256
 
-/* dgamma[j] and dbeta[j] for the columns [j0, j0 + nj) (nj <= LN_COL_BLOCK): per column the
- * additions of column_sums, in its order; across the block's columns vector loops. */
-AMP_CPU_CLONES static void column_block(const amp_ln_desc *d, const void *x, const void *dy,
-                                        const float *mean, const float *rstd, int64_t j0,
-                                        int64_t nj, float *dgamma, float *dbeta) {
-    double g_total[LN_COL_BLOCK] = {0}, b_total[LN_COL_BLOCK] = {0};
-    double g[LN_COL_BLOCK], b[LN_COL_BLOCK];
-    float xb[LN_COL_BLOCK], eb[LN_COL_BLOCK];
-    int64_t cols = d->cols;
-    for (int64_t start = 0; start < d->rows; start += AMP_LN_COL_CHUNK) {
-        int64_t end = start + AMP_LN_COL_CHUNK < d->rows ? start + AMP_LN_COL_CHUNK : d->rows;
-        for (int64_t j = 0; j < nj; j++) g[j] = b[j] = 0.0;
-        for (int64_t row = start; row < end; row++) {
-            const float *e = tile_in(dy, d->y_dt, row * cols + j0, nj, eb);
-            const float *xv = tile_in(x, d->dt, row * cols + j0, nj, xb);
-            float mu = d->rms ? 0.0f : mean[row], rs = rstd[row];
-            for (int64_t j = 0; j < nj; j++) {
-                g[j] += (double)amp_mul_rn(e[j], amp_ln_xhat(xv[j], mu, rs));
-                b[j] += (double)e[j];
-            }
-        }
-        for (int64_t j = 0; j < nj; j++) g_total[j] += g[j], b_total[j] += b[j];
+/* dgamma[j] and dbeta[j] for the columns [j0, j0 + w): the chunks' partial sums added in chunk
+ * order per column (the columns in vector lanes), rounded to f32 once. Built per ISA. */
+AMP_CPU_CLONES static void fold_block(const double *partial, int64_t n_chunks, int64_t cols,
+                                      int64_t j0, int64_t w, float *dgamma, float *dbeta) {
+    double g[LN_FOLD_BLOCK] = {0}, b[LN_FOLD_BLOCK] = {0};
+    for (int64_t k = 0; k < n_chunks; k++) {
+        const double *pg = partial + k * 2 * cols + j0, *pb = pg + cols;
+        for (int64_t j = 0; j < w; j++) g[j] += pg[j], b[j] += pb[j];
     }
-    for (int64_t j = 0; j < nj; j++) {
-        if (dgamma) dgamma[j0 + j] = (float)g_total[j];
-        if (dbeta) dbeta[j0 + j] = (float)b_total[j];
-    }
-}
-
-/* dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum of dy: chunks of AMP_LN_COL_CHUNK rows
- * summed in f64 in row order, then the chunks in order; blocks of columns in parallel. (A task
- * per column read one float per row, a cache line each: 10 ms of a 97 ms GPT step,
- * bench/RESULTS.md.) */
-static void column_sums(const amp_ln_desc *d, const void *x, const void *dy, const float *mean,
-                        const float *rstd, float *dgamma, float *dbeta) {
-    int64_t blocks = (d->cols + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < blocks; k++) {
-        int64_t j0 = k * LN_COL_BLOCK, nj = d->cols - j0 < LN_COL_BLOCK ? d->cols - j0 : LN_COL_BLOCK;
-        column_block(d, x, dy, mean, rstd, j0, nj, dgamma, dbeta);
+    for (int64_t j = 0; j < w; j++) {
+        if (dgamma) dgamma[j0 + j] = (float)g[j];
+        if (dbeta) dbeta[j0 + j] = (float)b[j];
     }
 }
 
@@ -179,9 +176,21 @@ amp_status amp_cpu_layernorm_bwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     AMP_CHECK_ARG(dy);
     AMP_CHECK_ARG(rstd);
     if (!d->rms) AMP_CHECK_ARG(mean);
-    if (dgamma || dbeta) column_sums(d, x, dy, mean, rstd, dgamma, dbeta);
-    if (!dx) return AMP_OK;
     ln_call c = {.d = d, .x = x, .dy = dy, .out = dx, .gamma = gamma, .mean_in = mean,
                  .rstd_in = rstd};
-    return amp_cpu_each_row(__func__, d->rows, 4 * d->cols, dx_row, &c);
+    int64_t n_chunks = (d->rows + AMP_LN_COL_CHUNK - 1) / AMP_LN_COL_CHUNK;
+    if (dgamma || dbeta) /* the calling thread's scratch: the tasks' arenas are WIDEN's */
+        AMP_TRY(amp_dnnl_scratch((size_t)(n_chunks * 2 * d->cols) * sizeof(double),
+                                 (void **)&c.partial));
+    if (!dx && !c.partial) return AMP_OK;
+    AMP_TRY(amp_cpu_each_row(__func__, n_chunks, 5 * d->cols, bwd_chunk, &c));
+    if (!c.partial) return AMP_OK;
+    int64_t blocks = (d->cols + LN_FOLD_BLOCK - 1) / LN_FOLD_BLOCK;
+#pragma omp parallel for schedule(static) if (n_chunks * d->cols >= AMP_CPU_PARALLEL_MIN)
+    for (int64_t k = 0; k < blocks; k++) {
+        int64_t j0 = k * LN_FOLD_BLOCK, left = d->cols - j0;
+        fold_block(c.partial, n_chunks, d->cols, j0, left < LN_FOLD_BLOCK ? left : LN_FOLD_BLOCK,
+                   dgamma, dbeta);
+    }
+    return AMP_OK;
 }
