@@ -60,18 +60,19 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
                       attn_tiles *t) {
     const int64_t seq = d->seq, dim = d->head_dim, nr = attn_min(ATTN_BR, seq - i0);
     const int64_t len = attn_kv_len(d, x->kv_len, bh);
-    const float *q = tile_in(x->q, d->dt, (bh * seq + i0) * dim, nr * dim, t->q);
+    const attn_opnd q = attn_in(d, x->q, (bh * seq + i0) * dim, nr * dim, t->q);
     for (int64_t r = 0; r < nr; r++) t->m[r] = -INFINITY, t->l[r] = 0.0f;
     memset(t->acc, 0, (size_t)(nr * dim) * sizeof *t->acc);
     int64_t kend = amp_attn_keys(d->causal, seq, i0 + nr - 1, len);
     for (int64_t j0 = 0; j0 < kend; j0 += ATTN_BC) {
         int64_t nc = attn_min(ATTN_BC, kend - j0);
-        const float *k = tile_in(x->k, d->dt, (bh * seq + j0) * dim, nc * dim, t->k);
-        const float *v = tile_in(x->v, d->dt, (bh * seq + j0) * dim, nc * dim, t->v);
+        const attn_opnd k = attn_in(d, x->k, (bh * seq + j0) * dim, nc * dim, t->k);
+        const attn_opnd v = attn_in(d, x->v, (bh * seq + j0) * dim, nc * dim, t->v);
         if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s, ATTN_BC))
             return false;
         fwd_softmax_tile(d, bh, i0, nr, j0, nc, len, t);
-        if (!attn_gemm(d, 'N', 'N', nr, dim, nc, 1.0f, t->s, ATTN_BC, v, dim, 1.0f, t->acc, dim))
+        if (!attn_gemm(d, 'N', 'N', nr, dim, nc, 1.0f, attn_f32(t->s), ATTN_BC, v, dim, 1.0f,
+                       t->acc, dim))
             return false;
     }
     for (int64_t r = 0; r < nr; r++) {

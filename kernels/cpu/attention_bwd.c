@@ -88,8 +88,8 @@ static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
         int64_t nc = attn_min(ATTN_BC, seq - j0);
         memset(t->dk, 0, (size_t)(nc * dim) * sizeof *t->dk);
         memset(t->dv, 0, (size_t)(nc * dim) * sizeof *t->dv);
-        const float *k = tile_in(x->k, d->dt, base + j0 * dim, nc * dim, t->k);
-        const float *v = tile_in(x->v, d->dt, base + j0 * dim, nc * dim, t->v);
+        const attn_opnd k = attn_in(d, x->k, base + j0 * dim, nc * dim, t->k);
+        const attn_opnd v = attn_in(d, x->v, base + j0 * dim, nc * dim, t->v);
         /* Rows before j0 see none of these keys when causal; no row sees keys >= len. */
         int64_t first = d->causal ? j0 / ATTN_BR * ATTN_BR : 0;
         for (int64_t i0 = j0 < len ? first : seq; i0 < seq; i0 += ATTN_BR) {
@@ -98,20 +98,20 @@ static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
              * past it would add exact zeros to dQ, dK and dV, so their products are skipped. */
             int64_t ks = attn_min(nc, amp_attn_keys(d->causal, seq, i0 + nr - 1, len) - j0);
             if (ks <= 0) continue;
-            const float *q = tile_in(x->q, d->dt, base + i0 * dim, nr * dim, t->q);
-            const float *dout = tile_in(x->dout, d->dt, base + i0 * dim, nr * dim, t->dout);
+            const attn_opnd q = attn_in(d, x->q, base + i0 * dim, nr * dim, t->q);
+            const attn_opnd dout = attn_in(d, x->dout, base + i0 * dim, nr * dim, t->dout);
             if (!attn_gemm(d, 'N', 'T', nr, ks, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
                            ATTN_BC) ||
                 !attn_gemm(d, 'N', 'T', nr, ks, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
                            ATTN_BC))
                 return false;
             block_probs(d, x, bh, i0, nr, j0, ks, len, t);
-            if (!attn_gemm(d, 'T', 'N', ks, dim, nr, 1.0f, t->s, ATTN_BC, dout, dim, 1.0f, t->dv,
-                           dim) ||
-                !attn_gemm(d, 'T', 'N', ks, dim, nr, d->scale, t->dp, ATTN_BC, q, dim, 1.0f, t->dk,
-                           dim) ||
-                !attn_gemm(d, 'N', 'N', nr, dim, ks, d->scale, t->dp, ATTN_BC, k, dim, 1.0f,
-                           t->dq + i0 * dim, dim))
+            if (!attn_gemm(d, 'T', 'N', ks, dim, nr, 1.0f, attn_f32(t->s), ATTN_BC, dout, dim,
+                           1.0f, t->dv, dim) ||
+                !attn_gemm(d, 'T', 'N', ks, dim, nr, d->scale, attn_f32(t->dp), ATTN_BC, q, dim,
+                           1.0f, t->dk, dim) ||
+                !attn_gemm(d, 'N', 'N', nr, dim, ks, d->scale, attn_f32(t->dp), ATTN_BC, k, dim,
+                           1.0f, t->dq + i0 * dim, dim))
                 return false;
         }
         attn_store_rows(x->dk, d->dt, base + j0 * dim, nc * dim, t->dk);

@@ -21,16 +21,43 @@
 
 static inline int64_t attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* A tile product, C = alpha op(A) op(B) + beta C on the f32 tiles (dnnl_sgemm's arguments): for
- * bf16 attention on a CPU with AVX512-BF16 in bf16 products (attention_bf16.c: the q, k, v and
- * dO tiles hold bf16 values, P and dS are rounded to bf16 as FlashAttention's tensor-core
- * products round them), else oneDNN's f32 sgemm. False when it failed. */
+/* Whether the tile products are bf16 ones (attention_bf16.c): bf16 attention on a CPU with
+ * AVX512-BF16. Else oneDNN's f32 sgemm. */
+static inline bool attn_bf16_products(const amp_attn_desc *d) {
+    return d->dt == AMP_BF16 && amp_cpu_avx512_bf16_kernels();
+}
+
+/* An operand of attn_gemm: f32 values, or bf16 storage that the bf16 products read as it is. */
+typedef struct attn_opnd {
+    const void *p;
+    bool half;
+} attn_opnd;
+
+static inline attn_opnd attn_f32(const float *p) { return (attn_opnd){p, false}; }
+
+/* Elements [at, at + n) of q, k, v or dO for attn_gemm: where the products are bf16, the
+ * tensor's bf16 storage itself (widening it to f32 for the packing to round back cost an eighth
+ * of a GPT layer's attention: bench/RESULTS.md, "bias gradients in registers"), else widened
+ * (tile_in) into buf. */
+static inline attn_opnd attn_in(const amp_attn_desc *d, const void *x, int64_t at, int64_t n,
+                                float *buf) {
+    if (attn_bf16_products(d)) return (attn_opnd){(const uint16_t *)x + at, true};
+    return (attn_opnd){tile_in(x, d->dt, at, n, buf), false};
+}
+
+/* A tile product, C = alpha op(A) op(B) + beta C (dnnl_sgemm's arguments): in bf16 products
+ * (attention_bf16.c: the q, k, v and dO tiles hold bf16 values, P and dS are rounded to bf16 as
+ * FlashAttention's tensor-core products round them) where attn_bf16_products, else oneDNN's f32
+ * sgemm on f32 operands. False when it failed. */
 static inline bool attn_gemm(const amp_attn_desc *d, char ta, char tb, int64_t m, int64_t n,
-                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                             int64_t k, float alpha, attn_opnd a, int64_t lda, attn_opnd b,
                              int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (d->dt == AMP_BF16 && amp_cpu_avx512_bf16_kernels())
-        return amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+    if (attn_bf16_products(d))
+        return amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a.p, a.half, lda, b.p, b.half, ldb,
+                                      beta, c, ldc);
+    if (a.half || b.half) return false; /* attn_in widens every operand the sgemm takes */
+    return dnnl_sgemm(ta, tb, m, n, k, alpha, (const float *)a.p, lda, (const float *)b.p, ldb,
+                      beta, c, ldc) == dnnl_success;
 }
 
 typedef struct attn_operands {

@@ -2,11 +2,14 @@
  * the same bf16-rounded operands, for 'N' and 'T' on both sides, alpha and beta 0 or 1, and
  * shapes with every remainder (odd k, rows not a multiple of 4, columns not a multiple of 16):
  *  - small integers (every product and sum exact in f32): the same values exactly;
- *  - uniform values: within the f32 sums' rounding (k ulps of the sum of |products|).
+ *  - uniform values: within the f32 sums' rounding (k ulps of the sum of |products|);
+ *  - A, B or both given as bf16 storage (the attention's q, k, v and dO): the same bits as the
+ *    f32 operands they round from.
  * SKIPPED on a CPU without AVX512-BF16 (the attention uses oneDNN's sgemm there). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/half.h"
 #include "kernels/cpu/attention_bf16.h"
@@ -35,7 +38,26 @@ static void run(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, 
     for (int64_t i = 0; i < rb * ldb; i++)
         b[i] = integers ? (float)(rand() % 9 - 4) : (float)rand() / (float)RAND_MAX - 0.5f;
     for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = integers ? (float)(rand() % 5) : 0.25f;
-    CHECK(amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+    CHECK(amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a, false, lda, b, false, ldb, beta, c,
+                                 ldc));
+    uint16_t *ah = malloc(sizeof(uint16_t) * (size_t)(ra * lda));
+    uint16_t *bh = malloc(sizeof(uint16_t) * (size_t)(rb * ldb));
+    float *ch = malloc(sizeof(float) * (size_t)(m * ldc));
+    if (!ah || !bh || !ch) abort();
+    for (int64_t i = 0; i < ra * lda; i++) ah[i] = amp_f32_to_bf16_bits(a[i]);
+    for (int64_t i = 0; i < rb * ldb; i++) bh[i] = amp_f32_to_bf16_bits(b[i]);
+    for (int halves = 1; halves < 4; halves++) { /* A, B, both from bf16 storage */
+        bool a_half = halves & 1, b_half = halves & 2;
+        memcpy(ch, c0, sizeof(float) * (size_t)(m * ldc));
+        CHECK(amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a_half ? (void *)ah : (void *)a,
+                                     a_half, lda, b_half ? (void *)bh : (void *)b, b_half, ldb,
+                                     beta, ch, ldc));
+        CHECK_MSG(memcmp(ch, c, sizeof(float) * (size_t)(m * ldc)) == 0,
+                  "%c%c m %lld n %lld k %lld: bf16 storage for %s gives other bits", ta, tb,
+                  (long long)m, (long long)n, (long long)k,
+                  halves == 1 ? "A" : halves == 2 ? "B" : "A and B");
+    }
+    free(ah), free(bh), free(ch);
     int bad = 0;
     double worst = 0.0;
     for (int64_t i = 0; i < m; i++)
