@@ -86,8 +86,8 @@ amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *ou
  * row order; built per ISA. The rows are widened first where x is a half type (at most
  * AMP_CPU_REDUCE_CHUNK floats: chunk_rows x w), then summed ROWS_REG_BLOCK columns at a time,
  * their double sums held in registers across the rows (eight AVX-512 registers): a sum kept in
- * memory was loaded and stored again for every row, and a half row widened by its own call,
- * which held a linear layer's bias gradient to about 10 GB/s (bench/RESULTS.md, "bias
+ * memory was loaded and stored again for every row, and a half row widened by a call of the
+ * cast entry, which held a linear layer's bias gradient to about 10 GB/s (bench/RESULTS.md, "bias
  * gradients in registers"). */
 #define ROWS_REG_BLOCK 64
 typedef double rows_v8d __attribute__((vector_size(64)));
@@ -160,8 +160,9 @@ amp_status amp_cpu_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int
     }
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t b = 0; b < n_blocks; b++) {
-        int64_t j0 = b * ROWS_COL_BLOCK, w = cols - j0 < ROWS_COL_BLOCK ? cols - j0 : ROWS_COL_BLOCK;
-        sum_rows_fold(partial, n_chunks, cols, j0, w, out);
+        int64_t j0 = b * ROWS_COL_BLOCK, left = cols - j0;
+        sum_rows_fold(partial, n_chunks, cols, j0, left < ROWS_COL_BLOCK ? left : ROWS_COL_BLOCK,
+                      out);
     }
     free(partial);
     return AMP_OK;

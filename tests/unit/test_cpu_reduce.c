@@ -75,8 +75,8 @@ static void test_sum_rows(void) {
 /* sum_rows' order, which the bits depend on: rows cut into chunks of AMP_CPU_REDUCE_CHUNK /
  * min(cols, 256) rows, each column summed in double in row order within a chunk, the chunks'
  * sums added in chunk order, one rounding to f32. f32 and bf16 data with large terms that
- * cancel, so that another order gives other bits; widths around the kernel's 64-column register blocks and
- * 256-column tasks, heights around its chunks. */
+ * cancel, so that another order gives other bits; widths around the kernel's 64-column register
+ * blocks and 256-column tasks, heights around its chunks. */
 static void test_sum_rows_order(void) {
     const int64_t widths[] = {1, 37, 63, 64, 65, 130, 256, 257, 700};
     const int64_t heights[] = {1, 15, 16, 17, 100, 2049};
