@@ -60,6 +60,12 @@ amp_status amp_cpu_each_row(const char *fn, int64_t rows, int64_t floats,
  * CUDA warp's order (kernels/math/lanes.h), in vector loops. */
 void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, float *m_out, float *s_out);
 float amp_cpu_row_sum(const float *v, int64_t n);
+/* reduce.c: the fold of chunked column sums (sum_rows', LayerNorm's dgamma and dbeta):
+ * out[j0 + j] = the doubles partial[c * stride + j0 + j] added over c = 0, 1, ... in that order
+ * from 0, rounded to f32 once, for j < w <= AMP_CPU_FOLD_BLOCK; the columns in vector lanes. */
+#define AMP_CPU_FOLD_BLOCK 256
+void amp_cpu_fold_chunks(const double *partial, int64_t n_chunks, int64_t stride, int64_t j0,
+                         int64_t w, float *out);
 
 /* cpu_avx512.c: whether the hand-vectorised AVX-512 kernels run (AVX-512 F, BW and VL, and
  * AMP_CPU_GENERIC unset). */

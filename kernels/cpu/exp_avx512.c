@@ -141,20 +141,24 @@ AMP_AVX512_TARGET float amp_avx512_exp_sum(const float *v, int64_t n, float m, f
     return combine_sum(lo, hi);
 }
 
+/* A term of amp_avx512_row_sum: x, or (x - c)^2 rounded before it is added. */
+AMP_AVX512_TARGET static inline __m512 row_term(__m512 x, __m512 c, bool squares) {
+    if (!squares) return x;
+    __m512 t = _mm512_sub_ps(x, c);
+    return _mm512_mul_ps(t, t);
+}
+
 AMP_AVX512_TARGET float amp_avx512_row_sum(const float *v, int64_t n, float c, bool squares) {
     __m512 cc = _mm512_set1_ps(c), lo = _mm512_setzero_ps(), hi = lo;
     int64_t j = 0;
-#define AMP_ROW_TERM(x) (squares ? _mm512_mul_ps(_mm512_sub_ps(x, cc), _mm512_sub_ps(x, cc)) : (x))
     for (; j + AMP_LANES <= n; j += AMP_LANES) {
-        __m512 a = _mm512_loadu_ps(v + j), b = _mm512_loadu_ps(v + j + 16);
-        lo = _mm512_add_ps(lo, AMP_ROW_TERM(a));
-        hi = _mm512_add_ps(hi, AMP_ROW_TERM(b));
+        lo = _mm512_add_ps(lo, row_term(_mm512_loadu_ps(v + j), cc, squares));
+        hi = _mm512_add_ps(hi, row_term(_mm512_loadu_ps(v + j + 16), cc, squares));
     }
     __mmask16 klo = avx512_lanes(n - j), khi = avx512_lanes(n - j - 16);
     __m512 a = _mm512_maskz_loadu_ps(klo, v + j), b = _mm512_maskz_loadu_ps(khi, v + j + 16);
-    lo = _mm512_mask_add_ps(lo, klo, lo, AMP_ROW_TERM(a));
-    hi = _mm512_mask_add_ps(hi, khi, hi, AMP_ROW_TERM(b));
-#undef AMP_ROW_TERM
+    lo = _mm512_mask_add_ps(lo, klo, lo, row_term(a, cc, squares));
+    hi = _mm512_mask_add_ps(hi, khi, hi, row_term(b, cc, squares));
     return combine_sum(lo, hi);
 }
 

@@ -17,17 +17,6 @@
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/math/layernorm.h"
 
-/* The 32-lane total of v[0, n). */
-AMP_CPU_CLONE_INLINE float lanes_sum(const float *v, int64_t n) {
-    if (amp_cpu_avx512_kernels()) return amp_avx512_row_sum(v, n, 0.0f, false);
-    float acc[AMP_LN_LANES] = {0};
-    int64_t i = 0;
-    for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)
-        for (int l = 0; l < AMP_LN_LANES; l++) acc[l] += v[i + l];
-    for (int l = 0; i + l < n; l++) acc[l] += v[i + l];
-    return amp_lanes_combine(acc, 0);
-}
-
 /* The 32-lane total of (v - c)^2 (c: the mean) or v^2 (RMSNorm: c = 0, the same products). */
 AMP_CPU_CLONE_INLINE float lanes_sum_sq(const float *v, int64_t n, float c) {
     if (amp_cpu_avx512_kernels()) return amp_avx512_row_sum(v, n, c, true);
@@ -71,7 +60,7 @@ AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
         tile_out_store(c->sum, d->dt, base, cols, sum);
         v = tile_in(c->sum, d->dt, base, cols, buf + 2 * cols);
     }
-    float mu = d->rms ? 0.0f : lanes_sum(v, cols) / (float)cols;
+    float mu = d->rms ? 0.0f : amp_cpu_row_sum(v, cols) / (float)cols;
     float rs = amp_ln_rstd(lanes_sum_sq(v, cols, mu) / (float)cols, d->eps);
     if (!d->rms) c->mean[row] = mu;
     c->rstd[row] = rs;
@@ -96,13 +85,15 @@ AMP_CPU_CLONE_INLINE void dx_row(const ln_call *c, int64_t row, const float *xv,
         g[j] = amp_mul_rn(dy[j], gamma ? gamma[j] : 1.0f);
         gx[j] = amp_mul_rn(g[j], amp_ln_xhat(xv[j], mu, rs));
     }
-    float m1 = d->rms ? 0.0f : lanes_sum(g, cols) / (float)cols;
-    float m2 = lanes_sum(gx, cols) / (float)cols;
+    float m1 = d->rms ? 0.0f : amp_cpu_row_sum(g, cols) / (float)cols;
+    float m2 = amp_cpu_row_sum(gx, cols) / (float)cols;
     float *y = tile_out(c->out, d->dt, base, buf + 2 * cols);
-    for (int64_t j = 0; j < cols; j++) { /* accumulate (f32): y is dx's row itself */
-        float v = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
-        y[j] = d->accumulate ? y[j] + v : v;
-    }
+    if (d->accumulate) /* f32: y is dx's row itself */
+        for (int64_t j = 0; j < cols; j++)
+            y[j] += amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
+    else
+        for (int64_t j = 0; j < cols; j++)
+            y[j] = amp_ln_dx(g[j], amp_ln_xhat(xv[j], mu, rs), m1, m2, rs);
     tile_out_store(c->out, d->dt, base, cols, y);
 }
 
@@ -145,24 +136,6 @@ amp_status amp_cpu_layernorm_fwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     return amp_cpu_each_row(__func__, d->rows, 4 * d->cols, fwd_row, &c);
 }
 
-/* Columns per task of the fold below. */
-#define LN_FOLD_BLOCK 256
-
-/* dgamma[j] and dbeta[j] for the columns [j0, j0 + w): the chunks' partial sums added in chunk
- * order per column (the columns in vector lanes), rounded to f32 once. Built per ISA. */
-AMP_CPU_CLONES static void fold_block(const double *partial, int64_t n_chunks, int64_t cols,
-                                      int64_t j0, int64_t w, float *dgamma, float *dbeta) {
-    double g[LN_FOLD_BLOCK] = {0}, b[LN_FOLD_BLOCK] = {0};
-    for (int64_t k = 0; k < n_chunks; k++) {
-        const double *pg = partial + k * 2 * cols + j0, *pb = pg + cols;
-        for (int64_t j = 0; j < w; j++) g[j] += pg[j], b[j] += pb[j];
-    }
-    for (int64_t j = 0; j < w; j++) {
-        if (dgamma) dgamma[j0 + j] = (float)g[j];
-        if (dbeta) dbeta[j0 + j] = (float)b[j];
-    }
-}
-
 amp_status amp_cpu_layernorm_bwd(amp_device_ctx *dev, const amp_ln_desc *d, const void *x,
                                  const void *dy, const float *gamma, const float *mean,
                                  const float *rstd, void *dx, float *dgamma, float *dbeta) {
@@ -185,12 +158,13 @@ amp_status amp_cpu_layernorm_bwd(amp_device_ctx *dev, const amp_ln_desc *d, cons
     if (!dx && !c.partial) return AMP_OK;
     AMP_TRY(amp_cpu_each_row(__func__, n_chunks, 5 * d->cols, bwd_chunk, &c));
     if (!c.partial) return AMP_OK;
-    int64_t blocks = (d->cols + LN_FOLD_BLOCK - 1) / LN_FOLD_BLOCK;
+    int64_t blocks = (d->cols + AMP_CPU_FOLD_BLOCK - 1) / AMP_CPU_FOLD_BLOCK;
 #pragma omp parallel for schedule(static) if (n_chunks * d->cols >= AMP_CPU_PARALLEL_MIN)
     for (int64_t k = 0; k < blocks; k++) {
-        int64_t j0 = k * LN_FOLD_BLOCK, left = d->cols - j0;
-        fold_block(c.partial, n_chunks, d->cols, j0, left < LN_FOLD_BLOCK ? left : LN_FOLD_BLOCK,
-                   dgamma, dbeta);
+        int64_t j0 = k * AMP_CPU_FOLD_BLOCK, left = d->cols - j0;
+        int64_t w = left < AMP_CPU_FOLD_BLOCK ? left : AMP_CPU_FOLD_BLOCK;
+        if (dgamma) amp_cpu_fold_chunks(c.partial, n_chunks, 2 * d->cols, j0, w, dgamma);
+        if (dbeta) amp_cpu_fold_chunks(c.partial + d->cols, n_chunks, 2 * d->cols, j0, w, dbeta);
     }
     return AMP_OK;
 }

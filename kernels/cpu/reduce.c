@@ -21,8 +21,8 @@
 
 /* Chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
 #define SUM_GROUP 512
-/* sum_rows works on column blocks this wide: one f32 tile and one double accumulator each. */
-#define ROWS_COL_BLOCK 256
+/* sum_rows works on column blocks this wide, the fold's (amp_cpu_fold_chunks). */
+#define ROWS_COL_BLOCK AMP_CPU_FOLD_BLOCK
 
 /* Sum of x[0, n) (of x[i]^2 when square is set) in double: 8 independent lanes (which the
  * compiler vectorises), combined in a fixed tree, then the tail. Inlined with a constant square,
@@ -121,13 +121,11 @@ AMP_CPU_CLONES static void sum_rows_block(amp_dtype dt, int64_t cols, const void
         for (int64_t j = jb; j < w; j++) acc[j] += (double)rows[r][j];
 }
 
-/* out[j0, j0 + w) = the chunks' partial sums added in chunk order per column, the columns in
- * vector lanes. */
-AMP_CPU_CLONES static void sum_rows_fold(const double *partial, int64_t n_chunks, int64_t cols,
-                                         int64_t j0, int64_t w, float *out) {
-    double s[ROWS_COL_BLOCK] = {0};
+AMP_CPU_CLONES void amp_cpu_fold_chunks(const double *partial, int64_t n_chunks, int64_t stride,
+                                        int64_t j0, int64_t w, float *out) {
+    double s[AMP_CPU_FOLD_BLOCK] = {0};
     for (int64_t c = 0; c < n_chunks; c++)
-        for (int64_t j = 0; j < w; j++) s[j] += partial[c * cols + j0 + j];
+        for (int64_t j = 0; j < w; j++) s[j] += partial[c * stride + j0 + j];
     for (int64_t j = 0; j < w; j++) out[j0 + j] = (float)s[j];
 }
 
@@ -161,8 +159,8 @@ amp_status amp_cpu_sum_rows(amp_device_ctx *dev, amp_dtype dt, int64_t rows, int
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t b = 0; b < n_blocks; b++) {
         int64_t j0 = b * ROWS_COL_BLOCK, left = cols - j0;
-        sum_rows_fold(partial, n_chunks, cols, j0, left < ROWS_COL_BLOCK ? left : ROWS_COL_BLOCK,
-                      out);
+        amp_cpu_fold_chunks(partial, n_chunks, cols, j0,
+                            left < ROWS_COL_BLOCK ? left : ROWS_COL_BLOCK, out);
     }
     free(partial);
     return AMP_OK;

@@ -69,6 +69,7 @@ AMP_CPU_CLONES void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, 
 }
 
 AMP_CPU_CLONES float amp_cpu_row_sum(const float *v, int64_t n) {
+    if (amp_cpu_avx512_kernels()) return amp_avx512_row_sum(v, n, 0.0f, false);
     float acc[AMP_LANES] = {0};
     lanes_sum(v, n, acc);
     return amp_lanes_combine(acc, 0);

@@ -21,8 +21,6 @@
 
 #define NAME "test_cpu_layernorm_sums"
 
-static float load(const void *p, amp_dtype dt, int64_t i) { return test_load(p, dt, i); }
-
 static void store(void *p, amp_dtype dt, int64_t i, float v) {
     if (dt == AMP_F32)
         ((float *)p)[i] = v;
@@ -72,8 +70,8 @@ static int check(int64_t rows, int64_t cols, amp_dtype dt, amp_dtype y_dt, bool 
         for (int64_t r0 = 0; r0 < rows; r0 += AMP_LN_COL_CHUNK) {
             double g = 0.0, b = 0.0;
             for (int64_t r = r0; r < rows && r < r0 + AMP_LN_COL_CHUNK; r++) {
-                float e = load(dy, y_dt, r * cols + j);
-                float xhat = amp_ln_xhat(load(x, d.dt, r * cols + j), mean[r], rstd[r]);
+                float e = test_load(dy, y_dt, r * cols + j);
+                float xhat = amp_ln_xhat(test_load(x, d.dt, r * cols + j), mean[r], rstd[r]);
                 g += (double)amp_mul_rn(e, xhat);
                 b += (double)e;
             }
