@@ -259,9 +259,13 @@ typedef struct amp_xent_desc {
     bool sum;
 } amp_xent_desc;
 
-/* Scaled dot-product attention over dense [batch, heads, seq, head_dim] q, k, v and o (in `dt`),
- * FlashAttention's algorithm: y = dropout(softmax(scale q k^T + mask)) v with only o and each
- * row's logsumexp (f32 [batch, heads, seq]) saved, the backward recomputing the scores from them.
+/* Scaled dot-product attention over q, k, v and o (in `dt`), dense [batch, heads, seq, head_dim]
+ * each, or, when `packed`, in FlashAttention's qkvpacked layout, the one a fused QKV projection
+ * writes: q, k and v (and dq, dk, dv) point at elements 0, heads head_dim and 2 heads head_dim of
+ * one [batch, seq, 3, heads, head_dim] tensor, o (and dO) is [batch, seq, heads, head_dim]
+ * (kernels/math/attention.h: amp_attn_row). FlashAttention's algorithm: y = dropout(softmax(
+ * scale q k^T + mask)) v with only o and each row's logsumexp (f32 [batch, heads, seq]) saved,
+ * the backward recomputing the scores from them.
  * Key j is hidden from query i when causal and j > i, or when j >= kv_len[b] (a padding mask
  * given as each batch's number of valid keys, in [0, seq]; NULL: none). A row that sees no key
  * gives 0 and logsumexp -inf. Dropout keeps probability (b, h, i, j) when the Philox draw of
@@ -274,6 +278,7 @@ typedef struct amp_attn_desc {
     bool causal;
     float dropout_p; /* in [0, 1) */
     uint64_t seed, offset;
+    bool packed; /* the qkvpacked layout above */
 } amp_attn_desc;
 
 /* SGD exactly as torch.optim.SGD (maximize=False):

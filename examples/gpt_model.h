@@ -109,23 +109,18 @@ static amp_status gpt_apply(const gpt_linear *l, amp_tensor *x, bool gelu, amp_t
     return gelu ? amp_linear_gelu(x, w, b, true, y) : amp_linear(x, w, b, y);
 }
 
-/* Causal self-attention of h [B, T, C]: q, k, v from c_attn in one copy ([B, T, 3, nh, hs]
- * permuted to [3, B, nh, T, hs], then three views), the fused attention, heads back to
- * [B, T, C], c_proj. */
+/* Causal self-attention of h [B, T, C]: c_attn's output [B, T, 3C] read in place as q, k and v
+ * ([B, T, 3, nh, hs], the qkvpacked attention), y [B, T, nh, hs] read as [B, T, C] by c_proj:
+ * nanoGPT's split, view and transposes without their copies. */
 static amp_status gpt_attention(const gpt *g, const gpt_block *blk, bool training, amp_tensor *h,
                                 amp_tensor **out) {
     int64_t B = amp_tensor_dim(h, 0), T = amp_tensor_dim(h, 1), C = g->cfg.n_embd;
     int64_t nh = g->cfg.n_head, hs = C / nh;
-    amp_tensor *qkv, *parts[3], *y;
+    amp_tensor *qkv, *y;
     amp_status s = gpt_apply(&blk->c_attn, h, false, &qkv);
     if (s == AMP_OK) s = amp_reshape(qkv, 5, (int64_t[]){B, T, 3, nh, hs}, &qkv);
-    if (s == AMP_OK) s = amp_permute(qkv, (const int[]){2, 0, 3, 1, 4}, &qkv);
-    if (s == AMP_OK) s = amp_chunk(qkv, 3, 0, parts);
-    for (int i = 0; i < 3 && s == AMP_OK; i++)
-        s = amp_reshape(parts[i], 4, (int64_t[]){B, nh, T, hs}, &parts[i]);
     amp_attention_options ao = {.causal = true, .dropout_p = g->cfg.dropout, .training = training};
-    if (s == AMP_OK) s = amp_scaled_dot_product_attention(parts[0], parts[1], parts[2], &ao, &y);
-    if (s == AMP_OK) s = amp_transpose(y, 1, 2, &y);
+    if (s == AMP_OK) s = amp_scaled_dot_product_attention_qkvpacked(qkv, &ao, &y);
     if (s == AMP_OK) s = amp_reshape(y, 3, (int64_t[]){B, T, C}, &y);
     if (s == AMP_OK) s = gpt_apply(&blk->attn_proj, y, false, &y);
     if (s == AMP_OK) s = amp_dropout(y, g->cfg.dropout, training, out);

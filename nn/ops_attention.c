@@ -1,6 +1,8 @@
 /* Fused scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention): one
  * backend call forward, one backward; saved are the output (the tape keeps it) and each row's
- * f32 logsumexp, never the probabilities, so the state grows as batch heads seq, not seq^2. */
+ * f32 logsumexp, never the probabilities, so the state grows as batch heads seq, not seq^2. The
+ * qkvpacked form (FlashAttention's) reads q, k and v where a fused QKV projection wrote them and
+ * writes y as [batch, seq, heads, head_dim]: no permute, split or transpose copies either way. */
 #include <math.h>
 
 #include "core/ctx.h"
@@ -48,6 +50,25 @@ static amp_status attn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return attn_grad_done(v, &sv, dv);
 }
 
+/* The options against a batch of `batch` sequences. */
+static amp_status check_options(const char *op, const amp_tensor *x, int64_t batch,
+                                const amp_attention_options *o) {
+    if (!(o->dropout_p >= 0.0f && o->dropout_p < 1.0f))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: dropout_p = %g, want 0 <= p < 1", op,
+                        (double)o->dropout_p);
+    if (!isfinite(o->scale) || o->scale < 0.0f)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: scale = %g, want 0 (1/sqrt(head_dim)) or a "
+                        "finite value > 0", op, (double)o->scale);
+    amp_tensor *len = o->kv_len;
+    if (!len) return AMP_OK;
+    AMP_TRY(amp_check_tensor(op, "kv_len", len, 1));
+    if (len->dtype != AMP_I32 || len->shape[0] != batch || len->ctx != x->ctx)
+        return amp_fail(AMP_ERR_SHAPE, "%s: kv_len must be i32 [%lld] on the inputs' context (it "
+                        "has dtype %s and %lld elements)", op, (long long)batch,
+                        amp_dtype_name(len->dtype), (long long)len->shape[0]);
+    return AMP_OK;
+}
+
 static amp_status check_inputs(const char *op, amp_tensor *q, amp_tensor *k, amp_tensor *v,
                                const amp_attention_options *o) {
     AMP_TRY(amp_check_float(op, "q", q));
@@ -60,20 +81,27 @@ static amp_status check_inputs(const char *op, amp_tensor *q, amp_tensor *k, amp
                         amp_shape_str(q, bq, sizeof bq), amp_shape_str(k, bk, sizeof bk),
                         amp_shape_str(v, bv, sizeof bv));
     }
-    if (!(o->dropout_p >= 0.0f && o->dropout_p < 1.0f))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: dropout_p = %g, want 0 <= p < 1", op,
-                        (double)o->dropout_p);
-    if (!isfinite(o->scale) || o->scale < 0.0f)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: scale = %g, want 0 (1/sqrt(head_dim)) or a "
-                        "finite value > 0", op, (double)o->scale);
-    amp_tensor *len = o->kv_len;
-    if (!len) return AMP_OK;
-    AMP_TRY(amp_check_tensor(op, "kv_len", len, 1));
-    if (len->dtype != AMP_I32 || len->shape[0] != q->shape[0] || len->ctx != q->ctx)
-        return amp_fail(AMP_ERR_SHAPE, "%s: kv_len must be i32 [%lld] on q's context (it has "
-                        "dtype %s and %lld elements)", op, (long long)q->shape[0],
-                        amp_dtype_name(len->dtype), (long long)len->shape[0]);
-    return AMP_OK;
+    return check_options(op, q, q->shape[0], o);
+}
+
+/* The descriptor of batch x heads x seq x head_dim attention in dtype dt, its dropout offset
+ * reserved from the context's stream while training with dropout. */
+static amp_attn_desc attn_desc(amp_ctx *ctx, const int64_t bhsd[4], amp_dtype dt, bool packed,
+                               const amp_attention_options *o) {
+    float p = o->training ? o->dropout_p : 0.0f;
+    amp_attn_desc d = {.batch = bhsd[0],
+                       .heads = bhsd[1],
+                       .seq = bhsd[2],
+                       .head_dim = bhsd[3],
+                       .dt = dt,
+                       .scale = o->scale > 0.0f ? o->scale : (float)(1.0 / sqrt((double)bhsd[3])),
+                       .causal = o->causal,
+                       .dropout_p = p,
+                       .seed = ctx->rng.seed,
+                       .packed = packed};
+    if (p > 0.0f) d.offset = amp_rng_reserve(&ctx->rng, (uint64_t)(d.batch * d.heads) *
+                                                             (uint64_t)d.seq * (uint64_t)d.seq);
+    return d;
 }
 
 amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
@@ -92,19 +120,7 @@ amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_te
     v = io[2];
     AMP_TRY(check_inputs(op, q, k, v, options));
     amp_ctx *ctx = q->ctx;
-    float p = options->training ? options->dropout_p : 0.0f;
-    amp_attn_desc d = {.batch = q->shape[0],
-                       .heads = q->shape[1],
-                       .seq = q->shape[2],
-                       .head_dim = q->shape[3],
-                       .dt = q->dtype,
-                       .scale = options->scale > 0.0f ? options->scale
-                                                      : (float)(1.0 / sqrt((double)q->shape[3])),
-                       .causal = options->causal,
-                       .dropout_p = p,
-                       .seed = ctx->rng.seed};
-    if (p > 0.0f) d.offset = amp_rng_reserve(&ctx->rng, (uint64_t)(d.batch * d.heads) *
-                                                             (uint64_t)d.seq * (uint64_t)d.seq);
+    amp_attn_desc d = attn_desc(ctx, q->shape, q->dtype, false, options);
     amp_tensor *y, *lse;
     int64_t lse_shape[3] = {d.batch, d.heads, d.seq};
     AMP_TRY(amp_tensor_step_like(q, q->dtype, &y));
@@ -117,6 +133,66 @@ amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_te
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "scaled_dot_product_attention", attn_bwd, len ? 4 : 3, in,
                        sizeof(attn_aux), &node));
+    if (node) {
+        node->saved[0] = lse;
+        ((attn_aux *)node->aux)->d = d;
+    }
+    *out = y;
+    return AMP_OK;
+}
+
+/* The packed form's backward: dq, dk and dv go straight into their places in one gradient of
+ * qkv (the three cover it), so no gradient is split or copied. */
+static amp_status attn_packed_bwd(amp_tape_node *node, const amp_tensor *dy) {
+    const amp_attn_desc *d = &((const attn_aux *)node->aux)->d;
+    amp_tensor *qkv = node->in[0], *kv_len = node->n_in > 1 ? node->in[1] : NULL;
+    amp_tensor *lse = node->saved[0], *delta;
+    amp_grad_sink s;
+    AMP_TRY(amp_grad_begin(qkv, &s));
+    if (!s.buf) return AMP_OK;
+    AMP_TRY(amp_tensor_step_like(lse, AMP_F32, &delta));
+    size_t part = (size_t)(d->heads * d->head_dim) * amp_dtype_size(d->dt);
+    const char *x = qkv->data;
+    char *g = s.buf->data;
+    AMP_TRY(AMP_BE(dy->backend, attn_bwd, d, x, x + part, x + 2 * part,
+                   kv_len ? kv_len->data : NULL, node->out->data, dy->data, lse->data,
+                   delta->data, g, g + part, g + 2 * part));
+    return amp_grad_end(&s);
+}
+
+amp_status amp_scaled_dot_product_attention_qkvpacked(amp_tensor *qkv,
+                                                      const amp_attention_options *options,
+                                                      amp_tensor **out) {
+    static const char *op = "amp_scaled_dot_product_attention_qkvpacked";
+    AMP_CHECK_ARG(out);
+    AMP_CHECK_ARG(options);
+    AMP_TRY(amp_check_tensor(op, "qkv", qkv, 5));
+    AMP_TRY(amp_autocast(AMP_CAT_HALF, &qkv, 1));
+    AMP_TRY(amp_check_float(op, "qkv", qkv));
+    if (qkv->shape[2] != 3) {
+        char b[64];
+        return amp_fail(AMP_ERR_SHAPE, "%s: qkv %s must be [batch, seq, 3, heads, head_dim]", op,
+                        amp_shape_str(qkv, b, sizeof b));
+    }
+    AMP_TRY(check_options(op, qkv, qkv->shape[0], options));
+    const int64_t *x = qkv->shape;
+    amp_attn_desc d = attn_desc(qkv->ctx, (const int64_t[]){x[0], x[3], x[1], x[4]}, qkv->dtype,
+                                true, options);
+    amp_tensor *y, *lse;
+    int64_t y_shape[4] = {d.batch, d.seq, d.heads, d.head_dim};
+    int64_t lse_shape[3] = {d.batch, d.heads, d.seq};
+    AMP_TRY(amp_tensor_step(qkv->ctx, qkv->dtype, 4, y_shape, &y));
+    AMP_TRY(amp_tensor_step(qkv->ctx, AMP_F32, 3, lse_shape, &lse));
+    size_t part = (size_t)(d.heads * d.head_dim) * amp_dtype_size(d.dt);
+    const char *p = qkv->data;
+    amp_tensor *len = options->kv_len;
+    amp_status s = AMP_BE(qkv->backend, attn_fwd, &d, p, p + part, p + 2 * part,
+                          len ? len->data : NULL, y->data, lse->data);
+    if (s != AMP_OK) return amp_fail_context(s, "%s", op);
+    amp_tensor *in[2] = {qkv, len};
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, "scaled_dot_product_attention_qkvpacked", attn_packed_bwd, len ? 2 : 1,
+                       in, sizeof(attn_aux), &node));
     if (node) {
         node->saved[0] = lse;
         ((attn_aux *)node->aux)->d = d;

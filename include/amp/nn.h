@@ -187,6 +187,16 @@ typedef struct amp_attention_options {
 amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
                                             const amp_attention_options *options,
                                             amp_tensor **out);
+/* The same attention with q, k and v packed as a fused QKV projection writes them
+ * (FlashAttention's flash_attn_qkvpacked_func): qkv [batch, seq, 3, heads, head_dim], which is
+ * a linear layer's [batch, seq, 3 heads head_dim] output reshaped, gives y [batch, seq, heads,
+ * head_dim], which reshapes to [batch, seq, heads head_dim] for the output projection. Equal bit
+ * for bit to splitting qkv into q, k, v, permuting each to [batch, heads, seq, head_dim],
+ * amp_scaled_dot_product_attention and permuting y back, without those copies (or their
+ * gradients') in memory or time. */
+amp_status amp_scaled_dot_product_attention_qkvpacked(amp_tensor *qkv,
+                                                      const amp_attention_options *options,
+                                                      amp_tensor **out);
 /* Mean of every element: a one-element tensor. */
 amp_status amp_mean(amp_tensor *x, amp_tensor **out);
 /* Softmax cross-entropy (torch.nn.functional.cross_entropy) of logits [n, classes] (any float

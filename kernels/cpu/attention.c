@@ -60,19 +60,18 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
                       attn_tiles *t) {
     const int64_t seq = d->seq, dim = d->head_dim, nr = attn_min(ATTN_BR, seq - i0);
     const int64_t len = attn_kv_len(d, x->kv_len, bh);
-    const attn_opnd q = attn_in(d, x->q, (bh * seq + i0) * dim, nr * dim, t->q);
+    const attn_opnd q = attn_in(d, x->q, true, bh, i0, nr, t->q);
     for (int64_t r = 0; r < nr; r++) t->m[r] = -INFINITY, t->l[r] = 0.0f;
     memset(t->acc, 0, (size_t)(nr * dim) * sizeof *t->acc);
     int64_t kend = amp_attn_keys(d->causal, seq, i0 + nr - 1, len);
     for (int64_t j0 = 0; j0 < kend; j0 += ATTN_BC) {
         int64_t nc = attn_min(ATTN_BC, kend - j0);
-        const attn_opnd k = attn_in(d, x->k, (bh * seq + j0) * dim, nc * dim, t->k);
-        const attn_opnd v = attn_in(d, x->v, (bh * seq + j0) * dim, nc * dim, t->v);
-        if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, dim, k, dim, 0.0f, t->s, ATTN_BC))
-            return false;
+        const attn_opnd k = attn_in(d, x->k, true, bh, j0, nc, t->k);
+        const attn_opnd v = attn_in(d, x->v, true, bh, j0, nc, t->v);
+        if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, k, 0.0f, t->s, ATTN_BC)) return false;
         fwd_softmax_tile(d, bh, i0, nr, j0, nc, len, t);
-        if (!attn_gemm(d, 'N', 'N', nr, dim, nc, 1.0f, attn_f32(t->s), ATTN_BC, v, dim, 1.0f,
-                       t->acc, dim))
+        if (!attn_gemm(d, 'N', 'N', nr, dim, nc, 1.0f, attn_f32(t->s, ATTN_BC), v, 1.0f, t->acc,
+                       dim))
             return false;
     }
     for (int64_t r = 0; r < nr; r++) {
@@ -80,7 +79,7 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
         for (int64_t c = 0; c < dim; c++) t->acc[r * dim + c] *= inv;
         x->lse[bh * seq + i0 + r] = amp_attn_lse(t->m[r], t->l[r]);
     }
-    attn_store_rows(x->out, d->dt, (bh * seq + i0) * dim, nr * dim, t->acc);
+    attn_store_rows(d, x->out, false, bh, i0, nr, t->acc);
     return true;
 }
 

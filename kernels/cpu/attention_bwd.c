@@ -26,16 +26,17 @@ AMP_CPU_CLONES static void head_delta(const amp_attn_desc *d, const attn_operand
                                       attn_tiles *t) {
     int64_t dim = d->head_dim;
     for (int64_t i0 = 0; i0 < d->seq; i0 += ATTN_BR) {
-        int64_t nr = attn_min(ATTN_BR, d->seq - i0), at = (bh * d->seq + i0) * dim;
-        const float *dout = tile_in(x->dout, d->dt, at, nr * dim, t->dout);
-        const float *o = tile_in(x->o, d->dt, at, nr * dim, t->q);
+        int64_t nr = attn_min(ATTN_BR, d->seq - i0);
+        const attn_opnd dout_rows = attn_rows_f32(d, x->dout, false, bh, i0, nr, t->dout);
+        const attn_opnd o_rows = attn_rows_f32(d, x->o, false, bh, i0, nr, t->q);
         for (int64_t r = 0; r < nr; r++) {
+            const float *dout = (const float *)dout_rows.p + r * dout_rows.ld;
+            const float *o = (const float *)o_rows.p + r * o_rows.ld;
             float lane[ATTN_LANES] = {0};
             int64_t c = 0;
             for (; c + ATTN_LANES <= dim; c += ATTN_LANES)
-                for (int l = 0; l < ATTN_LANES; l++)
-                    lane[l] += amp_mul_rn(dout[r * dim + c + l], o[r * dim + c + l]);
-            for (; c < dim; c++) lane[0] += amp_mul_rn(dout[r * dim + c], o[r * dim + c]);
+                for (int l = 0; l < ATTN_LANES; l++) lane[l] += amp_mul_rn(dout[c + l], o[c + l]);
+            for (; c < dim; c++) lane[0] += amp_mul_rn(dout[c], o[c]);
             float sum = 0.0f;
             for (int l = 0; l < ATTN_LANES; l++) sum += lane[l];
             x->delta[bh * d->seq + i0 + r] = sum;
@@ -81,15 +82,14 @@ AMP_CPU_CLONES static void block_probs(const amp_attn_desc *d, const attn_operan
  * failed. */
 static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh, attn_tiles *t) {
     const int64_t seq = d->seq, dim = d->head_dim, len = attn_kv_len(d, x->kv_len, bh);
-    const int64_t base = bh * seq * dim;
     head_delta(d, x, bh, t);
     memset(t->dq, 0, (size_t)(seq * dim) * sizeof *t->dq);
     for (int64_t j0 = 0; j0 < seq; j0 += ATTN_BC) {
         int64_t nc = attn_min(ATTN_BC, seq - j0);
         memset(t->dk, 0, (size_t)(nc * dim) * sizeof *t->dk);
         memset(t->dv, 0, (size_t)(nc * dim) * sizeof *t->dv);
-        const attn_opnd k = attn_in(d, x->k, base + j0 * dim, nc * dim, t->k);
-        const attn_opnd v = attn_in(d, x->v, base + j0 * dim, nc * dim, t->v);
+        const attn_opnd k = attn_in(d, x->k, true, bh, j0, nc, t->k);
+        const attn_opnd v = attn_in(d, x->v, true, bh, j0, nc, t->v);
         /* Rows before j0 see none of these keys when causal; no row sees keys >= len. */
         int64_t first = d->causal ? j0 / ATTN_BR * ATTN_BR : 0;
         for (int64_t i0 = j0 < len ? first : seq; i0 < seq; i0 += ATTN_BR) {
@@ -98,26 +98,22 @@ static bool bwd_head(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
              * past it would add exact zeros to dQ, dK and dV, so their products are skipped. */
             int64_t ks = attn_min(nc, amp_attn_keys(d->causal, seq, i0 + nr - 1, len) - j0);
             if (ks <= 0) continue;
-            const attn_opnd q = attn_in(d, x->q, base + i0 * dim, nr * dim, t->q);
-            const attn_opnd dout = attn_in(d, x->dout, base + i0 * dim, nr * dim, t->dout);
-            if (!attn_gemm(d, 'N', 'T', nr, ks, dim, d->scale, q, dim, k, dim, 0.0f, t->s,
-                           ATTN_BC) ||
-                !attn_gemm(d, 'N', 'T', nr, ks, dim, 1.0f, dout, dim, v, dim, 0.0f, t->dp,
-                           ATTN_BC))
+            const attn_opnd q = attn_in(d, x->q, true, bh, i0, nr, t->q);
+            const attn_opnd dout = attn_in(d, x->dout, false, bh, i0, nr, t->dout);
+            const attn_opnd s = attn_f32(t->s, ATTN_BC), dp = attn_f32(t->dp, ATTN_BC);
+            if (!attn_gemm(d, 'N', 'T', nr, ks, dim, d->scale, q, k, 0.0f, t->s, ATTN_BC) ||
+                !attn_gemm(d, 'N', 'T', nr, ks, dim, 1.0f, dout, v, 0.0f, t->dp, ATTN_BC))
                 return false;
             block_probs(d, x, bh, i0, nr, j0, ks, len, t);
-            if (!attn_gemm(d, 'T', 'N', ks, dim, nr, 1.0f, attn_f32(t->s), ATTN_BC, dout, dim,
-                           1.0f, t->dv, dim) ||
-                !attn_gemm(d, 'T', 'N', ks, dim, nr, d->scale, attn_f32(t->dp), ATTN_BC, q, dim,
-                           1.0f, t->dk, dim) ||
-                !attn_gemm(d, 'N', 'N', nr, dim, ks, d->scale, attn_f32(t->dp), ATTN_BC, k, dim,
-                           1.0f, t->dq + i0 * dim, dim))
+            if (!attn_gemm(d, 'T', 'N', ks, dim, nr, 1.0f, s, dout, 1.0f, t->dv, dim) ||
+                !attn_gemm(d, 'T', 'N', ks, dim, nr, d->scale, dp, q, 1.0f, t->dk, dim) ||
+                !attn_gemm(d, 'N', 'N', nr, dim, ks, d->scale, dp, k, 1.0f, t->dq + i0 * dim, dim))
                 return false;
         }
-        attn_store_rows(x->dk, d->dt, base + j0 * dim, nc * dim, t->dk);
-        attn_store_rows(x->dv, d->dt, base + j0 * dim, nc * dim, t->dv);
+        attn_store_rows(d, x->dk, true, bh, j0, nc, t->dk);
+        attn_store_rows(d, x->dv, true, bh, j0, nc, t->dv);
     }
-    attn_store_rows(x->dq, d->dt, base, seq * dim, t->dq);
+    attn_store_rows(d, x->dq, true, bh, 0, seq, t->dq);
     return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -14,6 +15,7 @@
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/vector_exp.h"
+#include "kernels/math/attention.h"
 
 /* Query rows and keys per tile: bench/RESULTS.md ("Attention on the CPU") has the sweep. */
 #define ATTN_BR 64
@@ -27,36 +29,55 @@ static inline bool attn_bf16_products(const amp_attn_desc *d) {
     return d->dt == AMP_BF16 && amp_cpu_avx512_bf16_kernels();
 }
 
-/* An operand of attn_gemm: f32 values, or bf16 storage that the bf16 products read as it is. */
+/* An operand of attn_gemm: f32 values, or bf16 storage that the bf16 products read as it is,
+ * with the stride between its rows. */
 typedef struct attn_opnd {
     const void *p;
     bool half;
+    int64_t ld;
 } attn_opnd;
 
-static inline attn_opnd attn_f32(const float *p) { return (attn_opnd){p, false}; }
+static inline attn_opnd attn_f32(const float *p, int64_t ld) { return (attn_opnd){p, false, ld}; }
 
-/* Elements [at, at + n) of q, k, v or dO for attn_gemm: where the products are bf16, the
- * tensor's bf16 storage itself (widening it to f32 for the packing to round back cost an eighth
- * of a GPT layer's attention: bench/RESULTS.md, "bias gradients in registers"), else widened
- * (tile_in) into buf. */
-static inline attn_opnd attn_in(const amp_attn_desc *d, const void *x, int64_t at, int64_t n,
-                                float *buf) {
-    if (attn_bf16_products(d)) return (attn_opnd){(const uint16_t *)x + at, true};
-    return (attn_opnd){tile_in(x, d->dt, at, n, buf), false};
+/* Rows [i0, i0 + n) of head bh of q, k, v (qkv) or of o, dO (!qkv) as f32 rows: the tensor
+ * itself when f32 (its own row stride: the packed layout's rows are read in place), else widened
+ * (cpu_tile.h) into buf, dense. */
+static inline attn_opnd attn_rows_f32(const amp_attn_desc *d, const void *x, bool qkv, int64_t bh,
+                                      int64_t i0, int64_t n, float *buf) {
+    int64_t at = amp_attn_row(d, qkv, bh, i0), ld = amp_attn_ld(d, qkv), dim = d->head_dim;
+    if (d->dt == AMP_F32) return attn_f32((const float *)x + at, ld);
+    if (ld == dim) {
+        amp_cpu_widen_tile(buf, (const uint16_t *)x + at, d->dt, n * dim);
+    } else {
+        for (int64_t r = 0; r < n; r++)
+            amp_cpu_widen_tile(buf + r * dim, (const uint16_t *)x + at + r * ld, d->dt, dim);
+    }
+    return attn_f32(buf, dim);
 }
 
-/* A tile product, C = alpha op(A) op(B) + beta C (dnnl_sgemm's arguments): in bf16 products
- * (attention_bf16.c: the q, k, v and dO tiles hold bf16 values, P and dS are rounded to bf16 as
- * FlashAttention's tensor-core products round them) where attn_bf16_products, else oneDNN's f32
- * sgemm on f32 operands. False when it failed. */
-static inline bool attn_gemm(const amp_attn_desc *d, char ta, char tb, int64_t m, int64_t n,
-                             int64_t k, float alpha, attn_opnd a, int64_t lda, attn_opnd b,
-                             int64_t ldb, float beta, float *c, int64_t ldc) {
+/* The same rows as an operand of attn_gemm: where the products are bf16, the tensor's bf16
+ * storage itself (widening it to f32 for the packing to round back cost an eighth of a GPT
+ * layer's attention: bench/RESULTS.md, "bias gradients in registers"), else attn_rows_f32. */
+static inline attn_opnd attn_in(const amp_attn_desc *d, const void *x, bool qkv, int64_t bh,
+                                int64_t i0, int64_t n, float *buf) {
     if (attn_bf16_products(d))
-        return amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a.p, a.half, lda, b.p, b.half, ldb,
+        return (attn_opnd){(const uint16_t *)x + amp_attn_row(d, qkv, bh, i0), true,
+                           amp_attn_ld(d, qkv)};
+    return attn_rows_f32(d, x, qkv, bh, i0, n, buf);
+}
+
+/* A tile product, C = alpha op(A) op(B) + beta C (dnnl_sgemm's arguments, the operands' row
+ * strides their own): in bf16 products (attention_bf16.c: the q, k, v and dO tiles hold bf16
+ * values, P and dS are rounded to bf16 as FlashAttention's tensor-core products round them)
+ * where attn_bf16_products, else oneDNN's f32 sgemm on f32 operands. False when it failed. */
+static inline bool attn_gemm(const amp_attn_desc *d, char ta, char tb, int64_t m, int64_t n,
+                             int64_t k, float alpha, attn_opnd a, attn_opnd b, float beta, float *c,
+                             int64_t ldc) {
+    if (attn_bf16_products(d))
+        return amp_cpu_attn_gemm_bf16(ta, tb, m, n, k, alpha, a.p, a.half, a.ld, b.p, b.half, b.ld,
                                       beta, c, ldc);
     if (a.half || b.half) return false; /* attn_in widens every operand the sgemm takes */
-    return dnnl_sgemm(ta, tb, m, n, k, alpha, (const float *)a.p, lda, (const float *)b.p, ldb,
+    return dnnl_sgemm(ta, tb, m, n, k, alpha, (const float *)a.p, a.ld, (const float *)b.p, b.ld,
                       beta, c, ldc) == dnnl_success;
 }
 
@@ -151,10 +172,18 @@ static inline float attn_row_exp_scalar(float *s, int64_t n, float m) {
     return sum;
 }
 
-/* n values from src into y (dtype dt) at element `at`, rounded to nearest even (the cast
- * entry's body; serial inside the kernels' parallel tasks). */
-static inline void attn_store_rows(void *y, amp_dtype dt, int64_t at, int64_t n, const float *src) {
-    (void)amp_cpu_convert((char *)y + (size_t)at * amp_dtype_size(dt), dt, src, AMP_F32, n);
+/* Rows [i0, i0 + n) of head bh of dq, dk, dv (qkv) or of o (!qkv), dtype d->dt, from n dense
+ * f32 rows of src, half types rounded to nearest even (cpu_tile.h; serial inside the kernels'
+ * parallel tasks). */
+static inline void attn_store_rows(const amp_attn_desc *d, void *y, bool qkv, int64_t bh,
+                                   int64_t i0, int64_t n, const float *src) {
+    int64_t at = amp_attn_row(d, qkv, bh, i0), ld = amp_attn_ld(d, qkv), dim = d->head_dim;
+    int64_t rows = ld == dim ? 1 : n, len = ld == dim ? n * dim : dim; /* dense: one run */
+    for (int64_t r = 0; r < rows; r++) {
+        if (d->dt == AMP_F32)
+            memcpy((float *)y + at + r * ld, src + r * dim, (size_t)len * sizeof *src);
+        else amp_cpu_round_tile((uint16_t *)y + at + r * ld, d->dt, src + r * dim, len);
+    }
 }
 
 /* task(d, x, i, tiles) for every i < tasks, in parallel (dynamic: causal tasks differ in work),

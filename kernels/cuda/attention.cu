@@ -43,22 +43,23 @@
 #define ATTN_TILE 32 /* keys (or rows) a block holds in shared memory: 2 x 16 KiB at head_dim 128 */
 #define ATTN_RECORD 3   /* the word of the context's bad-index record */
 
-/* The lane's values of row `row` (head_dim elements) of x, 0 past head_dim. */
+/* The lane's values of the row (head_dim elements) that starts at element `at` of x
+ * (amp_attn_row: the dense or the packed layout), 0 past head_dim. */
 template <amp_dtype D>
-static __device__ inline void load_row(const void *x, int64_t row, int64_t dim, int lane,
+static __device__ inline void load_row(const void *x, int64_t at, int64_t dim, int lane,
                                        float out[ATTN_PER_LANE]) {
     for (int u = 0; u < ATTN_PER_LANE; u++) {
         int64_t c = lane + 32 * u;
-        out[u] = c < dim ? amp_load_f32(x, D, row * dim + c) : 0.0f;
+        out[u] = c < dim ? amp_load_f32(x, D, at + c) : 0.0f;
     }
 }
 
 template <amp_dtype D>
-static __device__ inline void store_row(void *x, int64_t row, int64_t dim, int lane,
+static __device__ inline void store_row(void *x, int64_t at, int64_t dim, int lane,
                                         const float v[ATTN_PER_LANE]) {
     for (int u = 0; u < ATTN_PER_LANE; u++) {
         int64_t c = lane + 32 * u;
-        if (c < dim) amp_store_f32(x, D, row * dim + c, v[u]);
+        if (c < dim) amp_store_f32(x, D, at + c, v[u]);
     }
 }
 
@@ -90,12 +91,16 @@ static __device__ inline attn_group group_of(const amp_attn_desc &d, int64_t g) 
     return attn_group{g / per, (g % per) * ATTN_WARPS};
 }
 
-/* Rows [r0, r0 + n) of x (head_dim wide) into tile as f32, by every thread of the block. */
+/* Rows [r0, r0 + n) of head bh of x (q, k, v when qkv, else dO) into tile as f32, by every
+ * thread of the block. */
 template <amp_dtype D>
-static __device__ inline void load_tile(float (*tile)[ATTN_DMAX], const void *x, int64_t r0,
-                                        int64_t n, int64_t dim) {
+static __device__ inline void load_tile(float (*tile)[ATTN_DMAX], const void *x,
+                                        const amp_attn_desc &d, bool qkv, int64_t bh, int64_t r0,
+                                        int64_t n) {
+    int64_t dim = d.head_dim;
     for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x)
-        tile[e / dim][e % dim] = amp_load_f32(x, D, (r0 + e / dim) * dim + e % dim);
+        tile[e / dim][e % dim] =
+            amp_load_f32(x, D, amp_attn_row(&d, qkv, bh, r0 + e / dim) + e % dim);
 }
 
 /* The lane's values of a tile's row (0 past head_dim). */
@@ -123,11 +128,11 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
         float acc[ATTN_PER_LANE] = {0}, qv[ATTN_PER_LANE], kv[ATTN_PER_LANE], vv[ATTN_PER_LANE];
         if (len < 0) {
             for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] = NAN;
-            if (active) store_row<D>(o, row, d.head_dim, lane, acc);
+            if (active) store_row<D>(o, amp_attn_row(&d, false, bh, i), d.head_dim, lane, acc);
             if (active && lane == 0) lse[row] = NAN;
             continue;
         }
-        if (active) load_row<D>(q, row, d.head_dim, lane, qv);
+        if (active) load_row<D>(q, amp_attn_row(&d, true, bh, i), d.head_dim, lane, qv);
         float m = -INFINITY, l = 0.0f;
         int64_t last = rg.first + ATTN_WARPS <= d.seq ? rg.first + ATTN_WARPS - 1 : d.seq - 1;
         int64_t nk = active ? amp_attn_keys(d.causal, d.seq, i, len) : 0;
@@ -135,8 +140,8 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
         for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
             int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE;
             __syncthreads(); /* the previous tile is consumed */
-            load_tile<D>(ks, k, bh * d.seq + t0, n, d.head_dim);
-            load_tile<D>(vs, v, bh * d.seq + t0, n, d.head_dim);
+            load_tile<D>(ks, k, d, true, bh, t0, n);
+            load_tile<D>(vs, v, d, true, bh, t0, n);
             __syncthreads();
             for (int64_t jj = 0; jj < n && t0 + jj < nk; jj++) {
                 int64_t j = t0 + jj;
@@ -155,7 +160,7 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
         if (!active) continue;
         float inv = amp_attn_inv_sum(l);
         for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] *= inv;
-        store_row<D>(o, row, d.head_dim, lane, acc);
+        store_row<D>(o, amp_attn_row(&d, false, bh, i), d.head_dim, lane, acc);
         if (lane == 0) lse[row] = amp_attn_lse(m, l);
     }
 }
@@ -169,8 +174,9 @@ static __global__ void attn_delta_kernel(amp_attn_desc d, const void *o, const v
     for (int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / AMP_LANES; row < rows;
          row += warps) {
         float ov[ATTN_PER_LANE], dov[ATTN_PER_LANE];
-        load_row<D>(o, row, d.head_dim, lane, ov);
-        load_row<D>(dout, row, d.head_dim, lane, dov);
+        int64_t at = amp_attn_row(&d, false, row / d.seq, row % d.seq);
+        load_row<D>(o, at, d.head_dim, lane, ov);
+        load_row<D>(dout, at, d.head_dim, lane, dov);
         float s = dot(ov, dov);
         if (lane == 0) delta[row] = s;
     }
@@ -203,7 +209,8 @@ static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const vo
     float inv_keep = amp_dropout_scale(d.dropout_p);
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
         attn_group kg = group_of(d, g);
-        int64_t bh = kg.bh, j = kg.first + threadIdx.x / AMP_LANES, key = bh * d.seq + j;
+        int64_t bh = kg.bh, j = kg.first + threadIdx.x / AMP_LANES;
+        int64_t key = amp_attn_row(&d, true, bh, j);
         int64_t len = batch_len(d, kv_len, bh, record);
         bool active = j < d.seq;
         float kv[ATTN_PER_LANE] = {0}, vv[ATTN_PER_LANE] = {0}, qv[ATTN_PER_LANE],
@@ -220,8 +227,8 @@ static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const vo
         for (int64_t t0 = i_block; t0 < d.seq; t0 += ATTN_TILE) {
             int64_t n = d.seq - t0 < ATTN_TILE ? d.seq - t0 : ATTN_TILE;
             __syncthreads();
-            load_tile<D>(qs, q, bh * d.seq + t0, n, d.head_dim);
-            load_tile<D>(dos, dout, bh * d.seq + t0, n, d.head_dim);
+            load_tile<D>(qs, q, d, true, bh, t0, n);
+            load_tile<D>(dos, dout, d, false, bh, t0, n);
             for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
                 lses[e] = lse[bh * d.seq + t0 + e];
                 deltas[e] = delta[bh * d.seq + t0 + e];
@@ -264,8 +271,8 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
               dov[ATTN_PER_LANE] = {0};
         float dqv[ATTN_PER_LANE] = {0}, row_lse = 0.0f, row_delta = 0.0f;
         if (active) {
-            load_row<D>(q, row, d.head_dim, lane, qv);
-            load_row<D>(dout, row, d.head_dim, lane, dov);
+            load_row<D>(q, amp_attn_row(&d, true, bh, i), d.head_dim, lane, qv);
+            load_row<D>(dout, amp_attn_row(&d, false, bh, i), d.head_dim, lane, dov);
             row_lse = lse[row];
             row_delta = delta[row];
         }
@@ -275,8 +282,8 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
         for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
             int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE;
             __syncthreads();
-            load_tile<D>(ks, k, bh * d.seq + t0, n, d.head_dim);
-            load_tile<D>(vs, v, bh * d.seq + t0, n, d.head_dim);
+            load_tile<D>(ks, k, d, true, bh, t0, n);
+            load_tile<D>(vs, v, d, true, bh, t0, n);
             __syncthreads();
             for (int64_t jj = 0; jj < n && t0 + jj < nk; jj++) {
                 tile_row(ks, jj, d.head_dim, lane, kv);
@@ -289,7 +296,7 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
         if (!active) continue;
         if (len < 0)
             for (int u = 0; u < ATTN_PER_LANE; u++) dqv[u] = NAN;
-        store_row<D>(dq, row, d.head_dim, lane, dqv);
+        store_row<D>(dq, amp_attn_row(&d, true, bh, i), d.head_dim, lane, dqv);
     }
 }
 

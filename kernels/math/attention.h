@@ -9,9 +9,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/backend.h"
 #include "core/hd.h"
 #include "kernels/math/dropout.h"
 #include "kernels/math/transcendental.h"
+
+/* Where row i of (batch, head) bh starts in q, k, v and their gradients (qkv) or in o and dO
+ * (!qkv), in elements, and the stride between a head's rows (amp_attn_ld): dense [batch, heads,
+ * seq, head_dim], or amp_attn_desc's packed layout. The logsumexp and delta stay dense
+ * [batch, heads, seq]. */
+AMP_HD static inline int64_t amp_attn_ld(const amp_attn_desc *d, bool qkv) {
+    return d->packed ? (qkv ? 3 : 1) * d->heads * d->head_dim : d->head_dim;
+}
+AMP_HD static inline int64_t amp_attn_row(const amp_attn_desc *d, bool qkv, int64_t bh,
+                                          int64_t i) {
+    if (!d->packed) return (bh * d->seq + i) * d->head_dim;
+    int64_t b = bh / d->heads, h = bh - b * d->heads;
+    return (b * d->seq + i) * amp_attn_ld(d, qkv) + h * d->head_dim;
+}
 
 /* Keys of query row i are [0, amp_attn_keys(...)): causal (j <= i) and the batch's valid
  * length (kv_len, or seq when there is no padding mask). */

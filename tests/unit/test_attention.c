@@ -5,7 +5,8 @@
  * softmax in f32 from the rounded scores, probabilities rounded: PyTorch's half math path), plus
  * an ulp of slack. seq 1, 17, 64, 257 and 1024, head dims 32, 64 and 128, causal, padded (one
  * batch without keys: 0, not NaN), both, and dropout (the reference draws the same Philox mask:
- * both devices match it, so their masks are the same). The logsumexp is checked too. */
+ * both devices match it, so their masks are the same). The logsumexp is checked too. Five
+ * cases run again in the qkvpacked layout, which must give the same bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ typedef struct acase {
     int64_t b, h, t, d;
     bool causal, padded;
     float p;
+    bool packed_too; /* also in the qkvpacked layout (check_packed) */
 } acase;
 
 enum { Q, K, V, DO, N_IN };
@@ -118,6 +120,71 @@ static double max_err(const double *a, const double *b, int64_t n) {
     return e;
 }
 
+/* Element (b, h, i, e) of a dense [b, h, t, d] tensor at its place in slot `slot` of a packed
+ * [b, t, slots, h, d] one (core/backend.h: q, k, v in slots 0-2 of 3; o and dO, 1 slot). */
+static int64_t packed_at(const acase *c, int slots, int slot, int64_t dense) {
+    int64_t e = dense % c->d, i = dense / c->d % c->t, h = dense / (c->d * c->t) % c->h;
+    int64_t b = dense / (c->d * c->t * c->h);
+    return (((b * c->t + i) * slots + slot) * c->h + h) * c->d + e;
+}
+
+/* The same attention in the packed layout (q, k, v in one [b, t, 3, h, d] tensor, o and dO
+ * [b, t, h, d]) gives the dense layout's o, lse, dq, dk and dv bit for bit: the layout only
+ * moves where rows are read and written. */
+static void check_packed(amp_ctx *ctx, const acase *c, const amp_attn_desc *dense,
+                         amp_tensor *const ti[N_IN], amp_tensor *const to[N_OUT],
+                         const amp_tensor *lse_t, const amp_tensor *len_t, const char *what) {
+    const int64_t n = c->b * c->h * c->t * c->d, rows = n / c->d;
+    const size_t es = amp_dtype_size(c->dt);
+    const int64_t qkv_shape[5] = {c->b, c->t, 3, c->h, c->d}, o_shape[4] = {c->b, c->t, c->h, c->d};
+    char *dense_bits = malloc((size_t)n * es), *qkv = malloc(3 * (size_t)n * es);
+    char *o_bits = malloc((size_t)n * es), *got = malloc(3 * (size_t)n * es);
+    for (int a = 0; a < 3; a++) {
+        CHECK_OK(amp_tensor_to_host(ti[a], dense_bits, (size_t)n * es));
+        for (int64_t i = 0; i < n; i++)
+            memcpy(qkv + packed_at(c, 3, a, i) * es, dense_bits + i * es, es);
+    }
+    CHECK_OK(amp_tensor_to_host(ti[DO], dense_bits, (size_t)n * es));
+    for (int64_t i = 0; i < n; i++)
+        memcpy(o_bits + packed_at(c, 1, 0, i) * es, dense_bits + i * es, es);
+    amp_tensor *x, *dx, *o, *dout, *lse, *delta;
+    CHECK_OK(amp_tensor_from_host(ctx, c->dt, 5, qkv_shape, qkv, &x));
+    CHECK_OK(amp_tensor_from_host(ctx, c->dt, 4, o_shape, o_bits, &dout));
+    CHECK_OK(amp_tensor_create(ctx, c->dt, 5, qkv_shape, &dx));
+    CHECK_OK(amp_tensor_create(ctx, c->dt, 4, o_shape, &o));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 3, o_shape, &lse));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 3, o_shape, &delta));
+    amp_attn_desc d = *dense;
+    d.packed = true;
+    const size_t part = (size_t)(c->h * c->d) * es;
+    const char *q = x->data;
+    char *g = dx->data;
+    const void *len = len_t ? len_t->data : NULL;
+    CHECK_OK(AMP_BE(x->backend, attn_fwd, &d, q, q + part, q + 2 * part, len, o->data, lse->data));
+    CHECK_OK(AMP_BE(x->backend, attn_bwd, &d, q, q + part, q + 2 * part, len, o->data, dout->data,
+                    lse->data, delta->data, g, g + part, g + 2 * part));
+    int bad = 0;
+    CHECK_OK(amp_tensor_to_host(o, got, (size_t)n * es));
+    CHECK_OK(amp_tensor_to_host(to[O], dense_bits, (size_t)n * es));
+    for (int64_t i = 0; i < n; i++)
+        bad += memcmp(got + packed_at(c, 1, 0, i) * es, dense_bits + i * es, es) != 0;
+    CHECK_OK(amp_tensor_to_host(dx, got, 3 * (size_t)n * es));
+    for (int a = 0; a < 3; a++) {
+        CHECK_OK(amp_tensor_to_host(to[DQ + a], dense_bits, (size_t)n * es));
+        for (int64_t i = 0; i < n; i++)
+            bad += memcmp(got + packed_at(c, 3, a, i) * es, dense_bits + i * es, es) != 0;
+    }
+    float *l1 = malloc((size_t)rows * sizeof *l1), *l2 = malloc((size_t)rows * sizeof *l2);
+    CHECK_OK(amp_tensor_to_host(lse_t, l1, (size_t)rows * sizeof *l1));
+    CHECK_OK(amp_tensor_to_host(lse, l2, (size_t)rows * sizeof *l2));
+    bad += memcmp(l1, l2, (size_t)rows * sizeof *l1) != 0;
+    CHECK_MSG(bad == 0, "%s: the packed layout differs from the dense one in %d elements", what,
+              bad);
+    amp_tensor_free(x), amp_tensor_free(dx), amp_tensor_free(o), amp_tensor_free(dout);
+    amp_tensor_free(lse), amp_tensor_free(delta);
+    free(dense_bits), free(qkv), free(o_bits), free(got), free(l1), free(l2);
+}
+
 static void run_case(amp_ctx *ctx, const acase *c) {
     const int64_t n = c->b * c->h * c->t * c->d, shape[4] = {c->b, c->h, c->t, c->d};
     amp_attn_desc d = {.batch = c->b, .heads = c->h, .seq = c->t, .head_dim = c->d, .dt = c->dt,
@@ -181,7 +248,9 @@ static void run_case(amp_ctx *ctx, const acase *c) {
         bad_lse += isinf(ref_lse[r]) ? !(isinf(lse[r]) && lse[r] < 0)
                                      : !(fabs(lse[r] - ref_lse[r]) <= 1e-5 * (1 + fabs(ref_lse[r])));
     CHECK_MSG(bad_lse == 0, "%s: %d logsumexps wrong", what, bad_lse);
-    printf("  %-48s %s\n", what, ok && !bad_lse ? "ok" : "FAILED");
+    if (c->packed_too) check_packed(ctx, c, &d, ti, to, lse_t, len_t, what);
+    printf("  %-48s %s%s\n", what, ok && !bad_lse ? "ok" : "FAILED",
+           c->packed_too ? " (and packed)" : "");
     amp_ctx_reset_step(ctx);
     for (int a = 0; a < N_IN; a++) amp_tensor_free(ti[a]), free(in[a]);
     for (int o = 0; o < N_OUT; o++) amp_tensor_free(to[o]), free(ref[o]), free(nd[o]), free(got[o]);
@@ -204,16 +273,17 @@ static void run_all(amp_device device) {
              * scripts/gpu.sh runs this test on, take every size). */
             bool emulated = device == AMP_DEVICE_CUDA && AMP_TEST_EMULATED_DEVICE;
             if (emulated && (t > 1000 || (t > 100 && dims[k] != 64))) continue;
-            run_case(ctx, &(acase){AMP_F32, bh, bh, t, dims[k], true, false, 0});
+            run_case(ctx, &(acase){AMP_F32, bh, bh, t, dims[k], true, false, 0, false});
             if (t == 17 || t == 257 || (t == 1024 && dims[k] == 64)) {
-                run_case(ctx, &(acase){AMP_BF16, bh, bh, t, dims[k], true, false, 0});
-                run_case(ctx, &(acase){AMP_F16, bh, bh, t, dims[k], false, true, 0});
+                run_case(ctx, &(acase){AMP_BF16, bh, bh, t, dims[k], true, false, 0, false});
+                run_case(ctx, &(acase){AMP_F16, bh, bh, t, dims[k], false, true, 0, false});
             }
         }
-    run_case(ctx, &(acase){AMP_F32, 3, 2, 65, 32, false, true, 0});
-    run_case(ctx, &(acase){AMP_BF16, 3, 2, 130, 64, true, true, 0});
-    run_case(ctx, &(acase){AMP_F32, 2, 2, 64, 32, true, false, 0.2f});
-    run_case(ctx, &(acase){AMP_BF16, 2, 3, 33, 64, false, true, 0.5f});
+    run_case(ctx, &(acase){AMP_F32, 3, 2, 65, 32, false, true, 0, true});
+    run_case(ctx, &(acase){AMP_BF16, 3, 2, 130, 64, true, true, 0, true});
+    run_case(ctx, &(acase){AMP_F16, 2, 3, 40, 64, true, false, 0, true});
+    run_case(ctx, &(acase){AMP_F32, 2, 2, 64, 32, true, false, 0.2f, true});
+    run_case(ctx, &(acase){AMP_BF16, 2, 3, 33, 64, false, true, 0.5f, true});
     amp_ctx_free(ctx);
 }
 

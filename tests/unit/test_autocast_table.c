@@ -17,6 +17,7 @@ typedef enum op_id {
     OP_LINEAR, OP_LINEAR_GELU, OP_MATMUL, OP_CONV, OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_EXP, OP_LOG, OP_TANH,
     OP_SIGMOID, OP_SILU, OP_GELU, OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_RMS_NORM, OP_EMBEDDING, OP_RELU, OP_SUM_DIM, OP_MEAN_DIM, OP_MAX_DIM, OP_NARROW, OP_PERMUTE,
     OP_CAT, OP_MEAN, OP_MSE, OP_XENT, OP_MUL_SCALAR, OP_DROPOUT, OP_RESHAPE, OP_ATTENTION, OP_WHERE, OP_MASKED_FILL,
+    OP_ATTENTION_PACKED,
     OP_ADD_LAYER_NORM, OP_LN_FOR_LINEAR, OP_ADD_LN_FOR_LINEAR
 } op_id;
 
@@ -77,6 +78,7 @@ static const row rows[] = {
     {"reshape f16", OP_RESHAPE, F16, F16, F16, F16},
     {"attention f32", OP_ATTENTION, F32, F32, F32, BF16},
     {"attention bf16", OP_ATTENTION, BF16, BF16, BF16, BF16},
+    {"attention qkvpacked", OP_ATTENTION_PACKED, F32, F32, F32, BF16},
     {"where f32 + bf16", OP_WHERE, F32, BF16, F32, F32},
     {"where bf16", OP_WHERE, BF16, BF16, BF16, BF16},
     {"masked_fill bf16", OP_MASKED_FILL, BF16, BF16, BF16, BF16},
@@ -161,6 +163,11 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
         amp_attention_options o = {.causal = true};
         return amp_scaled_dot_product_attention(make(ctx, r->in, 4, s4), make(ctx, r->in, 4, s4),
                                                 make(ctx, r->in, 4, s4), &o, y);
+    }
+    case OP_ATTENTION_PACKED: {
+        amp_attention_options o = {.causal = true};
+        return amp_scaled_dot_product_attention_qkvpacked(
+            make(ctx, r->in, 5, (const int64_t[]){2, 3, 3, 1, 4}), &o, y);
     }
     }
     return AMP_ERR_INVALID_ARG;
