@@ -40,8 +40,9 @@ typedef struct attn_opnd {
 static inline attn_opnd attn_f32(const float *p, int64_t ld) { return (attn_opnd){p, false, ld}; }
 
 /* Rows [i0, i0 + n) of head bh of q, k, v (qkv) or of o, dO (!qkv) as f32 rows: the tensor
- * itself when f32 (its own row stride: the packed layout's rows are read in place), else widened
- * (cpu_tile.h) into buf, dense. */
+ * itself when f32 (its own row stride: the packed layout's rows are read in place; copying them
+ * into buf first was slower, bench/RESULTS.md "the attention reads q, k and v where c_attn
+ * wrote them"), else widened (cpu_tile.h) into buf, dense. */
 static inline attn_opnd attn_rows_f32(const amp_attn_desc *d, const void *x, bool qkv, int64_t bh,
                                       int64_t i0, int64_t n, float *buf) {
     int64_t at = amp_attn_row(d, qkv, bh, i0), ld = amp_attn_ld(d, qkv), dim = d->head_dim;
