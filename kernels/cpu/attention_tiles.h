@@ -194,7 +194,14 @@ typedef bool (*attn_task)(const amp_attn_desc *d, const attn_operands *x, int64_
 static inline amp_status attn_run(const char *fn, const amp_attn_desc *d, const attn_operands *x,
                                   int64_t tasks, attn_task task) {
     int failed = 0;
-#pragma omp parallel for schedule(dynamic)
+    /* Packed, a head's rows are head_dim-long pieces of rows shared with the other heads: a
+     * thread that takes a batch's heads one after another (consecutive tasks) finds their rows in
+     * its cache and TLB (one GPT layer's backward went from 10 % slower than the dense layout to
+     * 2-6 %: bench/RESULTS.md, "the attention reads q, k and v where c_attn wrote them"), where
+     * there are enough tasks to balance. */
+    bool by_batch = d->packed && d->heads > 0 && tasks / d->heads >= 4 * amp_dnnl_threads();
+    int chunk = by_batch ? (int)d->heads : 1;
+#pragma omp parallel for schedule(dynamic, chunk)
     for (int64_t i = 0; i < tasks; i++) {
         attn_tiles t;
         if (attn_tiles_get(d, &t) != AMP_OK || !task(d, x, i, &t)) {
