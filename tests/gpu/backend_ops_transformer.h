@@ -15,7 +15,7 @@ enum {
     LN_ACCUMULATE = 1 << 15,                  /* layernorm_bwd adds into dx */
     LOG_SOFTMAX = 1 << 13, SM_MASKED = 1 << 14,                   /* softmax_* */
     XENT_IGNORE = 1 << 15, XENT_SUM = 1 << 16,                    /* xent_* */
-    ATTN_CAUSAL = 1 << 17, ATTN_PADDED = 1 << 18,                 /* attn_* */
+    ATTN_CAUSAL = 1 << 17, ATTN_PADDED = 1 << 18, ATTN_PACKED = 1 << 19, /* attn_* */
 };
 
 /* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
@@ -326,19 +326,29 @@ static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *con
 }
 
 /* attn_*: s = {batch, heads, seq, head_dim}, f = {dropout_p}; ATTN_PADDED: kv_len with batch 0
- * entirely padded (its rows see no key) and the others random. */
+ * entirely padded (its rows see no key) and the others random. ATTN_PACKED: the qkvpacked
+ * layout, q, k and v (dq, dk, dv) one slot of three parts, slots 1 and 2 (9 and 10) unused. */
 static amp_attn_desc attn_desc(const op_row *r) {
     return (amp_attn_desc){.batch = r->s[0], .heads = r->s[1], .seq = r->s[2],
                            .head_dim = r->s[3], .dt = r->dt,
                            .scale = (float)(1.0 / sqrt((double)r->s[3])),
                            .causal = (r->flags & ATTN_CAUSAL) != 0, .dropout_p = r->f[0],
-                           .seed = 42, .offset = 7};
+                           .seed = 42, .offset = 7, .packed = (r->flags & ATTN_PACKED) != 0};
+}
+/* q, k and v (or dq, dk, dv) from their slot(s): three slots, or three parts of one. */
+static void attn_parts(const amp_attn_desc *d, void *const *p, int first, void *out[3]) {
+    size_t part = (size_t)(d->heads * d->head_dim) * amp_dtype_size(d->dt);
+    for (int a = 0; a < 3; a++) out[a] = d->packed ? (char *)p[first] + a * part : p[first + a];
 }
 static int64_t attn_numel(const op_row *r) { return r->s[0] * r->s[1] * r->s[2] * r->s[3]; }
 static void attn_inputs(const op_row *r, tcase *c) {
-    in_main(r, c, 0, "q", ek_of(r->dt), attn_numel(r));
-    in_main(r, c, 1, "k", ek_of(r->dt), attn_numel(r));
-    in_main(r, c, 2, "v", ek_of(r->dt), attn_numel(r));
+    if (r->flags & ATTN_PACKED) {
+        in_main(r, c, 0, "qkv", ek_of(r->dt), 3 * attn_numel(r));
+    } else {
+        in_main(r, c, 0, "q", ek_of(r->dt), attn_numel(r));
+        in_main(r, c, 1, "k", ek_of(r->dt), attn_numel(r));
+        in_main(r, c, 2, "v", ek_of(r->dt), attn_numel(r));
+    }
     int32_t *len = slot_decl(c, 3, "kv_len", ROLE_IN, EK_I32, r->s[0]);
     for (int64_t b = 0; b < r->s[0]; b++)
         len[b] = b == 0 ? 0 : (int32_t)(1 + rng_below(&c->rng, r->s[2]));
@@ -353,7 +363,9 @@ static void setup_attn_fwd(const op_row *r, tcase *c) {
 }
 static amp_status run_attn_fwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_attn_desc d = attn_desc(r);
-    return be->k.attn_fwd(be->dev, &d, p[0], p[1], p[2], attn_len(r, p), p[4], p[5]);
+    void *x[3];
+    attn_parts(&d, p, 0, x);
+    return be->k.attn_fwd(be->dev, &d, x[0], x[1], x[2], attn_len(r, p), p[4], p[5]);
 }
 /* attn_bwd: o and dout random; lse each row's logsumexp of its visible scores (in double). */
 static void setup_attn_bwd(const op_row *r, tcase *c) {
@@ -363,6 +375,8 @@ static void setup_attn_bwd(const op_row *r, tcase *c) {
     amp_attn_desc d = attn_desc(r);
     int64_t dim = d.head_dim, seq = d.seq;
     const int32_t *len = (const int32_t *)c->s[3].init;
+    const void *q = c->s[0].init, *k = d.packed ? c->s[0].init : c->s[1].init;
+    int64_t k_at = d.packed ? d.heads * dim : 0; /* k's part of qkv */
     float *lse = slot_decl(c, 6, "lse", ROLE_IN, EK_F32, attn_numel(r) / dim);
     for (int64_t bh = 0; bh < d.batch * d.heads; bh++)
         for (int64_t i = 0; i < seq; i++) {
@@ -372,8 +386,8 @@ static void setup_attn_bwd(const op_row *r, tcase *c) {
             for (int64_t j = 0; j < n; j++) {
                 s[j] = 0.0;
                 for (int64_t e = 0; e < dim; e++)
-                    s[j] += ek_load(c->s[0].init, c->s[0].kind, (bh * seq + i) * dim + e) *
-                            ek_load(c->s[1].init, c->s[1].kind, (bh * seq + j) * dim + e);
+                    s[j] += ek_load(q, c->s[0].kind, amp_attn_row(&d, true, bh, i) + e) *
+                            ek_load(k, c->s[0].kind, k_at + amp_attn_row(&d, true, bh, j) + e);
                 s[j] *= d.scale;
                 m = s[j] > m ? s[j] : m;
             }
@@ -381,14 +395,21 @@ static void setup_attn_bwd(const op_row *r, tcase *c) {
             lse[bh * seq + i] = n ? (float)(m + log(sum)) : -INFINITY;
         }
     slot_decl(c, 7, "delta", ROLE_OUT, EK_F32, attn_numel(r) / dim);
+    if (d.packed) {
+        slot_decl(c, 8, "dqkv", ROLE_OUT, ek_of(r->dt), 3 * attn_numel(r));
+        return;
+    }
     slot_decl(c, 8, "dq", ROLE_OUT, ek_of(r->dt), attn_numel(r));
     slot_decl(c, 9, "dk", ROLE_OUT, ek_of(r->dt), attn_numel(r));
     slot_decl(c, 10, "dv", ROLE_OUT, ek_of(r->dt), attn_numel(r));
 }
 static amp_status run_attn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_attn_desc d = attn_desc(r);
-    return be->k.attn_bwd(be->dev, &d, p[0], p[1], p[2], attn_len(r, p), p[4], p[5], p[6], p[7],
-                          p[8], p[9], p[10]);
+    void *x[3], *g[3];
+    attn_parts(&d, p, 0, x);
+    attn_parts(&d, p, 8, g);
+    return be->k.attn_bwd(be->dev, &d, x[0], x[1], x[2], attn_len(r, p), p[4], p[5], p[6], p[7],
+                          g[0], g[1], g[2]);
 }
 
 static const op_row transformer_rows[] = {
@@ -476,6 +497,10 @@ static const op_row transformer_rows[] = {
     {"attn_fwd_f16_dropout", E_attn_fwd, {2, 1, 33, 128}, F16, .flags = ATTN_CAUSAL | ATTN_PADDED, .f = {0.3f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
     {"attn_bwd_f32_causal", E_attn_bwd, {2, 2, 65, 32}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
     {"attn_bwd_bf16_padded_dropout", E_attn_bwd, {3, 1, 40, 64}, BF16, .flags = ATTN_PADDED, .f = {0.25f}, .tol = TOL(1e-2, 2 * ULP_BF16), .lo = -1, .hi = 1},
+    {"attn_fwd_f32_packed_causal", E_attn_fwd, {2, 3, 37, 32}, F32, .flags = ATTN_CAUSAL | ATTN_PACKED, .tol = TOL(1e-5, 1e-4), .lo = -1, .hi = 1},
+    {"attn_fwd_bf16_packed_padded", E_attn_fwd, {3, 2, 40, 64}, BF16, .flags = ATTN_PADDED | ATTN_PACKED, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"attn_bwd_f32_packed_causal", E_attn_bwd, {2, 3, 37, 32}, F32, .flags = ATTN_CAUSAL | ATTN_PACKED, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
+    {"attn_bwd_bf16_packed_dropout", E_attn_bwd, {2, 2, 33, 64}, BF16, .flags = ATTN_CAUSAL | ATTN_PACKED, .f = {0.25f}, .tol = TOL(1e-2, 2 * ULP_BF16), .lo = -1, .hi = 1},
 };
 
 #endif

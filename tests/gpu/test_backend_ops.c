@@ -36,6 +36,7 @@
 #include <stddef.h>
 
 #include "backend_ops_harness.h"
+#include "kernels/math/attention.h"
 
 /* The entry ids, one per line of core/backend_kernels.def: E_<entry>. */
 typedef enum entry {
