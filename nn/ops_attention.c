@@ -4,6 +4,7 @@
  * qkvpacked form (FlashAttention's) reads q, k and v where a fused QKV projection wrote them and
  * writes y as [batch, seq, heads, head_dim]: no permute, split or transpose copies either way. */
 #include <math.h>
+#include <string.h>
 
 #include "core/ctx.h"
 #include "core/error.h"
@@ -104,6 +105,29 @@ static amp_attn_desc attn_desc(amp_ctx *ctx, const int64_t bhsd[4], amp_dtype dt
     return d;
 }
 
+/* What both forms do once their inputs are checked: y (the caller's, in its layout) and each
+ * row's logsumexp from the backend, then the tape node (named as the op without "amp_") with
+ * the logsumexp saved. in's last entry is kv_len, NULL when there is none. */
+static amp_status attn_forward(const char *op, const amp_attn_desc *d, amp_tensor *const *in,
+                               int n_in, const void *const qkv[3], amp_tensor *y,
+                               amp_backward_fn bwd, amp_tensor **out) {
+    amp_tensor *lse, *len = in[n_in - 1];
+    int64_t lse_shape[3] = {d->batch, d->heads, d->seq};
+    AMP_TRY(amp_tensor_step(y->ctx, AMP_F32, 3, lse_shape, &lse));
+    amp_status s = AMP_BE(y->backend, attn_fwd, d, qkv[0], qkv[1], qkv[2],
+                          len ? len->data : NULL, y->data, lse->data);
+    if (s != AMP_OK) return amp_fail_context(s, "%s", op);
+    amp_tape_node *node;
+    AMP_TRY(amp_record(y, op + strlen("amp_"), bwd, len ? n_in : n_in - 1, in, sizeof(attn_aux),
+                       &node));
+    if (node) {
+        node->saved[0] = lse;
+        ((attn_aux *)node->aux)->d = *d;
+    }
+    *out = y;
+    return AMP_OK;
+}
+
 amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
                                             const amp_attention_options *options,
                                             amp_tensor **out) {
@@ -119,26 +143,12 @@ amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_te
     k = io[1];
     v = io[2];
     AMP_TRY(check_inputs(op, q, k, v, options));
-    amp_ctx *ctx = q->ctx;
-    amp_attn_desc d = attn_desc(ctx, q->shape, q->dtype, false, options);
-    amp_tensor *y, *lse;
-    int64_t lse_shape[3] = {d.batch, d.heads, d.seq};
+    amp_attn_desc d = attn_desc(q->ctx, q->shape, q->dtype, false, options);
+    amp_tensor *y;
     AMP_TRY(amp_tensor_step_like(q, q->dtype, &y));
-    AMP_TRY(amp_tensor_step(ctx, AMP_F32, 3, lse_shape, &lse));
-    amp_tensor *len = options->kv_len;
-    amp_status s = AMP_BE(q->backend, attn_fwd, &d, q->data, k->data, v->data,
-                          len ? len->data : NULL, y->data, lse->data);
-    if (s != AMP_OK) return amp_fail_context(s, "%s", op);
-    amp_tensor *in[4] = {q, k, v, len};
-    amp_tape_node *node;
-    AMP_TRY(amp_record(y, "scaled_dot_product_attention", attn_bwd, len ? 4 : 3, in,
-                       sizeof(attn_aux), &node));
-    if (node) {
-        node->saved[0] = lse;
-        ((attn_aux *)node->aux)->d = d;
-    }
-    *out = y;
-    return AMP_OK;
+    amp_tensor *in[4] = {q, k, v, options->kv_len};
+    const void *x[3] = {q->data, k->data, v->data};
+    return attn_forward(op, &d, in, 4, x, y, attn_bwd, out);
 }
 
 /* The packed form's backward: dq, dk and dv go straight into their places in one gradient of
@@ -175,28 +185,15 @@ amp_status amp_scaled_dot_product_attention_qkvpacked(amp_tensor *qkv,
                         amp_shape_str(qkv, b, sizeof b));
     }
     AMP_TRY(check_options(op, qkv, qkv->shape[0], options));
-    const int64_t *x = qkv->shape;
-    amp_attn_desc d = attn_desc(qkv->ctx, (const int64_t[]){x[0], x[3], x[1], x[4]}, qkv->dtype,
-                                true, options);
-    amp_tensor *y, *lse;
+    const int64_t *sh = qkv->shape;
+    amp_attn_desc d = attn_desc(qkv->ctx, (const int64_t[]){sh[0], sh[3], sh[1], sh[4]},
+                                qkv->dtype, true, options);
+    amp_tensor *y;
     int64_t y_shape[4] = {d.batch, d.seq, d.heads, d.head_dim};
-    int64_t lse_shape[3] = {d.batch, d.heads, d.seq};
     AMP_TRY(amp_tensor_step(qkv->ctx, qkv->dtype, 4, y_shape, &y));
-    AMP_TRY(amp_tensor_step(qkv->ctx, AMP_F32, 3, lse_shape, &lse));
     size_t part = (size_t)(d.heads * d.head_dim) * amp_dtype_size(d.dt);
     const char *p = qkv->data;
-    amp_tensor *len = options->kv_len;
-    amp_status s = AMP_BE(qkv->backend, attn_fwd, &d, p, p + part, p + 2 * part,
-                          len ? len->data : NULL, y->data, lse->data);
-    if (s != AMP_OK) return amp_fail_context(s, "%s", op);
-    amp_tensor *in[2] = {qkv, len};
-    amp_tape_node *node;
-    AMP_TRY(amp_record(y, "scaled_dot_product_attention_qkvpacked", attn_packed_bwd, len ? 2 : 1,
-                       in, sizeof(attn_aux), &node));
-    if (node) {
-        node->saved[0] = lse;
-        ((attn_aux *)node->aux)->d = d;
-    }
-    *out = y;
-    return AMP_OK;
+    amp_tensor *in[2] = {qkv, options->kv_len};
+    const void *x[3] = {p, p + part, p + 2 * part};
+    return attn_forward(op, &d, in, 2, x, y, attn_packed_bwd, out);
 }

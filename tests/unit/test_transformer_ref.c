@@ -2,7 +2,8 @@
  * tests/ref/gen_transformer_ref.py with torch): layer_norm, rms_norm, both GELUs, softmax,
  * log_softmax, causal and padded attention, embedding and cross-entropy (with ignore_index and
  * label smoothing), forward and the inputs' gradients of the same loss, in f32 on every device
- * that answers. Needs no torch: the values are committed. */
+ * that answers; the attention cases also through the qkvpacked op, PyTorch's tensors moved into
+ * its layout. Needs no torch: the values are committed. */
 #include <math.h>
 #include <stdio.h>
 
@@ -113,11 +114,61 @@ static void run_case(amp_ctx *ctx, const tref_case *c) {
     amp_tensor_free(aux);
 }
 
+/* Where element i of a dense [B, H, T, D] tensor sits in part `part` of `parts` of a packed
+ * [B, T, parts, H, D] one (the qkvpacked layout: q, k, v parts of qkv; y and dy one part). */
+static int64_t packed_at(const int64_t *bhtd, int parts, int part, int64_t i) {
+    int64_t H = bhtd[1], T = bhtd[2], D = bhtd[3];
+    int64_t e = i % D, t = i / D % T, h = i / (D * T) % H, b = i / (D * T * H);
+    return (((b * T + t) * parts + part) * H + h) * D + e;
+}
+
+/* An attention case again through amp_scaled_dot_product_attention_qkvpacked: PyTorch's q, k,
+ * v, dy, y and gradients moved into the packed layout, held to the same tolerance. */
+static void run_packed(amp_ctx *ctx, const tref_case *c) {
+    const int64_t *bhtd = c->in[0].shape, n = numel(&c->in[0]);
+    const int64_t qkv_shape[5] = {bhtd[0], bhtd[2], 3, bhtd[1], bhtd[3]};
+    const int64_t y_shape[4] = {bhtd[0], bhtd[2], bhtd[1], bhtd[3]};
+    float qkv[3 * 1024], grad[3 * 1024], dy[1024], y_want[1024];
+    if (3 * n > 1024) {
+        CHECK_MSG(false, "%s: %lld elements, more than this check's buffers hold", c->name,
+                  (long long)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        for (int a = 0; a < 3; a++) {
+            qkv[packed_at(bhtd, 3, a, i)] = c->in[a].value[i];
+            grad[packed_at(bhtd, 3, a, i)] = c->in[a].grad[i];
+        }
+        dy[packed_at(bhtd, 1, 0, i)] = c->in[3].value[i];
+        y_want[packed_at(bhtd, 1, 0, i)] = c->y.value[i];
+    }
+    amp_tensor *x = NULL, *d = NULL, *y = NULL, *prod = NULL, *loss = NULL, *g = NULL, *len = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 5, qkv_shape, qkv, &x));
+    CHECK_OK(amp_tensor_set_requires_grad(x, true));
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 4, y_shape, dy, &d));
+    bool causal = c->ints[0] == bhtd[2] && c->ints[1] == bhtd[2];
+    if (!causal) len = ints_tensor(ctx, c);
+    amp_attention_options o = {.causal = causal, .kv_len = len};
+    CHECK_OK(amp_scaled_dot_product_attention_qkvpacked(x, &o, &y));
+    bool ok = matches(c->name, "y (qkvpacked)", y, y_want, n);
+    CHECK_OK(amp_mul(y, d, &prod));
+    CHECK_OK(amp_mean(prod, &loss));
+    CHECK_OK(amp_backward(loss));
+    CHECK_OK(amp_tensor_get_grad(x, &g));
+    ok &= matches(c->name, "qkv (qkvpacked)", g, grad, 3 * n);
+    printf("  %-24s %s\n", "  the same, qkvpacked", ok ? "ok" : "FAILED");
+    amp_ctx_reset_step(ctx);
+    amp_tensor_free(x), amp_tensor_free(d), amp_tensor_free(len);
+}
+
 static void run_all(amp_device device) {
     amp_ctx *ctx;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = device, .seed = 1}, &ctx));
     if (!ctx) return;
-    for (int i = 0; i < TREF_N_CASES; i++) run_case(ctx, &tref_cases[i]);
+    for (int i = 0; i < TREF_N_CASES; i++) {
+        run_case(ctx, &tref_cases[i]);
+        if (tref_cases[i].op == REF_ATTENTION) run_packed(ctx, &tref_cases[i]);
+    }
     amp_ctx_free(ctx);
 }
 
