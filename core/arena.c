@@ -36,8 +36,48 @@ static amp_status amp_arena_add_chunk(amp_arena *a, size_t size) {
     return AMP_OK;
 }
 
+/* The smallest spare of at least `need` bytes: its front is handed out, the rest stays. */
+static bool amp_arena_take_spare(amp_arena *a, size_t need, void **out) {
+    int best = -1;
+    for (int i = 0; i < a->n_spares; i++)
+        if (a->spares[i].size >= need && (best < 0 || a->spares[i].size < a->spares[best].size))
+            best = i;
+    if (best < 0) return false;
+    amp_arena_spare *s = &a->spares[best];
+    *out = s->base;
+    if (s->size > need) {
+        s->base += need;
+        s->size -= need;
+    } else {
+        *s = a->spares[--a->n_spares];
+    }
+    return true;
+}
+
+void amp_arena_give_back(amp_arena *a, void *p, size_t nbytes) {
+    amp_arena_spare b = {.base = p, .size = amp_align_up(nbytes ? nbytes : 1)};
+    /* Merged with the spares just before and after it, so that freed neighbours serve a larger
+     * block later. */
+    for (int i = 0; i < a->n_spares;) {
+        amp_arena_spare *s = &a->spares[i];
+        if (s->base + s->size == b.base || b.base + b.size == s->base) {
+            if (s->base < b.base) b.base = s->base;
+            b.size += s->size;
+            *s = a->spares[--a->n_spares];
+            i = 0; /* the larger block may now touch one already passed */
+            continue;
+        }
+        i++;
+    }
+    amp_arena_spare *grown = amp_grow(a->spares, a->n_spares, &a->cap_spares, 16, sizeof *grown);
+    if (!grown) return; /* then the block is simply not reused before the reset */
+    a->spares = grown;
+    a->spares[a->n_spares++] = b;
+}
+
 amp_status amp_arena_alloc(amp_arena *a, size_t nbytes, void **out) {
     size_t need = amp_align_up(nbytes ? nbytes : 1);
+    if (a->n_spares && amp_arena_take_spare(a, need, out)) return AMP_OK;
     while (a->current < a->n_chunks) {
         amp_arena_chunk *c = &a->chunks[a->current];
         if (c->size - c->used >= need) {
@@ -78,6 +118,7 @@ void amp_arena_reset(amp_arena *a) {
     a->current = 0;
     a->in_use = 0;
     a->step_peak = 0;
+    a->n_spares = 0;
 }
 
 amp_arena_mark amp_arena_get_mark(const amp_arena *a) {
@@ -89,6 +130,7 @@ void amp_arena_reset_to(amp_arena *a, amp_arena_mark m) {
     for (int i = m.chunk; i < a->n_chunks; i++) a->chunks[i].used = i == m.chunk ? m.used : 0;
     a->current = m.chunk;
     a->in_use = m.in_use;
+    a->n_spares = 0; /* a spare before the mark stays in use as far as the chunks are concerned */
 }
 
 bool amp_arena_holds_since(const amp_arena *a, amp_arena_mark m, const void *p) {
@@ -107,10 +149,12 @@ void amp_arena_release(amp_arena *a) {
     a->current = 0;
     a->in_use = 0;
     a->step_peak = 0;
+    a->n_spares = 0;
 }
 
 void amp_arena_destroy(amp_arena *a) {
     for (int i = 0; i < a->n_chunks; i++) amp_chunk_free(a, a->chunks[i].base);
     free(a->chunks);
+    free(a->spares);
     *a = (amp_arena){0};
 }

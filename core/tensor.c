@@ -122,11 +122,17 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
     AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *t, (void **)&t));
     amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
     AMP_TRY(amp_arena_alloc(&ctx->data_arena, (size_t)numel * amp_dtype_size(dt), &t->data));
-    t->flags = AMP_TENSOR_STEP;
+    t->flags = AMP_TENSOR_STEP | (ctx->bw_releases ? AMP_TENSOR_BW_TEMP : 0);
     t->step_gen = ctx->step_gen;
     t->region = ctx->region_gen;
     *out = t;
     return AMP_OK;
+}
+
+void amp_tensor_step_release(amp_tensor *t) {
+    if (!t || !(t->flags & AMP_TENSOR_BW_TEMP)) return;
+    t->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
+    amp_arena_give_back(&t->ctx->data_arena, t->data, amp_tensor_nbytes(t));
 }
 
 amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out) {

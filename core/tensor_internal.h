@@ -37,6 +37,10 @@ enum {
     AMP_TENSOR_SHARED = 8, /* a step tensor over a kept cast (core/cast_shadow.h): read-only */
     AMP_TENSOR_PARAM = 16, /* a model's parameter: the only tensors whose casts are kept */
     AMP_TENSOR_KEPT = 32,  /* a step tensor kept past release points (amp_tensor_keep) */
+    /* Data made by a backward that releases its graph, given back to the data arena for reuse
+     * (amp_tensor_step_release) once nothing reads it: a gradient when its node is done, a
+     * temporary when its backward has used it. */
+    AMP_TENSOR_BW_TEMP = 64,
 };
 
 /* t's data is being written in place (a copy from the host, a load, a broadcast, an optimizer's
@@ -47,6 +51,10 @@ static inline void amp_tensor_mark_written(amp_tensor *t) { (*t->version)++; }
 /* A step tensor with uninitialised data. */
 amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
                            amp_tensor **out);
+/* t's data back to the data arena for the allocations after it (core/arena.h's spares) when t
+ * is a backward's AMP_TENSOR_BW_TEMP, else nothing: the caller says nothing reads it any more;
+ * the struct stays (until the step ends) but must not be read. */
+void amp_tensor_step_release(amp_tensor *t);
 /* A step tensor of the same shape as `like`, in dtype dt. */
 amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out);
 /* A step tensor (struct in the step arena) of `like`'s shape in dtype dt over `data`, memory

@@ -68,6 +68,7 @@ amp_status amp_grad_end(amp_grad_sink *s) {
     if (s->buf != t->grad)
         AMP_TRY(AMP_BE(t->backend, axpy, t->dtype, t->numel, 1.0f, s->buf->data, t->grad->data));
     t->grad_written = true;
+    if (s->buf != t->grad) amp_tensor_step_release(s->buf); /* a step tensor's added temporary */
     if (s->scratch && --t->ctx->n_open_sinks == 0)
         amp_arena_reset_to(&t->ctx->sink_arena, AMP_ARENA_START);
     return AMP_OK;
@@ -116,6 +117,9 @@ amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t) {
         (out->flags & (AMP_TENSOR_STEP | AMP_TENSOR_KEPT)) == AMP_TENSOR_STEP &&
         t->dtype == dy->dtype && t->numel == dy->numel && t->backend == dy->backend) {
         AMP_TRY(amp_tensor_step_over(t, t->dtype, dy->data, &t->grad));
+        /* The memory is t's now: given back when t's node is done, not out's. */
+        t->grad->flags |= dy->flags & AMP_TENSOR_BW_TEMP;
+        dy->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
         t->grad_written = true;
         return AMP_OK;
     }
@@ -170,6 +174,11 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
             if (s != AMP_OK) s = amp_fail_context(s, "backward of %s", n->op);
         }
         if (s == AMP_OK && obs) s = obs->node_done(user, n);
+        /* Every reader of out's gradient is done (its consumers came later on the tape): a
+         * gradient this backward made goes back to the arena for the nodes still to run, unless
+         * out is kept (its gradient is kept with it). */
+        if (s == AMP_OK && n->out->grad && !(n->out->flags & AMP_TENSOR_KEPT))
+            amp_tensor_step_release(n->out->grad);
     }
     ctx->bw_releases = false;
     if (obs) {

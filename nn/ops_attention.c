@@ -29,7 +29,9 @@ static amp_status attn_grad_buf(amp_tensor *t, bool shared, amp_grad_sink *s, am
 
 static amp_status attn_grad_done(amp_tensor *t, amp_grad_sink *s, amp_tensor *buf) {
     if (s->buf) return amp_grad_end(s);
-    return amp_grad_accumulate(t, buf, 1.0f);
+    AMP_TRY(amp_grad_accumulate(t, buf, 1.0f));
+    amp_tensor_step_release(buf);
+    return AMP_OK;
 }
 
 static amp_status attn_bwd(amp_tape_node *node, const amp_tensor *dy) {
@@ -46,6 +48,7 @@ static amp_status attn_bwd(amp_tape_node *node, const amp_tensor *dy) {
     AMP_TRY(AMP_BE(dy->backend, attn_bwd, d, q->data, k->data, v->data,
                    kv_len ? kv_len->data : NULL, node->out->data, dy->data, lse->data,
                    delta->data, dq->data, dk->data, dv->data));
+    amp_tensor_step_release(delta);
     AMP_TRY(attn_grad_done(q, &sq, dq));
     AMP_TRY(attn_grad_done(k, &sk, dk));
     return attn_grad_done(v, &sv, dv);
@@ -167,6 +170,7 @@ static amp_status attn_packed_bwd(amp_tape_node *node, const amp_tensor *dy) {
     AMP_TRY(AMP_BE(dy->backend, attn_bwd, d, x, x + part, x + 2 * part,
                    kv_len ? kv_len->data : NULL, node->out->data, dy->data, lse->data,
                    delta->data, g, g + part, g + 2 * part));
+    amp_tensor_step_release(delta);
     return amp_grad_end(&s);
 }
 

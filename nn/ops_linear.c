@@ -39,7 +39,9 @@ static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy)
     AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &dz));
     AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
                    node->out->data, dy->data, dz->data));
-    return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz);
+    AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
+    amp_tensor_step_release(dz);
+    return AMP_OK;
 }
 
 /* y = gelu(z), z = x @ w^T + b kept by the forward (the GEMM's aux): dz = GELU'(z) dy, the
@@ -52,7 +54,9 @@ static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy)
     AMP_TRY(AMP_BE(dy->backend, binary,
                    tanh_form ? AMP_BINARY_GELU_TANH_BWD : AMP_BINARY_GELU_ERF_BWD, dy->dtype,
                    dy->numel, z->data, dy->data, dz->data));
-    return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz);
+    AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
+    amp_tensor_step_release(dz);
+    return AMP_OK;
 }
 
 /* linear, linear_relu and linear_gelu: autocast (HALF: x and w in the half type under O1; the

@@ -28,7 +28,9 @@
  *    element; Adam's and LAMB's two moments: 8; every tensor padded to 16 floats) and the
  *    per-parameter step counts in backend memory (8 bytes per parameter tensor).
  *  - AMP_MEM_ACTIVATIONS: the step arena's chunks: activations, their gradients and the
- *    temporaries of a step. The arena keeps its chunks from step to step (one chunk of the last
+ *    temporaries of a step (a backward that releases its graph reuses a gradient's memory once
+ *    its node is done, so this holds the forward's activations plus what the backward needs at
+ *    once, as PyTorch's freed gradients do). The arena keeps its chunks from step to step (one chunk of the last
  *    step's peak use after a step that needed several), so between steps this is the high-water
  *    mark of a step, not 0; amp_ctx_memory_trim returns it to the backend.
  *  - AMP_MEM_WORKSPACE: DDP's f32 bucket buffers (allreduce_always_fp32 with a half model), and

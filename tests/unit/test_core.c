@@ -1,4 +1,5 @@
-/* Core pieces: the step arena (alignment, growth, coalescing, peak), the RNG (reproducible, state
+/* Core pieces: the step arena (alignment, growth, coalescing, peak, blocks handed back and
+ * reused), the RNG (reproducible, state
  * save/restore exact, uniform range and mean), the context's CUDA fallback, tensor host round trips,
  * block layouts past 4 GiB, the backend's memory counters, step tensors refused once their step
  * has ended. */
@@ -37,6 +38,48 @@ static void test_arena(void) {
     for (int i = 0; i < 100; i++) CHECK_OK(amp_arena_alloc(&a, 100000 + (size_t)i, &p[i]));
     CHECK_MSG(n_allocs == before, "steady-state step allocated %d chunks", n_allocs - before);
     CHECK(a.peak == peak);
+    amp_arena_destroy(&a);
+}
+
+/* Blocks handed back: the smallest that fits is reused (its rest stays a spare), neighbours
+ * merge, the extent (in_use) never shrinks, and a reset or reset_to forgets them. */
+static void test_arena_give_back(void) {
+    amp_arena a;
+    amp_arena_init(&a, counting_alloc, free);
+    char *p[4];
+    for (int i = 0; i < 4; i++) CHECK_OK(amp_arena_alloc(&a, 4096, (void **)&p[i]));
+    CHECK(p[1] == p[0] + 4096 && p[3] == p[2] + 4096); /* one chunk, bumped */
+    size_t extent = a.in_use;
+    amp_arena_give_back(&a, p[3], 4096);
+    amp_arena_give_back(&a, p[1], 4000); /* rounded up to the 64-byte alignment: 4032 */
+    CHECK(a.n_spares == 2 && a.in_use == extent);
+    void *q;
+    CHECK_OK(amp_arena_alloc(&a, 4000, &q));
+    CHECK_MSG(q == p[1], "the smallest spare that fits (p[1]'s 4032 bytes) was not taken");
+    CHECK_OK(amp_arena_alloc(&a, 1000, &q));
+    CHECK_MSG(q == p[3], "p[3]'s spare was not taken for a smaller block");
+    CHECK(a.n_spares == 1 && a.spares[0].base == p[3] + 1024 && a.spares[0].size == 4096 - 1024);
+    CHECK(a.in_use == extent);
+    amp_arena_give_back(&a, p[3], 1000); /* merges with its own rest */
+    CHECK(a.n_spares == 1 && a.spares[0].base == p[3] && a.spares[0].size == 4096);
+    amp_arena_give_back(&a, p[1], 4096);
+    amp_arena_give_back(&a, p[2], 4096); /* joins p[1]'s spare and p[3]'s into one */
+    CHECK_MSG(a.n_spares == 1 && a.spares[0].base == p[1] && a.spares[0].size == 3 * 4096,
+              "%d spares, the first %zu bytes: neighbours not merged", a.n_spares,
+              a.spares[0].size);
+    CHECK_OK(amp_arena_alloc(&a, 8192, &q));
+    CHECK(q == p[1] && a.in_use == extent);
+    CHECK_OK(amp_arena_alloc(&a, 16384, &q)); /* fits no spare: new memory */
+    CHECK(q == p[3] + 4096 && a.in_use == extent + 16384);
+    amp_arena_mark m = amp_arena_get_mark(&a);
+    amp_arena_give_back(&a, p[0], 4096);
+    amp_arena_reset_to(&a, m);
+    CHECK(a.n_spares == 0);
+    amp_arena_give_back(&a, p[0], 4096);
+    amp_arena_reset(&a);
+    CHECK(a.n_spares == 0);
+    CHECK_OK(amp_arena_alloc(&a, 64, &q));
+    CHECK(q == p[0]);
     amp_arena_destroy(&a);
 }
 
@@ -174,6 +217,7 @@ int main(void) {
     test_memory_counters();
     test_stale_step_tensors();
     test_arena();
+    test_arena_give_back();
     test_rng();
     test_ctx_and_tensor();
     return test_summary("test_core");
