@@ -32,15 +32,32 @@ static amp_status amp_linear_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dy);
 }
 
+/* Where dz = f(z, dy) goes: dy's own memory when dy is this backward's gradient of the output
+ * (AMP_TENSOR_BW_TEMP: nothing reads it after this node, whose end gives it back; a kept output's
+ * gradient stays its own), else a temporary. The binary kernels may write in place. */
+static amp_status dz_buffer(amp_tape_node *node, const amp_tensor *dy, amp_tensor **dz) {
+    if ((dy->flags & AMP_TENSOR_BW_TEMP) && node->out->grad == dy &&
+        !(node->out->flags & AMP_TENSOR_KEPT)) {
+        *dz = (amp_tensor *)dy;
+        return AMP_OK;
+    }
+    return amp_tensor_step_like(node->out, dy->dtype, dz);
+}
+
+/* The temporary dz_buffer made, back to the arena (dy itself goes when the node is done). */
+static void dz_release(const amp_tensor *dy, amp_tensor *dz) {
+    if (dz != dy) amp_tensor_step_release(dz);
+}
+
 /* y = relu(z), z = x @ w^T + b: dz = y > 0 ? dy : 0 (from the output, as relu's backward, so no
  * mask is kept), then linear's backward. */
 static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *dz;
-    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &dz));
+    AMP_TRY(dz_buffer(node, dy, &dz));
     AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
                    node->out->data, dy->data, dz->data));
     AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
-    amp_tensor_step_release(dz);
+    dz_release(dy, dz);
     return AMP_OK;
 }
 
@@ -50,12 +67,12 @@ static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy)
     const amp_tensor *z = node->saved[0];
     bool tanh_form = *(const amp_gemm_epilogue *)node->aux == AMP_GEMM_EPILOGUE_GELU_TANH;
     amp_tensor *dz;
-    AMP_TRY(amp_tensor_step_like(node->out, dy->dtype, &dz));
+    AMP_TRY(dz_buffer(node, dy, &dz));
     AMP_TRY(AMP_BE(dy->backend, binary,
                    tanh_form ? AMP_BINARY_GELU_TANH_BWD : AMP_BINARY_GELU_ERF_BWD, dy->dtype,
                    dy->numel, z->data, dy->data, dz->data));
     AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
-    amp_tensor_step_release(dz);
+    dz_release(dy, dz);
     return AMP_OK;
 }
 

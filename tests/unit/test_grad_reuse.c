@@ -6,8 +6,9 @@
  *  - values: two GPT blocks (LayerNorm, the qkv projection, the packed causal attention, the
  *    output projection, the residual adds, the GELU MLP), in f32 and under bf16 autocast: the
  *    gradients of the input and of every weight equal, bit for bit, those of the same backward
- *    retaining its graph (which gives nothing back); an intermediate kept with amp_tensor_keep
- *    keeps its gradient through it;
+ *    retaining its graph (which gives nothing back; the fused GELU's dz then has memory of its
+ *    own, in a releasing backward it overwrites dh); intermediates kept with amp_tensor_keep (an
+ *    attention output, an MLP's GELU output) keep their gradients through it;
  * on every device that answers. */
 #include <math.h>
 #include <stdio.h>
@@ -101,7 +102,7 @@ static void leaves_free(gpt_leaves *l) {
     for (int i = 0; i < N_LEAVES; i++) amp_tensor_free(l->t[i]);
 }
 
-/* The loss of the blocks; *kept (may be NULL): layer 0's attention output, kept. */
+/* The loss of the blocks; kept (may be NULL): layer 0's attention and GELU outputs, kept. */
 static amp_tensor *gpt_loss(gpt_leaves *l, amp_tensor **kept) {
     amp_tensor *x = l->t[0];
     const amp_attention_options causal = {.causal = true};
@@ -114,14 +115,21 @@ static amp_tensor *gpt_loss(gpt_leaves *l, amp_tensor **kept) {
         CHECK_OK(amp_scaled_dot_product_attention_qkvpacked(qkv, &causal, &y));
         if (i == 0 && kept) {
             CHECK_OK(amp_tensor_keep(y));
-            *kept = y;
+            kept[0] = y;
         }
         CHECK_OK(amp_reshape(y, 3, (const int64_t[]){B, T, C}, &y));
         CHECK_OK(amp_linear(y, p[1], NULL, &z));
         CHECK_OK(amp_add(x, z, &x));
         CHECK_OK(amp_layer_norm_for_linear(x, p[5], NULL, 1e-5f, &a));
+        /* In 2-D, so that h is the fused op's own output (a 3-D x gives a reshape of it). */
+        CHECK_OK(amp_reshape(a, 2, (const int64_t[]){B * T, C}, &a));
         CHECK_OK(amp_linear_gelu(a, p[2], NULL, true, &h));
+        if (i == 0 && kept) {
+            CHECK_OK(amp_tensor_keep(h));
+            kept[1] = h;
+        }
         CHECK_OK(amp_linear(h, p[3], NULL, &z));
+        CHECK_OK(amp_reshape(z, 3, (const int64_t[]){B, T, C}, &z));
         CHECK_OK(amp_add(x, z, &x));
     }
     amp_tensor *sq = NULL, *loss = NULL;
@@ -145,9 +153,28 @@ static size_t grads_read(gpt_leaves *l, float *out) {
     return at;
 }
 
-enum { MAX_GRADS = B * T * C + LAYERS * (12 * C * C + 2 * C) };
+enum { MAX_GRADS = B * T * C + LAYERS * (12 * C * C + 2 * C), KEPT_GRADS = 5 * B * T * C };
 
-/* The kept tensor's gradient (layer 0's attention output) into kept_grad when asked. */
+/* A kept tensor's gradient as f32 into out; its element count. */
+static size_t kept_read(amp_tensor *t, float *out) {
+    amp_tensor *g = NULL;
+    CHECK_OK(amp_tensor_get_grad(t, &g));
+    CHECK_MSG(g != NULL, "a kept output has no gradient");
+    if (!g) return 0;
+    size_t n = (size_t)amp_tensor_numel(g);
+    if (amp_tensor_dtype(g) == AMP_F32) {
+        CHECK_OK(amp_tensor_to_host(g, out, n * sizeof *out));
+        return n;
+    }
+    uint16_t *half = malloc(n * sizeof *half);
+    CHECK_OK(amp_tensor_to_host(g, half, n * sizeof *half));
+    for (size_t i = 0; i < n; i++) out[i] = amp_bf16_bits_to_f32(half[i]);
+    free(half);
+    return n;
+}
+
+/* The kept tensors' gradients (layer 0's attention and GELU outputs) into kept_grad when
+ * asked. */
 static size_t gpt_grads(amp_device device, amp_dtype autocast, bool retain, float *out,
                         float *kept_grad) {
     amp_ctx *ctx = NULL;
@@ -157,26 +184,14 @@ static size_t gpt_grads(amp_device device, amp_dtype autocast, bool retain, floa
     leaves_make(ctx, &l);
     ctx->autocast.enabled = autocast != AMP_F32;
     ctx->autocast.half = autocast;
-    amp_tensor *kept = NULL;
-    amp_tensor *loss = gpt_loss(&l, kept_grad ? &kept : NULL);
+    amp_tensor *kept[2] = {NULL, NULL};
+    amp_tensor *loss = gpt_loss(&l, kept_grad ? kept : NULL);
     ctx->autocast.enabled = false;
     CHECK_OK(amp_backward_with(loss, &(amp_backward_opts){.retain_graph = retain}));
     size_t n = grads_read(&l, out);
-    if (kept) {
-        amp_tensor *g = NULL;
-        CHECK_OK(amp_tensor_get_grad(kept, &g));
-        CHECK_MSG(g != NULL, "the kept output has no gradient");
-        if (g) {
-            float tmp[B * T * C];
-            uint16_t half[B * T * C];
-            if (amp_tensor_dtype(g) == AMP_F32) {
-                CHECK_OK(amp_tensor_to_host(g, tmp, sizeof tmp));
-            } else {
-                CHECK_OK(amp_tensor_to_host(g, half, sizeof half));
-                for (int i = 0; i < B * T * C; i++) tmp[i] = amp_bf16_bits_to_f32(half[i]);
-            }
-            memcpy(kept_grad, tmp, sizeof tmp);
-        }
+    if (kept_grad) {
+        size_t at = kept_read(kept[0], kept_grad);
+        kept_read(kept[1], kept_grad + at);
     }
     amp_ctx_reset_step(ctx);
     leaves_free(&l);
@@ -186,7 +201,7 @@ static size_t gpt_grads(amp_device device, amp_dtype autocast, bool retain, floa
 
 static void test_values(amp_device device, amp_dtype autocast) {
     static float released[MAX_GRADS], retained[MAX_GRADS];
-    static float kept_released[B * T * C], kept_retained[B * T * C];
+    static float kept_released[KEPT_GRADS], kept_retained[KEPT_GRADS];
     const char *what = autocast == AMP_F32 ? "f32" : "bf16 autocast";
     size_t n = gpt_grads(device, autocast, false, released, NULL);
     size_t m = gpt_grads(device, autocast, true, retained, NULL);
@@ -204,7 +219,8 @@ static void test_values(amp_device device, amp_dtype autocast) {
     gpt_grads(device, autocast, false, released, kept_released);
     gpt_grads(device, autocast, true, retained, kept_retained);
     CHECK_MSG(memcmp(kept_released, kept_retained, sizeof kept_released) == 0,
-              "%s: the kept attention output's gradient differs from the retained graph's", what);
+              "%s: the kept attention or GELU output's gradient differs from the retained graph's",
+              what);
 }
 
 static void run_all(amp_device device) {
