@@ -39,7 +39,7 @@ enum {
     AMP_TENSOR_KEPT = 32,  /* a step tensor kept past release points (amp_tensor_keep) */
     /* Data made by a backward that releases its graph, given back to the data arena for reuse
      * (amp_tensor_step_release) once nothing reads it: a gradient when its node is done, a
-     * temporary when its backward has used it. */
+     * temporary when its backward has used it. A kept tensor's gradient never carries it. */
     AMP_TENSOR_BW_TEMP = 64,
 };
 

@@ -33,11 +33,20 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
     return AMP_OK;
 }
 
+/* A kept tensor's gradient is kept with it (core/step_regions.c), so it is never given back:
+ * AMP_TENSOR_BW_TEMP on a gradient means it may go once its node is done. */
+static void amp_grad_keep_with(amp_tensor *t) {
+    if (t->flags & AMP_TENSOR_KEPT) t->grad->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
+}
+
 /* Leaves made by the user get an owned gradient on first need; step tensors a step one. */
 static amp_status amp_grad_ensure(amp_tensor *t) {
     if (t->grad) return AMP_OK;
-    if (t->flags & AMP_TENSOR_STEP) return amp_tensor_step_like(t, t->dtype, &t->grad);
-    return amp_tensor_create(t->ctx, t->dtype, t->ndim, t->shape, &t->grad);
+    if (!(t->flags & AMP_TENSOR_STEP))
+        return amp_tensor_create(t->ctx, t->dtype, t->ndim, t->shape, &t->grad);
+    AMP_TRY(amp_tensor_step_like(t, t->dtype, &t->grad));
+    amp_grad_keep_with(t);
+    return AMP_OK;
 }
 
 /* A leaf's temporary (a parameter's later gradient contribution, added at once) is scratch that
@@ -65,10 +74,11 @@ amp_status amp_grad_begin(amp_tensor *t, amp_grad_sink *s) {
 amp_status amp_grad_end(amp_grad_sink *s) {
     if (!s->buf) return AMP_OK;
     amp_tensor *t = s->t;
-    if (s->buf != t->grad)
+    if (s->buf != t->grad) {
         AMP_TRY(AMP_BE(t->backend, axpy, t->dtype, t->numel, 1.0f, s->buf->data, t->grad->data));
+        amp_tensor_step_release(s->buf); /* a step tensor's added temporary */
+    }
     t->grad_written = true;
-    if (s->buf != t->grad) amp_tensor_step_release(s->buf); /* a step tensor's added temporary */
     if (s->scratch && --t->ctx->n_open_sinks == 0)
         amp_arena_reset_to(&t->ctx->sink_arena, AMP_ARENA_START);
     return AMP_OK;
@@ -120,6 +130,7 @@ amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t) {
         /* The memory is t's now: given back when t's node is done, not out's. */
         t->grad->flags |= dy->flags & AMP_TENSOR_BW_TEMP;
         dy->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
+        amp_grad_keep_with(t);
         t->grad_written = true;
         return AMP_OK;
     }
@@ -175,10 +186,8 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
         }
         if (s == AMP_OK && obs) s = obs->node_done(user, n);
         /* Every reader of out's gradient is done (its consumers came later on the tape): a
-         * gradient this backward made goes back to the arena for the nodes still to run, unless
-         * out is kept (its gradient is kept with it). */
-        if (s == AMP_OK && n->out->grad && !(n->out->flags & AMP_TENSOR_KEPT))
-            amp_tensor_step_release(n->out->grad);
+         * gradient this backward made goes back to the arena for the nodes still to run. */
+        if (s == AMP_OK) amp_tensor_step_release(n->out->grad);
     }
     ctx->bw_releases = false;
     if (obs) {

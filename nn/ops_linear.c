@@ -33,20 +33,15 @@ static amp_status amp_linear_bwd(amp_tape_node *node, const amp_tensor *dy) {
 }
 
 /* Where dz = f(z, dy) goes: dy's own memory when dy is this backward's gradient of the output
- * (AMP_TENSOR_BW_TEMP: nothing reads it after this node, whose end gives it back; a kept output's
- * gradient stays its own), else a temporary. The binary kernels may write in place. */
+ * (AMP_TENSOR_BW_TEMP: nothing reads it after this node; a kept output's gradient is not one),
+ * else a temporary. The binary kernels may write in place. Either goes back to the arena once
+ * linear's backward has read it. */
 static amp_status dz_buffer(amp_tape_node *node, const amp_tensor *dy, amp_tensor **dz) {
-    if ((dy->flags & AMP_TENSOR_BW_TEMP) && node->out->grad == dy &&
-        !(node->out->flags & AMP_TENSOR_KEPT)) {
+    if ((dy->flags & AMP_TENSOR_BW_TEMP) && node->out->grad == dy) {
         *dz = (amp_tensor *)dy;
         return AMP_OK;
     }
     return amp_tensor_step_like(node->out, dy->dtype, dz);
-}
-
-/* The temporary dz_buffer made, back to the arena (dy itself goes when the node is done). */
-static void dz_release(const amp_tensor *dy, amp_tensor *dz) {
-    if (dz != dy) amp_tensor_step_release(dz);
 }
 
 /* y = relu(z), z = x @ w^T + b: dz = y > 0 ? dy : 0 (from the output, as relu's backward, so no
@@ -57,7 +52,7 @@ static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy)
     AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
                    node->out->data, dy->data, dz->data));
     AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
-    dz_release(dy, dz);
+    amp_tensor_step_release(dz);
     return AMP_OK;
 }
 
@@ -72,7 +67,7 @@ static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy)
                    tanh_form ? AMP_BINARY_GELU_TANH_BWD : AMP_BINARY_GELU_ERF_BWD, dy->dtype,
                    dy->numel, z->data, dy->data, dz->data));
     AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
-    dz_release(dy, dz);
+    amp_tensor_step_release(dz);
     return AMP_OK;
 }
 
