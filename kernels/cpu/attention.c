@@ -10,7 +10,7 @@
  * forward.
  *
  * The tile sizes and the speed against PyTorch's CPU flash attention: bench/RESULTS.md
- * ("Attention on the CPU"). */
+ * ("fused causal attention on the CPU against PyTorch's SDPA"). */
 #include <math.h>
 #include <string.h>
 

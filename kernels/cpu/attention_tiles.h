@@ -17,7 +17,8 @@
 #include "kernels/cpu/vector_exp.h"
 #include "kernels/math/attention.h"
 
-/* Query rows and keys per tile: bench/RESULTS.md ("Attention on the CPU") has the sweep. */
+/* Query rows and keys per tile: bench/RESULTS.md ("fused causal attention on the CPU") has the
+ * sweep. */
 #define ATTN_BR 64
 #define ATTN_BC 128
 
