@@ -91,6 +91,36 @@ amp_status amp_tensor_keep(amp_tensor *t) {
     return amp_kept_add(t->ctx, t);
 }
 
+amp_status amp_tensor_drop(amp_tensor *t) {
+    AMP_TRY(amp_tensor_check_live(__func__, "t", t));
+    if (!(t->flags & AMP_TENSOR_STEP))
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_tensor_drop: t is caller-owned (amp_tensor_create"
+                        " or amp_tensor_from_host): free it with amp_tensor_free");
+    if (t->flags & AMP_TENSOR_KEPT)
+        return amp_fail(AMP_ERR_STATE, "amp_tensor_drop: t is kept (amp_tensor_keep) until the "
+                        "step ends; keep or drop a tensor, not both");
+    amp_tensor_step_drop(t);
+    return AMP_OK;
+}
+
+void amp_tensor_step_drop(amp_tensor *t) {
+    amp_ctx *ctx = t->ctx;
+    t->flags |= AMP_TENSOR_DROPPED;
+    /* Up the chain of views while each link is dropped and unread. Data goes back only when it is
+     * a tensor's own, in the current region (not carried, not a kept cast's), and at most once. */
+    while (t && (t->flags & AMP_TENSOR_DROPPED) && t->data_readers == 0) {
+        if ((t->flags & AMP_TENSOR_ARENA_DATA) &&
+            amp_arena_holds_since(&ctx->data_arena, ctx->region_mark, t->data)) {
+            amp_arena_give_back(&ctx->data_arena, t->data, amp_tensor_nbytes(t));
+            t->flags &= (uint16_t)~(AMP_TENSOR_ARENA_DATA | AMP_TENSOR_BW_TEMP);
+        }
+        amp_tensor *base = t->view_of;
+        t->view_of = NULL; /* its one read of the base ends here */
+        if (base && base->data_readers > 0) base->data_readers--;
+        t = base;
+    }
+}
+
 amp_status amp_ctx_release_region(amp_ctx *ctx, amp_tensor *keep, amp_tensor *carry) {
     if (keep) AMP_TRY(amp_kept_add(ctx, keep));
     /* The kept tensors' gradients stay with them (a loss's, an intermediate's). */

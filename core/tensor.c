@@ -122,7 +122,8 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
     AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *t, (void **)&t));
     amp_tensor_fill_header(t, ctx, dt, ndim, shape, numel);
     AMP_TRY(amp_arena_alloc(&ctx->data_arena, (size_t)numel * amp_dtype_size(dt), &t->data));
-    t->flags = AMP_TENSOR_STEP | (ctx->bw_releases ? AMP_TENSOR_BW_TEMP : 0);
+    t->flags = AMP_TENSOR_STEP | AMP_TENSOR_ARENA_DATA;
+    if (ctx->bw_releases) t->flags |= AMP_TENSOR_BW_TEMP;
     t->step_gen = ctx->step_gen;
     t->region = ctx->region_gen;
     *out = t;
@@ -131,7 +132,7 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
 
 void amp_tensor_step_release(amp_tensor *t) {
     if (!t || !(t->flags & AMP_TENSOR_BW_TEMP)) return;
-    t->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
+    t->flags &= (uint16_t)~(AMP_TENSOR_BW_TEMP | AMP_TENSOR_ARENA_DATA); /* given back once */
     amp_arena_give_back(&t->ctx->data_arena, t->data, amp_tensor_nbytes(t));
 }
 
@@ -195,6 +196,9 @@ size_t amp_block_layout(const int64_t *numel, int n, size_t elem_size, size_t al
 amp_status amp_tensor_check_live(const char *who, const char *arg, const amp_tensor *t) {
     if (!t) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument '%s' is NULL", who, arg);
     if (!(t->flags & AMP_TENSOR_STEP)) return AMP_OK;
+    if (t->flags & AMP_TENSOR_DROPPED)
+        return amp_fail(AMP_ERR_STATE, "%s: %s was dropped (amp_tensor_drop: its caller said it "
+                        "would not use it again); drop a tensor after its last use", who, arg);
     if (t->step_gen != t->ctx->step_gen)
         return amp_fail(AMP_ERR_STATE, "%s: %s was made in a step that has ended (amp_zero_grad or "
                         "amp_ctx_reset_step released it); recompute it in this step", who, arg);

@@ -18,11 +18,16 @@ struct amp_tensor {
     struct amp_tensor *grad; /* gradient, same shape and dtype; NULL until backward reaches it */
     bool requires_grad;
     bool grad_written; /* internal: grad holds a value this step (else the next write overwrites) */
-    uint8_t flags;     /* internal: AMP_TENSOR_* ownership bits */
+    uint16_t flags;    /* internal: AMP_TENSOR_* ownership bits */
     uint32_t step_gen; /* internal: the context's step a step tensor was made in */
     uint32_t region;   /* internal: the release region of the step it was made in */
     struct amp_tape_node *node; /* internal: tape node that produced it, NULL for leaves */
     uint32_t tape_gen; /* internal: caller-owned: 1 + the tape generation whose node read it */
+    /* internal: a step tensor's readers after the forward: the tape nodes whose backward reads
+     * its data (amp_record, amp_node_unread) and its views (amp_view_step); amp_tensor_drop
+     * gives the data back at once only when there are none. */
+    uint32_t data_readers;
+    struct amp_tensor *view_of; /* internal: the tensor whose data a view reads (amp_view_step) */
     /* How many times the data was written in place: PyTorch's _version. A reshape shares its
      * base's counter (version points at it); amp_tensor_mark_written is the one place that
      * moves it, and caches of the data (core/cast_shadow.h) compare it. */
@@ -41,6 +46,8 @@ enum {
      * (amp_tensor_step_release) once nothing reads it: a gradient when its node is done, a
      * temporary when its backward has used it. A kept tensor's gradient never carries it. */
     AMP_TENSOR_BW_TEMP = 64,
+    AMP_TENSOR_ARENA_DATA = 128, /* a step tensor whose data is its own (amp_tensor_step) */
+    AMP_TENSOR_DROPPED = 256,    /* its caller dropped it (amp_tensor_drop): refused from then on */
 };
 
 /* t's data is being written in place (a copy from the host, a load, a broadcast, an optimizer's
@@ -55,6 +62,10 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
  * is a backward's AMP_TENSOR_BW_TEMP, else nothing: the caller says nothing reads it any more;
  * the struct stays (until the step ends) but must not be read. */
 void amp_tensor_step_release(amp_tensor *t);
+/* amp_tensor_drop without its checks, for a step tensor an op made and hands nobody (the [N, out]
+ * result behind linear's [..., out] view): marked dropped, its data given back once nothing reads
+ * it; a dropped view that nothing reads stops reading its base, which may then go too. */
+void amp_tensor_step_drop(amp_tensor *t);
 /* A step tensor of the same shape as `like`, in dtype dt. */
 amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out);
 /* A step tensor (struct in the step arena) of `like`'s shape in dtype dt over `data`, memory

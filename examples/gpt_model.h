@@ -18,7 +18,9 @@
  * with the LayerNorm after it (amp_add_layer_norm_for_linear, the next block's ln_1 included;
  * under O1 the LayerNorm's output comes out in the half type its linear reads and the half branch
  * joins the f32 stream without an f32 copy), c_fc with its GELU (amp_linear_gelu), and q, k, v
- * out of c_attn in one permuting copy. The vocabulary is
+ * read where c_attn wrote them (the qkvpacked attention). Each residual branch's output and the
+ * two embeddings go back to the step's memory once their add has read them (amp_tensor_drop), as
+ * PyTorch frees them with their last reference. The vocabulary is
  * padded to a multiple of 64 for the GEMMs (50257 -> 50304, as nanoGPT and llm.c pad it); the
  * loss is the cross-entropy over the padded logits, as nanoGPT's (llm.c's classifier skips the
  * padding), and the sampler never draws a padded id. */
@@ -104,6 +106,12 @@ static amp_status gpt_norm(amp_model *parent, const char *name, int64_t c, amp_m
     return s;
 }
 
+/* y = dropout(x); x, which the dropout's backward does not read, is dropped when y is new. */
+static amp_status gpt_dropout(const gpt *g, bool training, amp_tensor *x, amp_tensor **y) {
+    amp_status s = amp_dropout(x, g->cfg.dropout, training, y);
+    return s == AMP_OK && *y != x ? amp_tensor_drop(x) : s;
+}
+
 static amp_status gpt_apply(const gpt_linear *l, amp_tensor *x, bool gelu, amp_tensor **y) {
     amp_tensor *w = amp_model_param(l->m, l->w), *b = amp_model_param(l->m, l->b);
     return gelu ? amp_linear_gelu(x, w, b, true, y) : amp_linear(x, w, b, y);
@@ -123,7 +131,7 @@ static amp_status gpt_attention(const gpt *g, const gpt_block *blk, bool trainin
     if (s == AMP_OK) s = amp_scaled_dot_product_attention_qkvpacked(qkv, &ao, &y);
     if (s == AMP_OK) s = amp_reshape(y, 3, (int64_t[]){B, T, C}, &y);
     if (s == AMP_OK) s = gpt_apply(&blk->attn_proj, y, false, &y);
-    if (s == AMP_OK) s = amp_dropout(y, g->cfg.dropout, training, out);
+    if (s == AMP_OK) s = gpt_dropout(g, training, y, out);
     return s;
 }
 
@@ -155,7 +163,9 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
     if (s == AMP_OK) s = amp_narrow(g->positions, 0, 0, T, &pos_ids);
     if (s == AMP_OK) s = amp_embedding(pos_ids, amp_model_param(g->wpe, 0), &pos);
     if (s == AMP_OK) s = amp_add(tok, pos, &x);
-    if (s == AMP_OK) s = amp_dropout(x, g->cfg.dropout, training, &x);
+    if (s == AMP_OK) s = amp_tensor_drop(tok); /* the add's backward reads neither */
+    if (s == AMP_OK) s = amp_tensor_drop(pos);
+    if (s == AMP_OK) s = gpt_dropout(g, training, x, &x);
     for (int l = 0; l < g->cfg.n_layer && s == AMP_OK; l++) {
         const gpt_block *blk = &g->h[l];
         amp_tensor *w1 = amp_model_param(blk->ln_1, 0), *b1 = amp_model_param(blk->ln_1, 1);
@@ -163,16 +173,19 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
         /* x = x + mlp(...) of the block before, fused with this block's ln_1 */
         s = r ? amp_add_layer_norm_for_linear(x, r, w1, b1, 1e-5f, &x, &h)
               : amp_layer_norm_for_linear(x, w1, b1, 1e-5f, &h);
+        if (s == AMP_OK && r) s = amp_tensor_drop(r);
         if (s == AMP_OK) s = gpt_attention(g, blk, training, h, &a);
         if (s == AMP_OK) s = amp_add_layer_norm_for_linear(x, a, w2, b2, 1e-5f, &x, &h);
+        if (s == AMP_OK) s = amp_tensor_drop(a);
         if (s == AMP_OK) s = gpt_apply(&blk->c_fc, h, true, &h);
         if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &h);
-        if (s == AMP_OK) s = amp_dropout(h, g->cfg.dropout, training, &r);
+        if (s == AMP_OK) s = gpt_dropout(g, training, h, &r);
     }
     amp_tensor *wf = amp_model_param(g->ln_f, 0), *bf = amp_model_param(g->ln_f, 1);
     if (s == AMP_OK)
         s = r ? amp_add_layer_norm_for_linear(x, r, wf, bf, 1e-5f, &x, &h)
               : amp_layer_norm_for_linear(x, wf, bf, 1e-5f, &h);
+    if (s == AMP_OK && r) s = amp_tensor_drop(r);
     if (s == AMP_OK) s = amp_linear(h, amp_model_param(g->wte, 0), NULL, out); /* the tied head */
     return s;
 }

@@ -23,7 +23,9 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
     for (int i = 0; i < n_in; i++) {
         n->in[i] = in[i];
         if (in[i] && !(in[i]->flags & AMP_TENSOR_STEP)) in[i]->tape_gen = ctx->tape_gen + 1;
+        if (in[i] && (in[i]->flags & AMP_TENSOR_STEP)) in[i]->data_readers++;
     }
+    out->data_readers++;
     if (aux_size) AMP_TRY(amp_ctx_step_alloc(ctx, aux_size, &n->aux));
     AMP_TRY(amp_ctx_tape_push(ctx, n));
     out->requires_grad = true;
@@ -33,10 +35,20 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
     return AMP_OK;
 }
 
+static void amp_unread(amp_tensor *t) {
+    if (t && (t->flags & AMP_TENSOR_STEP) && t->data_readers > 0) t->data_readers--;
+}
+
+void amp_node_unread(amp_tape_node *node, unsigned in_mask, bool out) {
+    for (int i = 0; i < node->n_in; i++)
+        if (in_mask & (1u << i)) amp_unread(node->in[i]);
+    if (out) amp_unread(node->out);
+}
+
 /* A kept tensor's gradient is kept with it (core/step_regions.c), so it is never given back:
  * AMP_TENSOR_BW_TEMP on a gradient means it may go once its node is done. */
 static void amp_grad_keep_with(amp_tensor *t) {
-    if (t->flags & AMP_TENSOR_KEPT) t->grad->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
+    if (t->flags & AMP_TENSOR_KEPT) t->grad->flags &= (uint16_t)~AMP_TENSOR_BW_TEMP;
 }
 
 /* Leaves made by the user get an owned gradient on first need; step tensors a step one. */
@@ -129,7 +141,7 @@ amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t) {
         AMP_TRY(amp_tensor_step_over(t, t->dtype, dy->data, &t->grad));
         /* The memory is t's now: given back when t's node is done, not out's. */
         t->grad->flags |= dy->flags & AMP_TENSOR_BW_TEMP;
-        dy->flags &= (uint8_t)~AMP_TENSOR_BW_TEMP;
+        dy->flags &= (uint16_t)~AMP_TENSOR_BW_TEMP;
         amp_grad_keep_with(t);
         t->grad_written = true;
         return AMP_OK;

@@ -102,6 +102,7 @@ amp_status amp_bcast_binary_run(const char *op, const char *name, amp_binary_op 
     amp_tape_node *node;
     AMP_TRY(amp_record(y, name, bcast_bwd, 2, in, sizeof kind, &node));
     if (node) *(amp_binary_op *)node->aux = kind;
+    amp_binary_unread(node, kind);
     *out = y;
     return AMP_OK;
 }

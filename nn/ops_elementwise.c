@@ -43,17 +43,26 @@ static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op
     AMP_TRY(amp_check_tensor(op, "b", b, 0));
     amp_tensor *io[2] = {a, b};
     AMP_TRY(amp_autocast(AMP_CAT_PROMOTE, io, 2));
-    a = io[0];
-    b = io[1];
-    AMP_TRY(amp_check_binary(op, a, b));
-    if (!amp_same_shape(a, b)) return amp_bcast_binary_run(op, name, kind, a, b, out);
-    amp_tensor *y;
-    AMP_TRY(amp_tensor_step_like(a, a->dtype, &y));
-    AMP_TRY(AMP_BE(a->backend, binary, kind, a->dtype, a->numel, a->data, b->data, y->data));
-    amp_tensor *in[2] = {a, b};
-    amp_tape_node *node;
-    AMP_TRY(amp_record(y, name, bwd, 2, in, 0, &node));
-    *out = y;
+    AMP_TRY(amp_check_binary(op, io[0], io[1]));
+    if (amp_same_shape(io[0], io[1])) {
+        amp_tensor *y;
+        AMP_TRY(amp_tensor_step_like(io[0], io[0]->dtype, &y));
+        AMP_TRY(AMP_BE(y->backend, binary, kind, y->dtype, y->numel, io[0]->data, io[1]->data,
+                       y->data));
+        amp_tape_node *node;
+        AMP_TRY(amp_record(y, name, bwd, 2, io, 0, &node));
+        amp_binary_unread(node, kind);
+        *out = y;
+    } else {
+        AMP_TRY(amp_bcast_binary_run(op, name, kind, io[0], io[1], out));
+    }
+    /* A promotion's cast made here (x + a half branch under autocast) is this op's alone: it goes
+     * once nothing reads it (an add's backward does not). A parameter's cast may be cached for
+     * the ops after this one, so it stays. */
+    amp_tensor *orig[2] = {a, b};
+    for (int i = 0; i < 2; i++)
+        if (io[i] != orig[i] && (orig[i]->node || !orig[i]->requires_grad))
+            amp_tensor_step_drop(io[i]);
     return AMP_OK;
 }
 
@@ -156,6 +165,7 @@ amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out) 
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "dropout", amp_dropout_bwd, 1, &x, sizeof(amp_dropout_aux), &node));
     if (node) {
+        amp_node_unread(node, 1u, true); /* its backward reads the mask */
         ((amp_dropout_aux *)node->aux)->p = p;
         node->saved[0] = mask;
     }

@@ -115,6 +115,8 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
     AMP_TRY(amp_record(y, node_name, bwd, 3, in, z ? sizeof epilogue : 0, &node));
+    /* The bias gradient comes from dy alone; only the ReLU's backward reads the output. */
+    if (node) amp_node_unread(node, 4u, epilogue != AMP_GEMM_EPILOGUE_RELU);
     if (node && z) {
         node->saved[0] = z;
         *(amp_gemm_epilogue *)node->aux = epilogue;
@@ -145,7 +147,9 @@ static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backw
     int64_t shape[AMP_MAX_DIMS];
     for (int k = 0; k < x->ndim - 1; k++) shape[k] = x->shape[k];
     shape[x->ndim - 1] = w->shape[0];
-    return amp_reshape(y2, x->ndim, shape, out);
+    AMP_TRY(amp_reshape(y2, x->ndim, shape, out));
+    amp_tensor_step_drop(y2); /* the view reads it: it goes when the caller drops the view */
+    return AMP_OK;
 }
 
 amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {

@@ -15,6 +15,9 @@ amp_status amp_view_step(amp_tensor *x, int ndim, const int64_t *shape, int64_t 
         if (i < ndim) y->numel *= shape[i];
     }
     y->data = (char *)x->data + at * (int64_t)amp_dtype_size(x->dtype);
+    y->data_readers = 0;
+    y->view_of = x;
+    x->data_readers++; /* the view reads x's data until it is dropped (amp_tensor_drop) */
     y->grad = NULL;
     y->requires_grad = false;
     y->grad_written = false;
@@ -47,6 +50,7 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
     AMP_TRY(amp_view_step(x, ndim, shape, 0, &y));
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "reshape", amp_reshape_bwd, 1, &x, 0, &node));
+    if (node) amp_node_unread(node, 1u, true); /* the view itself reads x */
     *out = y;
     return AMP_OK;
 }

@@ -111,7 +111,10 @@ amp_status amp_narrow(amp_tensor *x, int dim, int64_t start, int64_t length, amp
     }
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "narrow", narrow_bwd, 1, &x, sizeof(narrow_aux), &node));
-    if (node) *(narrow_aux *)node->aux = (narrow_aux){d, start};
+    if (node) {
+        *(narrow_aux *)node->aux = (narrow_aux){d, start};
+        amp_node_unread(node, 1u, true); /* a view reads x itself (amp_view_step) */
+    }
     *out = y;
     return AMP_OK;
 }

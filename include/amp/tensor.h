@@ -119,6 +119,14 @@ amp_status amp_tensor_argmax_rows(const amp_tensor *t, int32_t *idx, int64_t n_r
  * what was made before it but its output, which lasts until the next one. A released tensor is
  * refused with an error naming this call. Caller-owned tensors need no keeping. */
 amp_status amp_tensor_keep(amp_tensor *t);
+/* Says the caller will not use a step tensor again, as Python's `del`: its memory goes back to
+ * the step at once for the next ops to reuse, unless the backward still reads it (the input a
+ * linear layer saved, an attention's output) or a view of it exists, in which case it goes at the
+ * next release point as before; the gradient flows through it either way. Any later use of t is
+ * refused with an error naming this call. Dropping the branch outputs a residual add consumed
+ * (x = x + f(x)) is what lowers a transformer's step memory (examples/gpt_model.h). Errors:
+ * caller-owned tensors (amp_tensor_free them), kept ones (amp_tensor_keep), released ones. */
+amp_status amp_tensor_drop(amp_tensor *t);
 /* Reads element 0 as float (any dtype): the usual way to print a loss. */
 amp_status amp_tensor_item(const amp_tensor *t, float *out);
 size_t amp_tensor_nbytes(const amp_tensor *t);
