@@ -3,7 +3,9 @@
  * A tensor is a contiguous row-major array of up to AMP_MAX_DIMS dimensions, in one dtype, living
  * on one backend (CPU or CUDA). Tensors made with amp_tensor_create are owned by the caller and
  * freed with amp_tensor_free. Tensors returned by ops are step tensors: they live in the context's
- * step arena and stay valid until amp_ctx_reset_step (which amp_zero_grad calls); never free them.
+ * step arena until the step's next release point (amp_backward; amp_tensor_keep keeps one to the
+ * step's end) or amp_ctx_reset_step (which amp_zero_grad calls); never free them: amp_tensor_drop
+ * gives one back early, as Python's `del`.
  *
  * The context owns the backend, the step arena, the autograd tape, the RNG and the autocast state.
  * A context is used by one thread at a time. */
@@ -95,9 +97,9 @@ amp_status amp_tensor_create(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t
 /* A caller-owned tensor with a copy of host data (n elements of dt must match the shape). */
 amp_status amp_tensor_from_host(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape,
                                 const void *host, amp_tensor **out);
-/* NULL is a no-op; step tensors are ignored (their step releases them). An optimizer made over
- * the tensor refuses every later call (the context's memory ledger, amp/memory.h, records the
- * release). A tensor an op of the live graph read (a batch, a mask, token ids) is needed by its
+/* NULL is a no-op; step tensors are ignored (their step releases them; amp_tensor_drop gives one
+ * back early). An optimizer made over the tensor refuses every later call (the context's memory
+ * ledger, amp/memory.h, records the release). A tensor an op of the live graph read (a batch, a mask, token ids) is needed by its
  * backward: freed before amp_backward, the backward refuses with AMP_ERR_STATE (free it after
  * amp_backward or amp_ctx_reset_step). */
 void amp_tensor_free(amp_tensor *t);
