@@ -99,9 +99,9 @@ amp_status amp_tensor_from_host(amp_ctx *ctx, amp_dtype dt, int ndim, const int6
                                 const void *host, amp_tensor **out);
 /* NULL is a no-op; step tensors are ignored (their step releases them; amp_tensor_drop gives one
  * back early). An optimizer made over the tensor refuses every later call (the context's memory
- * ledger, amp/memory.h, records the release). A tensor an op of the live graph read (a batch, a mask, token ids) is needed by its
- * backward: freed before amp_backward, the backward refuses with AMP_ERR_STATE (free it after
- * amp_backward or amp_ctx_reset_step). */
+ * ledger, amp/memory.h, records the release). A tensor an op of the live graph read (a batch, a
+ * mask, token ids) is needed by its backward: freed before amp_backward, the backward refuses
+ * with AMP_ERR_STATE (free it after amp_backward or amp_ctx_reset_step). */
 void amp_tensor_free(amp_tensor *t);
 /* Copies the tensor into host memory of nbytes (must equal numel * dtype size), as stored. */
 amp_status amp_tensor_to_host(const amp_tensor *t, void *host, size_t nbytes);
