@@ -68,7 +68,7 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     /* A cast made with gradients off has no tape node: reused by a later forward that records,
      * it would cut the parameter off from its gradient. So only recording casts are cached (a
      * no-grad forward may still reuse them: same values). */
-    bool cacheable = ctx->autocast.enabled && x->requires_grad && !x->node;
+    bool cacheable = ctx->autocast.enabled && amp_cast_cacheable(x);
     bool cache_new = cacheable && ctx->grad_enabled;
     amp_tensor **hit = cacheable ? amp_cast_cache_find(ctx, x, dt) : NULL;
     if (hit) {
@@ -79,7 +79,7 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     AMP_TRY(amp_cast_kept(x, dt, cacheable, &y));
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
-    if (node) amp_node_unread(node, 1u, true); /* its backward casts dy back */
+    amp_node_unread(node, 1u, true); /* its backward casts dy back */
     amp_autocast_state *ac = &ctx->autocast;
     /* Grows in the first step only; without room the cast is simply not reused. */
     amp_cast_cache_entry *c = cache_new ? amp_grow(ac->cache, ac->n_cache, &ac->cap_cache, 64,

@@ -33,6 +33,10 @@ amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n);
  * can then write it into the f32 tensor's gradient directly (amp_gemm_grad, ops_linear.c). */
 amp_tensor *amp_cast_f32_source(const amp_tensor *t);
 
+/* Whether autocast's cache may hold a cast of x for the ops after this one: a leaf that requires
+ * grad (a parameter). Any other cast is its op's alone. */
+static inline bool amp_cast_cacheable(const amp_tensor *x) { return x->requires_grad && !x->node; }
+
 /* Casts a float tensor to f32 when it is not (bias and batch-norm parameters of a half model). */
 amp_status amp_cast_to_f32(amp_tensor **t);
 

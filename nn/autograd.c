@@ -22,8 +22,9 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
     n->n_in = n_in;
     for (int i = 0; i < n_in; i++) {
         n->in[i] = in[i];
-        if (in[i] && !(in[i]->flags & AMP_TENSOR_STEP)) in[i]->tape_gen = ctx->tape_gen + 1;
-        if (in[i] && (in[i]->flags & AMP_TENSOR_STEP)) in[i]->data_readers++;
+        if (!in[i]) continue;
+        if (in[i]->flags & AMP_TENSOR_STEP) in[i]->data_readers++;
+        else in[i]->tape_gen = ctx->tape_gen + 1;
     }
     out->data_readers++;
     if (aux_size) AMP_TRY(amp_ctx_step_alloc(ctx, aux_size, &n->aux));
@@ -40,6 +41,7 @@ static void amp_unread(amp_tensor *t) {
 }
 
 void amp_node_unread(amp_tape_node *node, unsigned in_mask, bool out) {
+    if (!node) return; /* nothing recorded: nothing counted */
     for (int i = 0; i < node->n_in; i++)
         if (in_mask & (1u << i)) amp_unread(node->in[i]);
     if (out) amp_unread(node->out);

@@ -76,7 +76,8 @@ amp_status amp_view_step(amp_tensor *x, int ndim, const int64_t *shape, int64_t 
 /* What the node's backward does not read of its tensors' data: the inputs of in_mask (bit i for
  * in[i]) and the output when out is set. amp_record counts every input and the output as read
  * (amp_tensor_drop keeps the data of a tensor with readers); an op whose backward needs only
- * its gradient (an add, a cast, a view) or saved state of its own says so once recorded. */
+ * its gradient (an add, a cast, a view) or saved state of its own says so once recorded (node
+ * NULL: nothing was recorded, nothing to say). */
 void amp_node_unread(amp_tape_node *node, unsigned in_mask, bool out);
 
 /* Input checks shared by the ops; each names the op and the argument. */

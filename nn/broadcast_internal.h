@@ -10,7 +10,6 @@
 /* What a binary op's backward leaves unread (amp_node_unread): add and sub read no data, mul
  * reads its inputs but not its output; div is left as recorded. node may be NULL. */
 static inline void amp_binary_unread(amp_tape_node *node, amp_binary_op kind) {
-    if (!node) return;
     if (kind == AMP_BINARY_ADD || kind == AMP_BINARY_SUB) amp_node_unread(node, 3u, true);
     else if (kind == AMP_BINARY_MUL) amp_node_unread(node, 0u, true);
 }

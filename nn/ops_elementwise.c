@@ -57,12 +57,10 @@ static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op
         AMP_TRY(amp_bcast_binary_run(op, name, kind, io[0], io[1], out));
     }
     /* A promotion's cast made here (x + a half branch under autocast) is this op's alone: it goes
-     * once nothing reads it (an add's backward does not). A parameter's cast may be cached for
-     * the ops after this one, so it stays. */
+     * once nothing reads it (an add's backward does not). A cached cast stays for later ops. */
     amp_tensor *orig[2] = {a, b};
     for (int i = 0; i < 2; i++)
-        if (io[i] != orig[i] && (orig[i]->node || !orig[i]->requires_grad))
-            amp_tensor_step_drop(io[i]);
+        if (io[i] != orig[i] && !amp_cast_cacheable(orig[i])) amp_tensor_step_drop(io[i]);
     return AMP_OK;
 }
 

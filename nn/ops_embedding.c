@@ -48,7 +48,7 @@ amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out) 
     amp_tensor *in[2] = {idx, weight};
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "embedding", embedding_bwd, 2, in, 0, &node));
-    if (node) amp_node_unread(node, 2u, true); /* it adds dy into the rows of idx */
+    amp_node_unread(node, 2u, true); /* it adds dy into the rows of idx */
     *out = y;
     return AMP_OK;
 }

@@ -116,7 +116,7 @@ static amp_status ln_run(const char *op, bool rms, bool for_linear, amp_tensor *
     if (r) { /* the sum is its own node: its gradient is the LayerNorm's plus the stream's */
         amp_tensor *pair[2] = {x, r};
         AMP_TRY(amp_record(s, "add", add_bwd, 2, pair, 0, &node));
-        if (node) amp_node_unread(node, 3u, true); /* a sum's backward reads no data */
+        amp_node_unread(node, 3u, true); /* a sum's backward reads no data */
         *sum = s;
     }
     amp_tensor *in[3] = {r ? s : x, gamma, beta};

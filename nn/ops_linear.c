@@ -116,7 +116,7 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     amp_tape_node *node;
     AMP_TRY(amp_record(y, node_name, bwd, 3, in, z ? sizeof epilogue : 0, &node));
     /* The bias gradient comes from dy alone; only the ReLU's backward reads the output. */
-    if (node) amp_node_unread(node, 4u, epilogue != AMP_GEMM_EPILOGUE_RELU);
+    amp_node_unread(node, 4u, epilogue != AMP_GEMM_EPILOGUE_RELU);
     if (node && z) {
         node->saved[0] = z;
         *(amp_gemm_epilogue *)node->aux = epilogue;

@@ -16,24 +16,13 @@
 #include <string.h>
 
 #include "amp/amp.h"
+#include "block_leaves.h"
 #include "core/ctx.h"
 #include "core/half.h"
 #include "test_devices.h"
 #include "test_util.h"
 
 #define NAME "test_grad_reuse"
-
-static amp_tensor *leaf(amp_ctx *ctx, int ndim, const int64_t *shape, float scale, float phase) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *h = malloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++) h[i] = scale * sinf(0.37f * (float)i + phase);
-    amp_tensor *t = NULL;
-    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, ndim, shape, h, &t));
-    CHECK_OK(amp_tensor_set_requires_grad(t, true));
-    free(h);
-    return t;
-}
 
 /* ---- memory: x + linear(gelu(linear(x))) `blocks` times, loss mean(x^2) ---- */
 
@@ -78,29 +67,9 @@ static void test_memory(amp_device device) {
 
 /* ---- values: two GPT blocks, released against retained ---- */
 
-enum { B = 2, T = 24, H = 2, D = 32, C = H * D, LAYERS = 2, N_LEAVES = 1 + 6 * LAYERS };
-
 typedef struct gpt_leaves {
-    amp_tensor *t[N_LEAVES]; /* x, then per layer: c_attn, c_proj, c_fc, mlp c_proj, ln_1, ln_2 */
+    amp_tensor *t[N_LEAVES]; /* block_leaves.h's */
 } gpt_leaves;
-
-static void leaves_make(amp_ctx *ctx, gpt_leaves *l) {
-    l->t[0] = leaf(ctx, 3, (const int64_t[]){B, T, C}, 1.0f, 0.1f);
-    for (int i = 0; i < LAYERS; i++) {
-        amp_tensor **p = &l->t[1 + 6 * i];
-        float ph = (float)i;
-        p[0] = leaf(ctx, 2, (const int64_t[]){3 * C, C}, 0.1f, ph + 0.2f);
-        p[1] = leaf(ctx, 2, (const int64_t[]){C, C}, 0.1f, ph + 0.3f);
-        p[2] = leaf(ctx, 2, (const int64_t[]){4 * C, C}, 0.1f, ph + 0.4f);
-        p[3] = leaf(ctx, 2, (const int64_t[]){C, 4 * C}, 0.1f, ph + 0.5f);
-        p[4] = leaf(ctx, 1, (const int64_t[]){C}, 0.2f, ph + 0.6f);
-        p[5] = leaf(ctx, 1, (const int64_t[]){C}, 0.2f, ph + 0.7f);
-    }
-}
-
-static void leaves_free(gpt_leaves *l) {
-    for (int i = 0; i < N_LEAVES; i++) amp_tensor_free(l->t[i]);
-}
 
 /* The loss of the blocks; kept (may be NULL): layer 0's attention and GELU outputs, kept. */
 static amp_tensor *gpt_loss(gpt_leaves *l, amp_tensor **kept) {
@@ -181,7 +150,7 @@ static size_t gpt_grads(amp_device device, amp_dtype autocast, bool retain, floa
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = device, .seed = 9}, &ctx));
     if (!ctx) return 0;
     gpt_leaves l;
-    leaves_make(ctx, &l);
+    block_leaves_make(ctx, l.t);
     ctx->autocast.enabled = autocast != AMP_F32;
     ctx->autocast.half = autocast;
     amp_tensor *kept[2] = {NULL, NULL};
@@ -194,7 +163,7 @@ static size_t gpt_grads(amp_device device, amp_dtype autocast, bool retain, floa
         kept_read(kept[1], kept_grad + at);
     }
     amp_ctx_reset_step(ctx);
-    leaves_free(&l);
+    block_leaves_free(l.t);
     amp_ctx_free(ctx);
     return n;
 }

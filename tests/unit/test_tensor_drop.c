@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "amp/amp.h"
+#include "block_leaves.h"
 #include "core/ctx.h"
 #include "core/tensor_internal.h"
 #include "test_devices.h"
@@ -27,35 +28,7 @@
 
 #define NAME "test_tensor_drop"
 
-enum { B = 2, T = 24, H = 2, D = 32, C = H * D, LAYERS = 2, N_LEAVES = 1 + 6 * LAYERS };
-#define MAX_GRADS (B * T * C + LAYERS * (3 * C * C + C * C + 8 * C * C + 2 * C))
-
-static amp_tensor *leaf(amp_ctx *ctx, int ndim, const int64_t *shape, float scale, float phase) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *h = malloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++) h[i] = scale * sinf(0.37f * (float)i + phase);
-    amp_tensor *t = NULL;
-    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, ndim, shape, h, &t));
-    CHECK_OK(amp_tensor_set_requires_grad(t, true));
-    free(h);
-    return t;
-}
-
-/* x, then per layer: c_attn, c_proj, c_fc, mlp c_proj, ln_1, ln_2. */
-static void leaves_make(amp_ctx *ctx, amp_tensor **p) {
-    p[0] = leaf(ctx, 3, (const int64_t[]){B, T, C}, 1.0f, 0.1f);
-    for (int i = 0; i < LAYERS; i++) {
-        amp_tensor **q = &p[1 + 6 * i];
-        float ph = (float)i;
-        q[0] = leaf(ctx, 2, (const int64_t[]){3 * C, C}, 0.1f, ph + 0.2f);
-        q[1] = leaf(ctx, 2, (const int64_t[]){C, C}, 0.1f, ph + 0.3f);
-        q[2] = leaf(ctx, 2, (const int64_t[]){4 * C, C}, 0.1f, ph + 0.4f);
-        q[3] = leaf(ctx, 2, (const int64_t[]){C, 4 * C}, 0.1f, ph + 0.5f);
-        q[4] = leaf(ctx, 1, (const int64_t[]){C}, 0.2f, ph + 0.6f);
-        q[5] = leaf(ctx, 1, (const int64_t[]){C}, 0.2f, ph + 0.7f);
-    }
-}
+enum { MAX_GRADS = B * T * C + LAYERS * (12 * C * C + 2 * C) }; /* the leaves' numel */
 
 enum drops { DROP_NONE, DROP_BRANCHES, DROP_ALL };
 
@@ -118,7 +91,7 @@ static size_t blocks_grads(amp_device device, amp_dtype autocast, enum drops dro
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = device, .seed = 5}, &ctx));
     if (!ctx) return 0;
     amp_tensor *p[N_LEAVES];
-    leaves_make(ctx, p);
+    block_leaves_make(ctx, p);
     ctx->autocast.enabled = autocast != AMP_F32;
     ctx->autocast.half = autocast;
     amp_tensor *loss = blocks_loss(p, drops);
@@ -134,7 +107,7 @@ static size_t blocks_grads(amp_device device, amp_dtype autocast, enum drops dro
             CHECK_OK(amp_tensor_to_host_f32(g, out + n, k * sizeof *out));
         n += k;
     }
-    for (int i = 0; i < N_LEAVES; i++) amp_tensor_free(p[i]);
+    block_leaves_free(p);
     amp_ctx_free(ctx);
     return n;
 }
