@@ -9,6 +9,7 @@
 #include "amp/data.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/read_file.h"
 
 #define TOKENS_MAGIC 20240520
 #define TOKENS_VERSION 1
@@ -23,28 +24,6 @@ static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The file's bytes, whole. */
-static amp_status read_all(const char *path, unsigned char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return amp_fail(AMP_ERR_IO, "amp_tokens_open: cannot open '%s': %s", path, strerror(errno));
-    amp_status s = AMP_OK;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        s = amp_fail(AMP_ERR_IO, "amp_tokens_open: cannot size '%s'", path);
-    } else if (!(*buf = malloc(size ? (size_t)size : 1))) {
-        s = amp_fail(AMP_ERR_OOM, "amp_tokens_open: '%s': out of host memory for %ld bytes", path,
-                     size);
-    } else if (fread(*buf, 1, (size_t)size, f) != (size_t)size) {
-        s = amp_fail(AMP_ERR_IO, "amp_tokens_open: cannot read '%s'", path);
-        free(*buf);
-        *buf = NULL;
-    }
-    *len = (size_t)size;
-    fclose(f);
-    return s;
-}
-
 amp_status amp_tokens_open(const char *path, int32_t vocab_size, amp_tokens **out) {
     AMP_CHECK_ARG(out);
     *out = NULL;
@@ -54,7 +33,7 @@ amp_status amp_tokens_open(const char *path, int32_t vocab_size, amp_tokens **ou
                         "65536] (the ids are uint16)", vocab_size);
     unsigned char *buf = NULL;
     size_t len = 0;
-    AMP_TRY(read_all(path, &buf, &len));
+    AMP_TRY(amp_read_file("amp_tokens_open", path, &buf, &len));
     amp_status s = AMP_OK;
     uint32_t magic = len >= 12 ? le32(buf) : 0, version = len >= 12 ? le32(buf + 4) : 0;
     uint64_t n = len >= 12 ? le32(buf + 8) : 0;

@@ -58,7 +58,10 @@ static void train_usage(FILE *f) {
             "  --lr-decay-steps N (where the cosine reaches --min-lr; default --max-steps: a run\n"
             "  stopped early and resumed keeps its schedule only when N stays the same)\n"
             "  --grad-clip 1.0 (0: none) --max-steps 2000 --eval-every 0 (and at the end)\n"
-            "  --eval-batches 20 --sample N (tokens printed at the end) --temperature 1 --top-k 0\n");
+            "  --eval-batches 20 --sample N (tokens printed at the end) --temperature 1 --top-k 0\n"
+            "  --tokenizer FILE  llm.c's tokenizer .bin (gpt2_tokenizer.bin for GPT-2's BPE): the\n"
+            "                    sample starts at its end-of-text token and prints as text; without\n"
+            "                    one a vocabulary of 256 prints as bytes, a larger one as ids\n");
 }
 
 static int parse_number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -104,15 +107,17 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"grad-clip", required_argument, 0, 1010}, {"eval-every", required_argument, 0, 1011},
         {"eval-batches", required_argument, 0, 1012}, {"sample", required_argument, 0, 1013},
         {"temperature", required_argument, 0, 1014}, {"top-k", required_argument, 0, 1015},
-        {"lr-decay-steps", required_argument, 0, 1016},
+        {"lr-decay-steps", required_argument, 0, 1016}, {"tokenizer", required_argument, 0, 1017},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
+    const char *gpt_option = NULL; /* the first option of --model gpt's own given */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = "";
         for (const struct option *o = opts; o->name; o++)
             if (o->val == c) name = o->name;
+        if (c >= 1000 && !gpt_option) gpt_option = name;
         switch (c) {
         case 'm': a->model = optarg; break;
         case 'o': a->optimizer = optarg; break;
@@ -166,6 +171,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1014: if (parse_number(name, optarg, 1e-3, 1e3, &v)) return -1; a->temperature = (float)v; break;
         case 1015: if (parse_number(name, optarg, 0, 65536, &v)) return -1; a->top_k = (int)v; break;
         case 1016: if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->lr_decay_steps = (int64_t)v; break;
+        case 1017: a->tokenizer = optarg; break;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {
                 fprintf(stderr, "amp-train: --opt-level '%s': want O0, O1, O2 or O3\n", optarg);
@@ -212,6 +218,11 @@ int train_args_parse(int argc, char **argv, train_args *a) {
     bool gpt = strcmp(a->model, "gpt") == 0;
     if (strcmp(a->model, "convnet") && strcmp(a->model, "mlp") && !gpt) {
         fprintf(stderr, "amp-train: --model '%s': want convnet, mlp or gpt\n", a->model);
+        return -1;
+    }
+    if (!gpt && gpt_option) {
+        fprintf(stderr, "amp-train: --%s is an option of --model gpt, not of --model %s\n",
+                gpt_option, a->model);
         return -1;
     }
     if (gpt && !a->data_dir) {

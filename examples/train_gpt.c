@@ -95,11 +95,32 @@ static amp_status evaluate(amp_model *m, amp_comm *comm, const amp_tokens *val, 
     return s;
 }
 
-/* n tokens drawn after a newline, each from the last position's logits / temperature over the
- * real vocabulary (the padding never drawn), the top_k most likely kept (0: all), printed as
- * bytes. */
-static amp_status sample(amp_model *m, const gpt_config *cfg, int64_t n, float temperature,
-                         int top_k, uint64_t seed, FILE *to) {
+/* Token id as text: its bytes through the tokenizer, the id itself as a byte for a vocabulary of
+ * 256 without one, else its number. Control bytes other than whitespace are left out, as llm.c's
+ * sampler leaves them (a byte-level model may draw any byte); bytes of 0x80 and up are kept, as
+ * they are parts of UTF-8 characters. */
+static void print_token(const amp_tokenizer *tok, int64_t vocab, int32_t id, FILE *to) {
+    const char *bytes = NULL;
+    size_t len = 0;
+    char byte = (char)id;
+    if (tok && amp_tokenizer_decode(tok, id, &bytes, &len) != AMP_OK) len = 0;
+    if (!tok && vocab <= 256) bytes = &byte, len = 1;
+    if (!tok && vocab > 256) {
+        fprintf(to, "%d ", id);
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)bytes[i];
+        if (c >= 0x20 && c != 0x7f) fputc(c, to);
+        else if (c == '\n' || c == '\t' || c == '\r') fputc(c, to);
+    }
+}
+
+/* n tokens drawn after the tokenizer's end-of-text token (or, without one, a newline), each from
+ * the last position's logits / temperature over the real vocabulary (the padding never drawn),
+ * the top_k most likely kept (0: all), printed as text (print_token). */
+static amp_status sample(amp_model *m, const gpt_config *cfg, const amp_tokenizer *tok, int64_t n,
+                         float temperature, int top_k, uint64_t seed, FILE *to) {
     amp_ctx *ctx = amp_model_ctx(m);
     bool grad = amp_set_grad_enabled(ctx, false);
     amp_model_train(m, false);
@@ -108,7 +129,7 @@ static amp_status sample(amp_model *m, const gpt_config *cfg, int64_t n, float t
     float *logits = malloc((size_t)cfg->block_size * (size_t)Vp * sizeof *logits);
     float *p = malloc((size_t)V * sizeof *p);
     amp_status s = toks && logits && p ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
-    if (s == AMP_OK) toks[0] = V > '\n' ? '\n' : 0;
+    if (s == AMP_OK) toks[0] = tok ? amp_tokenizer_eot(tok) : V > '\n' ? '\n' : 0;
     uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
     for (int64_t t = 0; t < n && s == AMP_OK; t++) {
         int64_t start = len > cfg->block_size ? len - cfg->block_size : 0, T = len - start;
@@ -145,8 +166,7 @@ static amp_status sample(amp_model *m, const gpt_config *cfg, int64_t n, float t
                 break;
             }
         toks[len++] = (int32_t)pick;
-        if (V <= 256) fputc((int)pick, to);
-        else fprintf(to, "%lld ", (long long)pick);
+        print_token(tok, V, (int32_t)pick, to);
     }
     fputc('\n', to);
     free(toks);
@@ -163,6 +183,7 @@ int amp_train_gpt(const train_args *a) {
     amp_model *model = NULL;
     amp_optimizer *opt = NULL;
     amp_tokens *train = NULL, *val = NULL;
+    amp_tokenizer *tokenizer = NULL;
     amp_tensor *x = NULL, *y = NULL, *loss_sum = NULL; /* the step's micro-batch losses */
     int32_t *hx = NULL, *hy = NULL;
     amp_comm *comm = NULL;
@@ -195,6 +216,13 @@ int amp_train_gpt(const train_args *a) {
     TRY(amp_tokens_open(path, cfg.vocab_size, &train));
     snprintf(path, sizeof path, "%s/val.bin", a->data_dir);
     TRY(amp_tokens_open(path, cfg.vocab_size, &val));
+    if (a->tokenizer) {
+        TRY(amp_tokenizer_open(a->tokenizer, &tokenizer));
+        if (amp_tokenizer_vocab_size(tokenizer) != cfg.vocab_size)
+            TRY(amp_error(AMP_ERR_INVALID_ARG, "--tokenizer '%s' has a vocabulary of %d tokens, "
+                          "the model's --vocab-size is %d", a->tokenizer,
+                          amp_tokenizer_vocab_size(tokenizer), cfg.vocab_size));
+    }
     TRY(gpt_create(ctx, &cfg, &model));
     TRY(amp_model_build(model));
     TRY(gpt_adamw_create(model, a->lr, a->weight_decay, &opt));
@@ -314,9 +342,11 @@ int amp_train_gpt(const train_args *a) {
     }
     if (stop) fprintf(text, "amp-train: stopped by a signal at step %lld\n", (long long)step);
     if (a->sample > 0 && rank == 0 && !stop) {
-        fprintf(text, "amp-train: a sample of %lld tokens (temperature %g, top-k %d, seed %llu):\n",
-                (long long)a->sample, (double)a->temperature, a->top_k, (unsigned long long)a->seed);
-        TRY(sample(model, &cfg, a->sample, a->temperature, a->top_k, a->seed, text));
+        fprintf(text, "amp-train: a sample of %lld tokens (temperature %g, top-k %d, seed %llu%s%s):"
+                "\n", (long long)a->sample, (double)a->temperature, a->top_k,
+                (unsigned long long)a->seed, a->tokenizer ? ", decoded by " : "",
+                a->tokenizer ? a->tokenizer : "");
+        TRY(sample(model, &cfg, tokenizer, a->sample, a->temperature, a->top_k, a->seed, text));
     }
     char val_json[32] = "null"; /* JSON has no NaN: a run stopped before its evaluation */
     if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.6f", val_loss);
@@ -340,6 +370,7 @@ fail:
     amp_model_free(model);
     amp_tokens_free(train);
     amp_tokens_free(val);
+    amp_tokenizer_free(tokenizer);
     amp_ctx_free(ctx);
     amp_comm_free(comm);
     return exit_code;

@@ -207,6 +207,26 @@ amp_status amp_tokens_batch(const amp_tokens *t, amp_token_order order, uint64_t
 /* Writes tokens [n] as such a file (atomically: a temporary file renamed), each < 65536. */
 amp_status amp_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
 
+/* ---- the tokenizer of a token stream, for decoding (llm.c's tokenizer .bin) ----
+ * A file of 256 little-endian uint32 (magic 20240328; version 1 or 2; the vocabulary size; in
+ * version 2 the end-of-text token's id, version 1 being GPT-2's: 50257 tokens, end of text
+ * 50256), then each token in id order as one byte n (1..255) and its n bytes: what llm.c's
+ * train_gpt2.py writes as gpt2_tokenizer.bin. It turns ids back into bytes, as llm.c's sampler
+ * does; encoding text is the tokenizing scripts' job. Opening reads the whole file and checks it:
+ * a wrong magic or version, a vocabulary outside [1, 65536] (the ids of token files are uint16),
+ * a version 1 file that is not GPT-2's, an end-of-text id outside the vocabulary, a token of
+ * length 0, a table that ends early or bytes after it is AMP_ERR_FORMAT naming the file (and the
+ * token). A token's bytes may be part of a UTF-8 character, the rest in the next token's. */
+typedef struct amp_tokenizer amp_tokenizer;
+amp_status amp_tokenizer_open(const char *path, amp_tokenizer **out);
+void amp_tokenizer_free(amp_tokenizer *t); /* NULL is a no-op */
+int32_t amp_tokenizer_vocab_size(const amp_tokenizer *t);
+int32_t amp_tokenizer_eot(const amp_tokenizer *t); /* the end-of-text token's id */
+/* *bytes (owned by t, not NUL-terminated) and *len (>= 1) of token id; an id outside the
+ * vocabulary is AMP_ERR_INVALID_ARG naming it. */
+amp_status amp_tokenizer_decode(const amp_tokenizer *t, int32_t id, const char **bytes,
+                                size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

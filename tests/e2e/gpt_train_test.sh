@@ -7,12 +7,13 @@
 #    checkpoint to N: the final checkpoints are byte-identical (the batches are a function of the
 #    step), at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so that a step is skipped before
 #    the save);
-#  - a sample of the asked length is printed;
+#  - a sample of the asked length is printed, decoded by a tokenizer file of llm.c's format;
 #  - SIGTERM mid-run: the step finishes, a checkpoint is saved, exit 0, and the resumed run ends
 #    byte-identical to an uninterrupted one;
 #  - bad input, each a clear error and exit code 1: a token file with a wrong magic, a truncated
 #    one, a token id >= --vocab-size, --block-size larger than the checkpoint's model, a
-#    checkpoint of another GPT shape.
+#    checkpoint of another GPT shape; a truncated tokenizer, a token file given as one, one of
+#    another vocabulary, a GPT option given to another model.
 #   gpt_train_test.sh AMP_TRAIN AMP_TEXT_TOKENS WORKDIR README
 set -euo pipefail
 train=$1 tokens=$2 work=$3 readme=$4
@@ -28,8 +29,22 @@ check() { # description, command...
     if "${@:2}"; then pass=$((pass + 1)); else echo "FAIL: $1" >&2; fail=$((fail + 1)); fi
 }
 
+# A byte-level tokenizer in llm.c's tokenizer format (version 2, end of text the newline) that
+# decodes 'e' as 'E' and every other byte as itself: the sample must come through its table.
+byte_tokenizer() { # file
+    {
+        printf '\xc8\xd7\x34\x01\x02\x00\x00\x00\x00\x01\x00\x00\x0a\x00\x00\x00'
+        head -c 1008 /dev/zero
+        for i in $(seq 0 255); do
+            if ((i == 101)); then printf '\x01E'; else printf "\\x01\\x$(printf %02x "$i")"; fi
+        done
+    } >"$1"
+}
+byte_tokenizer "$work/upper_e.bin"
+
 # --json, the falling loss, the sample
-"$train" "${tiny[@]}" --max-steps 40 --eval-every 20 --sample 64 >"$work/run.json" 2>"$work/run.err"
+"$train" "${tiny[@]}" --max-steps 40 --eval-every 20 --sample 256 --tokenizer "$work/upper_e.bin" \
+    >"$work/run.json" 2>"$work/run.err"
 steps=$(grep -c '"step": [0-9]*, "loss"' "$work/run.json" || true)
 check "40 step objects with step and loss (got $steps)" test "$steps" -eq 40
 check "val_loss objects at steps 20 and 40" test "$(grep -c '"val_loss"' "$work/run.json")" -ge 3
@@ -41,7 +56,10 @@ check "the loss fell by a fifth ($first -> $last)" awk -v a="$first" -v b="$last
 for key in lr norm loss_scale ms tokens_per_s mfu; do
     check "the step objects carry $key" grep -q "\"$key\": " "$work/run.json"
 done
-check "a sample was printed" grep -q "a sample of 64 tokens" "$work/run.err"
+check "a sample was printed" grep -q "a sample of 256 tokens.*decoded by" "$work/run.err"
+sample_text=$(sed -n '/a sample of 256 tokens/,$p' "$work/run.err" | tail -n +2)
+check "the sample went through the tokenizer (no 'e', some 'E'): $sample_text" \
+    bash -c '[[ $1 != *e* && $1 == *E* ]]' _ "$sample_text"
 
 # bit-exact resume at three levels
 resume() { # name, amp-train arguments...
@@ -108,6 +126,19 @@ bad "another GPT shape" "does not fit: 28 mis-shaped: transformer.wte.weight (fi
     --checkpoint-dir "$work/resume-O0/straight" --resume latest
 bad "block size past the checkpoint's" "transformer.wpe.weight (file \[32, 64\], model \[64, 64\])" "${tiny[@]}" --block-size 64 --max-steps 13 \
     --checkpoint-dir "$work/resume-O0/straight" --resume latest
+
+head -c 1500 "$work/upper_e.bin" >"$work/cut_tokenizer.bin"
+bad "a truncated tokenizer" "cut_tokenizer.bin' ends inside token" "${tiny[@]}" --max-steps 1 \
+    --tokenizer "$work/cut_tokenizer.bin"
+bad "a token file as the tokenizer" "not a tokenizer file of llm.c's format" "${tiny[@]}" \
+    --max-steps 1 --tokenizer "$work/data/val.bin"
+bad "a tokenizer of another vocabulary" "has a vocabulary of 256 tokens, the model's --vocab-size is 300" \
+    "${tiny[@]}" --vocab-size 300 --max-steps 1 --tokenizer "$work/upper_e.bin"
+rc=0
+"$train" --model mlp --tokenizer "$work/upper_e.bin" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
+check "a GPT option without --model gpt: exit code $rc, want 2 (a usage error)" test "$rc" -eq 2
+check "a GPT option without --model gpt: $(head -c 300 "$work/bad.err")" \
+    grep -q -- "--tokenizer is an option of --model gpt, not of --model mlp" "$work/bad.err"
 
 echo "gpt_train_test: $pass passed, $fail failed"
 ((fail == 0))
