@@ -82,7 +82,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """nanoGPT's GPT; config has n_layer, n_head, n_embd, block_size, vocab_size (padded), dropout."""
+    """nanoGPT's GPT; config has n_layer, n_head, n_embd, block_size, vocab_size (padded), dropout
+    and, optionally, real_vocab: the columns the loss scores (all of them without it)."""
 
     def __init__(self, c):
         super().__init__()
@@ -114,7 +115,11 @@ class GPT(nn.Module):
         logits = self.lm_head(self.transformer.ln_f(x))
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1),
+        scored = logits  # the padded vocabulary's extra columns are never scored (as libamp)
+        vocab = getattr(self.config, "real_vocab", logits.size(-1))
+        if vocab < logits.size(-1):
+            scored = logits[..., :vocab]
+        return logits, F.cross_entropy(scored.reshape(-1, vocab).float(), targets.view(-1),
                                        ignore_index=-100)
 
 
@@ -123,6 +128,7 @@ class Config:
                  dropout=0.0):
         self.n_layer, self.n_head, self.n_embd = n_layer, n_head, n_embd
         self.block_size, self.vocab_size, self.dropout = block_size, padded_vocab(vocab_size), dropout
+        self.real_vocab = vocab_size
 
 
 def adamw(model, lr, weight_decay, device):

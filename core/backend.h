@@ -245,7 +245,8 @@ typedef struct amp_softmax_desc {
     bool log;
 } amp_softmax_desc;
 
-/* Softmax cross-entropy of a dense [rows, classes] array of logits (in `dt`) against i32 labels,
+/* Softmax cross-entropy of a dense [rows, classes + padding] array of logits (in `dt`) against
+ * i32 labels, the last `padding` columns of each row taking no part (no probability, gradient 0),
  * PyTorch's cross_entropy with ignore_index and label_smoothing, f32 arithmetic as
  * kernels/math/xent.h states it (the same bits on every backend). A row whose label is
  * ignore_index adds nothing (not to the count either); every other label must be in
@@ -257,6 +258,7 @@ typedef struct amp_xent_desc {
     int32_t ignore_index;
     float label_smoothing; /* in [0, 1] */
     bool sum;
+    int64_t padding; /* columns after the classes in each row */
 } amp_xent_desc;
 
 /* Scaled dot-product attention over q, k, v and o (in `dt`), dense [batch, heads, seq, head_dim]

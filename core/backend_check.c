@@ -49,9 +49,10 @@ amp_status amp_backend_check_float(const char *fn, amp_dtype dt) {
 amp_status amp_backend_check_xent(const char *fn, const amp_xent_desc *d, const int32_t *labels) {
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     AMP_TRY(amp_backend_check_float(fn, d->dt));
-    if (d->rows < 0 || d->classes < 1)
-        return amp_fail(AMP_ERR_SHAPE, "%s: logits [%lld, %lld] need rows >= 0 and classes >= 1",
-                        fn, (long long)d->rows, (long long)d->classes);
+    if (d->rows < 0 || d->classes < 1 || d->padding < 0)
+        return amp_fail(AMP_ERR_SHAPE, "%s: logits [%lld, %lld + %lld padding] need rows >= 0, "
+                        "classes >= 1 and padding >= 0", fn, (long long)d->rows,
+                        (long long)d->classes, (long long)d->padding);
     if (!(d->label_smoothing >= 0.0f && d->label_smoothing <= 1.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: label_smoothing = %g is outside [0, 1]", fn,
                         (double)d->label_smoothing);

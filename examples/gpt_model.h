@@ -22,8 +22,8 @@
  * two embeddings go back to the step's memory once their add has read them (amp_tensor_drop), as
  * PyTorch frees them with their last reference. The vocabulary is
  * padded to a multiple of 64 for the GEMMs (50257 -> 50304, as nanoGPT and llm.c pad it); the
- * loss is the cross-entropy over the padded logits, as nanoGPT's (llm.c's classifier skips the
- * padding), and the sampler never draws a padded id. */
+ * padding is never scored (the loss is over the real vocabulary's columns, as llm.c's classifier
+ * computes it) nor drawn by the sampler. */
 #ifndef EXAMPLES_GPT_MODEL_H
 #define EXAMPLES_GPT_MODEL_H
 
@@ -243,14 +243,18 @@ static amp_status gpt_create(amp_ctx *ctx, const gpt_config *cfg, amp_model **ou
 }
 
 /* The mean cross-entropy of the next tokens: logits of idx [B, T] against targets [B, T] (i32;
- * -100 ignored, as PyTorch's). */
+ * -100 ignored, as PyTorch's), over the real vocabulary: the padded columns are never scored
+ * (llm.c's classifier; amp_xent_options.classes). */
 static inline amp_status gpt_loss(amp_model *m, amp_tensor *idx, amp_tensor *targets, amp_tensor **loss) {
+    const gpt *g = amp_model_user(m);
     amp_tensor *logits, *flat_t;
     int64_t rows = amp_tensor_numel(idx);
     amp_status s = amp_model_forward(m, idx, &logits);
     if (s == AMP_OK) s = amp_reshape(logits, 2, (int64_t[]){rows, amp_tensor_dim(logits, 2)}, &logits);
     if (s == AMP_OK) s = amp_reshape(targets, 1, (int64_t[]){rows}, &flat_t);
-    return s == AMP_OK ? amp_cross_entropy(logits, flat_t, loss) : s;
+    amp_xent_options o = amp_xent_defaults();
+    o.classes = g->cfg.vocab_size;
+    return s == AMP_OK ? amp_cross_entropy_ex(logits, flat_t, &o, loss) : s;
 }
 
 static inline bool gpt_below_2d(const char *name, const amp_tensor *p, void *user) {

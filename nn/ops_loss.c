@@ -61,8 +61,14 @@ amp_status amp_cross_entropy_ex(amp_tensor *logits, amp_tensor *labels,
     if (!(options->label_smoothing >= 0.0f && options->label_smoothing <= 1.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: label_smoothing = %g is outside [0, 1]", op,
                         (double)options->label_smoothing);
+    int64_t width = logits->shape[1], classes = options->classes ? options->classes : width;
+    if (classes < 1 || classes > width)
+        return amp_fail(AMP_ERR_SHAPE, "%s: options->classes = %lld is outside [1, %lld], the "
+                        "logits' columns (0: all of them)", op, (long long)options->classes,
+                        (long long)width);
     amp_xent_desc d = {.rows = logits->shape[0],
-                       .classes = logits->shape[1],
+                       .classes = classes,
+                       .padding = width - classes,
                        .dt = logits->dtype,
                        .ignore_index = options->ignore_index,
                        .label_smoothing = options->label_smoothing,

@@ -208,6 +208,9 @@ typedef struct amp_xent_options {
     int32_t ignore_index;  /* rows with this label add nothing, to the loss or to the count */
     float label_smoothing; /* in [0, 1]: the target (1 - eps) onehot + eps / classes */
     bool sum;              /* the sum over the counted rows instead of their mean */
+    int64_t classes;       /* 0: every column is a class; else only the first `classes` are, and
+                              the rest of each row is padding (a vocabulary padded for the GEMMs,
+                              llm.c's classifier): never scored, its gradient 0 */
 } amp_xent_options;
 /* PyTorch's defaults: ignore_index -100, no smoothing, the mean. */
 amp_xent_options amp_xent_defaults(void);

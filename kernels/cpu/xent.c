@@ -6,8 +6,9 @@
  *    terms, nothing next to the rows * classes exps).
  *  - Backward: rows in parallel, the softmax recomputed from the logits and the saved
  *    logsumexp in vector loops; nothing of size rows * classes is kept between the two.
- * A label outside [0, classes) other than ignore_index fails naming its row, checked before
- * anything is written. */
+ * A row's padding columns (after its classes) are not read by the forward; the backward writes
+ * their gradient 0. A label outside [0, classes) other than ignore_index fails naming its row,
+ * checked before anything is written. */
 #include <math.h>
 
 #include "core/error.h"
@@ -47,7 +48,7 @@ static void fwd_row(void *ctx, int64_t r, float *buf) {
         row_loss[r] = 0.0f;
         return;
     }
-    int64_t classes = d->classes, base = r * classes;
+    int64_t classes = d->classes, base = r * (classes + d->padding);
     const float *v = tile_in(c->logits, d->dt, base, classes, buf);
     float m, s;
     amp_cpu_row_max_sumexp(v, classes, buf + classes, &m, &s);
@@ -63,12 +64,13 @@ static void fwd_row(void *ctx, int64_t r, float *buf) {
 AMP_CPU_CLONES static void bwd_row(void *ctx, int64_t r, float *buf) {
     const xent_call *c = ctx;
     const amp_xent_desc *d = c->d;
-    int64_t classes = d->classes, base = r * classes;
+    int64_t classes = d->classes, width = classes + d->padding, base = r * width;
     int32_t label = c->labels[r];
     float *g = tile_out(c->dlogits, d->dt, base, buf);
+    for (int64_t j = classes; j < width; j++) g[j] = 0.0f;
     if (label == d->ignore_index) {
         for (int64_t j = 0; j < classes; j++) g[j] = 0.0f;
-        tile_out_store(c->dlogits, d->dt, base, classes, g);
+        tile_out_store(c->dlogits, d->dt, base, width, g);
         return;
     }
     const float *v = tile_in(c->logits, d->dt, base, classes, buf);
@@ -84,7 +86,7 @@ AMP_CPU_CLONES static void bwd_row(void *ctx, int64_t r, float *buf) {
         for (int64_t j = 0; j < classes; j++)
             g[j] = amp_xent_grad(v[j], lse, j == label, eps, eps_c, c->scale);
     }
-    tile_out_store(c->dlogits, d->dt, base, classes, g);
+    tile_out_store(c->dlogits, d->dt, base, width, g);
 }
 
 amp_status amp_cpu_xent_fwd(amp_device_ctx *dev, const amp_xent_desc *d, const void *logits,
@@ -126,5 +128,5 @@ amp_status amp_cpu_xent_bwd(amp_device_ctx *dev, const amp_xent_desc *d, const v
                    .cstats = stats,
                    .scale = amp_xent_scale(*dloss, stats[2 * d->rows], d->sum),
                    .dlogits = dlogits};
-    return amp_cpu_each_row(__func__, d->rows, d->classes, bwd_row, &c);
+    return amp_cpu_each_row(__func__, d->rows, d->classes + d->padding, bwd_row, &c);
 }

@@ -48,7 +48,7 @@ static ref_rows reference(const amp_xent_desc &d, const dev_buf &x, const int32_
 
 static void check_case(amp_dtype dt, int64_t rows, int64_t classes, float eps, bool sum,
                        int ignore_every) {
-    amp_xent_desc d = {rows, classes, dt, -1, eps, sum};
+    amp_xent_desc d = {rows, classes, dt, -1, eps, sum, 0};
     int64_t n = rows * classes;
     dev_buf x = random_buf(dt, n, 8.0, false);
     dev_buf lab((size_t)rows * 4), stats((size_t)(2 * rows + 1) * 4), loss(4), dloss(4);
@@ -116,7 +116,7 @@ static void test_values(void) {
 /* All rows ignored: NaN (0 / 0) and zero gradients; the sum 0; 0 rows: NaN. */
 static void test_ignored(void) {
     const int64_t rows = 4, classes = 30, n = rows * classes;
-    amp_xent_desc d = {rows, classes, AMP_BF16, 7, 0.0f, false};
+    amp_xent_desc d = {rows, classes, AMP_BF16, 7, 0.0f, false, 0};
     dev_buf x = random_buf(AMP_BF16, n, 3.0, false);
     dev_buf lab(rows * 4), stats((2 * rows + 1) * 4), loss(4), dloss(4), g(n * 2);
     for (int64_t r = 0; r < rows; r++) lab.h<int32_t>()[r] = 7;
@@ -144,7 +144,7 @@ static void test_ignored(void) {
 
 static void test_labels(void) {
     const int64_t rows = 4001, classes = 5, n = rows * classes;
-    amp_xent_desc d = {rows, classes, AMP_F16, -100, 0.0f, false};
+    amp_xent_desc d = {rows, classes, AMP_F16, -100, 0.0f, false, 0};
     dev_buf x = random_buf(AMP_F16, n, 2.0, false);
     dev_buf lab(rows * 4), stats((2 * rows + 1) * 4), loss(4), dloss(4), g(n * 2);
     for (int64_t r = 0; r < rows; r++) lab.h<int32_t>()[r] = (int32_t)(rnd_uniform() * classes);
@@ -198,14 +198,18 @@ static void test_labels(void) {
 static void test_errors(void) {
     float x[4] = {0}, o[4];
     int32_t lab[2] = {0, 0};
-    amp_xent_desc d = {2, 2, AMP_I32, -100, 0.0f, false};
+    amp_xent_desc d = {2, 2, AMP_I32, -100, 0.0f, false, 0};
     CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), &d, x, lab, o, o), AMP_ERR_DTYPE,
                 "amp_cuda_xent_fwd: dtype i32 is not a float type");
     d.dt = AMP_F32;
     d.classes = 0;
     CHECK_FAILS(amp_cuda_xent_fwd(amp_cuda_device(), &d, x, lab, o, o), AMP_ERR_SHAPE,
-                "logits [2, 0] need rows >= 0 and classes >= 1");
+                "logits [2, 0 + 0 padding] need rows >= 0, classes >= 1");
     d.classes = 2;
+    d.padding = -1;
+    CHECK_FAILS(amp_cuda_xent_bwd(amp_cuda_device(), &d, x, lab, o, o, o), AMP_ERR_SHAPE,
+                "logits [2, 2 + -1 padding] need rows >= 0, classes >= 1 and padding >= 0");
+    d.padding = 0;
     d.label_smoothing = -0.5f;
     CHECK_FAILS(amp_cuda_xent_bwd(amp_cuda_device(), &d, x, lab, o, o, o), AMP_ERR_INVALID_ARG,
                 "label_smoothing = -0.5 is outside [0, 1]");

@@ -277,11 +277,13 @@ static amp_status run_embedding_bwd(const op_row *r, const amp_backend *be, void
     return be->k.embedding_bwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
 }
 
-/* xent_*: s = {rows, classes}, f = {label_smoothing, dloss}; labels uniform over the classes,
- * every third row ignored with XENT_IGNORE (ignore_index -1); the sum with XENT_SUM. */
+/* xent_*: s = {rows, classes, padding}, f = {label_smoothing, dloss}; labels uniform over the
+ * classes, every third row ignored with XENT_IGNORE (ignore_index -1); the sum with XENT_SUM;
+ * each row's padding columns (a padded vocabulary) hold values too, never read. */
 static amp_xent_desc xent_desc(const op_row *r) {
     return (amp_xent_desc){.rows = r->s[0], .classes = r->s[1], .dt = r->dt, .ignore_index = -1,
-                           .label_smoothing = r->f[0], .sum = (r->flags & XENT_SUM) != 0};
+                           .label_smoothing = r->f[0], .sum = (r->flags & XENT_SUM) != 0,
+                           .padding = r->s[2]};
 }
 static int32_t *xent_labels(const op_row *r, tcase *c, int i) {
     int32_t *labels = slot_decl(c, i, "labels", ROLE_IN, EK_I32, r->s[0]);
@@ -291,7 +293,7 @@ static int32_t *xent_labels(const op_row *r, tcase *c, int i) {
     return labels;
 }
 static void setup_xent_fwd(const op_row *r, tcase *c) {
-    in_main(r, c, 0, "logits", ek_of(r->dt), r->s[0] * r->s[1]);
+    in_main(r, c, 0, "logits", ek_of(r->dt), r->s[0] * (r->s[1] + r->s[2]));
     xent_labels(r, c, 1);
     slot_decl(c, 2, "stats", ROLE_OUT, EK_F32, 2 * r->s[0] + 1);
     slot_decl(c, 3, "loss", ROLE_OUT, EK_F32, 1);
@@ -302,15 +304,15 @@ static amp_status run_xent_fwd(const op_row *r, const amp_backend *be, void *con
 }
 /* xent_bwd: stats hold each row's logsumexp (of the logits as stored, in double) and the count. */
 static void setup_xent_bwd(const op_row *r, tcase *c) {
-    int64_t rows = r->s[0], classes = r->s[1];
-    in_main(r, c, 0, "logits", ek_of(r->dt), rows * classes);
+    int64_t rows = r->s[0], classes = r->s[1], width = classes + r->s[2];
+    in_main(r, c, 0, "logits", ek_of(r->dt), rows * width);
     int32_t *labels = xent_labels(r, c, 1);
     float *stats = slot_decl(c, 2, "stats", ROLE_IN, EK_F32, 2 * rows + 1);
     int64_t count = 0;
     for (int64_t i = 0; i < rows; i++) {
         double m = -INFINITY, s = 0;
-        for (int64_t j = 0; j < classes; j++) m = fmax(m, ek_load(c->s[0].init, c->s[0].kind, i * classes + j));
-        for (int64_t j = 0; j < classes; j++) s += exp(ek_load(c->s[0].init, c->s[0].kind, i * classes + j) - m);
+        for (int64_t j = 0; j < classes; j++) m = fmax(m, ek_load(c->s[0].init, c->s[0].kind, i * width + j));
+        for (int64_t j = 0; j < classes; j++) s += exp(ek_load(c->s[0].init, c->s[0].kind, i * width + j) - m);
         stats[i] = (float)(m + log(s));
         stats[rows + i] = 0.0f;
         count += labels[i] != -1;
@@ -318,7 +320,7 @@ static void setup_xent_bwd(const op_row *r, tcase *c) {
     stats[2 * rows] = (float)count;
     float *dloss = slot_decl(c, 3, "dloss", ROLE_IN, EK_F32, 1);
     dloss[0] = r->f[1];
-    slot_decl(c, 4, "dlogits", ROLE_OUT, ek_of(r->dt), rows * classes);
+    slot_decl(c, 4, "dlogits", ROLE_OUT, ek_of(r->dt), rows * width);
 }
 static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_xent_desc d = xent_desc(r);
@@ -490,6 +492,9 @@ static const op_row transformer_rows[] = {
     {"xent_bwd_bf16_scaled_vocab", E_xent_bwd, {4, 50257}, BF16, .flags = XENT_IGNORE, .f = {0, 65536}, .tol = EXACT, .lo = -8, .hi = 8},
     {"xent_bwd_f16_smooth", E_xent_bwd, {17, 1000}, F16, .flags = XENT_IGNORE, .f = {0.1f, 1}, .tol = EXACT, .lo = -8, .hi = 8},
     {"xent_bwd_f32_sum", E_xent_bwd, {33, 257}, F32, .flags = XENT_SUM, .f = {0.2f, 0.5f}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_fwd_bf16_padded_vocab", E_xent_fwd, {6, 50257, 47}, BF16, .flags = XENT_IGNORE, .f = {0.1f}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_bwd_f16_padded", E_xent_bwd, {9, 1000, 24}, F16, .flags = XENT_IGNORE, .f = {0.1f, 2}, .tol = EXACT, .lo = -8, .hi = 8},
+    {"xent_bwd_f32_padded_specials", E_xent_bwd, {8, 40, 24}, F32, .f = {0, 1}, .tol = TOL(0, 0), .lo = -8, .hi = 8, .specials = true},
     /* Attention: each backend's own order of the products (oneDNN tiles, warps), so to rounding;
      * dropout's masks are the same draws (a different mask would miss by whole terms). */
     {"attn_fwd_f32_causal", E_attn_fwd, {2, 2, 65, 32}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-5, 1e-4), .lo = -1, .hi = 1},

@@ -18,6 +18,8 @@
  *    in half precision;
  *  - GPT-2's initialisation drawn by the model itself: N(0, 0.02) weights, the residual
  *    projections N(0, 0.02 / sqrt(2 n_layer)), zero biases, LayerNorms 1 and 0;
+ *  - a vocabulary padded for the GEMMs: the loss over the real columns only, the padded rows of
+ *    wte.weight without gradient;
  *  - bad input: a configuration, ids of another dtype, a sequence longer than block_size: errors
  *    naming GPT and the culprit. */
 #include <math.h>
@@ -231,6 +233,56 @@ static void test_init(void) {
     amp_ctx_free(ctx);
 }
 
+/* A vocabulary padded for the GEMMs (200 -> 256): the loss is the cross-entropy over the 200
+ * real columns of the logits (to 1e-5 relative of a float64 one over them), and the padded rows
+ * of wte.weight get exactly no gradient (no padded id is embedded, no padded logit scored). */
+static void test_padded_vocab(void) {
+    enum { PB = 2, PT = 16, PV = 200, PVP = 256 };
+    amp_ctx *ctx = NULL;
+    amp_model *m = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 5}, &ctx));
+    gpt_config cfg = {.n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = PT, .vocab_size = PV};
+    CHECK_OK(gpt_create(ctx, &cfg, &m));
+    if (!m) return amp_ctx_free(ctx);
+    CHECK_OK(amp_model_build(m));
+    int32_t ids[PB * PT], next[PB * PT];
+    for (int i = 0; i < PB * PT; i++) ids[i] = (i * 37 + 11) % PV, next[i] = (i * 53 + 199) % PV;
+    amp_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL, *wte = NULL, *g = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){PB, PT}, ids, &x));
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){PB, PT}, next, &y));
+    static float z[PB * PT * PVP], dw[PVP * 32];
+    CHECK_OK(amp_model_forward(m, x, &logits));
+    CHECK(logits && amp_tensor_dim(logits, 2) == PVP);
+    CHECK_OK(amp_tensor_to_host(logits, z, sizeof z));
+    amp_ctx_reset_step(ctx);
+    double total = 0;
+    for (int r = 0; r < PB * PT; r++) {
+        const float *row = z + (size_t)r * PVP;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < PV; j++) mx = fmax(mx, row[j]);
+        for (int j = 0; j < PV; j++) sum += exp(row[j] - mx);
+        total += mx + log(sum) - row[next[r]];
+    }
+    double want = total / (PB * PT);
+    CHECK_OK(gpt_loss(m, x, y, &loss));
+    float got = scalar(loss);
+    CHECK_MSG(fabs(got - want) <= 1e-5 * want, "padded vocabulary: loss %.7f, want %.7f over "
+              "the %d real columns", (double)got, want, PV);
+    CHECK_OK(amp_backward(loss));
+    CHECK_OK(amp_model_find(m, "transformer.wte.weight", &wte));
+    CHECK_OK(amp_tensor_get_grad(wte, &g));
+    CHECK_OK(amp_tensor_to_host(g, dw, sizeof dw));
+    int nonzero_pad = 0, nonzero_real = 0;
+    for (int i = 0; i < PVP * 32; i++)
+        if (dw[i] != 0.0f) i >= PV * 32 ? nonzero_pad++ : nonzero_real++;
+    CHECK_MSG(nonzero_pad == 0 && nonzero_real > 0, "padded vocabulary: %d gradients of padded "
+              "wte rows are not 0 (%d of real rows are)", nonzero_pad, nonzero_real);
+    amp_tensor_free(x);
+    amp_tensor_free(y);
+    amp_model_free(m);
+    amp_ctx_free(ctx);
+}
+
 static void test_errors(void) {
     amp_ctx *ctx = NULL;
     amp_model *m = NULL;
@@ -299,6 +351,7 @@ int main(void) {
     }
     test_init();
     test_errors();
+    test_padded_vocab();
     run_device(AMP_DEVICE_CPU, "cpu");
     if (amp_backend_cuda()) run_device(AMP_DEVICE_CUDA, "cuda");
     else printf(NAME ": no CUDA backend (%s): the CPU only\n", amp_last_error());

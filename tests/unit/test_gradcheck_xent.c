@@ -1,6 +1,8 @@
-/* Gradient check of the cross-entropy with its options (ignore_index, label smoothing, the sum)
- * against float64 finite differences, on every device that answers; PyTorch's defaults (a label
- * of -100 ignored); bad input refused naming the culprit. */
+/* Gradient check of the cross-entropy with its options (ignore_index, label smoothing, the sum,
+ * a padded row whose last columns are not classes) against float64 finite differences, on every
+ * device that answers; PyTorch's defaults (a label of -100 ignored); the padded loss equal to
+ * the unpadded one bit for bit, NaN in the padding never read, its gradient 0; bad input refused
+ * naming the culprit. */
 #include <math.h>
 #include <stdio.h>
 
@@ -8,10 +10,11 @@
 #include "gradcheck_run.h"
 #include "test_devices.h"
 
-/* A case's options: p is the label smoothing, kernel the ignore index, stride 1 for the sum. */
+/* A case's options: p is the label smoothing, kernel the ignore index, stride 1 for the sum, pad
+ * the padding columns after the classes. */
 static amp_xent_options options_of(const gc_case *c) {
     return (amp_xent_options){.ignore_index = c->kernel, .label_smoothing = c->p,
-                              .sum = c->stride == 1};
+                              .sum = c->stride == 1, .classes = c->pad ? S(0, 1) - c->pad : 0};
 }
 
 static amp_status lib_xent(gc_case *c, amp_tensor **y) {
@@ -22,12 +25,12 @@ static amp_status lib_xent(gc_case *c, amp_tensor **y) {
 /* PyTorch's cross_entropy in float64: the counted rows' (1 - eps) nll + eps mean(-log p). */
 static void ref_xent(const gc_case *c, double *y) {
     amp_xent_options o = options_of(c);
-    int64_t rows = S(0, 0), classes = S(0, 1), count = 0;
+    int64_t rows = S(0, 0), width = S(0, 1), classes = width - c->pad, count = 0;
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         int label = (int)V(1)[r];
         if (label == o.ignore_index) continue;
-        const double *z = V(0) + r * classes;
+        const double *z = V(0) + r * width;
         double m = z[0], s = 0.0, sz = 0.0;
         for (int64_t j = 1; j < classes; j++) m = z[j] > m ? z[j] : m;
         for (int64_t j = 0; j < classes; j++) s += exp(z[j] - m), sz += z[j];
@@ -50,6 +53,9 @@ static gc_case cases[] = {
     {OP("cross_entropy [B*T, V] defaults", lib_xent, ref_xent),
      .in = {IN("logits", 2, GC_UNIFORM, -2, 2, true, 16, 50), IN("labels", 1, GC_LABELS, 0, 50, false, 16)},
      OUT(1, 1), .kernel = -100},
+    {OP("cross_entropy 13 classes + 3 padding, smoothing 0.2", lib_xent, ref_xent),
+     .in = {IN("logits", 2, GC_UNIFORM, -2, 2, true, 8, 16), IN("labels", 1, GC_LABELS, 0, 13, false, 8)},
+     OUT(1, 1), .p = 0.2f, .kernel = -100, .pad = 3},
 };
 
 static amp_tensor *labels_tensor(amp_ctx *ctx, const int32_t *v, int64_t n) {
@@ -104,6 +110,70 @@ static void test_bad_input(amp_ctx *ctx) {
     amp_tensor_free(short_lab);
 }
 
+/* Logits [rows, classes + padding] with options.classes give the loss of the [rows, classes]
+ * logits bit for bit and their gradient, 0 on the padding, whatever the padding holds (NaN and
+ * 1e30 here: a read would show); options.classes outside [1, columns] is refused. */
+static void test_padding(amp_ctx *ctx) {
+    enum { ROWS = 5, CLASSES = 11, PAD = 5, W = CLASSES + PAD };
+    float dense[ROWS * CLASSES], padded[ROWS * W];
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < W; j++) {
+            float v = (float)sin(1.7 * (r * W + j)) * 3.0f;
+            if (j < CLASSES) dense[r * CLASSES + j] = v;
+            padded[r * W + j] = j < CLASSES ? v : j % 2 ? NAN : 1e30f;
+        }
+    amp_tensor *lab = labels_tensor(ctx, (const int32_t[]){3, 10, -100, 0, 7}, ROWS);
+    amp_dtype dts[] = {AMP_F32, AMP_BF16};
+    for (int k = 0; k < 2; k++) {
+        amp_tensor *a = NULL, *b = NULL, *h = NULL, *loss = NULL, *g = NULL;
+        float fa = 0, fb = 0, ga[ROWS * CLASSES], gb[ROWS * W];
+        amp_xent_options o = amp_xent_defaults();
+        o.label_smoothing = 0.1f;
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){ROWS, CLASSES}, dense, &a));
+        CHECK_OK(amp_tensor_set_requires_grad(a, true));
+        CHECK_OK(amp_cast(a, dts[k], &h));
+        CHECK_OK(amp_cross_entropy_ex(h, lab, &o, &loss));
+        CHECK_OK(amp_tensor_to_host(loss, &fa, sizeof fa));
+        CHECK_OK(amp_backward(loss));
+        CHECK_OK(amp_tensor_get_grad(a, &g));
+        CHECK_OK(amp_tensor_to_host_f32(g, ga, sizeof ga));
+        amp_ctx_reset_step(ctx);
+        o.classes = CLASSES;
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){ROWS, W}, padded, &b));
+        CHECK_OK(amp_tensor_set_requires_grad(b, true));
+        CHECK_OK(amp_cast(b, dts[k], &h));
+        CHECK_OK(amp_cross_entropy_ex(h, lab, &o, &loss));
+        CHECK_OK(amp_tensor_to_host(loss, &fb, sizeof fb));
+        CHECK_OK(amp_backward(loss));
+        CHECK_OK(amp_tensor_get_grad(b, &g));
+        CHECK_OK(amp_tensor_to_host_f32(g, gb, sizeof gb));
+        CHECK_MSG(fa == fb && isfinite(fa), "%s: padded loss %.9g, unpadded %.9g",
+                  amp_dtype_name(dts[k]), (double)fb, (double)fa);
+        int bad = 0;
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < W; j++)
+                bad += j < CLASSES ? gb[r * W + j] != ga[r * CLASSES + j] : gb[r * W + j] != 0.0f;
+        CHECK_MSG(bad == 0, "%s: %d padded gradients differ", amp_dtype_name(dts[k]), bad);
+        amp_ctx_reset_step(ctx);
+        amp_tensor_free(a);
+        amp_tensor_free(b);
+    }
+    amp_tensor *logits = NULL, *y = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (const int64_t[]){ROWS, W}, &logits));
+    amp_xent_options o = amp_xent_defaults();
+    o.classes = W + 1;
+    CHECK_FAILS(amp_cross_entropy_ex(logits, lab, &o, &y), AMP_ERR_SHAPE,
+                "options->classes = 17 is outside [1, 16]");
+    o.classes = -1;
+    CHECK_FAILS(amp_cross_entropy_ex(logits, lab, &o, &y), AMP_ERR_SHAPE, "options->classes = -1");
+    o.classes = 10; /* label 10 is no class now */
+    CHECK_FAILS(amp_cross_entropy_ex(logits, lab, &o, &y), AMP_ERR_INVALID_ARG,
+                "label 10 of row 1 is outside [0, 10)");
+    amp_ctx_reset_step(ctx);
+    amp_tensor_free(logits);
+    amp_tensor_free(lab);
+}
+
 static void run_all(amp_device device) {
     amp_ctx *ctx;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = device, .seed = 13}, &ctx));
@@ -116,6 +186,7 @@ static void run_all(amp_device device) {
     }
     test_defaults(ctx);
     test_bad_input(ctx);
+    test_padding(ctx);
     amp_ctx_free(ctx);
 }
 
