@@ -45,6 +45,7 @@ typedef struct train_args {
     int64_t lr_decay_steps; /* where the cosine reaches --min-lr; 0: --max-steps */
     int top_k;
     const char *tokenizer; /* --tokenizer FILE: llm.c's tokenizer .bin, samples printed as text */
+    bool eval_only;        /* --eval-only: the validation loss and sample of the loaded weights */
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */

@@ -268,6 +268,12 @@ int amp_train_gpt(const train_args *a) {
     amp_token_order order = a->data_order_sequential ? AMP_TOKENS_SEQUENTIAL : AMP_TOKENS_RANDOM;
     bool stop = false;
     stop_signal_install();
+    if (a->eval_only) { /* nanoGPT's eval_only: the loaded weights' validation loss and sample */
+        TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy, &val_loss));
+        if (a->json) printf("{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)step, val_loss);
+        else printf("step %5lld | val loss %.4f\n", (long long)step, val_loss);
+        max_steps = step;
+    }
     for (; step < max_steps && !stop; step++) {
         double t0 = seconds_now();
         TRY(amp_optimizer_schedule(opt, &sched, step));
@@ -335,7 +341,7 @@ int amp_train_gpt(const train_args *a) {
                     : amp_checkpoint_save(a->checkpoint_dir, step + 1, model, opt, &ckpt, NULL, 0));
         fflush(stdout);
     }
-    if (a->checkpoint_dir) {
+    if (a->checkpoint_dir && !a->eval_only) {
         TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step, &ckpt, path, sizeof path)
                 : amp_checkpoint_save(a->checkpoint_dir, step, model, opt, &ckpt, path, sizeof path));
         fprintf(text, "amp-train: saved %s%s\n", path, stop ? " (stopped by a signal)" : "");
@@ -348,12 +354,14 @@ int amp_train_gpt(const train_args *a) {
                 a->tokenizer ? a->tokenizer : "");
         TRY(sample(model, &cfg, tokenizer, a->sample, a->temperature, a->top_k, a->seed, text));
     }
-    char val_json[32] = "null"; /* JSON has no NaN: a run stopped before its evaluation */
+    char val_json[32] = "null", train_json[32] = "null"; /* JSON has no NaN: a run stopped
+                                                             before its evaluation, or no step */
     if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.6f", val_loss);
+    if (!isnan(loss_avg)) snprintf(train_json, sizeof train_json, "%.6f", loss_avg);
     if (a->json)
-        printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %.6f, \"val_loss\": %s, "
+        printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
-               "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", (long long)step, loss_avg, val_json,
+               "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", (long long)step, train_json, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
                (long long)gpt_n_params(model, &cfg), amp_ctx_backend_name(ctx), stop ? "true" : "false");

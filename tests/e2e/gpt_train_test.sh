@@ -8,6 +8,7 @@
 #    step), at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so that a step is skipped before
 #    the save);
 #  - a sample of the asked length is printed, decoded by a tokenizer file of llm.c's format;
+#  - --eval-only on a checkpoint: no step and no save, the validation loss the run ended with;
 #  - SIGTERM mid-run: the step finishes, a checkpoint is saved, exit 0, and the resumed run ends
 #    byte-identical to an uninterrupted one;
 #  - bad input, each a clear error and exit code 1: a token file with a wrong magic, a truncated
@@ -79,6 +80,15 @@ resume O0 --opt-level O0
 resume O1_bf16 --opt-level O1 --half bf16
 resume O2_fp16 --opt-level O2 --init-scale 16777216
 check "O2_fp16: no skipped step before the save" grep -q '"skipped": true' "$work/resume-O2_fp16.first"
+
+# --eval-only on a checkpoint: no step, no save, the validation loss the run ended with
+"$train" "${tiny[@]}" "${sched[@]}" --opt-level O0 --max-steps 12 --eval-only \
+    --checkpoint-dir "$work/resume-O0/straight" --resume latest >"$work/eval_only.json" 2>&1
+trained=$(tail -n 1 "$work/resume-O0.straight" | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
+evaluated=$(tail -n 1 "$work/eval_only.json")
+check "--eval-only: $evaluated, want steps 12 and val_loss $trained" \
+    grep -q "\"steps\": 12, \"train_loss\": null, \"val_loss\": $trained," <<<"$evaluated"
+check "--eval-only saved a checkpoint" test "$(ls "$work/resume-O0/straight" | grep -c step-)" -eq 1
 
 # SIGTERM in the middle of a run: the step finishes, a checkpoint is saved, exit 0; resumed,
 # the run ends byte-identical to one that never stopped (the signal lands right after the first
