@@ -59,6 +59,7 @@ typedef struct gpt {
     amp_model *wte, *wpe, *ln_f;
     gpt_block h[GPT_MAX_LAYERS];
     amp_tensor *positions; /* i32 [block_size]: 0, 1, ..., made at the first forward */
+    bool last_only;        /* the forward's logits for the last position only (gpt_forward_last) */
 } gpt;
 
 static void gpt_free_user(void *user) {
@@ -186,7 +187,19 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
         s = r ? amp_add_layer_norm_for_linear(x, r, wf, bf, 1e-5f, &x, &h)
               : amp_layer_norm_for_linear(x, wf, bf, 1e-5f, &h);
     if (s == AMP_OK && r) s = amp_tensor_drop(r);
+    if (s == AMP_OK && g->last_only && T > 1) s = amp_narrow(h, 1, T - 1, 1, &h);
     if (s == AMP_OK) s = amp_linear(h, amp_model_param(g->wte, 0), NULL, out); /* the tied head */
+    return s;
+}
+
+/* The logits of the last position of idx [B, T] only, [B, 1, vocab_padded]: what sampling reads,
+ * with the head's GEMM on one row of each sequence instead of T (nanoGPT's inference path,
+ * lm_head(x[:, [-1], :])); the same values as that row of the whole forward's logits. */
+static inline amp_status gpt_forward_last(amp_model *m, amp_tensor *idx, amp_tensor **logits) {
+    gpt *g = amp_model_user(m);
+    g->last_only = true;
+    amp_status s = amp_model_forward(m, idx, logits);
+    g->last_only = false;
     return s;
 }
 
@@ -277,6 +290,42 @@ static inline amp_status gpt_adamw_create(amp_model *m, float lr, float weight_d
         *opt = NULL;
     }
     return s;
+}
+
+/* The sampler's generator, splitmix64: every seed, 0 included, gives well-mixed draws from the
+ * first on. */
+static inline uint64_t gpt_rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One token drawn from logits [vocab] (the real vocabulary's: the padding is never drawn) over
+ * temperature, only the top_k most likely kept (0: all; ties at the cut stay), as nanoGPT's
+ * generate draws; *state is gpt_rng_next's, p scratch of vocab floats. */
+static inline int32_t gpt_draw(const float *logits, int64_t vocab, float temperature, int top_k,
+                               uint64_t *state, float *p) {
+    float kth = -INFINITY;
+    if (top_k > 0 && top_k < vocab) { /* the k-th largest logit: the cut */
+        for (int64_t i = 0; i < vocab; i++) p[i] = logits[i];
+        for (int k = 0; k < top_k; k++) {
+            int64_t best = 0;
+            for (int64_t i = 1; i < vocab; i++) best = p[i] > p[best] ? i : best;
+            kth = p[best];
+            p[best] = -INFINITY;
+        }
+    }
+    double mx = -INFINITY, total = 0;
+    for (int64_t i = 0; i < vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int64_t i = 0; i < vocab; i++) {
+        p[i] = logits[i] >= kth ? (float)exp((logits[i] - mx) / temperature) : 0.0f;
+        total += p[i];
+    }
+    double u = (double)(gpt_rng_next(state) >> 11) * 0x1p-53 * total, acc = 0;
+    for (int64_t i = 0; i < vocab; i++)
+        if ((acc += p[i]) > u) return (int32_t)i;
+    return (int32_t)(vocab - 1);
 }
 
 /* Parameters without the position embedding (nanoGPT's get_num_params), and the model FLOPs of

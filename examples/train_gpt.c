@@ -126,47 +126,23 @@ static amp_status sample(amp_model *m, const gpt_config *cfg, const amp_tokenize
     amp_model_train(m, false);
     int64_t cap = n + 1, len = 1, V = cfg->vocab_size, Vp = gpt_padded_vocab(V);
     int32_t *toks = malloc((size_t)cap * sizeof *toks);
-    float *logits = malloc((size_t)cfg->block_size * (size_t)Vp * sizeof *logits);
+    float *logits = malloc((size_t)Vp * sizeof *logits);
     float *p = malloc((size_t)V * sizeof *p);
     amp_status s = toks && logits && p ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
     if (s == AMP_OK) toks[0] = tok ? amp_tokenizer_eot(tok) : V > '\n' ? '\n' : 0;
-    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+    uint64_t r = seed; /* gpt_draw's generator */
     for (int64_t t = 0; t < n && s == AMP_OK; t++) {
         int64_t start = len > cfg->block_size ? len - cfg->block_size : 0, T = len - start;
         amp_tensor *x = NULL, *out = NULL;
         s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, T}, toks + start, &x);
-        if (s == AMP_OK) s = amp_model_forward(m, x, &out);
-        if (s == AMP_OK) s = amp_tensor_to_host_f32(out, logits, (size_t)(T * Vp) * sizeof *logits);
+        if (s == AMP_OK) s = gpt_forward_last(m, x, &out);
+        if (s == AMP_OK) s = amp_tensor_to_host_f32(out, logits, (size_t)Vp * sizeof *logits);
         amp_tensor_free(x);
         amp_ctx_reset_step(ctx);
         if (s != AMP_OK) break;
-        const float *last = logits + (T - 1) * Vp;
-        float kth = -INFINITY;
-        if (top_k > 0 && top_k < V) { /* the k-th largest logit: the cut */
-            for (int64_t i = 0; i < V; i++) p[i] = last[i];
-            for (int k = 0; k < top_k; k++) {
-                int64_t best = 0;
-                for (int64_t i = 1; i < V; i++) best = p[i] > p[best] ? i : best;
-                kth = p[best];
-                p[best] = -INFINITY;
-            }
-        }
-        double mx = -INFINITY, total = 0;
-        for (int64_t i = 0; i < V; i++) mx = last[i] > mx ? last[i] : mx;
-        for (int64_t i = 0; i < V; i++) {
-            p[i] = last[i] >= kth ? (float)exp((last[i] - mx) / temperature) : 0.0f;
-            total += p[i];
-        }
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        double u = (double)(r >> 11) * 0x1p-53 * total, acc = 0;
-        int64_t pick = V - 1;
-        for (int64_t i = 0; i < V; i++)
-            if ((acc += p[i]) > u) {
-                pick = i;
-                break;
-            }
-        toks[len++] = (int32_t)pick;
-        print_token(tok, V, (int32_t)pick, to);
+        int32_t pick = gpt_draw(logits, V, temperature, top_k, &r, p);
+        toks[len++] = pick;
+        print_token(tok, V, pick, to);
     }
     fputc('\n', to);
     free(toks);

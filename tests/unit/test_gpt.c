@@ -19,7 +19,9 @@
  *  - GPT-2's initialisation drawn by the model itself: N(0, 0.02) weights, the residual
  *    projections N(0, 0.02 / sqrt(2 n_layer)), zero biases, LayerNorms 1 and 0;
  *  - a vocabulary padded for the GEMMs: the loss over the real columns only, the padded rows of
- *    wte.weight without gradient;
+ *    wte.weight without gradient; sampling's forward (the last position's logits only) gives
+ *    the whole forward's last row;
+ *  - the sampler's draws: every seed's first well spread, top-k and temperature's frequencies;
  *  - bad input: a configuration, ids of another dtype, a sequence longer than block_size: errors
  *    naming GPT and the culprit. */
 #include <math.h>
@@ -255,6 +257,26 @@ static void test_padded_vocab(void) {
     CHECK(logits && amp_tensor_dim(logits, 2) == PVP);
     CHECK_OK(amp_tensor_to_host(logits, z, sizeof z));
     amp_ctx_reset_step(ctx);
+    /* Sampling's forward: the last position's logits only, those of the whole forward's last
+     * row (to the rounding of a GEMM of other rows), then the whole forward again. */
+    static float last[PB * PVP];
+    CHECK_OK(gpt_forward_last(m, x, &logits));
+    CHECK(logits && amp_tensor_dim(logits, 0) == PB && amp_tensor_dim(logits, 1) == 1 &&
+          amp_tensor_dim(logits, 2) == PVP);
+    CHECK_OK(amp_tensor_to_host(logits, last, sizeof last));
+    amp_ctx_reset_step(ctx);
+    double worst = 0, top = 0;
+    for (int b = 0; b < PB; b++)
+        for (int j = 0; j < PVP; j++) {
+            float full = z[((size_t)b * PT + PT - 1) * PVP + j];
+            worst = fmax(worst, fabs(last[b * PVP + j] - full));
+            top = fmax(top, fabs(full));
+        }
+    CHECK_MSG(worst <= 1e-5 * top, "gpt_forward_last: %.3g off the whole forward's last row "
+              "(max %.3g)", worst, top);
+    CHECK_OK(amp_model_forward(m, x, &logits));
+    CHECK(logits && amp_tensor_dim(logits, 1) == PT);
+    amp_ctx_reset_step(ctx);
     double total = 0;
     for (int r = 0; r < PB * PT; r++) {
         const float *row = z + (size_t)r * PVP;
@@ -281,6 +303,46 @@ static void test_padded_vocab(void) {
     amp_tensor_free(y);
     amp_model_free(m);
     amp_ctx_free(ctx);
+}
+
+/* The sampler's draw (gpt_draw): the first draw of every seed, the default 0 included, spread
+ * over flat logits (chi-square over 4096 seeds; 0 once drew the first class every time), never a
+ * padded id, top-k keeping only the k largest, the frequencies softmax(logits / temperature). */
+static void test_draw(void) {
+    enum { NV = 256, NPAD = 8, SEEDS = 4096 };
+    float flat[NV + NPAD], p[NV + NPAD];
+    for (int i = 0; i < NV + NPAD; i++) flat[i] = i < NV ? 0.0f : 100.0f; /* padding: never */
+    int count[NV] = {0}, beyond = 0;
+    for (uint64_t seed = 0; seed < SEEDS; seed++) {
+        uint64_t st = seed;
+        int32_t id = gpt_draw(flat, NV, 1.0f, 0, &st, p);
+        if (id < 0 || id >= NV) beyond++;
+        else count[id]++;
+    }
+    double chi2 = 0, expect = (double)SEEDS / NV;
+    for (int i = 0; i < NV; i++) chi2 += (count[i] - expect) * (count[i] - expect) / expect;
+    CHECK_MSG(beyond == 0 && chi2 < 350.0, "first draws over %d seeds: chi-square %.1f over %d "
+              "classes (want < 350), %d outside", SEEDS, chi2, NV, beyond);
+    uint64_t st0 = 0;
+    CHECK_MSG(gpt_draw(flat, NV, 1.0f, 0, &st0, p) != 0, "seed 0 draws the first class first");
+    /* top-k and temperature: logits 0, ln 3, -1, -2: top 2 keeps ids 0 and 1 in 1 : 3 at T = 1,
+     * 1 : 9 at T = 0.5; top 1 is the argmax */
+    const float l4[4] = {0.0f, logf(3.0f), -1.0f, -2.0f};
+    uint64_t st = 42;
+    int ones = 0, others = 0, argmax_miss = 0;
+    for (int i = 0; i < 20000; i++) {
+        int32_t id = gpt_draw(l4, 4, 1.0f, 2, &st, p);
+        ones += id == 1, others += id > 1;
+        argmax_miss += gpt_draw(l4, 4, 1.0f, 1, &st, p) != 1;
+    }
+    double f = ones / 20000.0, sd = sqrt(0.75 * 0.25 / 20000.0);
+    CHECK_MSG(others == 0 && argmax_miss == 0 && fabs(f - 0.75) < 4 * sd,
+              "top-2 at T 1: id 1 drawn %.4f of the time (want 0.75), %d outside the top 2, "
+              "top-1 missed the argmax %d times", f, others, argmax_miss);
+    ones = 0;
+    for (int i = 0; i < 20000; i++) ones += gpt_draw(l4, 4, 0.5f, 2, &st, p) == 1;
+    f = ones / 20000.0, sd = sqrt(0.9 * 0.1 / 20000.0);
+    CHECK_MSG(fabs(f - 0.9) < 4 * sd, "top-2 at T 0.5: id 1 drawn %.4f of the time (want 0.9)", f);
 }
 
 static void test_errors(void) {
@@ -352,6 +414,7 @@ int main(void) {
     test_init();
     test_errors();
     test_padded_vocab();
+    test_draw();
     run_device(AMP_DEVICE_CPU, "cpu");
     if (amp_backend_cuda()) run_device(AMP_DEVICE_CUDA, "cuda");
     else printf(NAME ": no CUDA backend (%s): the CPU only\n", amp_last_error());
