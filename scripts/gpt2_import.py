@@ -11,9 +11,11 @@ tokenizer; e.g. the 'gpt2' model's files) becomes
     OUT/tokenizer.bin      llm.c's tokenizer file (version 2, the end-of-text id in the header):
                            each id's bytes, from vocab.json's byte-level strings;
 
-and prints the amp-train line that loads them:
+and prints the amp-train line that loads them. --block-size N keeps the first N positions of
+the position embedding (nanoGPT's crop_block_size: a shorter context for fine-tuning, N at most
+GPT-2's 1024):
 
-    python3 scripts/gpt2_import.py HF_DIR OUT_DIR
+    python3 scripts/gpt2_import.py [--block-size N] HF_DIR OUT_DIR
     amp-train --model gpt --n-layer 12 --n-head 12 --n-embd 768 --block-size 1024 \\
         --vocab-size 50257 --init-weights OUT_DIR/model.safetensors \\
         --tokenizer OUT_DIR/tokenizer.bin --data DIR --eval-only --sample 200
@@ -54,7 +56,7 @@ def bytes_to_unicode():
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def convert_weights(state, n_layer, vocab):
+def convert_weights(state, n_layer, vocab, block):
     out = {}
     padded = (vocab + 63) // 64 * 64
     for name, t in state.items():
@@ -66,6 +68,8 @@ def convert_weights(state, n_layer, vocab):
             t = t.T  # Conv1D keeps [in, out]; a Linear is [out, in]
         if name == "wte.weight":
             t = np.concatenate([t, np.zeros((padded - vocab, t.shape[1]), t.dtype)])
+        if name == "wpe.weight":
+            t = t[:block]
         out["transformer." + name] = np.ascontiguousarray(t)
     want = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
             "transformer.ln_f.bias"}
@@ -104,7 +108,7 @@ def write_tokenizer(path, vocab_json, eot):
     return len(ids)
 
 
-def main(hf_dir, out_dir):
+def main(hf_dir, out_dir, crop=None):
     weights = os.path.join(hf_dir, "model.safetensors")
     if not os.path.exists(weights):
         fail(f"{weights} is missing: the folder of a Hugging Face GPT-2 model holds it")
@@ -119,6 +123,10 @@ def main(hf_dir, out_dir):
         fail(f"{weights} has no wte.weight / wpe.weight: not a GPT-2 model")
     vocab, n_embd = wte.shape
     block = wpe.shape[0]
+    if crop is not None:
+        if not 1 <= crop <= block:
+            fail(f"--block-size {crop} is outside [1, {block}], the model's positions")
+        block = crop
     layers = set()
     for k in state:
         parts = k.split(".")
@@ -131,7 +139,7 @@ def main(hf_dir, out_dir):
     if config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         fail(f"activation_function {config['activation_function']}: this GPT uses GELU's tanh form")
     os.makedirs(out_dir, exist_ok=True)
-    converted = convert_weights(state, n_layer, vocab)
+    converted = convert_weights(state, n_layer, vocab, block)
     save_file(converted, os.path.join(out_dir, "model.safetensors"))
     line = (f"amp-train --model gpt --n-layer {n_layer} --n-head {n_head} --n-embd {n_embd} "
             f"--block-size {block} --vocab-size {vocab} --init-weights "
@@ -149,7 +157,15 @@ def main(hf_dir, out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    crop = None
+    if len(args) == 4 and args[0] == "--block-size":
+        try:
+            crop = int(args[1])
+        except ValueError:
+            fail(f"--block-size {args[1]!r} is not a number")
+        args = args[2:]
+    if len(args) != 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    main(sys.argv[1], sys.argv[2])
+    main(args[0], args[1], crop)

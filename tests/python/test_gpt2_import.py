@@ -10,6 +10,9 @@ weights, config.json, a byte-level vocab.json). After the import:
   - tokenizer.bin decodes every id to the bytes of GPT2Tokenizer's token string under
     transformers' own byte alphabet, and
     amp-train's sample, decoded by it, is printed;
+  - --block-size 16 crops the position embedding (nanoGPT's crop_block_size): the cropped
+    model's validation loss over windows of 16 is GPT2LMHeadModel's on them; a crop past the
+    model's positions is refused;
   - a folder without config.json's n_head is refused with a message naming it.
 
     test_gpt2_import.py AMP_TRAIN TMPDIR
@@ -71,6 +74,33 @@ def write_tokens(path, ids):
         f.write(header.astype("<i4").tobytes() + np.asarray(ids, "<u2").tobytes())
 
 
+def hf_val_loss(model, val, block):
+    """GPT2LMHeadModel's mean loss over amp-train's evaluation batches: batch i, row r reads the
+    window at ((i B + r) T) mod (n - T - 1)."""
+    total = 0.0
+    with torch.no_grad():
+        for i in range(EVAL_BATCHES):
+            starts = [((i * BATCH + r) * block) % (len(val) - block - 1) for r in range(BATCH)]
+            x = torch.tensor(np.stack([val[s:s + block] for s in starts]).astype(np.int64))
+            y = torch.tensor(np.stack([val[s + 1:s + block + 1] for s in starts]).astype(np.int64))
+            logits = model(x).logits
+            total += F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)).item()
+    return total / EVAL_BATCHES
+
+
+def amp_val_loss(train, data, out, block, extra=()):
+    """amp-train --eval-only's final JSON object on the imported weights (None when it failed),
+    and the run."""
+    run = subprocess.run(
+        [train, "--model", "gpt", "--data", data, "--n-layer", str(LAYERS), "--n-head",
+         str(HEADS), "--n-embd", str(WIDTH), "--block-size", str(block), "--vocab-size",
+         str(VOCAB), "--batch-size", str(BATCH), "--threads", "2", "--eval-batches",
+         str(EVAL_BATCHES), "--init-weights", os.path.join(out, "model.safetensors"),
+         "--eval-only", "--json", *extra], capture_output=True, text=True, errors="replace")
+    final = json.loads(run.stdout.strip().splitlines()[-1]) if run.returncode == 0 else None
+    return final, run
+
+
 def main(train, work):
     shutil.rmtree(work, ignore_errors=True)
     hf, out, data = (os.path.join(work, d) for d in ("hf", "out", "data"))
@@ -101,37 +131,40 @@ def main(train, work):
     if imp.returncode != 0:
         print(f"FAIL: gpt2_import.py exited {imp.returncode}: {imp.stderr}")
         return 1
-    run = subprocess.run(
-        [train, "--model", "gpt", "--data", data, "--n-layer", str(LAYERS), "--n-head",
-         str(HEADS), "--n-embd", str(WIDTH), "--block-size", str(BLOCK), "--vocab-size",
-         str(VOCAB), "--batch-size", str(BATCH), "--threads", "2", "--eval-batches",
-         str(EVAL_BATCHES), "--init-weights", os.path.join(out, "model.safetensors"),
-         "--tokenizer", os.path.join(out, "tokenizer.bin"), "--eval-only", "--sample", "16",
-         "--json"], capture_output=True, text=True, errors="replace")
-    if run.returncode != 0:
+    final, run = amp_val_loss(train, data, out, BLOCK, ("--tokenizer",
+                                                        os.path.join(out, "tokenizer.bin"),
+                                                        "--sample", "16"))
+    if final is None:
         print(f"FAIL: amp-train exited {run.returncode}: {run.stderr}")
         return 1
-    final = json.loads(run.stdout.strip().splitlines()[-1])
     want = final["val_loss"]
     if final["steps"] != 0:
         failures.append(f"--eval-only trained {final['steps']} steps")
     if "decoded by" not in run.stderr:
         failures.append(f"no sample decoded by the tokenizer: {run.stderr[-300:]}")
-
-    # amp-train's evaluation: batch i, row r reads the window at ((i B + r) T) mod (n - T - 1)
-    total = 0.0
-    with torch.no_grad():
-        for i in range(EVAL_BATCHES):
-            starts = [((i * BATCH + r) * BLOCK) % (len(val) - BLOCK - 1) for r in range(BATCH)]
-            x = torch.tensor(np.stack([val[s:s + BLOCK] for s in starts]).astype(np.int64))
-            y = torch.tensor(np.stack([val[s + 1:s + BLOCK + 1] for s in starts]).astype(np.int64))
-            logits = model(x).logits
-            total += F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)).item()
-    got = total / EVAL_BATCHES
+    got = hf_val_loss(model, val, BLOCK)
     print(f"test_gpt2_import: amp-train's validation loss {want:.6f} on the imported weights, "
           f"GPT2LMHeadModel's {got:.6f}")
     if not abs(got - want) <= 1e-4 * abs(got):
         failures.append(f"validation loss: transformers {got:.6f}, amp-train {want:.6f}")
+
+    cropped = out + "-16"
+    imp = subprocess.run([sys.executable, IMPORT, "--block-size", "16", hf, cropped],
+                         capture_output=True, text=True)
+    final, run = amp_val_loss(train, data, cropped, 16)
+    if imp.returncode != 0 or final is None:
+        failures.append(f"--block-size 16: import {imp.stderr.strip()}, "
+                        f"amp-train {run.stderr[-300:]}")
+    else:
+        got16 = hf_val_loss(model, val, 16)
+        print(f"test_gpt2_import: cropped to 16 positions: amp-train {final['val_loss']:.6f}, "
+              f"GPT2LMHeadModel over windows of 16 {got16:.6f}")
+        if not abs(got16 - final["val_loss"]) <= 1e-4 * abs(got16):
+            failures.append(f"cropped: transformers {got16:.6f}, amp-train {final['val_loss']:.6f}")
+    imp = subprocess.run([sys.executable, IMPORT, "--block-size", "64", hf, out + "-64"],
+                         capture_output=True, text=True)
+    if imp.returncode == 0 or "--block-size 64 is outside [1, 32]" not in imp.stderr:
+        failures.append(f"a crop past the positions: exit {imp.returncode}, {imp.stderr.strip()}")
 
     tok = GPT2Tokenizer(os.path.join(hf, "vocab.json"), os.path.join(hf, "merges.txt"))
     byte_of = {c: b for b, c in bytes_to_unicode().items()}
