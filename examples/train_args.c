@@ -63,7 +63,9 @@ static void train_usage(FILE *f) {
             "                    sample starts at its end-of-text token and prints as text; without\n"
             "                    one a vocabulary of 256 prints as bytes, a larger one as ids\n"
             "  --eval-only       no training: the validation loss (and --sample) of the weights\n"
-            "                    from --init-weights or --resume (nanoGPT's eval_only)\n");
+            "                    from --init-weights or --resume (nanoGPT's eval_only)\n"
+            "  --start TEXT      the sample's prompt, its bytes the tokens (a vocabulary of 256\n"
+            "                    without --tokenizer); --start-ids I,J,... for any vocabulary\n");
 }
 
 static int parse_number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -110,7 +112,8 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"eval-batches", required_argument, 0, 1012}, {"sample", required_argument, 0, 1013},
         {"temperature", required_argument, 0, 1014}, {"top-k", required_argument, 0, 1015},
         {"lr-decay-steps", required_argument, 0, 1016}, {"tokenizer", required_argument, 0, 1017},
-        {"eval-only", no_argument, 0, 1018},
+        {"eval-only", no_argument, 0, 1018}, {"start", required_argument, 0, 1019},
+        {"start-ids", required_argument, 0, 1020},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
@@ -176,6 +179,8 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1016: if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->lr_decay_steps = (int64_t)v; break;
         case 1017: a->tokenizer = optarg; break;
         case 1018: a->eval_only = true; break;
+        case 1019: a->start = optarg; break;
+        case 1020: a->start_ids = optarg; break;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {
                 fprintf(stderr, "amp-train: --opt-level '%s': want O0, O1, O2 or O3\n", optarg);

@@ -46,6 +46,8 @@ typedef struct train_args {
     int top_k;
     const char *tokenizer; /* --tokenizer FILE: llm.c's tokenizer .bin, samples printed as text */
     bool eval_only;        /* --eval-only: the validation loss and sample of the loaded weights */
+    const char *start;     /* --start TEXT: the sample's prompt, as bytes (a byte-level model) */
+    const char *start_ids; /* --start-ids I,J,...: the sample's prompt as token ids */
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */

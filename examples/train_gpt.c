@@ -15,6 +15,7 @@
  * SIGINT (examples/stop_signal.h) ends the run after its step with a checkpoint (with
  * --checkpoint-dir) and exit 0, every rank at the same step; resumed, it ends as a run that
  * never stopped. */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -116,20 +117,65 @@ static void print_token(const amp_tokenizer *tok, int64_t vocab, int32_t id, FIL
     }
 }
 
-/* n tokens drawn after the tokenizer's end-of-text token (or, without one, a newline), each from
- * the last position's logits / temperature over the real vocabulary (the padding never drawn),
- * the top_k most likely kept (0: all), printed as text (print_token). */
-static amp_status sample(amp_model *m, const gpt_config *cfg, const amp_tokenizer *tok, int64_t n,
+/* The sample's prompt: --start's bytes (a byte-level model), --start-ids' ids, or else the
+ * tokenizer's end-of-text token (without one, a newline), as nanoGPT's sample.py starts. Checked
+ * before training, each a clear error: both given, text for a model whose ids are not bytes, an
+ * id outside the vocabulary, a prompt without --sample. */
+static amp_status prompt_tokens(const train_args *a, int32_t vocab, const amp_tokenizer *tok,
+                                int32_t **ids, int64_t *n) {
+    if (a->start && a->start_ids)
+        return amp_error(AMP_ERR_INVALID_ARG, "give --start or --start-ids, not both");
+    if ((a->start || a->start_ids) && a->sample <= 0)
+        return amp_error(AMP_ERR_INVALID_ARG, "--start%s is the sample's prompt: give --sample N "
+                         "too", a->start ? "" : "-ids");
+    if (a->start && (tok || vocab > 256))
+        return amp_error(AMP_ERR_INVALID_ARG, "--start reads its text as bytes, the tokens of a "
+                         "byte-level model (vocabulary 256, no --tokenizer); a tokenizer file "
+                         "holds no merges to encode with: give the prompt's ids with --start-ids");
+    size_t cap = a->start ? strlen(a->start) + 1 : a->start_ids ? strlen(a->start_ids) / 2 + 2 : 1;
+    *n = 0;
+    if (!(*ids = malloc(cap * sizeof **ids)))
+        return amp_error(AMP_ERR_OOM, "out of host memory for the prompt");
+    if (a->start) {
+        for (const unsigned char *c = (const unsigned char *)a->start; *c; c++) {
+            if (*c >= vocab)
+                return amp_error(AMP_ERR_INVALID_ARG, "--start: byte %d (at %lld) is outside the "
+                                 "vocabulary of %d", *c, (long long)*n, vocab);
+            (*ids)[(*n)++] = *c;
+        }
+    } else if (a->start_ids) {
+        for (const char *c = a->start_ids; *c;) {
+            char *end;
+            errno = 0;
+            long v = strtol(c, &end, 10);
+            if (end == c || errno || v < 0 || v >= vocab || (*end && *end != ','))
+                return amp_error(AMP_ERR_INVALID_ARG, "--start-ids '%s': want ids in [0, %d) "
+                                 "separated by commas", a->start_ids, vocab);
+            (*ids)[(*n)++] = (int32_t)v;
+            c = *end ? end + 1 : end;
+        }
+    }
+    if (*n == 0) (*ids)[(*n)++] = tok ? amp_tokenizer_eot(tok) : vocab > '\n' ? '\n' : 0;
+    return AMP_OK;
+}
+
+/* n tokens drawn after the prompt's (prompt_tokens; printed first when given), each from the
+ * last position's logits / temperature over the real vocabulary (the padding never drawn), the
+ * top_k most likely kept (0: all), printed as text (print_token). */
+static amp_status sample(amp_model *m, const gpt_config *cfg, const amp_tokenizer *tok,
+                         const int32_t *prompt, int64_t n_prompt, bool show_prompt, int64_t n,
                          float temperature, int top_k, uint64_t seed, FILE *to) {
     amp_ctx *ctx = amp_model_ctx(m);
     bool grad = amp_set_grad_enabled(ctx, false);
     amp_model_train(m, false);
-    int64_t cap = n + 1, len = 1, V = cfg->vocab_size, Vp = gpt_padded_vocab(V);
+    int64_t cap = n_prompt + n, len = n_prompt, V = cfg->vocab_size, Vp = gpt_padded_vocab(V);
     int32_t *toks = malloc((size_t)cap * sizeof *toks);
     float *logits = malloc((size_t)Vp * sizeof *logits);
     float *p = malloc((size_t)V * sizeof *p);
     amp_status s = toks && logits && p ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
-    if (s == AMP_OK) toks[0] = tok ? amp_tokenizer_eot(tok) : V > '\n' ? '\n' : 0;
+    if (s == AMP_OK) memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
+    for (int64_t i = 0; s == AMP_OK && show_prompt && i < n_prompt; i++)
+        print_token(tok, V, toks[i], to);
     uint64_t r = seed; /* gpt_draw's generator */
     for (int64_t t = 0; t < n && s == AMP_OK; t++) {
         int64_t start = len > cfg->block_size ? len - cfg->block_size : 0, T = len - start;
@@ -160,6 +206,8 @@ int amp_train_gpt(const train_args *a) {
     amp_optimizer *opt = NULL;
     amp_tokens *train = NULL, *val = NULL;
     amp_tokenizer *tokenizer = NULL;
+    int32_t *prompt = NULL;
+    int64_t n_prompt = 0;
     amp_tensor *x = NULL, *y = NULL, *loss_sum = NULL; /* the step's micro-batch losses */
     int32_t *hx = NULL, *hy = NULL;
     amp_comm *comm = NULL;
@@ -199,6 +247,7 @@ int amp_train_gpt(const train_args *a) {
                           "the model's --vocab-size is %d", a->tokenizer,
                           amp_tokenizer_vocab_size(tokenizer), cfg.vocab_size));
     }
+    TRY(prompt_tokens(a, cfg.vocab_size, tokenizer, &prompt, &n_prompt));
     TRY(gpt_create(ctx, &cfg, &model));
     TRY(amp_model_build(model));
     TRY(gpt_adamw_create(model, a->lr, a->weight_decay, &opt));
@@ -328,7 +377,8 @@ int amp_train_gpt(const train_args *a) {
                 "\n", (long long)a->sample, (double)a->temperature, a->top_k,
                 (unsigned long long)a->seed, a->tokenizer ? ", decoded by " : "",
                 a->tokenizer ? a->tokenizer : "");
-        TRY(sample(model, &cfg, tokenizer, a->sample, a->temperature, a->top_k, a->seed, text));
+        TRY(sample(model, &cfg, tokenizer, prompt, n_prompt, a->start || a->start_ids, a->sample,
+                   a->temperature, a->top_k, a->seed, text));
     }
     char val_json[32] = "null", train_json[32] = "null"; /* JSON has no NaN: a run stopped
                                                              before its evaluation, or no step */
@@ -355,6 +405,7 @@ fail:
     amp_tokens_free(train);
     amp_tokens_free(val);
     amp_tokenizer_free(tokenizer);
+    free(prompt);
     amp_ctx_free(ctx);
     amp_comm_free(comm);
     return exit_code;

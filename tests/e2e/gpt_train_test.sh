@@ -9,12 +9,14 @@
 #    the save);
 #  - a sample of the asked length is printed, decoded by a tokenizer file of llm.c's format;
 #  - --eval-only on a checkpoint: no step and no save, the validation loss the run ended with;
+#  - a prompt: --start's text (or the same --start-ids) printed first, then the sample;
 #  - SIGTERM mid-run: the step finishes, a checkpoint is saved, exit 0, and the resumed run ends
 #    byte-identical to an uninterrupted one;
 #  - bad input, each a clear error and exit code 1: a token file with a wrong magic, a truncated
 #    one, a token id >= --vocab-size, --block-size larger than the checkpoint's model, a
 #    checkpoint of another GPT shape; a truncated tokenizer, a token file given as one, one of
-#    another vocabulary, a GPT option given to another model.
+#    another vocabulary, a GPT option given to another model; --start with --start-ids, without
+#    --sample or with a tokenizer, a prompt id past the vocabulary.
 #   gpt_train_test.sh AMP_TRAIN AMP_TEXT_TOKENS WORKDIR README
 set -euo pipefail
 train=$1 tokens=$2 work=$3 readme=$4
@@ -89,6 +91,16 @@ evaluated=$(tail -n 1 "$work/eval_only.json")
 check "--eval-only: $evaluated, want steps 12 and val_loss $trained" \
     grep -q "\"steps\": 12, \"train_loss\": null, \"val_loss\": $trained," <<<"$evaluated"
 check "--eval-only saved a checkpoint" test "$(ls "$work/resume-O0/straight" | grep -c step-)" -eq 1
+# a prompt: --start's bytes printed first, then the sample; --start-ids the same ids
+ckpt0=(--checkpoint-dir "$work/resume-O0/straight" --resume latest --eval-only --sample 8)
+"$train" "${tiny[@]}" "${ckpt0[@]}" --start "Once upon" >/dev/null 2>"$work/prompt.err"
+"$train" "${tiny[@]}" "${ckpt0[@]}" --start-ids 79,110,99,101,32,117,112,111,110 \
+    >/dev/null 2>"$work/prompt_ids.err"
+prompted=$(sed -n '/a sample of 8 tokens/{n;p}' "$work/prompt.err")
+check "--start: the sample begins with the prompt: $prompted" \
+    bash -c '[[ $1 == "Once upon"* ]]' _ "$prompted"
+check "--start-ids: the same sample as --start" \
+    test "$prompted" = "$(sed -n '/a sample of 8 tokens/{n;p}' "$work/prompt_ids.err")"
 
 # SIGTERM in the middle of a run: the step finishes, a checkpoint is saved, exit 0; resumed,
 # the run ends byte-identical to one that never stopped (the signal lands right after the first
@@ -144,6 +156,13 @@ bad "a token file as the tokenizer" "not a tokenizer file of llm.c's format" "${
     --max-steps 1 --tokenizer "$work/data/val.bin"
 bad "a tokenizer of another vocabulary" "has a vocabulary of 256 tokens, the model's --vocab-size is 300" \
     "${tiny[@]}" --vocab-size 300 --max-steps 1 --tokenizer "$work/upper_e.bin"
+bad "--start and --start-ids" "give --start or --start-ids, not both" "${tiny[@]}" "${ckpt0[@]}" \
+    --start x --start-ids 1
+bad "a prompt without --sample" "give --sample N too" "${tiny[@]}" --max-steps 1 --start x
+bad "--start with a tokenizer" "a tokenizer file holds no merges to encode with" "${tiny[@]}" \
+    "${ckpt0[@]}" --start x --tokenizer "$work/upper_e.bin"
+bad "an id past the vocabulary" "--start-ids '3,256': want ids in \[0, 256)" "${tiny[@]}" \
+    "${ckpt0[@]}" --start-ids 3,256
 rc=0
 "$train" --model mlp --tokenizer "$work/upper_e.bin" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
 check "a GPT option without --model gpt: exit code $rc, want 2 (a usage error)" test "$rc" -eq 2
