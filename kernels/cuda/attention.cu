@@ -1,26 +1,28 @@
 /* Fused scaled dot-product attention on the device: the CUDA side of attn_fwd and attn_bwd
- * (core/backend_kernels.def), FlashAttention's algorithm in a simple deterministic form: one
- * warp per query row (forward, dq) or per key (dk, dv), lanes over the head dim (d = lane +
- * 32 u, at most ATTN_PER_LANE values a lane, head_dim <= 128), each score a warp's butterfly
- * sum, the softmax online (the forward keeps the row's running max and sum, the backward
- * recomputes e^(s - lse) from the forward's logsumexp). A block is ATTN_WARPS consecutive rows
- * (keys) of one (batch, head); the keys (rows) they visit come through shared memory in tiles of
- * ATTN_TILE, read from global memory once per block instead of once per warp. Nothing of
+ * (core/backend_kernels.def), FlashAttention's algorithm in a simple deterministic form, the
+ * softmax online (the forward keeps each row's running max and sum per tile of keys, the
+ * backward recomputes e^(s - lse) from the forward's logsumexp). A block works on consecutive
+ * rows (or keys) of one (batch, head); what they all visit comes through shared memory in tiles
+ * of ATTN_TILE, read from global memory once per block instead of once per warp. Nothing of
  * seq x seq is stored; the extra memory is the f32 delta = rowsum(dO O) per row, the caller's
- * workspace.
- *  - Forward: per (i, j) pair 4 head_dim FLOPs and two exps; global traffic per block of
- *    ATTN_WARPS rows: the keys' k and v once (2 head_dim s bytes per key, s the dtype's size),
- *    so 2 head_dim s / ATTN_WARPS bytes per pair: 16 B per pair at head_dim 64 in bf16.
+ * workspace. head_dim <= 128 (ATTN_PER_LANE values a lane where lanes run over it).
+ *  - Forward (attn_fwd_kernel): a warp per ATTN_ROWS_PER_WARP rows, lanes over the tile's 32
+ *    keys: a score is one lane's own dot product, not a butterfly, so a (row, key) pair costs
+ *    about 8 warp instructions at head_dim 64 (a butterfly per score, the first form, about
+ *    50). Per pair 4 head_dim FLOPs and one exp; global traffic per block of ATTN_FWD_ROWS rows:
+ *    the keys' k and v once, 2 head_dim s / ATTN_FWD_ROWS bytes per pair (s the dtype's size):
+ *    16 B per pair at head_dim 64 in f32, 8 in bf16.
  *  - Backward: the dk/dv kernel (a warp per key, over the rows that see it; q, dO, lse and delta
- *    tiled) and the dq kernel (a warp per row, over its keys; k, v tiled) each recompute s and
- *    dp: 8 head_dim FLOPs per pair for dk/dv and 6 for dq; every sum has one order, so the
- *    gradients are deterministic without atomics.
+ *    tiled) and the dq kernel (a warp per row, over its keys; k, v tiled), lanes over the head
+ *    dim, each score a warp's butterfly: they recompute s and dp, 8 head_dim FLOPs per pair for
+ *    dk/dv and 6 for dq; every sum has one order, so the gradients are deterministic without
+ *    atomics.
  * What an H100 allows (bench/RESULTS.md): at B=8, H=12, T=1024, D=64 causal the forward is
  * 12.9 GFLOP (50.3 M pairs), 13 us at its 989 TFLOPS dense bf16 tensor-core peak and 0.19 ms at
- * its 67 TFLOPS f32 CUDA-core peak, which bounds these kernels (no mma yet); the tiles' 16 B a
- * pair are 0.81 GB, mostly from L2 (a head's k and v are 256 KiB), 0.28 ms even at 85 % of the
- * 3.35 TB/s of HBM. scripts/gpu.sh times them (bench/cuda_kernels) when a device is lent;
- * tensor-core tiles come with a GPU that can prove them.
+ * its 67 TFLOPS f32 CUDA-core peak, which bounds these kernels (no mma: cudacpu cannot run it);
+ * the forward's 8 B a pair in bf16 are 0.40 GB, mostly from L2 (a head's k and v are 256 KiB).
+ * scripts/gpu.sh times them (bench/cuda_kernels) when a device is lent; tensor-core tiles come
+ * with a GPU that can prove them.
  * A kv_len outside [0, seq] (device memory: the host cannot see it without waiting) writes NaN
  * into the outputs of that batch and records the batch in word 3 of the context's bad-index
  * record, which the next cross-entropy forward reports (xent.cu). Dropout draws are the CPU's
@@ -41,6 +43,8 @@
 #define ATTN_PER_LANE 4 /* head_dim <= 32 * 4 */
 #define ATTN_DMAX (32 * ATTN_PER_LANE)
 #define ATTN_TILE 32 /* keys (or rows) a block holds in shared memory: 2 x 16 KiB at head_dim 128 */
+#define ATTN_ROWS_PER_WARP 4                            /* the forward's query rows per warp */
+#define ATTN_FWD_ROWS (ATTN_WARPS * ATTN_ROWS_PER_WARP) /* and per block */
 #define ATTN_RECORD 3   /* the word of the context's bad-index record */
 
 /* The lane's values of the row (head_dim elements) that starts at element `at` of x
@@ -112,56 +116,104 @@ static __device__ inline void tile_row(const float (*tile)[ATTN_DMAX], int64_t r
     }
 }
 
+/* Rows [r0, r0 + n) of head bh of x (q, k or v) into a tile whose rows are padded by one float,
+ * so that lane j reading row j, element c, hits bank (j + c) mod 32: no two lanes on one bank. */
 template <amp_dtype D>
+static __device__ inline void load_tile_padded(float (*tile)[ATTN_DMAX + 1], const void *x,
+                                               const amp_attn_desc &d, int64_t bh, int64_t r0,
+                                               int64_t n) {
+    int64_t dim = d.head_dim;
+    for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x)
+        tile[e / dim][e % dim] =
+            amp_load_f32(x, D, amp_attn_row(&d, true, bh, r0 + e / dim) + e % dim);
+}
+
+/* Forward: a block takes ATTN_FWD_ROWS consecutive query rows of one (batch, head), a warp
+ * ATTN_ROWS_PER_WARP of them; the keys come through shared memory 32 at a time, lane j holding
+ * key j of the tile. Each lane scores its key against the warp's rows (their q read from shared
+ * memory, the same address for every lane), a row's tile max and sum of exps are two butterflies
+ * per 32 keys, and its output (lane l holding elements l, l + 32, ...: PL of them) takes each
+ * key's probability from the key's lane by a shuffle. Per (row, key) pair about 8 warp
+ * instructions at head_dim 64, where one warp per row with a butterfly per score took about 50.
+ * The online softmax runs per tile of 32 keys (FlashAttention's), not per key. */
+template <amp_dtype D, int PL>
 static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const void *k,
                                        const void *v, const int32_t *kv_len, void *o, float *lse,
                                        unsigned long long *record) {
-    __shared__ float ks[ATTN_TILE][ATTN_DMAX], vs[ATTN_TILE][ATTN_DMAX];
-    int lane = threadIdx.x % AMP_LANES;
-    int64_t groups = d.batch * d.heads * ((d.seq + ATTN_WARPS - 1) / ATTN_WARPS);
+    __shared__ float ks[ATTN_TILE][ATTN_DMAX + 1], vs[ATTN_TILE][ATTN_DMAX + 1];
+    __shared__ float qs[ATTN_FWD_ROWS][ATTN_DMAX];
+    const int R = ATTN_ROWS_PER_WARP;
+    int lane = threadIdx.x % AMP_LANES, warp = threadIdx.x / AMP_LANES;
+    int64_t dim = d.head_dim, per = (d.seq + ATTN_FWD_ROWS - 1) / ATTN_FWD_ROWS;
+    int64_t groups = d.batch * d.heads * per;
     float inv_keep = amp_dropout_scale(d.dropout_p);
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        attn_group rg = group_of(d, g);
-        int64_t bh = rg.bh, i = rg.first + threadIdx.x / AMP_LANES, row = bh * d.seq + i;
+        int64_t bh = g / per, first = (g % per) * ATTN_FWD_ROWS;
         int64_t len = batch_len(d, kv_len, bh, record); /* the same for the whole block */
-        bool active = i < d.seq;
-        float acc[ATTN_PER_LANE] = {0}, qv[ATTN_PER_LANE], kv[ATTN_PER_LANE], vv[ATTN_PER_LANE];
-        if (len < 0) {
-            for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] = NAN;
-            if (active) store_row<D>(o, amp_attn_row(&d, false, bh, i), d.head_dim, lane, acc);
-            if (active && lane == 0) lse[row] = NAN;
-            continue;
+        int64_t i0 = first + (int64_t)warp * R;         /* the warp's first row */
+        float acc[R][PL], m[R], l[R];
+        int64_t nk[R];
+        for (int r = 0; r < R; r++) {
+            m[r] = -INFINITY, l[r] = 0.0f;
+            nk[r] = len >= 0 && i0 + r < d.seq ? amp_attn_keys(d.causal, d.seq, i0 + r, len) : 0;
+            for (int u = 0; u < PL; u++) acc[r][u] = len < 0 ? NAN : 0.0f;
         }
-        if (active) load_row<D>(q, amp_attn_row(&d, true, bh, i), d.head_dim, lane, qv);
-        float m = -INFINITY, l = 0.0f;
-        int64_t last = rg.first + ATTN_WARPS <= d.seq ? rg.first + ATTN_WARPS - 1 : d.seq - 1;
-        int64_t nk = active ? amp_attn_keys(d.causal, d.seq, i, len) : 0;
-        int64_t nk_block = amp_attn_keys(d.causal, d.seq, last, len); /* the most of any row */
+        int64_t last = first + ATTN_FWD_ROWS <= d.seq ? first + ATTN_FWD_ROWS - 1 : d.seq - 1;
+        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
+        __syncthreads(); /* the previous group's tiles are consumed */
+        for (int64_t e = threadIdx.x; e < ATTN_FWD_ROWS * dim; e += blockDim.x) {
+            int64_t i = first + e / dim;
+            qs[e / dim][e % dim] =
+                i < d.seq ? amp_load_f32(q, D, amp_attn_row(&d, true, bh, i) + e % dim) : 0.0f;
+        }
         for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
-            int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE;
+            int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE, j = t0 + lane;
             __syncthreads(); /* the previous tile is consumed */
-            load_tile<D>(ks, k, d, true, bh, t0, n);
-            load_tile<D>(vs, v, d, true, bh, t0, n);
+            load_tile_padded<D>(ks, k, d, bh, t0, n);
+            load_tile_padded<D>(vs, v, d, bh, t0, n);
             __syncthreads();
-            for (int64_t jj = 0; jj < n && t0 + jj < nk; jj++) {
-                int64_t j = t0 + jj;
-                tile_row(ks, jj, d.head_dim, lane, kv);
-                float s = dot(qv, kv) * d.scale;
-                float m_new = s > m ? s : m;
-                float corr = m == -INFINITY ? 0.0f : amp_expf(m - m_new), p = amp_expf(s - m_new);
-                l = l * corr + p;
-                m = m_new;
-                float pz = p * amp_attn_keep(d.dropout_p, inv_keep, d.seed,
-                                             amp_attn_draw(d.offset, d.seq, bh, i, j));
-                tile_row(vs, jj, d.head_dim, lane, vv);
-                for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] = acc[u] * corr + pz * vv[u];
+            float s[R];
+            for (int r = 0; r < R; r++) s[r] = 0.0f;
+            for (int64_t c = 0; c < dim; c++) {
+                float kc = ks[lane][c];
+                for (int r = 0; r < R; r++) s[r] += qs[warp * R + r][c] * kc;
+            }
+            float pz[R];
+            for (int r = 0; r < R; r++) {
+                float sc = j < nk[r] ? s[r] * d.scale : -INFINITY;
+                float m_new = fmaxf(m[r], amp_warp_max(sc));
+                float p = 0.0f, corr = 1.0f;
+                if (m_new != -INFINITY) { /* a key of this row in the tiles so far */
+                    corr = m[r] == -INFINITY ? 0.0f : amp_expf(m[r] - m_new);
+                    p = sc == -INFINITY ? 0.0f : amp_expf(sc - m_new);
+                }
+                l[r] = l[r] * corr + amp_warp_sum(p);
+                m[r] = m_new;
+                for (int u = 0; u < PL; u++) acc[r][u] *= corr;
+                pz[r] = p == 0.0f ? 0.0f
+                                  : p * amp_attn_keep(d.dropout_p, inv_keep, d.seed,
+                                                      amp_attn_draw(d.offset, d.seq, bh, i0 + r, j));
+            }
+            for (int jj = 0; jj < n; jj++) {
+                float vv[PL];
+                for (int u = 0; u < PL; u++) {
+                    int c = lane + 32 * u;
+                    vv[u] = c < dim ? vs[jj][c] : 0.0f;
+                }
+                for (int r = 0; r < R; r++) {
+                    float p = __shfl_sync(0xffffffffu, pz[r], jj);
+                    for (int u = 0; u < PL; u++) acc[r][u] += p * vv[u];
+                }
             }
         }
-        if (!active) continue;
-        float inv = amp_attn_inv_sum(l);
-        for (int u = 0; u < ATTN_PER_LANE; u++) acc[u] *= inv;
-        store_row<D>(o, amp_attn_row(&d, false, bh, i), d.head_dim, lane, acc);
-        if (lane == 0) lse[row] = amp_attn_lse(m, l);
+        for (int r = 0; r < R; r++) {
+            int64_t i = i0 + r;
+            if (i >= d.seq) break;
+            float inv = amp_attn_inv_sum(l[r]), out[ATTN_PER_LANE] = {0};
+            for (int u = 0; u < PL; u++) out[u] = len < 0 ? NAN : acc[r][u] * inv;
+            store_row<D>(o, amp_attn_row(&d, false, bh, i), dim, lane, out);
+            if (lane == 0) lse[bh * d.seq + i] = len < 0 ? NAN : amp_attn_lse(m[r], l[r]);
+        }
     }
 }
 
@@ -318,12 +370,27 @@ static amp_status check_dim(const char *fn, const amp_attn_desc *d) {
 }
 
 /* The launches, for one storage dtype. */
+template <amp_dtype D, int PL>
+static void launch_fwd_pl(const amp_attn_desc *d, const void *q, const void *k, const void *v,
+                          const int32_t *kv_len, void *o, float *lse, unsigned long long *record,
+                          cudaStream_t stream) {
+    int64_t groups = d->batch * d->heads * ((d->seq + ATTN_FWD_ROWS - 1) / ATTN_FWD_ROWS);
+    unsigned grid = (unsigned)(groups < AMP_CUDA_MAX_BLOCKS ? groups : AMP_CUDA_MAX_BLOCKS);
+    attn_fwd_kernel<D, PL><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, o,
+                                                                         lse, record);
+}
+
+/* The forward for head_dim's elements per lane (PL = ceil(head_dim / 32), at most 4). */
 template <amp_dtype D>
 static void launch_fwd(const amp_attn_desc *d, const void *q, const void *k, const void *v,
                        const int32_t *kv_len, void *o, float *lse, unsigned long long *record,
                        cudaStream_t stream) {
-    attn_fwd_kernel<D><<<grid_for_groups(d), ATTN_WARPS * AMP_LANES, 0, stream>>>(
-            *d, q, k, v, kv_len, o, lse, record);
+    switch ((d->head_dim + 31) / 32) {
+    case 1: launch_fwd_pl<D, 1>(d, q, k, v, kv_len, o, lse, record, stream); break;
+    case 2: launch_fwd_pl<D, 2>(d, q, k, v, kv_len, o, lse, record, stream); break;
+    case 3: launch_fwd_pl<D, 3>(d, q, k, v, kv_len, o, lse, record, stream); break;
+    default: launch_fwd_pl<D, 4>(d, q, k, v, kv_len, o, lse, record, stream); break;
+    }
 }
 
 template <amp_dtype D>
