@@ -7,16 +7,20 @@
  * seq x seq is stored; the extra memory is the f32 delta = rowsum(dO O) per row, the caller's
  * workspace. head_dim <= 128 (ATTN_PER_LANE values a lane where lanes run over it).
  *  - Forward (attn_fwd_kernel): a warp per ATTN_ROWS_PER_WARP rows, lanes over the tile's 32
- *    keys: a score is one lane's own dot product, not a butterfly, so a (row, key) pair costs
- *    about 8 warp instructions at head_dim 64 (a butterfly per score, the first form, about
- *    50). Per pair 4 head_dim FLOPs and one exp; global traffic per block of ATTN_FWD_ROWS rows:
- *    the keys' k and v once, 2 head_dim s / ATTN_FWD_ROWS bytes per pair (s the dtype's size):
- *    16 B per pair at head_dim 64 in f32, 8 in bf16.
- *  - Backward: the dk/dv kernel (a warp per key, over the rows that see it; q, dO, lse and delta
- *    tiled) and the dq kernel (a warp per row, over its keys; k, v tiled), lanes over the head
- *    dim, each score a warp's butterfly: they recompute s and dp, 8 head_dim FLOPs per pair for
- *    dk/dv and 6 for dq; every sum has one order, so the gradients are deterministic without
- *    atomics.
+ *    keys: a score is one lane's own dot product (lane_dots), not a butterfly; each row's tile
+ *    max and sum are two butterflies per 32 keys, and its output (lane l holding elements l,
+ *    l + 32, ...) takes each key's probability from the key's lane by a shuffle. About 8 warp
+ *    instructions a (row, key) pair at head_dim 64 by count (no GPU has timed either form yet),
+ *    where a warp per row with a butterfly per score (the first form) took about 50. Per pair 4 head_dim FLOPs and one exp; global traffic
+ *    per block of ATTN_FWD_ROWS rows: the keys' k and v once, 2 head_dim s / ATTN_FWD_ROWS bytes
+ *    per pair (s the dtype's size): 8 B at head_dim 64 in bf16.
+ *  - Backward, in the same form: the dq kernel (a warp per ATTN_BWD_PER_WARP rows, lanes over 32
+ *    keys, k and v tiled) and the dk/dv kernel (a warp per ATTN_BWD_PER_WARP keys, lanes over
+ *    32 rows, q, dO, lse and delta tiled) each recompute s and dp by lane_dots and gather dS k,
+ *    dS q and p z dO by a shuffle per key (row): about 10 warp instructions a pair for the two
+ *    products at head_dim 64 and 4 to 8 for the gathers, where the first form took 50 to 60.
+ *    8 head_dim FLOPs per pair for dk/dv and 6 for dq; every sum has one order, so the
+ *    gradients are deterministic without atomics.
  * What an H100 allows (bench/RESULTS.md): at B=8, H=12, T=1024, D=64 causal the forward is
  * 12.9 GFLOP (50.3 M pairs), 13 us at its 989 TFLOPS dense bf16 tensor-core peak and 0.19 ms at
  * its 67 TFLOPS f32 CUDA-core peak, which bounds these kernels (no mma: cudacpu cannot run it);
@@ -45,6 +49,8 @@
 #define ATTN_TILE 32 /* keys (or rows) a block holds in shared memory: 2 x 16 KiB at head_dim 128 */
 #define ATTN_ROWS_PER_WARP 4                            /* the forward's query rows per warp */
 #define ATTN_FWD_ROWS (ATTN_WARPS * ATTN_ROWS_PER_WARP) /* and per block */
+#define ATTN_BWD_PER_WARP 2 /* the backward's rows (dq) or keys (dk, dv) per warp: two padded */
+#define ATTN_BWD_ROWS (ATTN_WARPS * ATTN_BWD_PER_WARP) /* tiles and these fit in 48 KiB */
 #define ATTN_RECORD 3   /* the word of the context's bad-index record */
 
 /* The lane's values of the row (head_dim elements) that starts at element `at` of x
@@ -85,47 +91,45 @@ static __device__ inline int64_t batch_len(const amp_attn_desc &d, const int32_t
     return len;
 }
 
-/* A block's rows (or keys): ATTN_WARPS consecutive ones of one (batch, head), a warp each, so
- * that the keys (or rows) they all visit go through shared memory once per block. */
-struct attn_group {
-    int64_t bh, first;
-};
-static __device__ inline attn_group group_of(const amp_attn_desc &d, int64_t g) {
-    int64_t per = (d.seq + ATTN_WARPS - 1) / ATTN_WARPS;
-    return attn_group{g / per, (g % per) * ATTN_WARPS};
-}
-
-/* Rows [r0, r0 + n) of head bh of x (q, k, v when qkv, else dO) into tile as f32, by every
- * thread of the block. */
+/* Rows [r0, r0 + n) of head bh of x (q, k, v when qkv, else dO) into a tile whose rows are
+ * padded by one float, so that lane j reading row j, element c, hits bank (j + c) mod 32: no two
+ * lanes on one bank. */
 template <amp_dtype D>
-static __device__ inline void load_tile(float (*tile)[ATTN_DMAX], const void *x,
-                                        const amp_attn_desc &d, bool qkv, int64_t bh, int64_t r0,
-                                        int64_t n) {
+static __device__ inline void load_tile_padded(float (*tile)[ATTN_DMAX + 1], const void *x,
+                                               const amp_attn_desc &d, bool qkv, int64_t bh,
+                                               int64_t r0, int64_t n) {
     int64_t dim = d.head_dim;
     for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x)
         tile[e / dim][e % dim] =
             amp_load_f32(x, D, amp_attn_row(&d, qkv, bh, r0 + e / dim) + e % dim);
 }
 
-/* The lane's values of a tile's row (0 past head_dim). */
-static __device__ inline void tile_row(const float (*tile)[ATTN_DMAX], int64_t r, int64_t dim,
-                                       int lane, float out[ATTN_PER_LANE]) {
-    for (int u = 0; u < ATTN_PER_LANE; u++) {
-        int64_t c = lane + 32 * u;
-        out[u] = c < dim ? tile[r][c] : 0.0f;
+/* Rows [r0, r0 + n) of head bh of x into a tile of ATTN_DMAX-wide rows (read at one address by
+ * every lane), zeros past seq. */
+template <amp_dtype D>
+static __device__ inline void load_rows(float (*tile)[ATTN_DMAX], const void *x,
+                                        const amp_attn_desc &d, bool qkv, int64_t bh, int64_t r0,
+                                        int64_t n) {
+    int64_t dim = d.head_dim;
+    for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x) {
+        int64_t i = r0 + e / dim;
+        tile[e / dim][e % dim] =
+            i < d.seq ? amp_load_f32(x, D, amp_attn_row(&d, qkv, bh, i) + e % dim) : 0.0f;
     }
 }
 
-/* Rows [r0, r0 + n) of head bh of x (q, k or v) into a tile whose rows are padded by one float,
- * so that lane j reading row j, element c, hits bank (j + c) mod 32: no two lanes on one bank. */
-template <amp_dtype D>
-static __device__ inline void load_tile_padded(float (*tile)[ATTN_DMAX + 1], const void *x,
-                                               const amp_attn_desc &d, int64_t bh, int64_t r0,
-                                               int64_t n) {
-    int64_t dim = d.head_dim;
-    for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x)
-        tile[e / dim][e % dim] =
-            amp_load_f32(x, D, amp_attn_row(&d, true, bh, r0 + e / dim) + e % dim);
+/* out[r] = the lane's own row (or key) of a padded tile . rows[r], for the R rows (or keys) of
+ * the warp that every lane reads at one address: a (row, key) pair's dot product per lane, 32
+ * pairs at a time, one pass over the tile's row for all R. */
+template <int R>
+static __device__ inline void lane_dots(const float (*tile)[ATTN_DMAX + 1], int lane,
+                                        const float (*rows)[ATTN_DMAX], int64_t dim,
+                                        float out[R]) {
+    for (int r = 0; r < R; r++) out[r] = 0.0f;
+    for (int64_t c = 0; c < dim; c++) {
+        float t = tile[lane][c];
+        for (int r = 0; r < R; r++) out[r] += rows[r][c] * t;
+    }
 }
 
 /* Forward: a block takes ATTN_FWD_ROWS consecutive query rows of one (batch, head), a warp
@@ -161,23 +165,15 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
         int64_t last = first + ATTN_FWD_ROWS <= d.seq ? first + ATTN_FWD_ROWS - 1 : d.seq - 1;
         int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
         __syncthreads(); /* the previous group's tiles are consumed */
-        for (int64_t e = threadIdx.x; e < ATTN_FWD_ROWS * dim; e += blockDim.x) {
-            int64_t i = first + e / dim;
-            qs[e / dim][e % dim] =
-                i < d.seq ? amp_load_f32(q, D, amp_attn_row(&d, true, bh, i) + e % dim) : 0.0f;
-        }
+        load_rows<D>(qs, q, d, true, bh, first, ATTN_FWD_ROWS);
         for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
             int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE, j = t0 + lane;
             __syncthreads(); /* the previous tile is consumed */
-            load_tile_padded<D>(ks, k, d, bh, t0, n);
-            load_tile_padded<D>(vs, v, d, bh, t0, n);
+            load_tile_padded<D>(ks, k, d, true, bh, t0, n);
+            load_tile_padded<D>(vs, v, d, true, bh, t0, n);
             __syncthreads();
             float s[R];
-            for (int r = 0; r < R; r++) s[r] = 0.0f;
-            for (int64_t c = 0; c < dim; c++) {
-                float kc = ks[lane][c];
-                for (int r = 0; r < R; r++) s[r] += qs[warp * R + r][c] * kc;
-            }
+            lane_dots<R>(ks, lane, qs + warp * R, dim, s);
             float pz[R];
             for (int r = 0; r < R; r++) {
                 float sc = j < nk[r] ? s[r] * d.scale : -INFINITY;
@@ -234,128 +230,160 @@ static __global__ void attn_delta_kernel(amp_attn_desc d, const void *o, const v
     }
 }
 
-/* The probability, its dropout factor and dS of pair (i, j), given the rows' q, k, v, dO. */
-struct attn_pair {
-    float pz, ds;
-};
-static __device__ inline attn_pair pair_grads(const amp_attn_desc &d, float inv_keep, int64_t bh,
-                                              int64_t i, int64_t j, const float *qv,
-                                              const float *kv, const float *vv, const float *dov,
-                                              float lse, float delta) {
-    float p = amp_attn_prob(dot(qv, kv) * d.scale, lse), dp = dot(dov, vv);
-    float z = amp_attn_keep(d.dropout_p, inv_keep, d.seed, amp_attn_draw(d.offset, d.seq, bh, i, j));
-    return attn_pair{p * z, p * (dp * z - delta)};
+/* dq: a block takes ATTN_BWD_ROWS query rows of one (batch, head), a warp ATTN_BWD_PER_WARP of
+ * them, lanes over the tile's 32 keys (k and v padded in shared memory): each lane recomputes
+ * its key's s and dp for the warp's rows, dS = p (dp z - delta), and dq gathers dS scale k by a
+ * shuffle per key, as the forward gathers p v. */
+template <amp_dtype D, int PL>
+static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void *k, const void *v,
+                                      const int32_t *kv_len, const void *dout, const float *lse,
+                                      const float *delta, void *dq, unsigned long long *record) {
+    __shared__ float ks[ATTN_TILE][ATTN_DMAX + 1], vs[ATTN_TILE][ATTN_DMAX + 1];
+    __shared__ float qs[ATTN_BWD_ROWS][ATTN_DMAX], dos[ATTN_BWD_ROWS][ATTN_DMAX];
+    const int R = ATTN_BWD_PER_WARP;
+    int lane = threadIdx.x % AMP_LANES, warp = threadIdx.x / AMP_LANES;
+    int64_t dim = d.head_dim, per = (d.seq + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS;
+    int64_t groups = d.batch * d.heads * per;
+    float inv_keep = amp_dropout_scale(d.dropout_p);
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+        int64_t bh = g / per, first = (g % per) * ATTN_BWD_ROWS;
+        int64_t len = batch_len(d, kv_len, bh, record);
+        int64_t i0 = first + (int64_t)warp * R;
+        float acc[R][PL], row_lse[R], row_delta[R];
+        int64_t nk[R];
+        for (int r = 0; r < R; r++) {
+            bool active = i0 + r < d.seq;
+            nk[r] = len >= 0 && active ? amp_attn_keys(d.causal, d.seq, i0 + r, len) : 0;
+            row_lse[r] = active ? lse[bh * d.seq + i0 + r] : 0.0f;
+            row_delta[r] = active ? delta[bh * d.seq + i0 + r] : 0.0f;
+            for (int u = 0; u < PL; u++) acc[r][u] = 0.0f;
+        }
+        int64_t last = first + ATTN_BWD_ROWS <= d.seq ? first + ATTN_BWD_ROWS - 1 : d.seq - 1;
+        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
+        __syncthreads(); /* the previous group's tiles are consumed */
+        load_rows<D>(qs, q, d, true, bh, first, ATTN_BWD_ROWS);
+        load_rows<D>(dos, dout, d, false, bh, first, ATTN_BWD_ROWS);
+        for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
+            int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE, j = t0 + lane;
+            __syncthreads();
+            load_tile_padded<D>(ks, k, d, true, bh, t0, n);
+            load_tile_padded<D>(vs, v, d, true, bh, t0, n);
+            __syncthreads();
+            float sc[R], dp[R], dsk[R];
+            lane_dots<R>(ks, lane, qs + warp * R, dim, sc);
+            lane_dots<R>(vs, lane, dos + warp * R, dim, dp);
+            for (int r = 0; r < R; r++) {
+                float ds = 0.0f;
+                if (j < nk[r]) {
+                    float p = amp_attn_prob(sc[r] * d.scale, row_lse[r]);
+                    float z = amp_attn_keep(d.dropout_p, inv_keep, d.seed,
+                                            amp_attn_draw(d.offset, d.seq, bh, i0 + r, j));
+                    ds = p * (dp[r] * z - row_delta[r]);
+                }
+                dsk[r] = ds * d.scale;
+            }
+            for (int jj = 0; jj < n; jj++) {
+                float kv[PL];
+                for (int u = 0; u < PL; u++) {
+                    int c = lane + 32 * u;
+                    kv[u] = c < dim ? ks[jj][c] : 0.0f;
+                }
+                for (int r = 0; r < R; r++) {
+                    float w = __shfl_sync(0xffffffffu, dsk[r], jj);
+                    for (int u = 0; u < PL; u++) acc[r][u] += w * kv[u];
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            if (i0 + r >= d.seq) break;
+            float out[ATTN_PER_LANE] = {0};
+            for (int u = 0; u < PL; u++) out[u] = len < 0 ? NAN : acc[r][u];
+            store_row<D>(dq, amp_attn_row(&d, true, bh, i0 + r), dim, lane, out);
+        }
+    }
 }
 
-/* dk, dv: a warp per key j, over the rows that see it, the block's rows (q, dO, lse, delta)
- * through shared memory. */
-template <amp_dtype D>
+/* dk, dv: a block takes ATTN_BWD_ROWS keys of one (batch, head), a warp ATTN_BWD_PER_WARP of
+ * them, lanes over a tile of 32 query rows (q and dO padded in shared memory, lse and delta
+ * beside them): each lane recomputes its row's p and dS for the warp's keys; dv gathers p z dO
+ * and dk gathers dS scale q by a shuffle per row. */
+template <amp_dtype D, int PL>
 static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const void *k,
                                         const void *v, const int32_t *kv_len, const void *dout,
                                         const float *lse, const float *delta, void *dk, void *dv,
                                         unsigned long long *record) {
-    __shared__ float qs[ATTN_TILE][ATTN_DMAX], dos[ATTN_TILE][ATTN_DMAX];
+    __shared__ float qs[ATTN_TILE][ATTN_DMAX + 1], dos[ATTN_TILE][ATTN_DMAX + 1];
+    __shared__ float kks[ATTN_BWD_ROWS][ATTN_DMAX], vvs[ATTN_BWD_ROWS][ATTN_DMAX];
     __shared__ float lses[ATTN_TILE], deltas[ATTN_TILE];
-    int lane = threadIdx.x % AMP_LANES;
-    int64_t groups = d.batch * d.heads * ((d.seq + ATTN_WARPS - 1) / ATTN_WARPS);
+    const int R = ATTN_BWD_PER_WARP;
+    int lane = threadIdx.x % AMP_LANES, warp = threadIdx.x / AMP_LANES;
+    int64_t dim = d.head_dim, per = (d.seq + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS;
+    int64_t groups = d.batch * d.heads * per;
     float inv_keep = amp_dropout_scale(d.dropout_p);
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        attn_group kg = group_of(d, g);
-        int64_t bh = kg.bh, j = kg.first + threadIdx.x / AMP_LANES;
-        int64_t key = amp_attn_row(&d, true, bh, j);
+        int64_t bh = g / per, first = (g % per) * ATTN_BWD_ROWS;
         int64_t len = batch_len(d, kv_len, bh, record);
-        bool active = j < d.seq;
-        float kv[ATTN_PER_LANE] = {0}, vv[ATTN_PER_LANE] = {0}, qv[ATTN_PER_LANE],
-              dov[ATTN_PER_LANE];
-        float dkv[ATTN_PER_LANE] = {0}, dvv[ATTN_PER_LANE] = {0};
-        if (active) {
-            load_row<D>(k, key, d.head_dim, lane, kv);
-            load_row<D>(v, key, d.head_dim, lane, vv);
-        }
-        /* Rows i >= j see key j when causal, every row otherwise; none past the batch's length,
-         * and the block reads from its first key's first row. */
-        int64_t i0 = !active || len < 0 || j >= len ? d.seq : d.causal ? j : 0;
-        int64_t i_block = len < 0 || kg.first >= len ? d.seq : d.causal ? kg.first : 0;
+        int64_t j0 = first + (int64_t)warp * R; /* the warp's first key */
+        float dka[R][PL], dva[R][PL];
+        for (int r = 0; r < R; r++)
+            for (int u = 0; u < PL; u++) dka[r][u] = 0.0f, dva[r][u] = 0.0f;
+        /* Rows i >= j see key j when causal, every row otherwise; none when the batch's length
+         * ends before the block's first key. */
+        int64_t i_block = len < 0 || first >= len ? d.seq : d.causal ? first : 0;
+        __syncthreads(); /* the previous group's tiles are consumed */
+        load_rows<D>(kks, k, d, true, bh, first, ATTN_BWD_ROWS);
+        load_rows<D>(vvs, v, d, true, bh, first, ATTN_BWD_ROWS);
         for (int64_t t0 = i_block; t0 < d.seq; t0 += ATTN_TILE) {
-            int64_t n = d.seq - t0 < ATTN_TILE ? d.seq - t0 : ATTN_TILE;
+            int64_t n = d.seq - t0 < ATTN_TILE ? d.seq - t0 : ATTN_TILE, i = t0 + lane;
             __syncthreads();
-            load_tile<D>(qs, q, d, true, bh, t0, n);
-            load_tile<D>(dos, dout, d, false, bh, t0, n);
+            load_tile_padded<D>(qs, q, d, true, bh, t0, n);
+            load_tile_padded<D>(dos, dout, d, false, bh, t0, n);
             for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
                 lses[e] = lse[bh * d.seq + t0 + e];
                 deltas[e] = delta[bh * d.seq + t0 + e];
             }
             __syncthreads();
-            for (int64_t ii = i0 > t0 ? i0 - t0 : 0; ii < n; ii++) {
-                tile_row(qs, ii, d.head_dim, lane, qv);
-                tile_row(dos, ii, d.head_dim, lane, dov);
-                attn_pair p = pair_grads(d, inv_keep, bh, t0 + ii, j, qv, kv, vv, dov, lses[ii],
-                                         deltas[ii]);
-                for (int u = 0; u < ATTN_PER_LANE; u++) {
-                    dvv[u] += p.pz * dov[u];
-                    dkv[u] += (p.ds * d.scale) * qv[u];
+            int64_t nk = i < d.seq && len >= 0 ? amp_attn_keys(d.causal, d.seq, i, len) : 0;
+            float sc[R], dp[R], pzs[R], dsq[R];
+            lane_dots<R>(qs, lane, kks + warp * R, dim, sc);
+            lane_dots<R>(dos, lane, vvs + warp * R, dim, dp);
+            for (int r = 0; r < R; r++) {
+                float pz = 0.0f, ds = 0.0f;
+                if (j0 + r < nk) { /* row i sees key j0 + r */
+                    float p = amp_attn_prob(sc[r] * d.scale, lses[lane]);
+                    float z = amp_attn_keep(d.dropout_p, inv_keep, d.seed,
+                                            amp_attn_draw(d.offset, d.seq, bh, i, j0 + r));
+                    pz = p * z;
+                    ds = p * (dp[r] * z - deltas[lane]);
+                }
+                pzs[r] = pz, dsq[r] = ds * d.scale;
+            }
+            for (int ii = 0; ii < n; ii++) {
+                float qv[PL], dov[PL];
+                for (int u = 0; u < PL; u++) {
+                    int c = lane + 32 * u;
+                    qv[u] = c < dim ? qs[ii][c] : 0.0f;
+                    dov[u] = c < dim ? dos[ii][c] : 0.0f;
+                }
+                for (int r = 0; r < R; r++) {
+                    float wv = __shfl_sync(0xffffffffu, pzs[r], ii);
+                    float wk = __shfl_sync(0xffffffffu, dsq[r], ii);
+                    for (int u = 0; u < PL; u++) dva[r][u] += wv * dov[u], dka[r][u] += wk * qv[u];
                 }
             }
         }
-        if (!active) continue;
-        if (len < 0)
-            for (int u = 0; u < ATTN_PER_LANE; u++) dkv[u] = NAN, dvv[u] = NAN;
-        store_row<D>(dk, key, d.head_dim, lane, dkv);
-        store_row<D>(dv, key, d.head_dim, lane, dvv);
-    }
-}
-
-/* dq: a warp per row i, over its keys, the block's keys (k, v) through shared memory. */
-template <amp_dtype D>
-static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void *k, const void *v,
-                                      const int32_t *kv_len, const void *dout, const float *lse,
-                                      const float *delta, void *dq, unsigned long long *record) {
-    __shared__ float ks[ATTN_TILE][ATTN_DMAX], vs[ATTN_TILE][ATTN_DMAX];
-    int lane = threadIdx.x % AMP_LANES;
-    int64_t groups = d.batch * d.heads * ((d.seq + ATTN_WARPS - 1) / ATTN_WARPS);
-    float inv_keep = amp_dropout_scale(d.dropout_p);
-    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        attn_group rg = group_of(d, g);
-        int64_t bh = rg.bh, i = rg.first + threadIdx.x / AMP_LANES, row = bh * d.seq + i;
-        int64_t len = batch_len(d, kv_len, bh, record);
-        bool active = i < d.seq;
-        float kv[ATTN_PER_LANE], vv[ATTN_PER_LANE], qv[ATTN_PER_LANE] = {0},
-              dov[ATTN_PER_LANE] = {0};
-        float dqv[ATTN_PER_LANE] = {0}, row_lse = 0.0f, row_delta = 0.0f;
-        if (active) {
-            load_row<D>(q, amp_attn_row(&d, true, bh, i), d.head_dim, lane, qv);
-            load_row<D>(dout, amp_attn_row(&d, false, bh, i), d.head_dim, lane, dov);
-            row_lse = lse[row];
-            row_delta = delta[row];
-        }
-        int64_t last = rg.first + ATTN_WARPS <= d.seq ? rg.first + ATTN_WARPS - 1 : d.seq - 1;
-        int64_t nk = len < 0 || !active ? 0 : amp_attn_keys(d.causal, d.seq, i, len);
-        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
-        for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
-            int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE;
-            __syncthreads();
-            load_tile<D>(ks, k, d, true, bh, t0, n);
-            load_tile<D>(vs, v, d, true, bh, t0, n);
-            __syncthreads();
-            for (int64_t jj = 0; jj < n && t0 + jj < nk; jj++) {
-                tile_row(ks, jj, d.head_dim, lane, kv);
-                tile_row(vs, jj, d.head_dim, lane, vv);
-                attn_pair p = pair_grads(d, inv_keep, bh, i, t0 + jj, qv, kv, vv, dov, row_lse,
-                                         row_delta);
-                for (int u = 0; u < ATTN_PER_LANE; u++) dqv[u] += (p.ds * d.scale) * kv[u];
+        for (int r = 0; r < R; r++) {
+            if (j0 + r >= d.seq) break;
+            float dko[ATTN_PER_LANE] = {0}, dvo[ATTN_PER_LANE] = {0};
+            for (int u = 0; u < PL; u++) {
+                dko[u] = len < 0 ? NAN : dka[r][u];
+                dvo[u] = len < 0 ? NAN : dva[r][u];
             }
+            int64_t key = amp_attn_row(&d, true, bh, j0 + r);
+            store_row<D>(dk, key, dim, lane, dko);
+            store_row<D>(dv, key, dim, lane, dvo);
         }
-        if (!active) continue;
-        if (len < 0)
-            for (int u = 0; u < ATTN_PER_LANE; u++) dqv[u] = NAN;
-        store_row<D>(dq, amp_attn_row(&d, true, bh, i), d.head_dim, lane, dqv);
     }
-}
-
-/* Blocks for the tiled kernels: one per group of ATTN_WARPS rows (or keys). */
-static unsigned grid_for_groups(const amp_attn_desc *d) {
-    int64_t groups = d->batch * d->heads * ((d->seq + ATTN_WARPS - 1) / ATTN_WARPS);
-    return (unsigned)(groups < AMP_CUDA_MAX_BLOCKS ? groups : AMP_CUDA_MAX_BLOCKS);
 }
 
 static unsigned grid_for_warps(int64_t n) {
@@ -393,17 +421,31 @@ static void launch_fwd(const amp_attn_desc *d, const void *q, const void *k, con
     }
 }
 
+template <amp_dtype D, int PL>
+static void launch_bwd_pl(const amp_attn_desc *d, const void *q, const void *k, const void *v,
+                          const int32_t *kv_len, const void *dout, const float *lse,
+                          const float *delta, void *dq, void *dk, void *dv,
+                          unsigned long long *record, cudaStream_t stream) {
+    int64_t groups = d->batch * d->heads * ((d->seq + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS);
+    unsigned grid = (unsigned)(groups < AMP_CUDA_MAX_BLOCKS ? groups : AMP_CUDA_MAX_BLOCKS);
+    attn_dkdv_kernel<D, PL><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(
+            *d, q, k, v, kv_len, dout, lse, delta, dk, dv, record);
+    attn_dq_kernel<D, PL><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
+                                                                        lse, delta, dq, record);
+}
+
 template <amp_dtype D>
 static void launch_bwd(const amp_attn_desc *d, const void *q, const void *k, const void *v,
                        const int32_t *kv_len, const void *o, const void *dout, const float *lse,
                        float *delta, void *dq, void *dk, void *dv, unsigned long long *record,
                        unsigned grid, cudaStream_t stream) {
     attn_delta_kernel<D><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, o, dout, delta);
-    unsigned groups = grid_for_groups(d);
-    attn_dkdv_kernel<D><<<groups, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
-                                                                        lse, delta, dk, dv, record);
-    attn_dq_kernel<D><<<groups, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
-                                                                      lse, delta, dq, record);
+    switch ((d->head_dim + 31) / 32) {
+    case 1: launch_bwd_pl<D, 1>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
+    case 2: launch_bwd_pl<D, 2>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
+    case 3: launch_bwd_pl<D, 3>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
+    default: launch_bwd_pl<D, 4>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
+    }
 }
 
 extern "C" amp_status amp_cuda_attn_fwd(amp_device_ctx *dev, const amp_attn_desc *d,
