@@ -3,7 +3,7 @@
  * The files' bytes, concatenated in the order given, are the tokens (vocab 256); the first
  * 1 - F of them (F = 0.1 by default) go to OUTDIR/train.bin and the rest to OUTDIR/val.bin, in
  * llm.c's format (amp/data.h), so the validation text is the corpus's end, as nanoGPT's
- * character-level preparation splits it. */
+ * character-level preparation splits it. OUTDIR is made with its parents (mkdir -p). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,19 @@
 static int usage(void) {
     fprintf(stderr, "usage: amp-text-tokens [--val-fraction F] OUTDIR FILE...\n");
     return 2;
+}
+
+/* Makes dir and every missing parent (mkdir -p); 0, or -1 with errno set. */
+static int make_dirs(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return errno = ENAMETOOLONG, -1;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* Appends the bytes of path to *ids (grown as needed). */
@@ -59,7 +72,7 @@ int main(int argc, char **argv) {
     }
     if (argc - a < 2) return usage();
     const char *out = argv[a++];
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
+    if (make_dirs(out) != 0) {
         fprintf(stderr, "amp-text-tokens: cannot make '%s': %s\n", out, strerror(errno));
         return 1;
     }

@@ -45,6 +45,12 @@ byte_tokenizer() { # file
 }
 byte_tokenizer "$work/upper_e.bin"
 
+# amp-text-tokens makes its output folder's missing parents (scripts/train.sh writes into
+# build/data/fortunes on a fresh checkout)
+"$tokens" "$work/nested/a/b" "$readme" >/dev/null 2>"$work/nested.err" || true
+check "amp-text-tokens into a folder whose parents are missing: $(cat "$work/nested.err")" \
+    test -f "$work/nested/a/b/train.bin" -a -f "$work/nested/a/b/val.bin"
+
 # --json, the falling loss, the sample
 "$train" "${tiny[@]}" --max-steps 40 --eval-every 20 --sample 256 --tokenizer "$work/upper_e.bin" \
     >"$work/run.json" 2>"$work/run.err"
