@@ -9,15 +9,16 @@
  *  - Forward (attn_fwd_kernel): a warp per ATTN_ROWS_PER_WARP rows, lanes over the tile's 32
  *    keys: a score is one lane's own dot product (lane_dots), not a butterfly; each row's tile
  *    max and sum are two butterflies per 32 keys, and its output (lane l holding elements l,
- *    l + 32, ...) takes each key's probability from the key's lane by a shuffle. About 8 warp
- *    instructions a (row, key) pair at head_dim 64 by count (no GPU has timed either form yet),
- *    where a warp per row with a butterfly per score (the first form) took about 50. Per pair 4 head_dim FLOPs and one exp; global traffic
- *    per block of ATTN_FWD_ROWS rows: the keys' k and v once, 2 head_dim s / ATTN_FWD_ROWS bytes
- *    per pair (s the dtype's size): 8 B at head_dim 64 in bf16.
+ *    l + 32, ...) takes each key's probability from the key's lane by a shuffle (lane_gather).
+ *    About 8 warp instructions a (row, key) pair at head_dim 64 by count (no GPU has timed
+ *    either form yet), where a warp per row with a butterfly per score (the first form) took
+ *    about 50. Per pair 4 head_dim FLOPs and one exp; global traffic per block of ATTN_FWD_ROWS
+ *    rows: the keys' k and v once, 2 head_dim s / ATTN_FWD_ROWS bytes per pair (s the dtype's
+ *    size): 8 B at head_dim 64 in bf16.
  *  - Backward, in the same form: the dq kernel (a warp per ATTN_BWD_PER_WARP rows, lanes over 32
  *    keys, k and v tiled) and the dk/dv kernel (a warp per ATTN_BWD_PER_WARP keys, lanes over
  *    32 rows, q, dO, lse and delta tiled) each recompute s and dp by lane_dots and gather dS k,
- *    dS q and p z dO by a shuffle per key (row): about 10 warp instructions a pair for the two
+ *    dS q and p z dO by lane_gather: about 10 warp instructions a pair for the two
  *    products at head_dim 64 and 4 to 8 for the gathers, where the first form took 50 to 60.
  *    8 head_dim FLOPs per pair for dk/dv and 6 for dq; every sum has one order, so the
  *    gradients are deterministic without atomics.
@@ -132,6 +133,25 @@ static __device__ inline void lane_dots(const float (*tile)[ATTN_DMAX + 1], int 
     }
 }
 
+/* acc[r][u] += sum over the tile's n rows jj of w[r] from lane jj times tile[jj][lane + 32 u]:
+ * each lane's weight (its key's, or its row's) gathered into the warp's R outputs, lane l
+ * holding elements l, l + 32, ... (PL of them), by a shuffle per tile row. */
+template <int R, int PL>
+static __device__ inline void lane_gather(const float (*tile)[ATTN_DMAX + 1], int64_t n, int lane,
+                                          int64_t dim, const float w[R], float acc[R][PL]) {
+    for (int jj = 0; jj < n; jj++) {
+        float t[PL];
+        for (int u = 0; u < PL; u++) {
+            int c = lane + 32 * u;
+            t[u] = c < dim ? tile[jj][c] : 0.0f;
+        }
+        for (int r = 0; r < R; r++) {
+            float wj = __shfl_sync(0xffffffffu, w[r], jj);
+            for (int u = 0; u < PL; u++) acc[r][u] += wj * t[u];
+        }
+    }
+}
+
 /* Forward: a block takes ATTN_FWD_ROWS consecutive query rows of one (batch, head), a warp
  * ATTN_ROWS_PER_WARP of them; the keys come through shared memory 32 at a time, lane j holding
  * key j of the tile. Each lane scores its key against the warp's rows (their q read from shared
@@ -186,21 +206,10 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
                 l[r] = l[r] * corr + amp_warp_sum(p);
                 m[r] = m_new;
                 for (int u = 0; u < PL; u++) acc[r][u] *= corr;
-                pz[r] = p == 0.0f ? 0.0f
-                                  : p * amp_attn_keep(d.dropout_p, inv_keep, d.seed,
-                                                      amp_attn_draw(d.offset, d.seq, bh, i0 + r, j));
+                uint64_t draw = amp_attn_draw(d.offset, d.seq, bh, i0 + r, j);
+                pz[r] = p == 0.0f ? 0.0f : p * amp_attn_keep(d.dropout_p, inv_keep, d.seed, draw);
             }
-            for (int jj = 0; jj < n; jj++) {
-                float vv[PL];
-                for (int u = 0; u < PL; u++) {
-                    int c = lane + 32 * u;
-                    vv[u] = c < dim ? vs[jj][c] : 0.0f;
-                }
-                for (int r = 0; r < R; r++) {
-                    float p = __shfl_sync(0xffffffffu, pz[r], jj);
-                    for (int u = 0; u < PL; u++) acc[r][u] += p * vv[u];
-                }
-            }
+            lane_gather<R, PL>(vs, n, lane, dim, pz, acc);
         }
         for (int r = 0; r < R; r++) {
             int64_t i = i0 + r;
@@ -282,17 +291,7 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
                 }
                 dsk[r] = ds * d.scale;
             }
-            for (int jj = 0; jj < n; jj++) {
-                float kv[PL];
-                for (int u = 0; u < PL; u++) {
-                    int c = lane + 32 * u;
-                    kv[u] = c < dim ? ks[jj][c] : 0.0f;
-                }
-                for (int r = 0; r < R; r++) {
-                    float w = __shfl_sync(0xffffffffu, dsk[r], jj);
-                    for (int u = 0; u < PL; u++) acc[r][u] += w * kv[u];
-                }
-            }
+            lane_gather<R, PL>(ks, n, lane, dim, dsk, acc);
         }
         for (int r = 0; r < R; r++) {
             if (i0 + r >= d.seq) break;
@@ -358,19 +357,8 @@ static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const vo
                 }
                 pzs[r] = pz, dsq[r] = ds * d.scale;
             }
-            for (int ii = 0; ii < n; ii++) {
-                float qv[PL], dov[PL];
-                for (int u = 0; u < PL; u++) {
-                    int c = lane + 32 * u;
-                    qv[u] = c < dim ? qs[ii][c] : 0.0f;
-                    dov[u] = c < dim ? dos[ii][c] : 0.0f;
-                }
-                for (int r = 0; r < R; r++) {
-                    float wv = __shfl_sync(0xffffffffu, pzs[r], ii);
-                    float wk = __shfl_sync(0xffffffffu, dsq[r], ii);
-                    for (int u = 0; u < PL; u++) dva[r][u] += wv * dov[u], dka[r][u] += wk * qv[u];
-                }
-            }
+            lane_gather<R, PL>(dos, n, lane, dim, pzs, dva);
+            lane_gather<R, PL>(qs, n, lane, dim, dsq, dka);
         }
         for (int r = 0; r < R; r++) {
             if (j0 + r >= d.seq) break;
@@ -440,12 +428,16 @@ static void launch_bwd(const amp_attn_desc *d, const void *q, const void *k, con
                        float *delta, void *dq, void *dk, void *dv, unsigned long long *record,
                        unsigned grid, cudaStream_t stream) {
     attn_delta_kernel<D><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, o, dout, delta);
+    void (*run)(const amp_attn_desc *, const void *, const void *, const void *, const int32_t *,
+                const void *, const float *, const float *, void *, void *, void *,
+                unsigned long long *, cudaStream_t);
     switch ((d->head_dim + 31) / 32) {
-    case 1: launch_bwd_pl<D, 1>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
-    case 2: launch_bwd_pl<D, 2>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
-    case 3: launch_bwd_pl<D, 3>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
-    default: launch_bwd_pl<D, 4>(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream); break;
+    case 1: run = launch_bwd_pl<D, 1>; break;
+    case 2: run = launch_bwd_pl<D, 2>; break;
+    case 3: run = launch_bwd_pl<D, 3>; break;
+    default: run = launch_bwd_pl<D, 4>; break;
     }
+    run(d, q, k, v, kv_len, dout, lse, delta, dq, dk, dv, record, stream);
 }
 
 extern "C" amp_status amp_cuda_attn_fwd(amp_device_ctx *dev, const amp_attn_desc *d,

@@ -110,6 +110,25 @@ static void test_bad_input(amp_ctx *ctx) {
     amp_tensor_free(short_lab);
 }
 
+/* The loss of host logits [rows, cols] cast to dt, against lab with o, and the gradient of the
+ * f32 leaf (rows * cols floats into grad); the step is released after. */
+static void loss_and_grad(amp_ctx *ctx, const float *host, int64_t cols, amp_dtype dt,
+                          amp_tensor *lab, const amp_xent_options *o, float *loss_out,
+                          float *grad) {
+    int64_t rows = amp_tensor_dim(lab, 0);
+    amp_tensor *x = NULL, *h = NULL, *loss = NULL, *g = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){rows, cols}, host, &x));
+    CHECK_OK(amp_tensor_set_requires_grad(x, true));
+    CHECK_OK(amp_cast(x, dt, &h));
+    CHECK_OK(amp_cross_entropy_ex(h, lab, o, &loss));
+    CHECK_OK(amp_tensor_to_host(loss, loss_out, sizeof *loss_out));
+    CHECK_OK(amp_backward(loss));
+    CHECK_OK(amp_tensor_get_grad(x, &g));
+    CHECK_OK(amp_tensor_to_host_f32(g, grad, (size_t)(rows * cols) * sizeof *grad));
+    amp_ctx_reset_step(ctx);
+    amp_tensor_free(x);
+}
+
 /* Logits [rows, classes + padding] with options.classes give the loss of the [rows, classes]
  * logits bit for bit and their gradient, 0 on the padding, whatever the padding holds (NaN and
  * 1e30 here: a read would show); options.classes outside [1, columns] is refused. */
@@ -125,28 +144,12 @@ static void test_padding(amp_ctx *ctx) {
     amp_tensor *lab = labels_tensor(ctx, (const int32_t[]){3, 10, -100, 0, 7}, ROWS);
     amp_dtype dts[] = {AMP_F32, AMP_BF16};
     for (int k = 0; k < 2; k++) {
-        amp_tensor *a = NULL, *b = NULL, *h = NULL, *loss = NULL, *g = NULL;
-        float fa = 0, fb = 0, ga[ROWS * CLASSES], gb[ROWS * W];
         amp_xent_options o = amp_xent_defaults();
         o.label_smoothing = 0.1f;
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){ROWS, CLASSES}, dense, &a));
-        CHECK_OK(amp_tensor_set_requires_grad(a, true));
-        CHECK_OK(amp_cast(a, dts[k], &h));
-        CHECK_OK(amp_cross_entropy_ex(h, lab, &o, &loss));
-        CHECK_OK(amp_tensor_to_host(loss, &fa, sizeof fa));
-        CHECK_OK(amp_backward(loss));
-        CHECK_OK(amp_tensor_get_grad(a, &g));
-        CHECK_OK(amp_tensor_to_host_f32(g, ga, sizeof ga));
-        amp_ctx_reset_step(ctx);
+        float fa = 0, fb = 0, ga[ROWS * CLASSES], gb[ROWS * W];
+        loss_and_grad(ctx, dense, CLASSES, dts[k], lab, &o, &fa, ga);
         o.classes = CLASSES;
-        CHECK_OK(amp_tensor_from_host(ctx, AMP_F32, 2, (const int64_t[]){ROWS, W}, padded, &b));
-        CHECK_OK(amp_tensor_set_requires_grad(b, true));
-        CHECK_OK(amp_cast(b, dts[k], &h));
-        CHECK_OK(amp_cross_entropy_ex(h, lab, &o, &loss));
-        CHECK_OK(amp_tensor_to_host(loss, &fb, sizeof fb));
-        CHECK_OK(amp_backward(loss));
-        CHECK_OK(amp_tensor_get_grad(b, &g));
-        CHECK_OK(amp_tensor_to_host_f32(g, gb, sizeof gb));
+        loss_and_grad(ctx, padded, W, dts[k], lab, &o, &fb, gb);
         CHECK_MSG(fa == fb && isfinite(fa), "%s: padded loss %.9g, unpadded %.9g",
                   amp_dtype_name(dts[k]), (double)fb, (double)fa);
         int bad = 0;
@@ -154,9 +157,6 @@ static void test_padding(amp_ctx *ctx) {
             for (int j = 0; j < W; j++)
                 bad += j < CLASSES ? gb[r * W + j] != ga[r * CLASSES + j] : gb[r * W + j] != 0.0f;
         CHECK_MSG(bad == 0, "%s: %d padded gradients differ", amp_dtype_name(dts[k]), bad);
-        amp_ctx_reset_step(ctx);
-        amp_tensor_free(a);
-        amp_tensor_free(b);
     }
     amp_tensor *logits = NULL, *y = NULL;
     CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (const int64_t[]){ROWS, W}, &logits));

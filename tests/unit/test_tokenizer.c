@@ -10,27 +10,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "amp/amp.h"
+#include "test_tmp.h"
 #include "test_util.h"
 
 #define NAME "test_tokenizer"
-
-static char g_dir[512];
-
-static const char *path_of(const char *file) {
-    static char p[640];
-    snprintf(p, sizeof p, "%s/%s", g_dir, file);
-    return p;
-}
 
 /* A tokenizer file: the header words given, then n tokens (length byte, bytes) and `extra`
  * stray bytes; lens[i] may differ from strlen(pieces[i]) to write a bad length. */
 static void write_tokenizer(const char *file, uint32_t magic, uint32_t version, uint32_t vocab,
                             uint32_t eot, const char *const *pieces, const unsigned *lens,
                             int n, int extra) {
-    FILE *f = fopen(path_of(file), "wb");
+    FILE *f = fopen(test_tmp_path(file), "wb");
     CHECK(f != NULL);
     if (!f) return;
     uint32_t header[256] = {magic, version, vocab, eot};
@@ -59,7 +51,7 @@ static void test_version_2(void) {
     unsigned lens[] = {1, 4, 2, 1, 13};
     write_tokenizer("v2.bin", 20240328, 2, 5, 4, pieces, lens, 5, 0);
     amp_tokenizer *t = NULL;
-    CHECK_OK(amp_tokenizer_open(path_of("v2.bin"), &t));
+    CHECK_OK(amp_tokenizer_open(test_tmp_path("v2.bin"), &t));
     if (!t) return;
     CHECK(amp_tokenizer_vocab_size(t) == 5 && amp_tokenizer_eot(t) == 4);
     for (int i = 0; i < 5; i++) check_piece(t, i, pieces[i]);
@@ -86,7 +78,7 @@ static void test_version_1(void) {
     }
     write_tokenizer("gpt2.bin", 20240328, 1, V, 0, pieces, lens, V, 0);
     amp_tokenizer *t = NULL;
-    CHECK_OK(amp_tokenizer_open(path_of("gpt2.bin"), &t));
+    CHECK_OK(amp_tokenizer_open(test_tmp_path("gpt2.bin"), &t));
     if (!t) return;
     CHECK(amp_tokenizer_vocab_size(t) == V && amp_tokenizer_eot(t) == V - 1);
     check_piece(t, 0, "0");
@@ -94,14 +86,14 @@ static void test_version_1(void) {
     check_piece(t, V - 1, "<|endoftext|>");
     amp_tokenizer_free(t);
     write_tokenizer("v1_small.bin", 20240328, 1, 3, 0, pieces, lens, 3, 0);
-    CHECK_FAILS(amp_tokenizer_open(path_of("v1_small.bin"), &t), AMP_ERR_FORMAT,
+    CHECK_FAILS(amp_tokenizer_open(test_tmp_path("v1_small.bin"), &t), AMP_ERR_FORMAT,
                 "is version 1 with 3 tokens; version 1 is GPT-2's tokenizer of 50257");
 }
 
 /* Each bad file is refused with `want` in the message and nothing returned. */
 static void check_refused(const char *file, amp_status status, const char *want) {
     amp_tokenizer *t = (amp_tokenizer *)&t; /* not NULL: the call must clear it */
-    CHECK_FAILS(amp_tokenizer_open(path_of(file), &t), status, want);
+    CHECK_FAILS(amp_tokenizer_open(test_tmp_path(file), &t), status, want);
     CHECK_MSG(t == NULL, "%s: a tokenizer came back from a refused file", file);
     CHECK_MSG(strstr(amp_last_error(), file) != NULL, "the error does not name %s: %s", file,
               amp_last_error());
@@ -110,7 +102,7 @@ static void check_refused(const char *file, amp_status status, const char *want)
 static void test_bad_files(void) {
     const char *pieces[] = {"a", "b", "c"};
     unsigned lens[] = {1, 1, 1};
-    FILE *f = fopen(path_of("tiny.bin"), "wb");
+    FILE *f = fopen(test_tmp_path("tiny.bin"), "wb");
     if (f) fputs("not a tokenizer", f), fclose(f);
     check_refused("tiny.bin", AMP_ERR_FORMAT, "less than the 1024-byte header");
     write_tokenizer("magic.bin", 20240520, 2, 3, 0, pieces, lens, 3, 0);
@@ -122,7 +114,8 @@ static void test_bad_files(void) {
     write_tokenizer("huge.bin", 20240328, 2, 70000, 0, pieces, lens, 3, 0);
     check_refused("huge.bin", AMP_ERR_FORMAT, "vocabulary of 70000");
     write_tokenizer("eot.bin", 20240328, 2, 3, 3, pieces, lens, 3, 0);
-    check_refused("eot.bin", AMP_ERR_FORMAT, "the end-of-text token 3 is outside the vocabulary of 3");
+    check_refused("eot.bin", AMP_ERR_FORMAT,
+                  "the end-of-text token 3 is outside the vocabulary of 3");
     const char *holed[] = {"a", "", "c"};
     unsigned holed_lens[] = {1, 0, 1};
     write_tokenizer("zero.bin", 20240328, 2, 3, 0, holed, holed_lens, 3, 0);
@@ -137,19 +130,14 @@ static void test_bad_files(void) {
     check_refused("absent.bin", AMP_ERR_IO, "cannot open");
     amp_tokenizer *t = NULL;
     CHECK_FAILS(amp_tokenizer_open(NULL, &t), AMP_ERR_INVALID_ARG, "path");
-    CHECK_FAILS(amp_tokenizer_open(path_of("magic.bin"), NULL), AMP_ERR_INVALID_ARG, "out");
+    CHECK_FAILS(amp_tokenizer_open(test_tmp_path("magic.bin"), NULL), AMP_ERR_INVALID_ARG, "out");
 }
 
 int main(void) {
-    const char *tmp = getenv("AMP_TEST_TMP");
-    snprintf(g_dir, sizeof g_dir, "%s/test_tokenizer.%d", tmp ? tmp : "/tmp", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_dir);
-    CHECK_MSG(system(cmd) == 0, "cannot make %s", g_dir);
+    test_tmp_make("test_tokenizer");
     test_version_2();
     test_version_1();
     test_bad_files();
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", NAME, g_dir);
+    test_tmp_remove();
     return test_summary(NAME);
 }

@@ -11,25 +11,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "amp/amp.h"
+#include "test_tmp.h"
 #include "test_util.h"
 
 #define NAME "test_tokens"
 
-static char g_dir[512];
-
-static const char *path_of(const char *file) {
-    static char p[640];
-    snprintf(p, sizeof p, "%s/%s", g_dir, file);
-    return p;
-}
-
 /* A file of raw bytes: the header words given, then `n_body` uint16 of the body. */
 static void write_raw(const char *file, uint32_t magic, uint32_t version, uint32_t count,
                       const uint16_t *body, size_t n_body) {
-    FILE *f = fopen(path_of(file), "wb");
+    FILE *f = fopen(test_tmp_path(file), "wb");
     CHECK(f != NULL);
     if (!f) return;
     int32_t header[256] = {0};
@@ -47,9 +39,9 @@ static void test_round_trip_and_batches(void) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         ids[i] = (uint16_t)(r % 251);
     }
-    CHECK_OK(amp_tokens_write(path_of("a.bin"), ids, N));
+    CHECK_OK(amp_tokens_write(test_tmp_path("a.bin"), ids, N));
     /* The header as llm.c reads it. */
-    FILE *f = fopen(path_of("a.bin"), "rb");
+    FILE *f = fopen(test_tmp_path("a.bin"), "rb");
     int32_t header[256] = {0};
     if (f) {
         CHECK(fread(header, sizeof header, 1, f) == 1);
@@ -59,7 +51,7 @@ static void test_round_trip_and_batches(void) {
     }
     CHECK(header[0] == 20240520 && header[1] == 1 && header[2] == N && header[3] == 0);
     amp_tokens *t = NULL;
-    CHECK_OK(amp_tokens_open(path_of("a.bin"), 256, &t));
+    CHECK_OK(amp_tokens_open(test_tmp_path("a.bin"), 256, &t));
     if (!t) return;
     CHECK(amp_tokens_count(t) == N && memcmp(amp_tokens_data(t), ids, sizeof ids) == 0);
 
@@ -117,39 +109,36 @@ static void test_bad_files(void) {
     uint16_t body[8] = {1, 2, 3, 4, 5, 6, 7, 300};
     amp_tokens *t = (amp_tokens *)1;
     write_raw("magic.bin", 20240521, 1, 8, body, 8);
-    CHECK_FAILS(amp_tokens_open(path_of("magic.bin"), 512, &t), AMP_ERR_FORMAT,
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("magic.bin"), 512, &t), AMP_ERR_FORMAT,
                 "magic.bin' has magic 20240521, not 20240520");
     CHECK(t == NULL);
     write_raw("version.bin", 20240520, 2, 8, body, 8);
-    CHECK_FAILS(amp_tokens_open(path_of("version.bin"), 512, &t), AMP_ERR_FORMAT, "has version 2");
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("version.bin"), 512, &t), AMP_ERR_FORMAT,
+                "has version 2");
     write_raw("short.bin", 20240520, 1, 9, body, 8);
-    CHECK_FAILS(amp_tokens_open(path_of("short.bin"), 512, &t), AMP_ERR_FORMAT,
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("short.bin"), 512, &t), AMP_ERR_FORMAT,
                 "says 9 tokens (18 bytes after the header) but has 16: truncated");
     write_raw("long.bin", 20240520, 1, 7, body, 8);
-    CHECK_FAILS(amp_tokens_open(path_of("long.bin"), 512, &t), AMP_ERR_FORMAT, "says 7 tokens");
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("long.bin"), 512, &t), AMP_ERR_FORMAT,
+                "says 7 tokens");
     write_raw("vocab.bin", 20240520, 1, 8, body, 8);
-    CHECK_FAILS(amp_tokens_open(path_of("vocab.bin"), 256, &t), AMP_ERR_FORMAT,
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("vocab.bin"), 256, &t), AMP_ERR_FORMAT,
                 "vocab.bin': token 7 is id 300, outside the vocabulary of 256");
-    CHECK_OK(amp_tokens_open(path_of("vocab.bin"), 301, &t));
+    CHECK_OK(amp_tokens_open(test_tmp_path("vocab.bin"), 301, &t));
     amp_tokens_free(t);
-    FILE *f = fopen(path_of("tiny.bin"), "wb");
+    FILE *f = fopen(test_tmp_path("tiny.bin"), "wb");
     if (f) fputs("not a token file", f), fclose(f);
-    CHECK_FAILS(amp_tokens_open(path_of("tiny.bin"), 256, &t), AMP_ERR_FORMAT,
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("tiny.bin"), 256, &t), AMP_ERR_FORMAT,
                 "has 16 bytes, less than the 1024-byte header");
-    CHECK_FAILS(amp_tokens_open(path_of("absent.bin"), 256, &t), AMP_ERR_IO, "cannot open");
-    CHECK_FAILS(amp_tokens_open(path_of("vocab.bin"), 70000, &t), AMP_ERR_INVALID_ARG,
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("absent.bin"), 256, &t), AMP_ERR_IO, "cannot open");
+    CHECK_FAILS(amp_tokens_open(test_tmp_path("vocab.bin"), 70000, &t), AMP_ERR_INVALID_ARG,
                 "vocab_size 70000");
 }
 
 int main(void) {
-    const char *tmp = getenv("AMP_TEST_TMP");
-    snprintf(g_dir, sizeof g_dir, "%s/test_tokens.%d", tmp ? tmp : "/tmp", (int)getpid());
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", g_dir);
-    CHECK_MSG(system(cmd) == 0, "cannot make %s", g_dir);
+    test_tmp_make("test_tokens");
     test_round_trip_and_batches();
     test_bad_files();
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", NAME, g_dir);
+    test_tmp_remove();
     return test_summary(NAME);
 }
