@@ -41,6 +41,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "attention_cpu: dtype %s is not f32, bf16 or f16\n", dname);
         return 2;
     }
+    if (argc > 7 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1 || shape[3] < 1 || reps < 1) {
+        fprintf(stderr, "usage: attention_cpu [B H T D [reps [f32|bf16|f16]]]: each at least 1 "
+                        "(default 8 8 1024 64 5 f32)\n");
+        return 2;
+    }
     int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
     amp_ctx *ctx;
     TRY(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx));

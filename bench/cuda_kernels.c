@@ -394,6 +394,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (n_params < 1 || batch < 1) {
+        fprintf(stderr, "cuda_kernels: --params and --batch take a count of at least 1\n");
+        return 2;
+    }
     if (smoke) {
         n_params = 64 * 1024;
         batch = 16;

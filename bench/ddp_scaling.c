@@ -3,7 +3,7 @@
  * hides. Random data (no data set needed), SGD with momentum.
  *
  *   ddp_scaling [--model mlp|convnet] [--global-batch B] [--steps S] [--warmup W] [--threads T]
- *               [--opt-level O0|O1|O2] [--half fp16|bf16]
+ *               [--opt-level O0|O1|O2|O3] [--half fp16|bf16]
  *
  * Prints one line per run (rank 0): ranks, threads per rank, samples/s, median step time, and
  * per step the all-reduce time (first bucket launched to last one reduced) and the part of it
@@ -38,19 +38,35 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *model = "mlp", *half = "bf16";
     int global = 128, steps = 30, warmup = 5, threads = 0;
-    amp_opt_level level = AMP_O0;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    const char *level_name = "O0";
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 == argc) {
+            fprintf(stderr, "ddp_scaling: %s takes a value\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--global-batch")) global = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--opt-level")) level = (amp_opt_level)atoi(argv[i + 1] + 1);
+        else if (!strcmp(argv[i], "--opt-level")) level_name = argv[i + 1];
         else if (!strcmp(argv[i], "--half")) half = argv[i + 1];
         else {
             fprintf(stderr, "ddp_scaling: unknown option %s\n", argv[i]);
             return 2;
         }
+    }
+    static const char *levels[] = {"O0", "O1", "O2", "O3"};
+    int level = -1;
+    for (int l = 0; l < 4; l++)
+        if (!strcmp(level_name, levels[l])) level = l;
+    if (level < 0 || threads < 0 || (strcmp(model, "mlp") && strcmp(model, "convnet")) ||
+        (strcmp(half, "fp16") && strcmp(half, "bf16"))) {
+        fprintf(stderr,
+                "ddp_scaling: --model mlp|convnet, --opt-level O0|O1|O2|O3, --half fp16|bf16, "
+                "--threads at least 0 (got %s, %s, %s, %d)\n",
+                model, level_name, half, threads);
+        return 2;
     }
     amp_comm *comm;
     TRY(amp_comm_create(&comm));
@@ -67,7 +83,7 @@ int main(int argc, char **argv) {
     else TRY(amp_model_mlp_mnist(ctx, &m));
     amp_optimizer *opt;
     TRY(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &opt));
-    amp_options o = {.opt_level = level, .quiet = true,
+    amp_options o = {.opt_level = (amp_opt_level)level, .quiet = true,
                      .half_type = !strcmp(half, "fp16") ? AMP_HALF_F16 : AMP_HALF_BF16};
     TRY(amp_initialize_ex(m, opt, &o));
     amp_ddp *ddp;

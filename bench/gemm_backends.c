@@ -341,6 +341,10 @@ static void bench_conv(void) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
+    if (argc > 2 || threads < 1) {
+        fprintf(stderr, "usage: gemm_backends [threads]: at least 1 (default 2)\n");
+        return 2;
+    }
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     printf("threads: %d (oneDNN via OpenMP, OpenBLAS pthreads); OpenBLAS: %s; oneDNN %d.%d.%d, "

@@ -60,7 +60,11 @@ static double median_seconds(amp_ctx *ctx, int op, amp_tensor *x, amp_tensor *g,
 int main(int argc, char **argv) {
     int64_t rows = argc > 2 ? atoll(argv[1]) : 16384, cols = argc > 2 ? atoll(argv[2]) : 768;
     int reps = argc > 3 ? atoi(argv[3]) : 9;
-    if (reps < 1 || reps > 63) reps = 9;
+    if (argc == 2 || argc > 4 || rows < 1 || cols < 1 || reps < 1 || reps > 63) {
+        fprintf(stderr, "usage: rowops_cpu [rows cols [reps]]: rows and cols at least 1, reps "
+                        "1 to 63 (default 16384 768 9)\n");
+        return 2;
+    }
     amp_ctx *ctx;
     if (amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx) != AMP_OK) {
         fprintf(stderr, "rowops_cpu: %s\n", amp_last_error());
