@@ -121,11 +121,13 @@ int main(int argc, char **argv) {
     for (int k = 0; k < steps; k++) TRY(amp_comm_allreduce_max_f64(comm, &t[k], 1));
     qsort(t, (size_t)steps, sizeof *t, cmp_double);
     double med = t[steps / 2];
+    char threads_text[32] = "all cores"; /* --threads 0, the default */
+    if (threads) snprintf(threads_text, sizeof threads_text, "%d thread(s)", threads);
     if (rank == 0)
-        printf("%s %s: %d rank(s) x %d thread(s), global batch %d: %.1f samples/s, step %.1f ms "
+        printf("%s %s: %d rank(s) x %s, global batch %d: %.1f samples/s, step %.1f ms "
                "(median), all-reduce %.1f ms/step of which %.1f ms not hidden by backward, "
                "%d bucket(s)\n", model, level == AMP_O0 ? "O0" : half, size,
-               threads ? threads : 0, global, global / med, 1e3 * med,
+               threads_text, global, global / med, 1e3 * med,
                size > 1 ? 1e3 * comm_s / steps : 0.0, size > 1 ? 1e3 * exposed_s / steps : 0.0,
                amp_ddp_n_buckets(ddp));
     free(t);
