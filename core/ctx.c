@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu_info.h"
 #include "core/ctx.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -47,6 +48,8 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_ctx_create: unknown device %d", (int)o.device);
     if (o.n_threads < 0)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_ctx_create: n_threads %d < 0", o.n_threads);
+    if (amp_cpu_isa_check() != AMP_OK) /* a misspelt cap would test another CPU than asked */
+        return amp_fail_context(AMP_ERR_INVALID_ARG, "amp_ctx_create");
     const amp_backend *be = NULL;
     AMP_TRY(amp_ctx_pick_backend(o.device, &be));
     amp_ctx *ctx = calloc(1, sizeof *ctx);

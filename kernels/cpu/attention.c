@@ -26,9 +26,9 @@
  * dropout's factor (0 past the row's keys), ready for O += P V. Built per ISA (the exps are most
  * of the work outside the products); the row sums run in ATTN_LANES explicit lanes so that they
  * vectorise at every width. */
-AMP_CPU_CLONES static void fwd_softmax_tile(const amp_attn_desc *d, int64_t bh, int64_t i0,
-                                            int64_t nr, int64_t j0, int64_t nc, int64_t len,
-                                            attn_tiles *t) {
+AMP_CPU_CLONED(static, void, fwd_softmax_tile, (const amp_attn_desc *d, int64_t bh, int64_t i0,
+               int64_t nr, int64_t j0, int64_t nc, int64_t len, attn_tiles *t),
+               (d, bh, i0, nr, j0, nc, len, t)) {
     const int64_t dim = d->head_dim;
     const float inv_keep = amp_dropout_scale(d->dropout_p);
     for (int64_t r = 0; r < nr; r++) {

@@ -22,8 +22,9 @@
 /* delta[i] = sum_c dO[i, c] O[i, c] for the head's rows, in ATTN_LANES f32 lanes added in
  * order (the same sum whatever the thread count); half rows widened in the tiles' buffers.
  * Built per ISA (one element at a time it took 2 ms of a GPT step's 13 in attention). */
-AMP_CPU_CLONES static void head_delta(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
-                                      attn_tiles *t) {
+AMP_CPU_CLONED(static, void, head_delta, (const amp_attn_desc *d, const attn_operands *x,
+               int64_t bh, attn_tiles *t),
+               (d, x, bh, t)) {
     int64_t dim = d->head_dim;
     for (int64_t i0 = 0; i0 < d->seq; i0 += ATTN_BR) {
         int64_t nr = attn_min(ATTN_BR, d->seq - i0);
@@ -46,9 +47,10 @@ AMP_CPU_CLONES static void head_delta(const amp_attn_desc *d, const attn_operand
 
 /* P, then dS in dp, for query block i0 (nr rows) against key block j0 (nc keys); pz (in s) is P
  * with dropout's factor. Built per ISA, the exps in attention_tiles.h's vector loops. */
-AMP_CPU_CLONES static void block_probs(const amp_attn_desc *d, const attn_operands *x, int64_t bh,
-                                      int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t len,
-                                      attn_tiles *t) {
+AMP_CPU_CLONED(static, void, block_probs, (const amp_attn_desc *d, const attn_operands *x,
+               int64_t bh, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t len,
+               attn_tiles *t),
+               (d, x, bh, i0, nr, j0, nc, len, t)) {
     const float inv_keep = amp_dropout_scale(d->dropout_p);
     for (int64_t r = 0; r < nr; r++) {
         int64_t i = i0 + r, row = bh * d->seq + i;

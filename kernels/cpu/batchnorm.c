@@ -27,8 +27,9 @@
 #include "kernels/math/batchnorm.h"
 
 /* sum(x) over channel ch, or sum((x - mean)^2) when squares is set, in double (f32 or bf16). */
-AMP_CPU_CLONES static double channel_sum(const amp_bn_desc *d, const void *x, int64_t ch,
-                                         double mean, int squares) {
+AMP_CPU_CLONED(static, double, channel_sum, (const amp_bn_desc *d, const void *x, int64_t ch,
+               double mean, int squares),
+               (d, x, ch, mean, squares)) {
     bn_sum_kind kind = squares ? BN_SUM_SQ_DEV : BN_SUM_X;
     double s;
     channel_sums(d, kind, x, NULL, NULL, ch, mean, &s, NULL);
@@ -58,8 +59,9 @@ AMP_CPU_CLONE_INLINE void channel_apply_typed(const amp_bn_desc *d, amp_dtype dt
     }
 }
 
-AMP_CPU_CLONES static void channel_apply(const amp_bn_desc *d, const void *x, int64_t ch,
-                                         float scale, float shift, void *y) {
+AMP_CPU_CLONED(static, void, channel_apply, (const amp_bn_desc *d, const void *x, int64_t ch,
+               float scale, float shift, void *y),
+               (d, x, ch, scale, shift, y)) {
     if (amp_cpu_bn_vectorised(d)) amp_cpu_bn_apply_avx512(d, x, ch, scale, shift, y);
     else if (d->dtype == AMP_BF16) channel_apply_typed(d, AMP_BF16, x, ch, scale, shift, y);
     else if (d->dtype == AMP_F16) channel_apply_typed(d, AMP_F16, x, ch, scale, shift, y);
@@ -163,16 +165,17 @@ amp_status amp_cpu_bn_fwd_eval(amp_device_ctx *dev, const amp_bn_desc *d, const 
 
 /* sum(dy) and sum((x - mean) * dy) over channel ch, in double; dt f32 or bf16; dy masked by
  * ReLU's backward on y when y is given (amp_bn_desc.relu). */
-AMP_CPU_CLONES static void channel_bwd_sums(const amp_bn_desc *d, const void *x, const void *dy,
-                                            const void *y, int64_t ch, double mean, double *sum_dy,
-                                            double *dot) {
+AMP_CPU_CLONED(static, void, channel_bwd_sums, (const amp_bn_desc *d, const void *x, const void *dy,
+               const void *y, int64_t ch, double mean, double *sum_dy, double *dot),
+               (d, x, dy, y, ch, mean, sum_dy, dot)) {
     channel_sums(d, BN_SUM_DY, x, dy, y, ch, mean, sum_dy, dot);
 }
 
 /* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */
-AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, const void *dy,
-                                          const void *y, int64_t ch, float mean, float proj,
-                                          float mean_dy, float k, void *dx) {
+AMP_CPU_CLONED(static, void, channel_bwd_dx, (const amp_bn_desc *d, const void *x, const void *dy,
+               const void *y, int64_t ch, float mean, float proj, float mean_dy, float k,
+               void *dx),
+               (d, x, dy, y, ch, mean, proj, mean_dy, k, dx)) {
     channel_bwd_dx_tiles(d, x, dy, y, ch, mean, proj, mean_dy, k, dx);
 }
 
@@ -180,9 +183,9 @@ AMP_CPU_CLONES static void channel_bwd_dx(const amp_bn_desc *d, const void *x, c
  * AMP_BINARY_RELU_BWD does it) a tile at a time, then widened: a widening of y per element cost
  * several ms a step on the ConvNet (the same section). `one` (the copy's descriptor) visits the copy in the tiles in which
  * d visits channel ch. */
-AMP_CPU_CLONES static void channel_widen_relu_f16(const amp_bn_desc *d, const amp_bn_desc *one,
-                                                  const void *dy, const void *y, int64_t ch,
-                                                  float *buf) {
+AMP_CPU_CLONED(static, void, channel_widen_relu_f16, (const amp_bn_desc *d, const amp_bn_desc *one,
+               const void *dy, const void *y, int64_t ch, float *buf),
+               (d, one, dy, y, ch, buf)) {
     uint16_t masked[AMP_CPU_REDUCE_CHUNK];
     const uint16_t *g = dy, *yb = y;
     for (int64_t t = 0; t < channel_tiles(d); t++) {

@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "core/cpu_info.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/load_store.h"
 
@@ -46,7 +47,27 @@ static void thread_state_free(void *p) {
     free(t);
 }
 
+/* oneDNN's ISA for the running level (core/cpu_info.h), as ONEDNN_MAX_CPU_ISA would set it, so
+ * that AMP_CPU_ISA caps oneDNN's kernels with ours. Its 2.6 has no level between bf16 and AMX. */
+static dnnl_cpu_isa_t dnnl_isa_of(amp_cpu_level level) {
+    switch (level) {
+    case AMP_CPU_SSE41: return dnnl_cpu_isa_sse41;
+    case AMP_CPU_AVX2: return dnnl_cpu_isa_avx2;
+    case AMP_CPU_AVX512_CORE: return dnnl_cpu_isa_avx512_core;
+    case AMP_CPU_AVX512_CORE_BF16:
+    case AMP_CPU_AVX512_CORE_FP16: return dnnl_cpu_isa_avx512_core_bf16;
+    case AMP_CPU_AVX512_CORE_AMX: break;
+    }
+    return dnnl_cpu_isa_all;
+}
+
 static void init_once(void) {
+    /* Only under a cap: otherwise ONEDNN_MAX_CPU_ISA, if set, keeps its say. It must come before
+     * oneDNN's first look at the CPU, which engine creation is not yet. */
+    if (*amp_cpu_isa_cap()) {
+        g_engine_status = dnnl_set_max_cpu_isa(dnnl_isa_of(amp_cpu_level_get()));
+        if (g_engine_status != dnnl_success) return;
+    }
     g_engine_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
     g_key_status = pthread_key_create(&g_thread_key, thread_state_free);
 }
@@ -54,7 +75,10 @@ static void init_once(void) {
 amp_status amp_dnnl_engine(dnnl_engine_t *out) {
     pthread_once(&g_once, init_once);
     if (g_engine_status != dnnl_success)
-        return amp_dnnl_fail(g_engine_status, "dnnl_engine_create(&engine, dnnl_cpu, 0)",
+        return amp_dnnl_fail(g_engine_status,
+                             *amp_cpu_isa_cap() && !g_engine
+                                 ? "dnnl_set_max_cpu_isa for AMP_CPU_ISA, or dnnl_engine_create"
+                                 : "dnnl_engine_create(&engine, dnnl_cpu, 0)",
                              __func__);
     *out = g_engine;
     return AMP_OK;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/dropout.h"
 
@@ -15,12 +16,11 @@
 #define DROPOUT_TILE 1024
 
 /* mask[i] = keep(seed, first + i). Philox's ten rounds of 32x32->64-bit multiplies dominate
- * dropout; built for AVX-512 and AVX2 as well (chosen at load time), where they run 8 or 4
- * lanes wide, and for the baseline ISA. */
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-static void dropout_mask(uint8_t *mask, int64_t n, uint64_t seed, uint64_t first, float p) {
+ * dropout; built for AVX-512 and AVX2 as well (cpu_clones.h), where they run 8 or 4 lanes wide,
+ * and for the baseline ISA. */
+AMP_CPU_CLONED(static, void, dropout_mask,
+               (uint8_t *mask, int64_t n, uint64_t seed, uint64_t first, float p),
+               (mask, n, seed, first, p)) {
     for (int64_t i = 0; i < n; i++) mask[i] = amp_dropout_keep(seed, first + (uint64_t)i, p);
 }
 

@@ -162,7 +162,9 @@ typedef struct ew_op {
 } ew_op;
 
 /* y = f(a) (unary), f(a, b) (binary), or b + alpha * a (axpy: a is x, b is y's old value). */
-AMP_CPU_CLONES static void ew_tile(const ew_op *f, int64_t n, const float *a, const float *b, float *y) {
+AMP_CPU_CLONED(static, void, ew_tile, (const ew_op *f, int64_t n, const float *a, const float *b,
+               float *y),
+               (f, n, a, b, y)) {
     switch (f->kind) {
     case EW_UNARY:
         unary_tile((amp_unary_op)f->op, n, a, f->alpha, y);
@@ -195,13 +197,15 @@ static void ew_run(const ew_op *f, amp_dtype dt, int64_t n, const void *a, const
 /* ReLU and its backward on f16/bf16 storage work on the bits (kernels/math/relu.h: the bits of
  * widening, the f32 function and rounding), with no widening and narrowing tiles, which cost
  * a ReLU a pass each way (bench/RESULTS.md, "Figures behind decisions in the code", elementwise.c). */
-AMP_CPU_CLONES static void relu_half_range(int64_t n, const uint16_t *x, uint16_t *y,
-                                           uint16_t inf_bits) {
+AMP_CPU_CLONED(static, void, relu_half_range, (int64_t n, const uint16_t *x, uint16_t *y,
+               uint16_t inf_bits),
+               (n, x, y, inf_bits)) {
     for (int64_t i = 0; i < n; i++) y[i] = amp_relu_half_bits(x[i], inf_bits);
 }
 
-AMP_CPU_CLONES static void relu_bwd_half_range(int64_t n, const uint16_t *yv, const uint16_t *dy,
-                                               uint16_t *dx, uint16_t inf_bits) {
+AMP_CPU_CLONED(static, void, relu_bwd_half_range, (int64_t n, const uint16_t *yv,
+               const uint16_t *dy, uint16_t *dx, uint16_t inf_bits),
+               (n, yv, dy, dx, inf_bits)) {
     for (int64_t i = 0; i < n; i++) dx[i] = amp_relu_bwd_half_bits(yv[i], dy[i], inf_bits);
 }
 

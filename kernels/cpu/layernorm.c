@@ -48,7 +48,8 @@ typedef struct ln_call {
 
 /* buf: the rows of x and r widened, the sum, and the output before its narrowing, cols floats
  * each; vector loops, built per ISA. */
-AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
+AMP_CPU_CLONED(static, void, fwd_row, (void *ctx, int64_t row, float *buf),
+               (ctx, row, buf)) {
     const ln_call *c = ctx;
     const amp_ln_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;
@@ -100,7 +101,8 @@ AMP_CPU_CLONE_INLINE void dx_row(const ln_call *c, int64_t row, const float *xv,
 /* Chunk k of the backward: its AMP_LN_COL_CHUNK rows in order, each row's x and dy widened once
  * for both its column sums (dgamma's sum of dy xhat and dbeta's of dy, in f64, into the chunk's
  * partials) and its dx (when asked). buf: x, dy, then dx_row's three rows. Built per ISA. */
-AMP_CPU_CLONES static void bwd_chunk(void *ctx, int64_t k, float *buf) {
+AMP_CPU_CLONED(static, void, bwd_chunk, (void *ctx, int64_t k, float *buf),
+               (ctx, k, buf)) {
     const ln_call *c = ctx;
     const amp_ln_desc *d = c->d;
     int64_t cols = d->cols, r0 = k * AMP_LN_COL_CHUNK;

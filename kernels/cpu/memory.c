@@ -9,12 +9,13 @@
  *  - f32 <-> f16 uses the F16C instructions (vcvtps2ph with RNE, vcvtph2ps) where the CPU has them,
  *    then patches NaN lanes to the core/half.h bits (the instructions keep and quieten payloads);
  *    the portable fallback is the core/half.h loop;
- *  - on CPUs with AVX-512 (amp_cpu_avx512_kernels) both run sixteen lanes at a time through
+ *  - at the avx512_core level (amp_cpu_avx512_kernels) both run sixteen lanes at a time through
  *    avx512_lanes.h, the tail masked, NaN lanes patched only in a vector that has one. In L1 (the
  *    optimizer rounds each 4096-element chunk into its half copy while the chunk is there) that
  *    beats the F16C and AVX2 loops; a matrix in DRAM converts at memory speed either way
  *    (bench/RESULTS.md, "Figures behind decisions in the code", memory.c).
- * The x86 paths are chosen at run time, so one binary runs everywhere. */
+ * The x86 paths are chosen at run time by the CPU's level, capped by AMP_CPU_ISA
+ * (core/cpu_info.h), so one binary runs everywhere and any path runs on a CPU above it. */
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include <omp.h>
 #endif
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -182,9 +184,9 @@ CPU_TARGET_AVX2 static void f16_to_f32_f16c(float *restrict dst, const uint16_t 
     for (; i < n; i++) dst[i] = amp_f16_bits_to_f32(src[i]);
 }
 
+/* The avx2 level (core/cpu_info.h) has F16C too; AMP_CPU_ISA=sse41 keeps the portable loops. */
 static bool cpu_has_avx2_f16c(void) {
-    __builtin_cpu_init(); /* idempotent; needed when a constructor casts before libgcc's runs */
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return amp_cpu_level_get() >= AMP_CPU_AVX2;
 }
 #endif
 

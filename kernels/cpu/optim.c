@@ -31,10 +31,10 @@
 /* One range loop per gradient dtype, each with its load inlined. Pointers start at the range's
  * first element; gs multiplies each gradient as it is loaded (1: exact, the gradient as is). */
 #define AMP_SGD_RANGE(suffix)                                                                      \
-    AMP_OPTIM_CLONES static void amp_sgd_range_##suffix(const amp_sgd_coefs *cp, float gs,       \
-                                                        int64_t n, float *restrict param,          \
-                                                        const void *restrict grad,                 \
-                                                        float *restrict buf) {                     \
+    AMP_CPU_CLONED(static, void, amp_sgd_range_##suffix,                                          \
+                   (const amp_sgd_coefs *cp, float gs, int64_t n, float *restrict param,          \
+                    const void *restrict grad, float *restrict buf),                              \
+                   (cp, gs, n, param, grad, buf)) {                                               \
         const amp_sgd_coefs c = *cp; /* a local copy: no store can alias it */                     \
         for (int64_t i = 0; i < n; i++)                                                            \
             amp_sgd_update_elem(&c, param + i, amp_ld_##suffix(grad, i) * gs,                      \
@@ -44,9 +44,10 @@ AMP_SGD_RANGE(f32)
 AMP_SGD_RANGE(bf16) /* f16 gradients are widened per chunk first (amp_optim_chunk_grad) */
 
 #define AMP_ADAM_RANGE(suffix)                                                                     \
-    AMP_OPTIM_CLONES static void amp_adam_range_##suffix(                                        \
-        const amp_adam_coefs *cp, float gs, int64_t n, float *restrict param,                     \
-        const void *restrict grad, float *restrict m, float *restrict v) {                        \
+    AMP_CPU_CLONED(static, void, amp_adam_range_##suffix,                                         \
+                   (const amp_adam_coefs *cp, float gs, int64_t n, float *restrict param,         \
+                    const void *restrict grad, float *restrict m, float *restrict v),             \
+                   (cp, gs, n, param, grad, m, v)) {                                              \
         const amp_adam_coefs c = *cp; /* a local copy: no store can alias it */                    \
         for (int64_t i = 0; i < n; i++)                                                            \
             amp_adam_update_elem(&c, param + i, amp_ld_##suffix(grad, i) * gs, m + i, v + i);     \

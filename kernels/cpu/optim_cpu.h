@@ -11,19 +11,12 @@
 #include "core/half.h"
 #include "kernels/cpu/multi_tensor_apply.h"
 
-/* The element loops are also built for FMA-capable x86-64 and picked at load time (ifunc): with
- * the instruction, fmaf inlines instead of calling libm and the loop vectorises; the file is
- * built with -fno-math-errno (sqrtf's errno path otherwise blocks vectorisation) (figures:
- * bench/RESULTS.md, "Figures behind decisions in the code", optim_cpu.h). fmaf, sqrtf and division are exactly rounded in every build, so
- * all builds give the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define AMP_OPTIM_CLONES __attribute__((target_clones("fma", "default")))
-#endif
-#endif
-#ifndef AMP_OPTIM_CLONES
-#define AMP_OPTIM_CLONES
-#endif
+/* The element loops are built per level (cpu_clones.h's AMP_CPU_CLONED): with FMA, fmaf
+ * inlines instead of calling libm and the loop vectorises; the file is built with
+ * -fno-math-errno (sqrtf's errno path otherwise blocks vectorisation) (figures: bench/RESULTS.md,
+ * "Figures behind decisions in the code", optim_cpu.h). fmaf, sqrtf and division are exactly
+ * rounded in every build, so all builds give the same bits. */
+#include "kernels/cpu/cpu_clones.h"
 
 /* Elements per range call: long enough to vectorise, short enough to share evenly among threads
  * and for the chunk's f32 values to be still in L1 when the half copy is written. It is also the

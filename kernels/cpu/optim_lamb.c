@@ -30,8 +30,8 @@ typedef double (*amp_lamb_gsq_fn)(const void *, float, int64_t);
 
 /* Sum of squares of the scaled gradients of one piece (pass 1). */
 #define AMP_LAMB_GSQ_RANGE(suffix)                                                                 \
-    AMP_OPTIM_CLONES static double amp_lamb_gsq_##suffix(const void *restrict g, float gs,       \
-                                                         int64_t n) {                              \
+    AMP_CPU_CLONED(static, double, amp_lamb_gsq_##suffix,                                         \
+                   (const void *restrict g, float gs, int64_t n), (g, gs, n)) {                   \
         double lane[8] = {0};                                                                      \
         int64_t i = 0;                                                                             \
         for (; i + 8 <= n; i += 8)                                                                 \
@@ -47,9 +47,11 @@ AMP_LAMB_GSQ_RANGE(bf16) /* f16 gradients are widened per piece first (amp_optim
 
 /* Stage 1 of one piece: moments updated in place, the direction into u. */
 #define AMP_LAMB_STAGE1_RANGE(suffix)                                                              \
-    AMP_OPTIM_CLONES static void amp_lamb_stage1_##suffix(                                       \
-        const amp_lamb_coefs *cp, float divisor, float gs, int64_t n, const float *restrict x,    \
-        const void *restrict grad, float *restrict m, float *restrict v, float *restrict u) {     \
+    AMP_CPU_CLONED(static, void, amp_lamb_stage1_##suffix,                                        \
+                   (const amp_lamb_coefs *cp, float divisor, float gs, int64_t n,                 \
+                    const float *restrict x, const void *restrict grad, float *restrict m,        \
+                    float *restrict v, float *restrict u),                                        \
+                   (cp, divisor, gs, n, x, grad, m, v, u)) {                                      \
         const amp_lamb_coefs c = *cp; /* a local copy: no store can alias it */                    \
         for (int64_t i = 0; i < n; i++)                                                            \
             u[i] = amp_lamb_stage1_elem(&c, divisor, x[i], amp_ld_##suffix(grad, i) * gs, m + i,  \
@@ -59,7 +61,7 @@ AMP_LAMB_STAGE1_RANGE(f32)
 AMP_LAMB_STAGE1_RANGE(bf16)
 
 /* Sum of x[i]^2 in f64, in the order of the gradient sums above. */
-AMP_OPTIM_CLONES static double amp_lamb_sumsq(const float *restrict x, int64_t n) {
+AMP_CPU_CLONED(static, double, amp_lamb_sumsq, (const float *restrict x, int64_t n), (x, n)) {
     double lane[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -79,10 +81,10 @@ static inline float amp_lamb_direction(const amp_lamb_coefs *c, float m, float v
     return c->decoupled_decay != 0.0f ? fmaf(c->decoupled_decay, x, r) : r;
 }
 
-AMP_OPTIM_CLONES static void amp_lamb_stage2_range(const amp_lamb_coefs *cp, float step_size,
-                                                   int64_t n, float *restrict x,
-                                                   const float *restrict m,
-                                                   const float *restrict v) {
+AMP_CPU_CLONED(static, void, amp_lamb_stage2_range,
+               (const amp_lamb_coefs *cp, float step_size, int64_t n, float *restrict x,
+                const float *restrict m, const float *restrict v),
+               (cp, step_size, n, x, m, v)) {
     const amp_lamb_coefs c = *cp;
     for (int64_t i = 0; i < n; i++)
         amp_lamb_stage2_elem(step_size, x + i, amp_lamb_direction(&c, m[i], v[i], x[i]));

@@ -9,7 +9,7 @@
  * overwrites dx: zero, then dx[argmax] += dy in output order within the plane, in f32 (windows
  * overlap when stride < k), rounded once on store for f16/bf16. Planes of f16/bf16 are widened
  * into per-thread f32 buffers. The ConvNet's 2x2 stride-2 pooling runs sixteen outputs per vector
- * on CPUs with AVX-512 (pool_2x2_avx512.c, unless AMP_CPU_GENERIC is set), in every dtype without
+ * on CPUs with AVX-512 (pool_2x2_avx512.c, below AMP_CPU_ISA's cap), in every dtype without
  * the copies. */
 #include <math.h>
 #include <stdbool.h>

@@ -101,8 +101,9 @@ static inline __attribute__((always_inline)) void rows_add8(rows_v8d *s, const f
     *s += __builtin_convertvector(f, rows_v8d);
 }
 
-AMP_CPU_CLONES static void sum_rows_block(amp_dtype dt, int64_t cols, const void *x, int64_t r0,
-                                          int64_t r1, int64_t j0, int64_t w, double *acc) {
+AMP_CPU_CLONED(static, void, sum_rows_block, (amp_dtype dt, int64_t cols, const void *x, int64_t r0,
+               int64_t r1, int64_t j0, int64_t w, double *acc),
+               (dt, cols, x, r0, r1, j0, w, acc)) {
     float buf[AMP_CPU_REDUCE_CHUNK];
     const float *rows[AMP_CPU_REDUCE_CHUNK];
     for (int64_t r = r0; r < r1; r++)
@@ -121,8 +122,9 @@ AMP_CPU_CLONES static void sum_rows_block(amp_dtype dt, int64_t cols, const void
         for (int64_t j = jb; j < w; j++) acc[j] += (double)rows[r][j];
 }
 
-AMP_CPU_CLONES void amp_cpu_fold_chunks(const double *partial, int64_t n_chunks, int64_t stride,
-                                        int64_t j0, int64_t w, float *out) {
+AMP_CPU_CLONED(, void, amp_cpu_fold_chunks, (const double *partial, int64_t n_chunks,
+               int64_t stride, int64_t j0, int64_t w, float *out),
+               (partial, n_chunks, stride, j0, w, out)) {
     double s[AMP_CPU_FOLD_BLOCK] = {0};
     for (int64_t c = 0; c < n_chunks; c++)
         for (int64_t j = 0; j < w; j++) s[j] += partial[c * stride + j0 + j];

@@ -50,8 +50,9 @@ AMP_CPU_CLONE_INLINE float lanes_max(const float *v, int64_t n) {
     return amp_lanes_combine(acc, 1);
 }
 
-AMP_CPU_CLONES void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, float *m_out,
-                                           float *s_out) {
+AMP_CPU_CLONED(, void, amp_cpu_row_max_sumexp, (const float *v, int64_t n, float *e, float *m_out,
+               float *s_out),
+               (v, n, e, m_out, s_out)) {
     bool avx512 = amp_cpu_avx512_kernels(); /* exp_avx512.c: the same bits, fewer instructions */
     float m = avx512 ? amp_avx512_row_max(v, n) : lanes_max(v, n), acc[AMP_LANES];
     *m_out = m;
@@ -68,7 +69,8 @@ AMP_CPU_CLONES void amp_cpu_row_max_sumexp(const float *v, int64_t n, float *e, 
     *s_out = amp_lanes_combine(acc, 0);
 }
 
-AMP_CPU_CLONES float amp_cpu_row_sum(const float *v, int64_t n) {
+AMP_CPU_CLONED(, float, amp_cpu_row_sum, (const float *v, int64_t n),
+               (v, n)) {
     if (amp_cpu_avx512_kernels()) return amp_avx512_row_sum(v, n, 0.0f, false);
     float acc[AMP_LANES] = {0};
     lanes_sum(v, n, acc);

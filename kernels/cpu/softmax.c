@@ -18,7 +18,8 @@ typedef struct sm_call {
 
 /* The row read in place (f32) or widened into buf, its exps in buf + cols, the output written
  * from them (softmax) or from the row (log-softmax), then narrowed if half: vector loops. */
-AMP_CPU_CLONES static void fwd_row(void *ctx, int64_t row, float *buf) {
+AMP_CPU_CLONED(static, void, fwd_row, (void *ctx, int64_t row, float *buf),
+               (ctx, row, buf)) {
     const sm_call *c = ctx;
     const amp_softmax_desc *d = c->d;
     int64_t cols = d->cols, base = row * cols;

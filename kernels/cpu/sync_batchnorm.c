@@ -42,8 +42,9 @@ static void sync_channel_sums_f16(const amp_bn_desc *d, const void *x, double ce
     *s2 = b;
 }
 
-AMP_CPU_CLONES static void sync_channel_sums(const amp_bn_desc *d, const void *x, double center,
-                                             const void *dy, int64_t ch, double *s1, double *s2) {
+AMP_CPU_CLONED(static, void, sync_channel_sums, (const amp_bn_desc *d, const void *x, double center,
+               const void *dy, int64_t ch, double *s1, double *s2),
+               (d, x, center, dy, ch, s1, s2)) {
     bn_sum_kind kind = dy ? BN_SUM_DY : BN_SUM_CENTERED;
     if (d->dtype == AMP_F16) sync_channel_sums_f16(d, x, center, dy, ch, s1, s2);
     else channel_sums(d, kind, x, dy, NULL, ch, center, s1, s2);
@@ -82,9 +83,9 @@ amp_status amp_cpu_bn_sync_stats(amp_device_ctx *dev, const amp_bn_desc *d, int6
 }
 
 /* batchnorm_tiles.h's dx loop, built for the wider vectors (cpu_clones.h). */
-AMP_CPU_CLONES static void sync_channel_dx(const amp_bn_desc *d, const void *x, const void *dy,
-                                           int64_t ch, float mean, float proj, float mean_dy,
-                                           float k, void *dx) {
+AMP_CPU_CLONED(static, void, sync_channel_dx, (const amp_bn_desc *d, const void *x, const void *dy,
+               int64_t ch, float mean, float proj, float mean_dy, float k, void *dx),
+               (d, x, dy, ch, mean, proj, mean_dy, k, dx)) {
     channel_bwd_dx_tiles(d, x, dy, NULL, ch, mean, proj, mean_dy, k, dx);
 }
 

@@ -61,7 +61,8 @@ static void fwd_row(void *ctx, int64_t r, float *buf) {
  * half row are widened into buf first. exp(x - lse) in vector loops (vector_exp.h: the scalar
  * amp_expf's bits) where every x - lse is a number below 88 (always, with the forward's lse of
  * finite logits), else amp_xent_grad one element at a time. */
-AMP_CPU_CLONES static void bwd_row(void *ctx, int64_t r, float *buf) {
+AMP_CPU_CLONED(static, void, bwd_row, (void *ctx, int64_t r, float *buf),
+               (ctx, r, buf)) {
     const xent_call *c = ctx;
     const amp_xent_desc *d = c->d;
     int64_t classes = d->classes, width = classes + d->padding, base = r * width;

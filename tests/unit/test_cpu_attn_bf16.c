@@ -85,7 +85,7 @@ static void run(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, 
 
 int main(void) {
     if (!amp_cpu_avx512_bf16_kernels())
-        return test_skip(NAME, "this CPU has no AVX512-BF16 (or AMP_CPU_GENERIC is set)");
+        return test_skip(NAME, "this CPU has no AVX512-BF16 (or AMP_CPU_ISA caps it)");
     srand(7);
     const int64_t shapes[][3] = {{1, 1, 1}, {5, 17, 3}, {64, 128, 64}, {37, 70, 33},
                                  {128, 32, 64}, {4, 200, 129}, {63, 16, 2}};

@@ -2,7 +2,7 @@
  *
  * The casts must give exactly the bits of core/half.h's scalar functions (themselves checked
  * against double references in test_half.c), whichever path runs (AVX-512, F16C/AVX2 under
- * AMP_CPU_GENERIC as test_cpu_cast_generic, or portable): every
+ * AMP_CPU_ISA=sse41 as test_cpu_cast_generic, or portable): every
  * one of the 65536 half patterns is widened, random f32 bit patterns (NaN, inf, subnormals,
  * round-to-even ties) are narrowed, at lengths that exercise the vector tails and the parallel
  * path. */

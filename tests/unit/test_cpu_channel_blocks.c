@@ -194,7 +194,7 @@ static void test_conv_f16(void) {
 int main(void) {
     test_rng_seed(20261127);
     if (amp_cpu_c16_vectorised(AMP_F16, 16)) test_conversions();
-    else printf("test_cpu_channel_blocks: no AVX-512 here (or AMP_CPU_GENERIC): conversions not run\n");
+    else printf("test_cpu_channel_blocks: no AVX-512 here (or AMP_CPU_ISA caps it): conversions not run\n");
     test_conv_f16();
     return test_summary("test_cpu_channel_blocks");
 }

@@ -7,7 +7,7 @@
  *    written here: a CUDA warp's xor butterfly over 32 lanes, exactly as a warp runs it, and
  *    amp_softmax_exp per element. Every length from 0 to 100 and a few long ones (the masked
  *    tails), ties of +0 and -0, partly and fully masked rows, NaN anywhere, infinities. Without
- *    AVX-512 (or with AMP_CPU_GENERIC) the row checks still hold the portable loops;
+ *    AVX-512 (or under AMP_CPU_ISA=avx2) the row checks still hold the portable loops;
  *  - amp_avx512_row_sum (AVX-512 only), the plain sum and LayerNorm's squares about a centre, on
  *    the same rows, against the butterfly over 32 lanes summed in order. */
 #include <math.h>
@@ -192,7 +192,7 @@ int main(void) {
     rows();
     if (!amp_cpu_avx512_kernels()) { /* what runs here was checked: the portable loops */
         printf("%s: the AVX-512 exp not checked: this CPU has no AVX-512 F/BW/VL, or "
-               "AMP_CPU_GENERIC is set\n",
+               "AMP_CPU_ISA caps it\n",
                NAME);
         return test_summary(NAME);
     }
