@@ -347,11 +347,15 @@ int main(int argc, char **argv) {
     }
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
-    printf("threads: %d (oneDNN via OpenMP, OpenBLAS pthreads); OpenBLAS: %s; oneDNN %d.%d.%d, "
-           "ISA %d\n\n",
+    printf("threads: %d (oneDNN via OpenMP, OpenBLAS pthreads); OpenBLAS: %s; oneDNN %d.%d.%d\n\n",
            threads, openblas_get_config(), dnnl_version()->major, dnnl_version()->minor,
-           dnnl_version()->patch, (int)dnnl_get_effective_cpu_isa());
+           dnnl_version()->patch);
     bench_gemm();
     bench_conv();
+    /* Asked after libamp's first GEMM: asking first would fix oneDNN's ISA before AMP_CPU_ISA
+     * could cap it. */
+    const char *cap = getenv("AMP_CPU_ISA");
+    printf("\noneDNN's ISA: 0x%x%s%s\n", (unsigned)dnnl_get_effective_cpu_isa(),
+           cap ? ", AMP_CPU_ISA=" : "", cap ? cap : "");
     return 0;
 }

@@ -36,6 +36,7 @@ static dnnl_engine_t g_engine;
 static dnnl_status_t g_engine_status = dnnl_runtime_error;
 static pthread_key_t g_thread_key;
 static int g_key_status = -1;
+static bool g_isa_refused; /* AMP_CPU_ISA came after oneDNN had chosen a higher ISA */
 
 static void thread_state_free(void *p) {
     thread_state *t = p;
@@ -65,8 +66,14 @@ static void init_once(void) {
     /* Only under a cap: otherwise ONEDNN_MAX_CPU_ISA, if set, keeps its say. It must come before
      * oneDNN's first look at the CPU, which engine creation is not yet. */
     if (*amp_cpu_isa_cap()) {
-        g_engine_status = dnnl_set_max_cpu_isa(dnnl_isa_of(amp_cpu_level_get()));
-        if (g_engine_status != dnnl_success) return;
+        dnnl_cpu_isa_t want = dnnl_isa_of(amp_cpu_level_get());
+        /* Refused once the process's oneDNN has looked (a caller used it first): fine if what it
+         * chose is within the cap, which the levels' bit masks tell. */
+        if (dnnl_set_max_cpu_isa(want) != dnnl_success &&
+            ((unsigned)dnnl_get_effective_cpu_isa() & ~(unsigned)want) != 0) {
+            g_isa_refused = true;
+            return;
+        }
     }
     g_engine_status = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
     g_key_status = pthread_key_create(&g_thread_key, thread_state_free);
@@ -74,11 +81,14 @@ static void init_once(void) {
 
 amp_status amp_dnnl_engine(dnnl_engine_t *out) {
     pthread_once(&g_once, init_once);
+    if (g_isa_refused)
+        return amp_fail(AMP_ERR_BACKEND,
+                        "AMP_CPU_ISA=%s: this process used oneDNN before libamp, and oneDNN "
+                        "keeps the ISA it chose then (0x%x); set ONEDNN_MAX_CPU_ISA=%s too",
+                        amp_cpu_isa_cap(), (unsigned)dnnl_get_effective_cpu_isa(),
+                        amp_cpu_level_name(amp_cpu_level_get()));
     if (g_engine_status != dnnl_success)
-        return amp_dnnl_fail(g_engine_status,
-                             *amp_cpu_isa_cap() && !g_engine
-                                 ? "dnnl_set_max_cpu_isa for AMP_CPU_ISA, or dnnl_engine_create"
-                                 : "dnnl_engine_create(&engine, dnnl_cpu, 0)",
+        return amp_dnnl_fail(g_engine_status, "dnnl_engine_create(&engine, dnnl_cpu, 0)",
                              __func__);
     *out = g_engine;
     return AMP_OK;
