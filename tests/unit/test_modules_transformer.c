@@ -99,6 +99,7 @@ static void test_opt_levels(void) {
                 CHECK_OK(amp_step(opt, &stepped));
                 CHECK_OK(amp_zero_grad(opt));
             }
+            printf("O2: loss %.4f -> %.4f after 30 Adam steps\n", (double)first, (double)last);
             CHECK_MSG(last < 0.5f * first, "O2 loss %g -> %g", (double)first, (double)last);
             amp_tensor_free(ids);
             amp_tensor_free(labels);
