@@ -82,6 +82,17 @@ amp_status amp_state_of(const char *who, const amp_optimizer *opt, amp_state **s
 /* Drops an optimizer's per-step state (amp_zero_grad, and after each amp_step). */
 void amp_opt_state_reset(amp_state *st, amp_opt_state *os);
 
+/* amp/unscaled_grad.c: where parameter i's unscaled gradient is after amp_unscale: f32
+ * (writable: the master's, the at-each-backward sum's, or the model's own unscaled in place) or
+ * a half gradient (O3) that still needs multiplying by `factor`, the step's half_grad_scale
+ * (host mode; the device mode keeps it on the device). */
+typedef struct amp_grad_view {
+    void *data;
+    amp_dtype dtype;
+    float factor; /* what the stored values still need multiplying by */
+} amp_grad_view;
+amp_grad_view amp_grad_view_of(amp_opt_state *os, int i);
+
 /* amp/backward.c: the overflow flag of loss_id, read back (peek), or read and cleared. */
 amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found);
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);

@@ -6,7 +6,7 @@
  * Without masters an f32 gradient is unscaled in place; an f16/bf16 one (O3) stays scaled in the
  * model, where rounding the unscaled value to half would lose it, and the optimizer unscales it
  * as it loads it (half_grad_scale, Apex's fused-optimizer `scale`). When no pass would run (a
- * scale of 1 without masters), skip_nonfinite adds a read-only check (the backend's nonfinite). */
+ * scale of 1 without masters), skip_nonfinite adds a read-only check (the backend's nonfinite_multi). */
 #include <math.h>
 
 #include "core/error.h"
@@ -81,25 +81,6 @@ amp_status amp_unscale(amp_optimizer *opt) {
     }
     os->unscaled = true;
     return AMP_OK;
-}
-
-/* Where parameter i's unscaled gradient is after amp_unscale: f32 (writable) or a half gradient
- * that the optimizer will multiply by the step's half_grad_scale. */
-typedef struct amp_grad_view {
-    void *data;
-    amp_dtype dtype;
-    float factor; /* what the stored values still need multiplying by */
-} amp_grad_view;
-
-static amp_grad_view amp_grad_view_of(amp_opt_state *os, int i) {
-    amp_optimizer *opt = os->opt;
-    amp_tensor *p = opt->params[i];
-    if (amp_optimizer_has_masters(opt))
-        return (amp_grad_view){amp_optimizer_master_grad(opt, i), AMP_F32, 1.0f};
-    if (os->in.grad_source && os->in.grad_source[i])
-        return (amp_grad_view){os->in.grad_source[i], AMP_F32, 1.0f};
-    amp_dtype dt = p->grad->dtype;
-    return (amp_grad_view){p->grad->data, dt, amp_is_half(dt) ? os->in.half_grad_scale : 1.0f};
 }
 
 /* The device mode's clip: the sums of squares, the norm and the coefficient stay on the device

@@ -120,6 +120,15 @@ amp_status amp_unscale(amp_optimizer *opt);
  * clip_grad_norm_: factor min(1, max_norm / (norm + 1e-6))); *norm_out (may be NULL) gets the
  * norm before clipping (inf/NaN when the step will be skipped). Unscales first if needed. */
 amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_out);
+/* The gradient the optimizer will step param with, unscaled (and clipped, after
+ * amp_clip_grad_norm), as numel floats into host (nbytes = numel * 4): torch.amp's p.grad after
+ * scaler.unscale_(opt), Apex O2's master .grad. amp_tensor_get_grad instead gives the model's
+ * gradient as backward wrote it: times the loss scale until the step, and at O2 in the half
+ * type. Valid between amp_unscale (or amp_clip_grad_norm) and amp_step; before amp_unscale it is
+ * AMP_ERR_STATE (the values are still scaled), as it is for a parameter without a gradient. At
+ * O3 it is the half gradient times the factor the optimizer applies, in f32. */
+amp_status amp_unscaled_grad_to_host(amp_optimizer *opt, const amp_tensor *param, float *host,
+                                     size_t nbytes);
 /* Unscale (unless done) + inf check; on overflow skips the step (parameters and optimizer state
  * untouched, step count not advanced) and backs the scale off, else steps the optimizer (masters
  * and half copies) and grows the scale after growth_interval clean steps. *stepped (may be NULL)

@@ -239,7 +239,9 @@ amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x);
 bool amp_set_grad_enabled(amp_ctx *ctx, bool enabled);
 /* Marks a leaf tensor (made with amp_tensor_create) as needing a gradient. */
 amp_status amp_tensor_set_requires_grad(amp_tensor *t, bool requires_grad);
-/* The gradient written since the last zero_grad (AMP_ERR_STATE when none). */
+/* The gradient written since the last zero_grad (AMP_ERR_STATE when none), as backward wrote
+ * it: under amp with a loss scale it is scaled until amp_step, and at O2 it is the half model's
+ * half gradient; amp_unscaled_grad_to_host (amp/mixed_precision.h) reads the unscaled one. */
 amp_status amp_tensor_get_grad(const amp_tensor *t, amp_tensor **out);
 /* Forgets a leaf's gradient: the next backward overwrites instead of accumulating. */
 void amp_tensor_zero_grad(amp_tensor *t);
