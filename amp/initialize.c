@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tensor_internal.h"
@@ -234,6 +235,19 @@ static amp_status amp_models_cast(amp_state *st, amp_dtype to) {
     return AMP_OK;
 }
 
+/* One line when the CPU has no arithmetic in the half type, so that nobody takes the speed of
+ * bf16 storage for that of bf16 compute (torch's CPU autocast says nothing and runs bf16 GEMMs
+ * at 0.9 GFLOP/s on an AVX2-only EPYC): bf16 computes natively with AVX512-BF16 or AMX (the
+ * level's, capped by AMP_CPU_ISA), f16 never does on the CPU backend (DESIGN.md: storage). */
+static void amp_log_half_arithmetic(const amp_ctx *ctx, amp_dtype half, const amp_options *o) {
+    if (o->quiet || ctx->backend->device != AMP_DEVICE_CPU) return;
+    if (half == AMP_BF16 && amp_cpu_level_get() >= AMP_CPU_AVX512_CORE_BF16) return;
+    amp_log_msg(AMP_LOG_INFO, "%s has no arithmetic on this CPU (%s, [%s]): its GEMMs and "
+                "convolutions widen to f32 tiles and round back, so it saves memory, not time%s",
+                half == AMP_BF16 ? "bf16" : "f16", amp_cpu_model(), amp_cpu_isa(),
+                half == AMP_BF16 ? " (bf16 computes with AVX512-BF16 or AMX)" : "");
+}
+
 amp_status amp_initialize_multi(amp_model *const *models, int n_models,
                                  amp_optimizer *const *opts, int n_opts,
                                  const amp_options *options) {
@@ -280,6 +294,7 @@ amp_status amp_initialize_multi(amp_model *const *models, int n_models,
     ctx->amp = st;
     ctx->amp_hooks = &amp_hooks;
     amp_options_log(&o);
+    if (half_model || ctx->autocast.enabled) amp_log_half_arithmetic(ctx, ctx->autocast.half, &o);
     return AMP_OK;
 }
 

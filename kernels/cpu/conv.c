@@ -163,11 +163,7 @@ static amp_status conv_pd_create(const conv_key *key, dnnl_primitive_attr_t attr
         amp_status s = conv_pd_create_in(key, CONV_NHWC, attr, pd);
         if (s != AMP_OK && s != AMP_ERR_UNSUPPORTED) return s;
         if (s == AMP_OK) {
-            const char *impl = NULL;
-            if (dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) ==
-                    dnnl_success &&
-                impl && strncmp(impl, "ref", 3) != 0)
-                return AMP_OK;
+            if (!amp_dnnl_pd_is_reference(*pd)) return AMP_OK;
             dnnl_primitive_desc_destroy(*pd);
             *pd = NULL;
         }
@@ -201,6 +197,10 @@ static amp_status conv_plan_fill(conv_plan *plan, const conv_key *key, dnnl_prim
     amp_status s = conv_pd_create(key, attr, &pd);
     if (s == AMP_ERR_UNSUPPORTED && key->d.dtype != AMP_F32) return AMP_OK; /* widen */
     AMP_TRY(s);
+    if (key->d.dtype != AMP_F32 && amp_dnnl_pd_is_reference(pd)) { /* widen: the f32 kernels */
+        dnnl_primitive_desc_destroy(pd);
+        return AMP_OK;
+    }
     plan->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     plan->scratch_nbytes = dnnl_memory_desc_get_size(&plan->scratch_md);
     for (int i = 0; i < 3; i++) {

@@ -327,6 +327,12 @@ amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t a
     return AMP_OK;
 }
 
+bool amp_dnnl_pd_is_reference(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+           impl && strncmp(impl, "ref", 3) == 0;
+}
+
 /* ---- widening ------------------------------------------------------------------------------- */
 
 /* Row by row through amp_cpu_cast, whose vector paths convert 8-16 values an instruction.

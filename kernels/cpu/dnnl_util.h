@@ -103,6 +103,10 @@ amp_status amp_dnnl_wait(void);
 /* Builds a primitive from an operation descriptor with a user-managed scratchpad. On success
  * *pd holds the primitive descriptor (the caller destroys it). dnnl_unimplemented is returned as
  * AMP_ERR_UNSUPPORTED so callers may fall back; other failures as AMP_ERR_BACKEND. */
+/* Whether oneDNN chose its reference loops (impl "ref:any", "ref_..."), which it does for half
+ * dtypes where the CPU has no instruction for them (bf16 convolutions without AVX512-BF16): the
+ * callers widen to f32 instead, many times faster. */
+bool amp_dnnl_pd_is_reference(const_dnnl_primitive_desc_t pd);
 amp_status amp_dnnl_pd_create(const void *op_desc, const_dnnl_primitive_attr_t attr,
                               const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 /* A new attribute object with the scratchpad mode set to user. */

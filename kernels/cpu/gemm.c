@@ -128,6 +128,10 @@ static amp_status gemm_plan_fill(gemm_plan *plan, const gemm_key *key, dnnl_prim
     amp_status s = amp_dnnl_pd_create(&op, attr, NULL, &pd);
     if (s == AMP_ERR_UNSUPPORTED && !all_f32) return AMP_OK; /* plan->prim stays NULL: widen */
     AMP_TRY(s);
+    if (!all_f32 && amp_dnnl_pd_is_reference(pd)) { /* widen: the f32 kernels, not the loops */
+        dnnl_primitive_desc_destroy(pd);
+        return AMP_OK;
+    }
     plan->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     plan->scratch_nbytes = dnnl_memory_desc_get_size(&plan->scratch_md);
     ds = dnnl_primitive_create(&plan->prim, pd);
