@@ -1,4 +1,4 @@
-/* The loss scaler's state machine (amp/scaler.h states the algorithm and its sources). */
+/* The loss scaler's state machine (amp/scaler_internal.h states the algorithm and its sources). */
 #include "amp/scaler_internal.h"
 
 #include <float.h>

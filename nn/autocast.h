@@ -30,7 +30,7 @@ amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n);
 
 /* When t is the output of a cast of an f32 tensor that needs a gradient (under autocast: the
  * per-step half copy of an f32 weight), that f32 tensor; else NULL. A GEMM producing t's gradient
- * can then write it into the f32 tensor's gradient directly (amp_gemm_grad, ops_linear.c). */
+ * can then write it into the f32 tensor's gradient directly (amp_gemm_grad, nn/gemm.c). */
 amp_tensor *amp_cast_f32_source(const amp_tensor *t);
 
 /* Whether autocast's cache may hold a cast of x for the ops after this one: a leaf that requires

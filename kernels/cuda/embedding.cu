@@ -5,7 +5,7 @@
  * per index: 2 dim elements of traffic each. No host wait: a bad index writes NaN into its row
  * and the lowest such i into word 2 of the context's bad-index record (an integer atomicMin: the
  * same i in any order), which the next cross-entropy forward reads with its own labels' record
- * (loss.cu: the one wait it makes anyway) and reports.
+ * (xent.cu: the one wait it makes anyway) and reports.
  * Backward: dw zeroed, then one thread per column c adding dy[i, c] into dw[idx[i], c] for
  * i = 0, 1, ... in order: no float atomics and the CPU backend's order, so the same bits. A warp
  * covers 32 consecutive columns (coalesced); dim threads in all, each reading n elements: for
