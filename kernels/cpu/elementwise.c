@@ -93,16 +93,21 @@ AMP_CPU_CLONE_INLINE void unary_tile(amp_unary_op op, int64_t n, const float *x,
 }
 
 /* dx = amp_gelu_tanh_bwd(x, dy), its bits in vector loops: the tanh argument u, e^(2|u|) for
- * amp_tanhf's middle range (2|u| is exact, |u| clamped to 9.01 where tanh is 1 anyway), then
- * amp_tanhf's three ranges as selects and the derivative. A tile with a NaN takes the scalar
+ * amp_tanhf's middle range (2|u| is exact, clamped to 2 * 9.01 where tanh is 1 anyway), both of
+ * amp_tanhf's formulas for every element, then its three ranges as selects between the stored
+ * values and the derivative. A formula written inside a select is computed in its branch only,
+ * where it might raise a floating-point exception that the plain loop does not: GCC's AVX2
+ * clone then kept the loop scalar (only AVX-512's masked operations if-convert it), so each
+ * formula is computed whole, in a loop of its own. A tile with a NaN takes the scalar
  * function. */
 AMP_CPU_CLONE_INLINE void gelu_tanh_bwd_tile(int64_t n, const float *x, const float *dy, float *y) {
-    float u[EW_TILE], e[EW_TILE];
+    float u[EW_TILE], e[EW_TILE], poly[EW_TILE];
+    const float e_arg_max = 9.01f + 9.01f;
     int nan = 0;
     for (int64_t i = 0; i < n; i++) {
         u[i] = amp_gelu_tanh_arg(x[i]);
-        float z = fabsf(u[i]) < 9.01f ? fabsf(u[i]) : 9.01f;
-        e[i] = z + z;
+        float z2 = fabsf(u[i]) + fabsf(u[i]);
+        e[i] = z2 < e_arg_max ? z2 : e_arg_max;
         nan |= u[i] != u[i];
     }
     if (nan) {
@@ -111,8 +116,12 @@ AMP_CPU_CLONE_INLINE void gelu_tanh_bwd_tile(int64_t n, const float *x, const fl
     }
     amp_cpu_exp_shifted(e, n, 0.0f, e);
     for (int64_t i = 0; i < n; i++) {
+        e[i] = amp_tanh_from_exp2z(e[i]);
+        poly[i] = amp_tanh_poly(fabsf(u[i]));
+    }
+    for (int64_t i = 0; i < n; i++) {
         float z = fabsf(u[i]);
-        float t = z > 9.01f ? 1.0f : z >= 0.625f ? amp_tanh_from_exp2z(e[i]) : amp_tanh_poly(z);
+        float t = z > 9.01f ? 1.0f : z >= 0.625f ? e[i] : poly[i];
         t = u[i] < 0.0f ? -t : t; /* tanh(-0) = -0 becomes +0 here: 1 + t and t^2 are the same */
         y[i] = amp_gelu_tanh_bwd_from(x[i], dy[i], t);
     }

@@ -14,12 +14,14 @@
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/math/layernorm.h"
 
 /* The 32-lane total of (v - c)^2 (c: the mean) or v^2 (RMSNorm: c = 0, the same products). */
 AMP_CPU_CLONE_INLINE float lanes_sum_sq(const float *v, int64_t n, float c) {
     if (amp_cpu_avx512_kernels()) return amp_avx512_row_sum(v, n, c, true);
+    if (amp_cpu_avx2_exp_kernels()) return amp_avx2_row_sum(v, n, c, true);
     float acc[AMP_LN_LANES] = {0};
     int64_t i = 0;
     for (; i + AMP_LN_LANES <= n; i += AMP_LN_LANES)

@@ -6,6 +6,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/vector_exp.h"
 #include "kernels/math/lanes.h"
@@ -53,11 +54,17 @@ AMP_CPU_CLONE_INLINE float lanes_max(const float *v, int64_t n) {
 AMP_CPU_CLONED(, void, amp_cpu_row_max_sumexp, (const float *v, int64_t n, float *e, float *m_out,
                float *s_out),
                (v, n, e, m_out, s_out)) {
-    bool avx512 = amp_cpu_avx512_kernels(); /* exp_avx512.c: the same bits, fewer instructions */
-    float m = avx512 ? amp_avx512_row_max(v, n) : lanes_max(v, n), acc[AMP_LANES];
+    /* exp_avx512.c, else exp_avx2.c: the same bits, fewer instructions */
+    bool avx512 = amp_cpu_avx512_kernels(), avx2 = !avx512 && amp_cpu_avx2_exp_kernels();
+    float m = avx512 ? amp_avx512_row_max(v, n) : avx2 ? amp_avx2_row_max(v, n) : lanes_max(v, n);
+    float acc[AMP_LANES];
     *m_out = m;
     if (avx512 && isfinite(m)) {
         *s_out = amp_avx512_exp_sum(v, n, m, e);
+        return;
+    }
+    if (avx2 && isfinite(m)) {
+        *s_out = amp_avx2_exp_sum(v, n, m, e);
         return;
     }
     if (isfinite(m))
@@ -72,6 +79,7 @@ AMP_CPU_CLONED(, void, amp_cpu_row_max_sumexp, (const float *v, int64_t n, float
 AMP_CPU_CLONED(, float, amp_cpu_row_sum, (const float *v, int64_t n),
                (v, n)) {
     if (amp_cpu_avx512_kernels()) return amp_avx512_row_sum(v, n, 0.0f, false);
+    if (amp_cpu_avx2_exp_kernels()) return amp_avx2_row_sum(v, n, 0.0f, false);
     float acc[AMP_LANES] = {0};
     lanes_sum(v, n, acc);
     return amp_lanes_combine(acc, 0);

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_clones.h"
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/math/transcendental.h"
 
@@ -20,10 +21,15 @@
  * number <= 88.72 or -inf, never NaN (the callers take rows or tiles with a NaN, or a max that
  * is not finite, the scalar way): the argument clamped into amp_expf_core's range, then its exp,
  * in two vector loops (one would not vectorise: GCC does not if-convert a select that feeds the
- * exp), or exp_avx512.c's where the AVX-512 kernels run. e may be v. */
+ * exp), or exp_avx512.c's where the AVX-512 kernels run, exp_avx2.c's at the avx2 level. e may
+ * be v. */
 AMP_CPU_CLONE_INLINE void amp_cpu_exp_shifted(const float *v, int64_t n, float m, float *e) {
     if (amp_cpu_avx512_kernels()) { /* the same bits in fewer instructions (exp_avx512.c) */
         amp_avx512_exp_shifted(v, n, m, e);
+        return;
+    }
+    if (amp_cpu_avx2_exp_kernels()) { /* the same in eight lanes (exp_avx2.c) */
+        amp_avx2_exp_shifted(v, n, m, e);
         return;
     }
     for (int64_t j = 0; j < n; j++) {
