@@ -484,9 +484,6 @@ amp_status amp_backend_check_attn_bwd(const char *fn, const amp_attn_desc *d, co
 amp_status amp_backend_check_xent(const char *fn, const amp_xent_desc *d, const int32_t *labels);
 /* dropout's dtype, n >= 0 and p in [0, 1). */
 amp_status amp_backend_check_dropout(const char *fn, amp_dtype dt, int64_t n, float p);
-/* The same for the nonfinite entry (AMP_OK with n == 0: nothing to do). */
-amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
-                                       const float *found_inf);
 /* Which batch-norm entry checks its descriptor: the training forward, the eval forward, the
  * backward, or one of SyncBatchNorm's entries that take dy or only sum (sums, statistics,
  * elementwise backward). */
@@ -559,6 +556,18 @@ const char *amp_backend_missing_entry(const amp_backend *be);
 const amp_backend *amp_backend_cpu(void);
 /* The CUDA backend when built and a device answers, else NULL with amp_last_error saying why. */
 const amp_backend *amp_backend_cuda(void);
+/* The backends a context can be made on, as their getters (amp_backend_cpu, amp_backend_cuda).
+ * core is below kernels/ and calls neither itself: the public amp_ctx_create, above core
+ * (kernels/cpu/cpu_backend.c), hands them down (amp_ctx_create_from, core/ctx.h). */
+typedef struct amp_backend_getters {
+    const amp_backend *(*cpu)(void);
+    const amp_backend *(*cuda)(void);
+} amp_backend_getters;
+/* The backend of a context asked for `want` (core/backend_select.c): CPU as asked; CUDA when
+ * from->cuda() gives one, else AMP_ERR_NO_DEVICE with its reason; AUTO CUDA when it has every
+ * entry of the table, else the CPU, with one log line saying why. */
+amp_status amp_backend_pick(const amp_backend_getters *from, amp_device want,
+                            const amp_backend **out);
 /* Before the first context: makes the device backend use device local_rank % count (one GPU per
  * process of a node). AMP_OK without a device backend or a device (the context will say why). */
 amp_status amp_backend_select_device(int local_rank);

@@ -30,17 +30,6 @@ amp_status amp_backend_check_unscale(const char *fn, amp_dtype g_dt, int64_t n, 
     return AMP_OK;
 }
 
-amp_status amp_backend_check_nonfinite(const char *fn, amp_dtype dt, int64_t n, const void *x,
-                                       const float *found_inf) {
-    if (dt != AMP_F32 && dt != AMP_F16 && dt != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s, want f32, f16 or bf16", fn,
-                        amp_dtype_name(dt));
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld < 0", fn, (long long)n);
-    if (!found_inf) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'found_inf' is NULL", fn);
-    if (n > 0 && !x) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'x' is NULL", fn);
-    return AMP_OK;
-}
-
 amp_status amp_backend_check_float(const char *fn, amp_dtype dt) {
     if (dt == AMP_F32 || dt == AMP_F16 || dt == AMP_BF16) return AMP_OK;
     return amp_fail(AMP_ERR_DTYPE, "%s: dtype %s is not a float type", fn, amp_dtype_name(dt));

@@ -1,4 +1,6 @@
-/* Context: backend choice (CUDA when a device answers, else the CPU), arenas, tape, RNG. */
+/* Context: backend choice (CUDA when a device answers, else the CPU: core/backend_select.c),
+ * arenas, tape, RNG. The public amp_ctx_create is kernels/cpu/cpu_backend.c's, which hands this
+ * file the backends (core names none: see there). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +9,6 @@
 #include "core/ctx.h"
 #include "core/env.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "core/grow.h"
 
 static amp_status amp_host_alloc(size_t nbytes, void **out) {
@@ -15,33 +16,9 @@ static amp_status amp_host_alloc(size_t nbytes, void **out) {
     return *out ? AMP_OK : amp_fail(AMP_ERR_OOM, "host allocation of %zu bytes failed", nbytes);
 }
 
-static amp_status amp_ctx_pick_backend(amp_device want, const amp_backend **out) {
-    if (want == AMP_DEVICE_CPU) {
-        *out = amp_backend_cpu();
-        return AMP_OK;
-    }
-    const amp_backend *cuda = amp_backend_cuda();
-    /* AUTO takes CUDA only when it has every entry, so that no op of any model can fail for want
-     * of a kernel; CUDA asked for by name is given as it is (a missing entry then fails in the op
-     * that needs it, naming it). */
-    const char *missing = cuda ? amp_backend_missing_entry(cuda) : NULL;
-    if (cuda && (want == AMP_DEVICE_CUDA || !missing)) {
-        *out = cuda;
-        return AMP_OK;
-    }
-    if (want == AMP_DEVICE_CUDA)
-        return amp_fail_context(AMP_ERR_NO_DEVICE, "amp_ctx_create: device CUDA was asked for");
-    if (cuda)
-        amp_log_msg(AMP_LOG_INFO, "the CUDA backend has no %s entry yet; using the CPU backend",
-                missing);
-    else
-        amp_log_msg(AMP_LOG_INFO, "%s; using the CPU backend", amp_last_error());
-    *out = amp_backend_cpu();
-    return AMP_OK;
-}
-
-amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
-    AMP_CHECK_ARG(out);
+amp_status amp_ctx_create_from(const amp_backend_getters *backends, const amp_ctx_opts *opts,
+                               amp_ctx **out) {
+    if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "amp_ctx_create: argument 'out' is NULL");
     *out = NULL;
     amp_ctx_opts o = opts ? *opts : (amp_ctx_opts){0};
     if (o.device != AMP_DEVICE_AUTO && o.device != AMP_DEVICE_CPU && o.device != AMP_DEVICE_CUDA)
@@ -51,7 +28,7 @@ amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
     if (amp_cpu_isa_check() != AMP_OK) /* a misspelt cap would test another CPU than asked */
         return amp_fail_context(AMP_ERR_INVALID_ARG, "amp_ctx_create");
     const amp_backend *be = NULL;
-    AMP_TRY(amp_ctx_pick_backend(o.device, &be));
+    AMP_TRY(amp_backend_pick(backends, o.device, &be));
     amp_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return amp_fail(AMP_ERR_OOM, "amp_ctx_create: out of memory");
     ctx->backend = be;

@@ -154,6 +154,10 @@ void amp_ctx_unlisten(amp_ctx *ctx, void *who);
 void amp_ctx_forget(amp_ctx *ctx, const void *freed);
 /* The context's own teardown (core/ctx.c), when nothing holds it any more. */
 void amp_ctx_destroy(amp_ctx *ctx);
+/* amp_ctx_create (amp/tensor.h) on the backends `backends` gives (core/ctx.c): what the public
+ * amp_ctx_create, above core, calls with the library's backends. */
+amp_status amp_ctx_create_from(const amp_backend_getters *backends, const amp_ctx_opts *opts,
+                               amp_ctx **out);
 
 /* Release points (core/step_regions.c). release_region frees the data of the step tensors made
  * since the last release point, but for the kept ones (amp_tensor_keep) and `keep` (kept too:

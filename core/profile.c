@@ -2,7 +2,6 @@
  * make through AMP_BE. Each amp_prof_<entry> is generated from the entry's line of
  * core/backend_kernels.def, which names its category and the FLOPs of one call as amp/profile.h
  * defines them; it runs the call between prof_begin and prof_end (timed when asked). */
-#include <string.h>
 #include <time.h>
 
 #include "core/profile.h"
@@ -15,28 +14,31 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The device idle: a wait that the step's count of host waits does not see. */
+static amp_status prof_wait_device(const amp_backend *be) {
+    if (be->device == AMP_DEVICE_CPU || !be->sync) return AMP_OK;
+    amp_profile_own_waits(true);
+    amp_status s = be->sync(be->dev);
+    amp_profile_own_waits(false);
+    return s;
+}
+
 /* A timed call starts and ends with the device idle, so that its time is its own: the host
- * waits before (for work queued by calls that are not counted, such as uploads) and after. */
+ * waits before (for work queued by calls that are not counted, such as uploads) and after.
+ * prof_begin's value is the start time, or -1 when the profile is not timed. */
 static double prof_begin(const amp_backend *be) {
-    if (!amp_profile_timed) return 0.0;
-    uint64_t waits = amp_profile_counts.host_waits; /* the profiler's own waits are not the step's */
-    if (be->device != AMP_DEVICE_CPU && be->sync) (void)be->sync(be->dev);
-    amp_profile_counts.host_waits = waits;
+    if (!amp_profile_timed()) return -1.0;
+    (void)prof_wait_device(be);
     return now_seconds();
 }
 
 static amp_status prof_end(const amp_backend *be, amp_status s, amp_op_category cat, double flops,
                            double t0) {
-    if (amp_profile_timed) {
-        uint64_t waits = amp_profile_counts.host_waits;
-        if (be->device != AMP_DEVICE_CPU && be->sync && s == AMP_OK) s = be->sync(be->dev);
-        amp_profile_counts.host_waits = waits;
-        amp_profile_counts.seconds[cat] += now_seconds() - t0;
+    if (t0 >= 0.0) {
+        if (s == AMP_OK) s = prof_wait_device(be);
+        amp_profile_add_seconds(cat, now_seconds() - t0);
     }
-    if (s == AMP_OK) {
-        amp_profile_counts.calls[cat]++;
-        amp_profile_counts.flops[cat] += flops;
-    }
+    if (s == AMP_OK) amp_profile_count(cat, flops);
     return s;
 }
 

@@ -12,13 +12,26 @@
 extern "C" {
 #endif
 
-extern bool amp_profile_on; /* read by AMP_BE on every call: one predictable branch */
-extern bool amp_profile_timed;
-extern amp_op_profile amp_profile_counts;
+/* Whether a profile runs: read by AMP_BE on every call (one predictable branch; an atomic load
+ * is a plain load on x86-64 and AArch64). The profile is the process's and its counters atomic
+ * (core/profile_counts.c says why it cannot be a context's). C++ files (the CUDA kernels) only
+ * report host waits and do not see the flag. */
+#ifndef __cplusplus
+extern _Atomic bool amp_profile_on;
+#endif
 
 /* A device backend calls it wherever the host waits for the device (a blocking copy, a stream
- * synchronisation): amp_op_profile.host_waits. */
+ * synchronisation): amp_op_profile.host_waits, unless it is this thread's timed profile waiting
+ * (amp_profile_own_waits). */
 void amp_profile_host_wait(void);
+
+/* For the counting functions (core/profile.c): whether the running profile is timed; one call
+ * of category cat done, with its FLOPs; seconds spent in calls of cat; and, around the timed
+ * profile's own waits for the device on this thread, on = true then false. */
+bool amp_profile_timed(void);
+void amp_profile_count(amp_op_category cat, double flops);
+void amp_profile_add_seconds(amp_op_category cat, double seconds);
+void amp_profile_own_waits(bool on);
 
 /* One counting function per entry of core/backend_kernels.def: amp_prof_<entry>(be, args...). */
 #define AMP_KERNEL(name, category, flops, check, params, args) amp_status amp_prof_##name AMP_PREPEND_BE params;

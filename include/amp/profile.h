@@ -7,9 +7,13 @@
  *
  * Every backend call an op makes (GEMM, convolution, batch norm, elementwise kernels, casts,
  * optimizer and scaler kernels) passes through one counting point, so any model gets its FLOPs
- * and its model FLOP utilisation without a hand-written formula. Counts are per process (every
- * context's calls, from any thread that calls the library, not synchronised: profile one thread
- * at a time).
+ * and its model FLOP utilisation without a hand-written formula. Counts are per process: every
+ * context's calls, from every thread, counted atomically, so threads that drive contexts at the
+ * same time get exact totals of calls and FLOPs (not one count per context: the counting point
+ * is reached through the backend, which the contexts on a device share). amp_profile_begin and
+ * amp_profile_end start and stop the process's one profile: call them from one thread, before
+ * and after the calls to count; amp_profile_read while other threads count sees each counter
+ * as it is at that moment.
  *
  * FLOPs are counted from the call's sizes, as arithmetic operations of the op's formula:
  *  - GEMM: 2 m n k (a multiply and an add per product), plus m n for a bias, m n for a GELU

@@ -1,6 +1,8 @@
 /* The CPU backend's table: the reference backend, always built. GEMM and convolution run through
  * oneDNN; the rest are OpenMP loops over kernels/math. f16 is storage only: every kernel widens to
- * f32, computes, and rounds back. */
+ * f32, computes, and rounds back. Also the public amp_ctx_create, which hands core the backends
+ * (its comment says why it is here). */
+#include "core/ctx.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dnnl_util.h"
 
@@ -66,3 +68,22 @@ static const amp_backend amp_cpu_backend = {
 };
 
 const amp_backend *amp_backend_cpu(void) { return &amp_cpu_backend; }
+
+/* The public amp_ctx_create (amp/tensor.h) lives here, above core, so that core, below kernels/,
+ * makes the context without naming a backend (core/ctx.c calling amp_backend_cpu() would be a
+ * link-level cycle under the include-level layering). It hands core the library's backends as a
+ * constant table of getters (amp_backend_getters); the choice among them stays core's
+ * (amp_backend_pick). Why a table handed down at each call rather than a registry that the
+ * backends fill: a registry filled by constructor functions would be empty in a program linked
+ * to libamp.a that names no symbol of the backends' files (the linker takes an archive member
+ * only for a symbol it needs, and a constructor is not one), and weak references do not pull
+ * archive members in either; a registry filled at run time would need an order and a lock
+ * between threads making contexts. Here the reference goes the layering's way: every program
+ * that makes a context calls this function, whose object file needs both getters, so the linker
+ * brings the CPU and CUDA backends (or, built without CUDA, core's amp_backend_cuda that says
+ * so) into libamp.a's programs as into libamp.so, with no state to set up. */
+amp_status amp_ctx_create(const amp_ctx_opts *opts, amp_ctx **out) {
+    static const amp_backend_getters backends = {.cpu = amp_backend_cpu,
+                                                 .cuda = amp_backend_cuda};
+    return amp_ctx_create_from(&backends, opts, out);
+}

@@ -92,19 +92,9 @@ void amp_cpu_widen_to_c16(float *dst, const amp_c16_layout *l, const void *src, 
 void amp_cpu_narrow_from_c16(void *dst, amp_dtype dt, const float *src, const amp_c16_layout *l,
                              int64_t n, int64_t c, int64_t hw);
 
-/* One tensor's SGD or Adam update, sum of squares and inf/NaN check: not table entries (the
- * library steps and checks lists: sgd_multi, adam_multi, sum_squares_multi, nonfinite_multi),
- * kept as the per-tensor references the tests hold the multi-tensor entries to (optim.c,
- * reduce.c, unscale.c). */
-amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
-                              amp_dtype g_dt, float *momentum_buf);
-amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
-                               amp_dtype g_dt, float *exp_avg, float *exp_avg_sq);
-amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out);
-amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf);
-/* One piece of len elements of unscale and nonfinite (unscale.c), shared with their
- * multi-tensor entries (unscale_multi.c) so both give the same bits: the return is 1 when an
- * input was inf/NaN; unscale widens a half piece into out first. */
+/* One piece of len elements of unscale and nonfinite (unscale.c): the per-tensor unscale entry's
+ * and the multi-tensor entries' (unscale_multi.c), so both give the same bits. The return is 1
+ * when an input was inf/NaN; unscale widens a half piece into out first. */
 uint32_t amp_cpu_unscale_piece(amp_dtype g_dt, const void *grad, float inv_scale, float *out,
                                int64_t len);
 uint32_t amp_cpu_nonfinite_piece(amp_dtype dt, const void *x, int64_t len);

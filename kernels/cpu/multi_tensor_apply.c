@@ -1,7 +1,57 @@
-/* Helpers of the CPU backend's multi-tensor entries (kernels/cpu/multi_tensor_apply.h). */
+/* The CPU backend's multi-tensor launcher and the helpers of its entries
+ * (kernels/cpu/multi_tensor_apply.h). */
 #include "kernels/cpu/multi_tensor_apply.h"
 
 #include <stdlib.h>
+
+/* The pieces of launch l. */
+static void mt_pieces_make(const amp_mt_launch *l, amp_cpu_mt_pieces *p) {
+    /* The planner was given amp_mt_limits_apex, whose chunk bounds the piece count. */
+    assert(l->chunk_numel == AMP_MT_CHUNK_NUMEL);
+    int32_t k = 0;
+    int64_t numel = 0;
+    for (int b = 0; b < l->n_blocks; b++) {
+        int64_t len = amp_mt_block_numel(l, b);
+        p->first[b] = k;
+        k += (int32_t)((len + AMP_CPU_MT_PIECE - 1) / AMP_CPU_MT_PIECE);
+        numel += len;
+    }
+    p->first[l->n_blocks] = k;
+    p->n = k;
+    p->numel = numel;
+}
+
+/* Piece k of the launch (0 <= k < p->n): a binary search over the blocks' first pieces. */
+static amp_cpu_mt_piece mt_piece_at(const amp_mt_launch *l, const amp_cpu_mt_pieces *p, int k) {
+    int lo = 0, hi = l->n_blocks - 1; /* the block holding k is in [lo, hi] */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (p->first[mid] <= k) lo = mid;
+        else hi = mid - 1;
+    }
+    amp_cpu_mt_piece r;
+    r.k = k;
+    r.block = lo;
+    r.lo = (int64_t)(k - p->first[lo]) * AMP_CPU_MT_PIECE;
+    int64_t left = amp_mt_block_numel(l, lo) - r.lo;
+    r.len = left < AMP_CPU_MT_PIECE ? left : AMP_CPU_MT_PIECE;
+    return r;
+}
+
+void amp_cpu_mt_apply(const amp_mt_planner *plan, const amp_cpu_mt_op *op) {
+    amp_mt_planner pl = *plan; /* an iterator is a value: the caller's stays at its start */
+    amp_mt_launch l;
+    amp_cpu_mt_pieces pcs;
+    while (amp_mt_planner_next(&pl, &l)) {
+        mt_pieces_make(&l, &pcs);
+#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
+        for (int k = 0; k < pcs.n; k++) {
+            amp_cpu_mt_piece pc = mt_piece_at(&l, &pcs, k);
+            op->piece(op->ctx, &l, &pc);
+        }
+        if (op->launch_done) op->launch_done(op->ctx, &l, &pcs);
+    }
+}
 
 amp_status amp_cpu_mt_table_alloc(const char *fn, int64_t n, size_t extra_bytes,
                                   amp_mt_tensor **table, void **extra) {

@@ -1,20 +1,18 @@
-/* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h, for
- * one tensor (sgd_update, adam_update) and for a list of tensors in one pass (sgd_multi,
- * adam_multi: Apex's multi_tensor_apply, planned by core/multi_tensor.h and run as in
- * multi_tensor_apply.h).
+/* CPU optimizer updates: loops over the per-element math of kernels/math/sgd.h and adam.h for a
+ * list of tensors in one pass (sgd_multi, adam_multi: Apex's multi_tensor_apply, planned by
+ * core/multi_tensor.h and run by multi_tensor_apply.h's amp_cpu_mt_apply, one piece at a time).
  * Parameters and state are f32; the gradient is f32, f16 or bf16, widened exactly on load and
  * multiplied by grad_scale (the unscale, fused). The gradient dtype is chosen once per call,
  * outside the element loop. Each element is independent, so the result depends neither on the
- * thread count nor on how a tensor is cut: both kinds of entry run the same chunk function over
- * spans of AMP_CPU_OPTIM_CHUNK elements and give the same bits. With per-tensor step counts
+ * thread count nor on how a list is cut into launches and pieces. With per-tensor step counts
  * (amp_opt_tensors.steps) a multi call makes each tensor's coefficients from its own count (SGD:
  * its first step) and advances the counts after the last launch.
  *
- * With a half copy (O2's model weights next to the f32 masters), each chunk of updated f32
- * values is rounded into the copy right after its update, while it is still in L1 (a chunk is
+ * With a half copy (O2's model weights next to the f32 masters), each piece of updated f32
+ * values is rounded into the copy right after its update, while it is still in L1 (a piece is
  * 16 KiB of f32), through the backend's cast (F16C / vectorised bf16, the bits of core/half.h):
  * one pass over the parameters instead of an update pass and a cast pass. Without an f32
- * parameter (O3: the half parameter is the only copy) each chunk is widened into a stack buffer
+ * parameter (O3: the half parameter is the only copy) each piece is widened into a stack buffer
  * first, so the update still runs in f32 with one rounding per step. */
 #include <assert.h>
 #include <math.h>
@@ -120,10 +118,6 @@ static inline void amp_adam_chunk(const amp_adam_run *r, int64_t len, float *par
     amp_optim_write_half(half, r->half_dt, p, len);
 }
 
-static inline int64_t amp_optim_chunk_end(int64_t lo, int64_t n) {
-    return n - lo < AMP_CPU_OPTIM_CHUNK ? n : lo + AMP_CPU_OPTIM_CHUNK;
-}
-
 static amp_status amp_optim_check_grad_dtype(const char *who, amp_dtype g_dt) {
     if (g_dt == AMP_F32 || g_dt == AMP_F16 || g_dt == AMP_BF16) return AMP_OK;
     return amp_fail(AMP_ERR_DTYPE, "%s: gradient dtype %s, want f32, f16 or bf16", who,
@@ -141,70 +135,6 @@ static amp_status amp_optim_check_grad_scale(const char *who, float gs) {
     if (gs == 0.0f || (gs > 0.0f && isfinite(gs))) return AMP_OK;
     return amp_fail(AMP_ERR_INVALID_ARG, "%s: grad_scale = %g, want a finite value > 0", who,
                     (double)gs);
-}
-
-/* Element lo of a tensor of g_dt / of a half tensor; NULL stays NULL. */
-static inline const void *amp_optim_grad_at(const void *grad, amp_dtype g_dt, int64_t lo) {
-    return (const char *)grad + (size_t)lo * amp_dtype_size(g_dt);
-}
-static inline void *amp_optim_half_at(void *half, int64_t lo) {
-    return half ? (void *)((uint16_t *)half + lo) : NULL;
-}
-
-amp_status amp_cpu_sgd_update(const amp_sgd_desc *d, int64_t n, float *param, const void *grad,
-                              amp_dtype g_dt, float *momentum_buf) {
-    AMP_CHECK_ARG(d);
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sgd_update: n = %lld", (long long)n);
-    AMP_TRY(amp_optim_check_grad_dtype("amp_cpu_sgd_update", g_dt));
-    AMP_TRY(amp_optim_check_half_copy("amp_cpu_sgd_update", d->half_copy, d->half_dtype));
-    AMP_TRY(amp_optim_check_grad_scale("amp_cpu_sgd_update", d->grad_scale));
-    if (n == 0) return AMP_OK;
-    if (!param && !d->half_copy)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sgd_update: no parameter (param and "
-                        "half_copy are both NULL)");
-    AMP_CHECK_ARG(grad);
-    if (d->momentum != 0.0f && !momentum_buf)
-        return amp_fail(AMP_ERR_INVALID_ARG,
-                        "amp_cpu_sgd_update: momentum = %g needs a momentum buffer (got NULL)",
-                        (double)d->momentum);
-    float gs = d->grad_scale == 0.0f ? 1.0f : d->grad_scale;
-    const amp_sgd_run r = amp_sgd_run_make(d, g_dt, gs, d->half_dtype);
-    float *buf = d->momentum != 0.0f ? momentum_buf : NULL;
-    void *half = d->half_copy;
-#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK)
-        amp_sgd_chunk(&r, amp_optim_chunk_end(lo, n) - lo, param ? param + lo : NULL,
-                      amp_optim_half_at(half, lo), amp_optim_grad_at(grad, g_dt, lo),
-                      buf ? buf + lo : NULL);
-    return AMP_OK;
-}
-
-amp_status amp_cpu_adam_update(const amp_adam_desc *d, int64_t n, float *param, const void *grad,
-                               amp_dtype g_dt, float *exp_avg, float *exp_avg_sq) {
-    AMP_CHECK_ARG(d);
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_adam_update: n = %lld", (long long)n);
-    if (d->step < 1)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_adam_update: step = %lld, want >= 1",
-                        (long long)d->step);
-    AMP_TRY(amp_optim_check_grad_dtype("amp_cpu_adam_update", g_dt));
-    AMP_TRY(amp_optim_check_half_copy("amp_cpu_adam_update", d->half_copy, d->half_dtype));
-    AMP_TRY(amp_optim_check_grad_scale("amp_cpu_adam_update", d->grad_scale));
-    if (n == 0) return AMP_OK;
-    if (!param && !d->half_copy)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_adam_update: no parameter (param and "
-                        "half_copy are both NULL)");
-    AMP_CHECK_ARG(grad);
-    AMP_CHECK_ARG(exp_avg);
-    AMP_CHECK_ARG(exp_avg_sq);
-    float gs = d->grad_scale == 0.0f ? 1.0f : d->grad_scale;
-    const amp_adam_run r = amp_adam_run_make(d, g_dt, gs, d->half_dtype);
-    void *half = d->half_copy;
-#pragma omp parallel for schedule(static) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t lo = 0; lo < n; lo += AMP_CPU_OPTIM_CHUNK)
-        amp_adam_chunk(&r, amp_optim_chunk_end(lo, n) - lo, param ? param + lo : NULL,
-                       amp_optim_half_at(half, lo), amp_optim_grad_at(grad, g_dt, lo),
-                       exp_avg + lo, exp_avg_sq + lo);
-    return AMP_OK;
 }
 
 /* ---- The checks of a multi-tensor list (shared with optim_lamb.c). ---------------------------- */
@@ -324,6 +254,39 @@ static amp_status amp_optim_multi_plan(const char *fn, const amp_opt_tensors *t,
     return s;
 }
 
+/* The op of a multi call (amp_cpu_mt_apply): the run every piece uses, or with per-tensor step
+ * counts the runs of the list's tensors. */
+typedef struct amp_optim_apply {
+    union {
+        const amp_sgd_run *sgd;
+        const amp_adam_run *adam;
+    };
+    bool per_tensor; /* the runs are per tensor: the piece's is that of its block's tensor */
+    const amp_cpu_opt_lists *lists;
+} amp_optim_apply;
+
+static inline int64_t amp_optim_run_of(const amp_optim_apply *a, const amp_mt_launch *l,
+                                       const amp_cpu_mt_piece *pc) {
+    return a->per_tensor ? amp_cpu_mt_block_tensor(l, pc->block) : 0;
+}
+
+static void amp_sgd_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    const amp_optim_apply *a = ctx;
+    const amp_cpu_opt_lists *ls = a->lists;
+    amp_sgd_chunk(&a->sgd[amp_optim_run_of(a, l, pc)], pc->len,
+                  amp_cpu_mt_piece_ptr(l, pc, ls->param), amp_cpu_mt_piece_ptr(l, pc, ls->half),
+                  amp_cpu_mt_piece_ptr(l, pc, ls->grad), amp_cpu_mt_piece_ptr(l, pc, ls->state1));
+}
+
+static void amp_adam_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    const amp_optim_apply *a = ctx;
+    const amp_cpu_opt_lists *ls = a->lists;
+    amp_adam_chunk(&a->adam[amp_optim_run_of(a, l, pc)], pc->len,
+                   amp_cpu_mt_piece_ptr(l, pc, ls->param), amp_cpu_mt_piece_ptr(l, pc, ls->half),
+                   amp_cpu_mt_piece_ptr(l, pc, ls->grad), amp_cpu_mt_piece_ptr(l, pc, ls->state1),
+                   amp_cpu_mt_piece_ptr(l, pc, ls->state2));
+}
+
 amp_status amp_cpu_sgd_multi(amp_device_ctx *dev, const amp_sgd_desc *d, const amp_opt_tensors *t,
                              const amp_step_scalars *scalars) {
     static const char fn[] = "amp_cpu_sgd_multi";
@@ -349,20 +312,8 @@ amp_status amp_cpu_sgd_multi(amp_device_ctx *dev, const amp_sgd_desc *d, const a
         runs[i] = r;
         runs[i].c.first_step = t->steps[i] == 0;
     }
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    while (amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            amp_sgd_chunk(runs ? &runs[amp_cpu_mt_block_tensor(&l, pc.block)] : &r, pc.len,
-                          amp_cpu_mt_piece_ptr(&l, &pc, lists.param),
-                          amp_cpu_mt_piece_ptr(&l, &pc, lists.half),
-                          amp_cpu_mt_piece_ptr(&l, &pc, lists.grad),
-                          amp_cpu_mt_piece_ptr(&l, &pc, lists.state1));
-        }
-    }
+    amp_optim_apply a = {.sgd = runs ? runs : &r, .per_tensor = runs != NULL, .lists = &lists};
+    amp_cpu_mt_apply(&pl, &(amp_cpu_mt_op){.piece = amp_sgd_piece, .ctx = &a});
     free(table);
     amp_cpu_opt_steps_advance(t);
     return AMP_OK;
@@ -397,21 +348,8 @@ amp_status amp_cpu_adam_multi(amp_device_ctx *dev, const amp_adam_desc *d, const
         dt.step = t->numel[i] > 0 ? t->steps[i] + 1 : 1;
         runs[i] = amp_adam_run_make(&dt, t->grad_dtype, gs, t->half_dtype);
     }
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    while (amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            amp_adam_chunk(runs ? &runs[amp_cpu_mt_block_tensor(&l, pc.block)] : &r, pc.len,
-                           amp_cpu_mt_piece_ptr(&l, &pc, lists.param),
-                           amp_cpu_mt_piece_ptr(&l, &pc, lists.half),
-                           amp_cpu_mt_piece_ptr(&l, &pc, lists.grad),
-                           amp_cpu_mt_piece_ptr(&l, &pc, lists.state1),
-                           amp_cpu_mt_piece_ptr(&l, &pc, lists.state2));
-        }
-    }
+    amp_optim_apply a = {.adam = runs ? runs : &r, .per_tensor = runs != NULL, .lists = &lists};
+    amp_cpu_mt_apply(&pl, &(amp_cpu_mt_op){.piece = amp_adam_piece, .ctx = &a});
     free(table);
     amp_cpu_opt_steps_advance(t);
     return AMP_OK;

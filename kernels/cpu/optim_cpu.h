@@ -1,6 +1,6 @@
-/* What the CPU optimizer files share (optim.c: SGD and Adam, per tensor and multi-tensor;
- * optim_lamb.c: LAMB): the gradient loads, the build attribute of the element loops, the chunk's
- * f32 values and its half copy, and the checks of a multi-tensor list. */
+/* What the CPU optimizer files share (optim.c: SGD and Adam; optim_lamb.c: LAMB; both over
+ * lists, run by multi_tensor_apply.h): the gradient loads, the build attribute of the element
+ * loops, the chunk's f32 values and its half copy, and the checks of a multi-tensor list. */
 #ifndef AMP_KERNELS_CPU_OPTIM_CPU_H
 #define AMP_KERNELS_CPU_OPTIM_CPU_H
 
@@ -20,7 +20,7 @@
 
 /* Elements per range call: long enough to vectorise, short enough to share evenly among threads
  * and for the chunk's f32 values to be still in L1 when the half copy is written. It is also the
- * multi-tensor entries' piece (multi_tensor_apply.h), so both run the same spans. */
+ * multi-tensor launcher's piece (multi_tensor_apply.h): a piece is one range call. */
 #define AMP_CPU_OPTIM_CHUNK AMP_CPU_MT_PIECE
 
 static inline float amp_ld_f32(const void *g, int64_t i) { return ((const float *)g)[i]; }

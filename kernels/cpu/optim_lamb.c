@@ -134,83 +134,86 @@ typedef struct amp_lamb_mem {
     float *step_size;
 } amp_lamb_mem;
 
-/* Pass 1: the f32 norm of the scaled gradients of the whole list (pl: a depth-1 plan of the
- * gradients, the same chunks as the update's plan). */
-static float amp_lamb_grad_norm(const amp_lamb_run *r, amp_mt_planner pl, double *part) {
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    double total = 0.0;
-    while (amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            float grad32[AMP_CPU_OPTIM_CHUNK]; /* a piece is at most a chunk */
-            part[k] = r->gsq(amp_optim_chunk_grad(amp_cpu_mt_piece_ptr(&l, &pc, 0), r->widen_f16,
-                                                  pc.len, grad32),
-                             r->gs, pc.len);
-        }
-        for (int b = 0; b < l.n_blocks; b++) {
-            double chunk = 0.0;
-            for (int k = pcs.first[b]; k < pcs.first[b + 1]; k++) chunk += part[k];
-            total += chunk;
-        }
-    }
-    return (float)sqrt(total);
+/* The op of a pass (amp_cpu_mt_apply): the run, the lists and the per-call memory. */
+typedef struct amp_lamb_apply {
+    const amp_lamb_run *r;
+    const amp_cpu_opt_lists *lists;
+    amp_lamb_mem *mem;
+    double total; /* pass 1: the sum of squares so far */
+} amp_lamb_apply;
+
+/* Pass 1 over a depth-1 plan of the gradients (the same chunks as the update's plan): a piece's
+ * sum of squares of the scaled gradients; after each launch its chunks' sums, in plan order. */
+static void amp_lamb_gsq_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    const amp_lamb_apply *a = ctx;
+    float grad32[AMP_CPU_OPTIM_CHUNK]; /* a piece is at most a chunk */
+    a->mem->part[pc->k] = a->r->gsq(amp_optim_chunk_grad(amp_cpu_mt_piece_ptr(l, pc, 0),
+                                                         a->r->widen_f16, pc->len, grad32),
+                                    a->r->gs, pc->len);
 }
 
-/* Pass 2: stage 1 everywhere, and the per-tensor sums of x^2 and u^2. */
-static void amp_lamb_pass_stage1(const amp_lamb_run *r, const amp_opt_tensors *t,
-                                 const amp_cpu_opt_lists *lists, amp_mt_planner pl,
-                                 amp_lamb_mem *mem) {
+static void amp_lamb_gsq_launch(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_pieces *pcs) {
+    amp_lamb_apply *a = ctx;
+    for (int b = 0; b < l->n_blocks; b++) a->total += amp_cpu_mt_block_sum(pcs, b, a->mem->part, 1);
+}
+
+/* Pass 2: stage 1 on a piece, its sums of x^2 and u^2 at part[2k] and part[2k + 1]; after each
+ * launch its chunks' sums, into their tensors' sums in plan order. */
+static void amp_lamb_stage1_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    const amp_lamb_apply *a = ctx;
+    const amp_cpu_opt_lists *ls = a->lists;
+    const amp_lamb_coefs *c = amp_lamb_coefs_of(a->r, amp_cpu_mt_block_tensor(l, pc->block));
+    double *part = a->mem->part;
+    amp_lamb_stage1_chunk(a->r, c, pc->len, amp_cpu_mt_piece_ptr(l, pc, ls->param),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->half),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->grad),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->state1),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->state2), &part[2 * pc->k],
+                          &part[2 * pc->k + 1]);
+}
+
+static void amp_lamb_stage1_launch(void *ctx, const amp_mt_launch *l,
+                                   const amp_cpu_mt_pieces *pcs) {
+    amp_lamb_apply *a = ctx;
+    amp_lamb_mem *mem = a->mem;
+    for (int b = 0; b < l->n_blocks; b++) {
+        int64_t i = amp_cpu_mt_block_tensor(l, b);
+        mem->sum_x[i] += amp_cpu_mt_block_sum(pcs, b, mem->part, 2);
+        mem->sum_u[i] += amp_cpu_mt_block_sum(pcs, b, mem->part + 1, 2);
+    }
+}
+
+/* Pass 3: stage 2 on a piece with its tensor's step size. */
+static void amp_lamb_stage2_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    const amp_lamb_apply *a = ctx;
+    const amp_cpu_opt_lists *ls = a->lists;
+    int64_t i = amp_cpu_mt_block_tensor(l, pc->block);
+    amp_lamb_stage2_chunk(a->r, amp_lamb_coefs_of(a->r, i), a->mem->step_size[i], pc->len,
+                          amp_cpu_mt_piece_ptr(l, pc, ls->param),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->half),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->state1),
+                          amp_cpu_mt_piece_ptr(l, pc, ls->state2));
+}
+
+/* The three passes over the checked list t (grads: its gradients' plan, update: the whole
+ * list's); the per-tensor sums and step sizes in mem. */
+static void amp_lamb_passes(amp_lamb_run *r, const amp_lamb_desc *d, const amp_opt_tensors *t,
+                            const amp_cpu_opt_lists *lists, const amp_mt_planner *grads,
+                            const amp_mt_planner *update, amp_lamb_mem *mem) {
+    amp_lamb_apply a = {.r = r, .lists = lists, .mem = mem, .total = 0.0};
+    if (d->max_grad_norm > 0.0f) {
+        amp_cpu_mt_apply(grads, &(amp_cpu_mt_op){.piece = amp_lamb_gsq_piece,
+                                                 .launch_done = amp_lamb_gsq_launch, .ctx = &a});
+        r->divisor = amp_lamb_clip_divisor((float)sqrt(a.total), d->max_grad_norm);
+    }
     for (int64_t i = 0; i < t->n; i++) mem->sum_x[i] = mem->sum_u[i] = 0.0;
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    double *part = mem->part;
-    while (amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            const amp_lamb_coefs *c = amp_lamb_coefs_of(r, amp_cpu_mt_block_tensor(&l, pc.block));
-            amp_lamb_stage1_chunk(r, c, pc.len, amp_cpu_mt_piece_ptr(&l, &pc, lists->param),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->half),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->grad),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->state1),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->state2), &part[2 * k],
-                                  &part[2 * k + 1]);
-        }
-        for (int b = 0; b < l.n_blocks; b++) {
-            double cx = 0.0, cu = 0.0;
-            for (int k = pcs.first[b]; k < pcs.first[b + 1]; k++) {
-                cx += part[2 * k];
-                cu += part[2 * k + 1];
-            }
-            int64_t i = amp_cpu_mt_block_tensor(&l, b);
-            mem->sum_x[i] += cx;
-            mem->sum_u[i] += cu;
-        }
-    }
-}
-
-/* Pass 3: stage 2 everywhere with each tensor's step size. */
-static void amp_lamb_pass_stage2(const amp_lamb_run *r, const amp_cpu_opt_lists *lists,
-                                 amp_mt_planner pl, const float *step_size) {
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    while (amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            int64_t i = amp_cpu_mt_block_tensor(&l, pc.block);
-            amp_lamb_stage2_chunk(r, amp_lamb_coefs_of(r, i), step_size[i], pc.len,
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->param),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->half),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->state1),
-                                  amp_cpu_mt_piece_ptr(&l, &pc, lists->state2));
-        }
-    }
+    amp_cpu_mt_apply(update, &(amp_cpu_mt_op){.piece = amp_lamb_stage1_piece,
+                                              .launch_done = amp_lamb_stage1_launch, .ctx = &a});
+    for (int64_t i = 0; i < t->n; i++)
+        mem->step_size[i] = amp_lamb_step_size(d->lr, (float)sqrt(mem->sum_x[i]),
+                                               (float)sqrt(mem->sum_u[i]), d->weight_decay,
+                                               d->adapt_all);
+    amp_cpu_mt_apply(update, &(amp_cpu_mt_op){.piece = amp_lamb_stage2_piece, .ctx = &a});
 }
 
 static amp_status amp_lamb_check_desc(const char *fn, const amp_lamb_desc *d,
@@ -270,17 +273,7 @@ amp_status amp_cpu_lamb_multi(amp_device_ctx *dev, const amp_lamb_desc *d, const
     amp_status s = amp_cpu_mt_planner_init(fn, &grads, 1, &lists.dtype[lists.grad], table, t->n);
     if (s == AMP_OK)
         s = amp_cpu_mt_planner_init(fn, &update, lists.depth, lists.dtype, table, t->n);
-    if (s == AMP_OK) {
-        if (d->max_grad_norm > 0.0f)
-            r.divisor = amp_lamb_clip_divisor(amp_lamb_grad_norm(&r, grads, mem.part),
-                                              d->max_grad_norm);
-        amp_lamb_pass_stage1(&r, t, &lists, update, &mem);
-        for (size_t i = 0; i < n; i++)
-            mem.step_size[i] = amp_lamb_step_size(d->lr, (float)sqrt(mem.sum_x[i]),
-                                                  (float)sqrt(mem.sum_u[i]), d->weight_decay,
-                                                  d->adapt_all);
-        amp_lamb_pass_stage2(&r, &lists, update, mem.step_size);
-    }
+    if (s == AMP_OK) amp_lamb_passes(&r, d, t, &lists, &grads, &update, &mem);
     free(table);
     if (s == AMP_OK) amp_cpu_opt_steps_advance(t);
     return s;

@@ -1,13 +1,12 @@
-/* CPU backend: sum (to a backend scalar), sum of squares (the loss scaler's gradient norm), sum
- * over rows (bias gradients), and sum or max over one dim (reduce_dim) with max's backward
- * (scatter_dim).
+/* CPU backend: sum (to a backend scalar), sum over rows (bias gradients), and sum or max over one
+ * dim (reduce_dim) with max's backward (scatter_dim). (The loss scaler's sum of squares is
+ * sum_squares_multi, unscale_multi.c.)
  *
  * Determinism: the data is cut into chunks whose bounds depend only on the shape; each chunk is
  * summed in double in a fixed order (8 interleaved lanes, then a fixed tree), and the chunk sums
  * are added in index order. Threads only decide who computes which chunk, so the bits do not
  * depend on the thread count. Double accumulators keep the sum of up to billions of f32 values
- * accurate to f32 rounding, where PyTorch's cascade sum in f32 is close but not bit-identical.
- * sum and sum_squares share one driver, so both follow exactly this order. */
+ * accurate to f32 rounding, where PyTorch's cascade sum in f32 is close but not bit-identical. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,29 +16,27 @@
 #include "kernels/cpu/cpu_tile.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/strided.h"
-#include "kernels/math/unscale.h"
 
 /* Chunk sums computed per parallel region: they live on the caller's stack (4 KiB). */
 #define SUM_GROUP 512
 /* sum_rows works on column blocks this wide, the fold's (amp_cpu_fold_chunks). */
 #define ROWS_COL_BLOCK AMP_CPU_FOLD_BLOCK
 
-/* Sum of x[0, n) (of x[i]^2 when square is set) in double: 8 independent lanes (which the
- * compiler vectorises), combined in a fixed tree, then the tail. Inlined with a constant square,
- * so each variant is its own plain loop. */
-static inline double sum_f32_array(const float *x, int64_t n, bool square) {
+/* Sum of x[0, n) in double: 8 independent lanes (which the compiler vectorises), combined in a
+ * fixed tree, then the tail. */
+static inline double sum_f32_array(const float *x, int64_t n) {
     double lane[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) lane[j] += square ? amp_square_f64(x[i + j]) : (double)x[i + j];
+        for (int j = 0; j < 8; j++) lane[j] += (double)x[i + j];
     double s =
         ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-    for (; i < n; i++) s += square ? amp_square_f64(x[i]) : (double)x[i];
+    for (; i < n; i++) s += (double)x[i];
     return s;
 }
 
 /* The chunked sum of the file comment over x[0, n) (n >= 0, x checked by the caller). */
-static double chunked_sum(amp_dtype dt, int64_t n, const void *x, bool square) {
+static double chunked_sum(amp_dtype dt, int64_t n, const void *x) {
     int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
     double total = 0.0;
     for (int64_t g0 = 0; g0 < n_chunks; g0 += SUM_GROUP) {
@@ -51,7 +48,7 @@ static double chunked_sum(amp_dtype dt, int64_t n, const void *x, bool square) {
             int64_t i0 = (g0 + c) * AMP_CPU_REDUCE_CHUNK;
             int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
             const float *v = tile_in(x, dt, i0, len, buf);
-            part[c] = square ? sum_f32_array(v, len, true) : sum_f32_array(v, len, false);
+            part[c] = sum_f32_array(v, len);
         }
         for (int64_t c = 0; c < gn; c++) total += part[c];
     }
@@ -64,21 +61,7 @@ amp_status amp_cpu_sum(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void 
     if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum: n = %lld < 0", (long long)n);
     AMP_CHECK_ARG(out);
     if (n > 0) AMP_CHECK_ARG(x);
-    *out = (float)((double)alpha * chunked_sum(dt, n, x, false));
-    return AMP_OK;
-}
-
-/* Each square is formed in double (amp_square_f64, as the CUDA kernel), so squares below the f32
- * range still count; the only f32 rounding is the final one. */
-amp_status amp_cpu_sum_squares(amp_dtype dt, int64_t n, const void *x, float *out) {
-    if (dt != AMP_F32 && dt != AMP_F16 && dt != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "amp_cpu_sum_squares: input dtype %s, want f32, f16 or bf16",
-                        amp_dtype_name(dt));
-    if (n < 0)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_cpu_sum_squares: n = %lld < 0", (long long)n);
-    AMP_CHECK_ARG(out);
-    if (n > 0) AMP_CHECK_ARG(x);
-    *out = (float)chunked_sum(dt, n, x, true);
+    *out = (float)((double)alpha * chunked_sum(dt, n, x));
     return AMP_OK;
 }
 

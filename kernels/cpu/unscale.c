@@ -6,11 +6,11 @@
  * and only when an inf/NaN was seen. A flag that is already 1 is never cleared: one flag zeroed
  * at the start of a step covers every tensor of the step, as torch's found_inf does.
  *
- * nonfinite is the same test without the writes, on the stored bits: a half is inf/NaN exactly
- * when its exponent field is all ones, so it needs no widening.
+ * nonfinite (the piece function of nonfinite_multi, unscale_multi.c) is the same test without
+ * the writes, on the stored bits: a half is inf/NaN exactly when its exponent field is all ones,
+ * so it needs no widening.
  *
- * The scaler's other pass, sum_squares, is a reduction: it lives in reduce.c and shares the
- * deterministic chunked driver of sum there. */
+ * The lists' passes (unscale_multi, nonfinite_multi, sum_squares_multi) are unscale_multi.c. */
 #include <math.h>
 #include <stdint.h>
 
@@ -83,20 +83,4 @@ static uint32_t nonfinite_half_range(const uint16_t *x, int64_t n, uint16_t exp_
 uint32_t amp_cpu_nonfinite_piece(amp_dtype dt, const void *x, int64_t len) {
     if (dt == AMP_F32) return nonfinite_f32_range(x, len);
     return nonfinite_half_range(x, len, dt == AMP_F16 ? 0x7c00u : 0x7f80u); /* f16: 5, bf16: 8 */
-}
-
-amp_status amp_cpu_nonfinite(amp_dtype dt, int64_t n, const void *x, float *found_inf) {
-    AMP_TRY(amp_backend_check_nonfinite("amp_cpu_nonfinite", dt, n, x, found_inf));
-    if (n == 0) return AMP_OK;
-    int64_t n_chunks = (n + AMP_CPU_REDUCE_CHUNK - 1) / AMP_CPU_REDUCE_CHUNK;
-    uint32_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= AMP_CPU_PARALLEL_MIN)
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t i0 = c * AMP_CPU_REDUCE_CHUNK;
-        int64_t len = n - i0 < AMP_CPU_REDUCE_CHUNK ? n - i0 : AMP_CPU_REDUCE_CHUNK;
-        bad |= amp_cpu_nonfinite_piece(dt, (const char *)x + i0 * (int64_t)amp_dtype_size(dt),
-                                       len);
-    }
-    if (bad) *found_inf = 1.0f;
-    return AMP_OK;
 }

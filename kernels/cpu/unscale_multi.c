@@ -1,13 +1,13 @@
 /* CPU backend: the loss scaler's passes over a list of tensors in one call (unscale_multi,
  * nonfinite_multi, sum_squares_multi; core/backend.h states the contracts), planned by
- * core/multi_tensor.h and run as multi_tensor_apply.h runs a launch.
+ * core/multi_tensor.h and run by multi_tensor_apply.h's amp_cpu_mt_apply, one op each.
  *
- * unscale and nonfinite are the per-tensor entries of unscale.c piece by piece (the same test on
- * the input, the same product, a half piece widened into out and unscaled there while in L1):
- * each piece ORs its own flag and OpenMP combines them, and the caller's flag is written once,
- * after the last launch, and only when an inf/NaN was seen (never cleared). As in Apex's
- * multi_tensor_scale, whose noop check is commented out, the unscale runs whatever
- * scalars->found_inf holds: only scalars->grad_scale is read.
+ * unscale and nonfinite run unscale.c's piece functions, those of the per-tensor unscale entry
+ * (the same test on the input, the same product, a half piece widened into out and unscaled
+ * there while in L1): each piece keeps its own flag, the flags are ORed after each launch, and
+ * the caller's flag is written once, after the last launch, and only when an inf/NaN was seen
+ * (never cleared). As in Apex's multi_tensor_scale, whose noop check is commented out, the
+ * unscale runs whatever scalars->found_inf holds: only scalars->grad_scale is read.
  *
  * sum_squares: each square in f64 (exact), each piece of 4096 elements summed in f64 (8 lanes,
  * then a fixed tree), a chunk of the plan (65536 elements) as its pieces added in order, the
@@ -67,6 +67,34 @@ static amp_status mt_table(const char *fn, int64_t n, const int64_t *numel, cons
     return AMP_OK;
 }
 
+/* ---- The ops (amp_cpu_mt_apply). ------------------------------------------------------------ */
+
+/* unscale and nonfinite: each piece's flag (1: an inf/NaN seen), ORed after each launch. */
+typedef struct mt_flags {
+    amp_dtype dt;
+    float scale; /* unscale's */
+    uint32_t bad;
+    uint8_t piece_bad[AMP_CPU_MT_MAX_PIECES];
+} mt_flags;
+
+static void mt_unscale_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    mt_flags *f = ctx;
+    f->piece_bad[pc->k] = (uint8_t)amp_cpu_unscale_piece(
+            f->dt, amp_cpu_mt_piece_ptr(l, pc, 0), f->scale, amp_cpu_mt_piece_ptr(l, pc, 1),
+            pc->len);
+}
+
+static void mt_nonfinite_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    mt_flags *f = ctx;
+    f->piece_bad[pc->k] =
+            (uint8_t)amp_cpu_nonfinite_piece(f->dt, amp_cpu_mt_piece_ptr(l, pc, 0), pc->len);
+}
+
+static void mt_flags_launch(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_pieces *pcs) {
+    mt_flags *f = ctx;
+    for (int k = 0; k < pcs->n; k++) f->bad |= f->piece_bad[k];
+}
+
 /* ---- unscale ------------------------------------------------------------------------------- */
 
 amp_status amp_cpu_unscale_multi(amp_device_ctx *dev, amp_dtype g_dt, int64_t n,
@@ -110,20 +138,12 @@ amp_status amp_cpu_unscale_multi(amp_device_ctx *dev, amp_dtype g_dt, int64_t n,
     amp_mt_planner pl;
     const amp_dtype dtypes[2] = {g_dt, AMP_F32};
     amp_status s = amp_cpu_mt_planner_init(fn, &pl, 2, dtypes, table, n);
-    uint32_t bad = 0;
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    while (s == AMP_OK && amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) reduction(| : bad) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            bad |= amp_cpu_unscale_piece(g_dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), scale,
-                                    amp_cpu_mt_piece_ptr(&l, &pc, 1), pc.len);
-        }
-    }
+    mt_flags f = {.dt = g_dt, .scale = scale, .bad = 0};
+    if (s == AMP_OK)
+        amp_cpu_mt_apply(&pl, &(amp_cpu_mt_op){.piece = mt_unscale_piece,
+                                               .launch_done = mt_flags_launch, .ctx = &f});
     free(table);
-    if (s == AMP_OK && bad) *found_inf = 1.0f;
+    if (s == AMP_OK && f.bad) *found_inf = 1.0f;
     return s;
 }
 
@@ -141,19 +161,12 @@ amp_status amp_cpu_nonfinite_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
     AMP_TRY(mt_table(fn, n, numel, x, 0, &table, NULL));
     amp_mt_planner pl;
     amp_status s = amp_cpu_mt_planner_init(fn, &pl, 1, &dt, table, n);
-    uint32_t bad = 0;
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    while (s == AMP_OK && amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) reduction(| : bad) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            bad |= amp_cpu_nonfinite_piece(dt, amp_cpu_mt_piece_ptr(&l, &pc, 0), pc.len);
-        }
-    }
+    mt_flags f = {.dt = dt, .bad = 0};
+    if (s == AMP_OK)
+        amp_cpu_mt_apply(&pl, &(amp_cpu_mt_op){.piece = mt_nonfinite_piece,
+                                               .launch_done = mt_flags_launch, .ctx = &f});
     free(table);
-    if (s == AMP_OK && bad) *found_inf = 1.0f;
+    if (s == AMP_OK && f.bad) *found_inf = 1.0f;
     return s;
 }
 
@@ -171,6 +184,25 @@ static double mt_sumsq_f32(const float *x, int64_t n) {
     return s;
 }
 
+/* sum_squares: each piece's sum at part[k]; after each launch its chunks' sums, in plan order. */
+typedef struct mt_sumsq {
+    amp_dtype dt;
+    double *part; /* AMP_CPU_MT_MAX_PIECES */
+    double total;
+} mt_sumsq;
+
+static void mt_sumsq_piece(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_piece *pc) {
+    mt_sumsq *f = ctx;
+    float buf[AMP_CPU_MT_PIECE];
+    const float *v = tile_in(amp_cpu_mt_piece_ptr(l, pc, 0), f->dt, 0, pc->len, buf);
+    f->part[pc->k] = mt_sumsq_f32(v, pc->len);
+}
+
+static void mt_sumsq_launch(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_pieces *pcs) {
+    mt_sumsq *f = ctx;
+    for (int b = 0; b < l->n_blocks; b++) f->total += amp_cpu_mt_block_sum(pcs, b, f->part, 1);
+}
+
 amp_status amp_cpu_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
                                      const int64_t *numel, const void *const *x, float *out) {
     static const char fn[] = "amp_cpu_sum_squares_multi";
@@ -185,28 +217,13 @@ amp_status amp_cpu_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t 
     amp_mt_tensor *table;
     void *extra;
     AMP_TRY(mt_table(fn, n, numel, x, AMP_CPU_MT_MAX_PIECES * sizeof(double), &table, &extra));
-    double *part = extra; /* one partial per piece of a launch */
     amp_mt_planner pl;
     amp_status s = amp_cpu_mt_planner_init(fn, &pl, 1, &dt, table, n);
-    double total = 0.0;
-    amp_mt_launch l;
-    amp_cpu_mt_pieces pcs;
-    while (s == AMP_OK && amp_mt_planner_next(&pl, &l)) {
-        amp_cpu_mt_pieces_make(&l, &pcs);
-#pragma omp parallel for schedule(static) if (pcs.numel >= AMP_CPU_PARALLEL_MIN)
-        for (int k = 0; k < pcs.n; k++) {
-            amp_cpu_mt_piece pc = amp_cpu_mt_piece_at(&l, &pcs, k);
-            float buf[AMP_CPU_MT_PIECE];
-            const float *v = tile_in(amp_cpu_mt_piece_ptr(&l, &pc, 0), dt, 0, pc.len, buf);
-            part[k] = mt_sumsq_f32(v, pc.len);
-        }
-        for (int b = 0; b < l.n_blocks; b++) {
-            double chunk = 0.0;
-            for (int k = pcs.first[b]; k < pcs.first[b + 1]; k++) chunk += part[k];
-            total += chunk;
-        }
-    }
+    mt_sumsq f = {.dt = dt, .part = extra, .total = 0.0};
+    if (s == AMP_OK)
+        amp_cpu_mt_apply(&pl, &(amp_cpu_mt_op){.piece = mt_sumsq_piece,
+                                               .launch_done = mt_sumsq_launch, .ctx = &f});
     free(table);
-    if (s == AMP_OK) *out = (float)total;
+    if (s == AMP_OK) *out = (float)f.total;
     return s;
 }

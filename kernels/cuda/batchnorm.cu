@@ -156,27 +156,6 @@ static __global__ void bn_bwd_channel_kernel(const double *tot_dy, const double 
     }
 }
 
-/* The elementwise passes walk planes (plane p = i * c + ch holds hw elements): a block is
- * (bx, by) threads, bx along a plane (the power of two >= hw, at most BN_BLOCK), by planes side
- * by side, so that small planes (7x7, or hw = 1 of a 1-d batch norm) still fill the block and
- * neighbouring threads read neighbouring elements. Both dimensions are grid-stride loops. */
-struct bn_plane_grid {
-    dim3 grid, block;
-};
-
-static bn_plane_grid bn_plane_launch(const amp_bn_desc *d) {
-    unsigned bx = 1;
-    while (bx < BN_BLOCK && (int64_t)bx < d->hw) bx <<= 1;
-    unsigned by = BN_BLOCK / bx;
-    int64_t gx = (d->hw + bx - 1) / bx, planes = d->n * d->c;
-    if (gx > AMP_CUDA_MAX_BLOCKS) gx = AMP_CUDA_MAX_BLOCKS;
-    int64_t gy = (planes + by - 1) / by, gy_max = AMP_CUDA_MAX_BLOCKS / gx;
-    if (gy > gy_max) gy = gy_max;
-    if (gy < 1) gy = 1;
-    if (gy > BN_MAX_GRID_Y) gy = BN_MAX_GRID_Y;
-    return {dim3((unsigned)gx, (unsigned)gy), dim3(bx, by)};
-}
-
 /* y = x * scale[ch] + shift[ch], and its ReLU with `relu` (amp_bn_desc.relu). */
 template <amp_dtype D>
 static __global__ void bn_apply_kernel(const void *x, int64_t c, int64_t hw, int64_t planes,

@@ -1,7 +1,8 @@
 /* The tiling shared by batch norm's kernels (batchnorm.cu) and synchronised batch norm's
  * (sync_batchnorm.cu): a channel's sums are bit-identical to the CPU backend's
  * (kernels/cpu/batchnorm_tiles.h) only with its tile length and lane count, so both files take
- * them, and the grids over them, from here. */
+ * them, and the grids over them, from here; and the grid of their elementwise passes over
+ * planes, which both launch alike. */
 #ifndef AMP_KERNELS_CUDA_BATCHNORM_TILES_CUH
 #define AMP_KERNELS_CUDA_BATCHNORM_TILES_CUH
 
@@ -54,6 +55,28 @@ static inline dim3 bn_tiles_grid(const amp_bn_desc *d) {
     if (gx > gx_max) gx = gx_max;
     if (gx < 1) gx = 1;
     return dim3((unsigned)gx, (unsigned)gy);
+}
+
+/* The elementwise passes (batch norm's apply and dx, synchronised batch norm's dx) walk planes
+ * (plane p = i * c + ch holds hw elements): a block is (bx, by) threads, bx along a plane (the
+ * power of two >= hw, at most BN_BLOCK), by planes side by side, so that small planes (7x7, or
+ * hw = 1 of a 1-d batch norm) still fill the block and neighbouring threads read neighbouring
+ * elements. Both dimensions are grid-stride loops. */
+struct bn_plane_grid {
+    dim3 grid, block;
+};
+
+static inline bn_plane_grid bn_plane_launch(const amp_bn_desc *d) {
+    unsigned bx = 1;
+    while (bx < BN_BLOCK && (int64_t)bx < d->hw) bx <<= 1;
+    unsigned by = BN_BLOCK / bx;
+    int64_t gx = (d->hw + bx - 1) / bx, planes = d->n * d->c;
+    if (gx > AMP_CUDA_MAX_BLOCKS) gx = AMP_CUDA_MAX_BLOCKS;
+    int64_t gy = (planes + by - 1) / by, gy_max = AMP_CUDA_MAX_BLOCKS / gx;
+    if (gy > gy_max) gy = gy_max;
+    if (gy < 1) gy = 1;
+    if (gy > BN_MAX_GRID_Y) gy = BN_MAX_GRID_Y;
+    return {dim3((unsigned)gx, (unsigned)gy), dim3(bx, by)};
 }
 
 #endif

@@ -8,9 +8,9 @@
  * the shared slots of the next call before every thread has read the result of this one.
  * Blocks must be whole warps and at most 32 warps; every thread of the block must call.
  *
- * The two-pass sum (amp_red_partial_kernel, amp_red_final_kernel) is sum_squares' scheme of
- * unscale.cu with the term as a functor: pass 1 writes one double partial per block, pass 2 (one
- * block) sums the partials and rounds to f32 once. */
+ * The two-pass sum (amp_red_partial_kernel, amp_red_final_kernel), with the term as a functor:
+ * pass 1 writes one double partial per block, pass 2 (one block) sums the partials and rounds to
+ * f32 once. */
 #ifndef AMP_KERNELS_CUDA_BLOCK_REDUCE_CUH
 #define AMP_KERNELS_CUDA_BLOCK_REDUCE_CUH
 
@@ -19,7 +19,7 @@
 
 #include <cuda_runtime.h>
 
-/* Threads per block of the two-pass sum: 8 warps, as sum_squares. */
+/* Threads per block of the two-pass sum: 8 warps, as the backend's other kernels. */
 #define AMP_RED_BLOCK 256
 /* Pass 1 of the two-pass sum uses at most this many blocks (partials): 1024 x 256 threads keep an
  * H100's 132 SMs busy on a memory-bound read, and pass 2 then reads only 8 KiB. */

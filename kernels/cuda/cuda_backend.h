@@ -147,21 +147,10 @@ typedef struct amp_cuda_gemm_stats {
 } amp_cuda_gemm_stats;
 void amp_cuda_gemm_stats_get(amp_device_ctx *dev, amp_cuda_gemm_stats *out);
 
-/* Loss-scaler passes over one tensor (unscale.cu). The launchers take an explicit stream;
- * sum_squares needs amp_cuda_sum_squares_blocks(n) doubles of device workspace for its partials.
- * sum_squares and nonfinite are not table entries (the library uses the multi-tensor ones): kept
- * for the per-tensor tests of the kernels they launch. */
-amp_status amp_cuda_sum_squares(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x,
-                                float *out);
-amp_status amp_cuda_nonfinite(amp_device_ctx *dev, amp_dtype dt, int64_t n, const void *x,
-                              float *found_inf);
-amp_status amp_cuda_nonfinite_launch(amp_dtype dt, int64_t n, const void *x, float *found_inf,
-                                     cudaStream_t stream);
+/* The loss scaler's unscale over one tensor (unscale.cu): the table's unscale's launcher, on an
+ * explicit stream. */
 amp_status amp_cuda_unscale_launch(amp_dtype g_dt, int64_t n, const void *grad, float inv_scale,
                                    float *out, float *found_inf, cudaStream_t stream);
-amp_status amp_cuda_sum_squares_launch(amp_dtype dt, int64_t n, const void *x, float *out,
-                                       double *partials, cudaStream_t stream);
-int amp_cuda_sum_squares_blocks(int64_t n);
 
 /* Elementwise entries (elementwise.cu); same contracts as the table's unary, binary and axpy. The
  * launchers take float dtypes, n >= 1 and ops other than copy. */
@@ -200,15 +189,6 @@ amp_status amp_cuda_dropout_bwd_launch(amp_dtype dt, int64_t n, const void *dy,
  * gradient, our own deterministic kernels): releases the context's cuDNN handle and cached
  * algorithm choices (tests: the next convolution starts afresh). */
 void amp_cuda_conv_shutdown(amp_device_ctx *dev);
-
-/* Optimizers (optim.cu: one generic multi-tensor launcher over core/multi_tensor.h plans, the
- * per-element math of kernels/math/). One tensor's SGD and Adam updates are one-tensor lists:
- * not table entries, kept for the per-tensor tests. */
-amp_status amp_cuda_sgd_update(amp_device_ctx *dev, const amp_sgd_desc *d, int64_t n, float *param,
-                               const void *grad, amp_dtype g_dt, float *momentum_buf);
-amp_status amp_cuda_adam_update(amp_device_ctx *dev, const amp_adam_desc *d, int64_t n,
-                                float *param, const void *grad, amp_dtype g_dt, float *exp_avg,
-                                float *exp_avg_sq);
 
 #ifdef __cplusplus
 }

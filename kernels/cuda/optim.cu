@@ -1,5 +1,5 @@
-/* Fused SGD and Adam/AdamW on the device: the CUDA side of the table's sgd_multi, adam_multi,
- * sgd_update and adam_update (LAMB is in optim_lamb.cu). One pass over a list of tensors reads
+/* Fused SGD and Adam/AdamW on the device: the CUDA side of the table's sgd_multi and adam_multi
+ * (LAMB is in optim_lamb.cu). One pass over a list of tensors reads
  * each gradient once, multiplies it by the grad scale as it is loaded (the unscale, fused:
  * Apex's fused optimizers' `scale`), updates the f32 parameter (or master) and the f32 state in
  * place, and writes the f16/bf16 copy of the parameter in the same pass (O2), round to nearest
@@ -26,15 +26,13 @@
  * unless the step is skipped (multi_tensor_apply.cuh, amp_mt_steps). No entry waits for the
  * device or copies anything to or from the host: all work is queued on dev->stream.
  *
- * The per-tensor entries are one-tensor lists through the same kernels (same bits). Entries
- * validate their arguments first, as the CPU backend's entries do (same order and statuses;
- * messages name the entry), and an empty list (n == 0 or all numel 0) returns AMP_OK having
- * launched nothing. The multi entries take the half list from t (t->half, t->half_dtype) and
- * refuse desc.half_copy, which is the per-tensor entries'. */
+ * Entries validate their arguments first, as the CPU backend's entries do (same order and
+ * statuses; messages name the entry), and an empty list (n == 0 or all numel 0) returns AMP_OK
+ * having launched nothing. They take the half list from t (t->half, t->half_dtype) and refuse
+ * desc.half_copy, a per-tensor pointer. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -277,96 +275,4 @@ extern "C" amp_status amp_cuda_adam_multi(amp_device_ctx *dev, const amp_adam_de
                         (long long)d->step);
     AMP_TRY(amp_mt_check_opt(fn, t, d->half_copy, d->grad_scale, true, true));
     return adam_launch(dev, fn, d, t, scalars);
-}
-
-/* A one-tensor list over the per-tensor entries' pointers (which it borrows). */
-typedef struct one_tensor {
-    int64_t numel;
-    void *grad, *half;
-    float *param, *state1, *state2;
-    amp_opt_tensors t;
-} one_tensor;
-
-static void one_tensor_make(one_tensor *o, int64_t n, float *param, const void *grad,
-                            amp_dtype g_dt, void *half, amp_dtype half_dt, float *s1, float *s2) {
-    o->numel = n;
-    o->grad = (void *)grad;
-    o->half = half;
-    o->param = param;
-    o->state1 = s1;
-    o->state2 = s2;
-    memset(&o->t, 0, sizeof o->t);
-    o->t.n = 1;
-    o->t.numel = &o->numel;
-    o->t.grad = &o->grad;
-    o->t.grad_dtype = g_dt;
-    o->t.param = param ? &o->param : NULL;
-    o->t.half = half ? &o->half : NULL;
-    o->t.half_dtype = half_dt;
-    o->t.state1 = &o->state1;
-    o->t.state2 = &o->state2;
-}
-
-/* The per-tensor entries' checks, the CPU backend's (kernels/cpu/optim.c) in its order;
- * *done is set when there is nothing to do (n == 0). */
-static amp_status check_one(const char *fn, int64_t n, amp_dtype g_dt, const void *half_copy,
-                            amp_dtype half_dt, float grad_scale, const float *param,
-                            const void *grad, bool *done) {
-    *done = false;
-    if (g_dt != AMP_F32 && g_dt != AMP_F16 && g_dt != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "%s: gradient dtype %s, want f32, f16 or bf16", fn,
-                        amp_dtype_name(g_dt));
-    if (half_copy && half_dt != AMP_F16 && half_dt != AMP_BF16)
-        return amp_fail(AMP_ERR_DTYPE, "%s: half_dtype %s, want f16 or bf16", fn,
-                        amp_dtype_name(half_dt));
-    if (!(grad_scale == 0.0f || (grad_scale > 0.0f && isfinite(grad_scale))))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: grad_scale = %g, want a finite value > 0", fn,
-                        (double)grad_scale);
-    if (n == 0) {
-        *done = true;
-        return AMP_OK;
-    }
-    if (!param && !half_copy)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: no parameter (param and half_copy are both "
-                        "NULL)", fn);
-    if (!grad) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'grad' is NULL", fn);
-    return AMP_OK;
-}
-
-extern "C" amp_status amp_cuda_sgd_update(amp_device_ctx *dev, const amp_sgd_desc *d, int64_t n,
-                                          float *param, const void *grad, amp_dtype g_dt,
-                                          float *momentum_buf) {
-    const char *fn = "amp_cuda_sgd_update";
-    AMP_CHECK_ARG(d);
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld", fn, (long long)n);
-    bool done;
-    AMP_TRY(check_one(fn, n, g_dt, d->half_copy, d->half_dtype, d->grad_scale, param, grad,
-                      &done));
-    if (done) return AMP_OK;
-    if (d->momentum != 0.0f && !momentum_buf)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: momentum = %g needs a momentum buffer (got "
-                        "NULL)", fn, (double)d->momentum);
-    one_tensor o;
-    one_tensor_make(&o, n, param, grad, g_dt, d->half_copy, d->half_dtype, momentum_buf, NULL);
-    return sgd_launch(dev, fn, d, &o.t, NULL);
-}
-
-extern "C" amp_status amp_cuda_adam_update(amp_device_ctx *dev, const amp_adam_desc *d, int64_t n,
-                                           float *param, const void *grad, amp_dtype g_dt,
-                                           float *exp_avg, float *exp_avg_sq) {
-    const char *fn = "amp_cuda_adam_update";
-    AMP_CHECK_ARG(d);
-    if (n < 0) return amp_fail(AMP_ERR_INVALID_ARG, "%s: n = %lld", fn, (long long)n);
-    if (d->step < 1)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: step = %lld, want >= 1", fn,
-                        (long long)d->step);
-    bool done;
-    AMP_TRY(check_one(fn, n, g_dt, d->half_copy, d->half_dtype, d->grad_scale, param, grad,
-                      &done));
-    if (done) return AMP_OK;
-    AMP_CHECK_ARG(exp_avg);
-    AMP_CHECK_ARG(exp_avg_sq);
-    one_tensor o;
-    one_tensor_make(&o, n, param, grad, g_dt, d->half_copy, d->half_dtype, exp_avg, exp_avg_sq);
-    return adam_launch(dev, fn, d, &o.t, NULL);
 }

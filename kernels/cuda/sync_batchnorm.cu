@@ -106,29 +106,9 @@ static __global__ void sbn_stats_kernel(int64_t c, int64_t count, float eps, flo
                           running_var ? &running_var[ch] : nullptr);
 }
 
-/* dx walks planes (plane p = i * c + ch holds hw elements), as batchnorm.cu's elementwise
- * passes: a block is (bx, by) threads, bx along a plane (the power of two >= hw, at most
- * BN_BLOCK), by planes side by side, so that small planes (7x7, or hw = 1) still fill the block;
- * both dimensions are grid-stride loops. */
-struct sbn_plane_grid {
-    dim3 grid, block;
-};
-
-static sbn_plane_grid sbn_plane_launch(const amp_bn_desc *d) {
-    unsigned bx = 1;
-    while (bx < BN_BLOCK && (int64_t)bx < d->hw) bx <<= 1;
-    unsigned by = BN_BLOCK / bx;
-    int64_t gx = (d->hw + bx - 1) / bx, planes = d->n * d->c;
-    if (gx > AMP_CUDA_MAX_BLOCKS) gx = AMP_CUDA_MAX_BLOCKS;
-    int64_t gy = (planes + by - 1) / by, gy_max = AMP_CUDA_MAX_BLOCKS / gx;
-    if (gy > gy_max) gy = gy_max;
-    if (gy < 1) gy = 1;
-    if (gy > BN_MAX_GRID_Y) gy = BN_MAX_GRID_Y;
-    return {dim3((unsigned)gx, (unsigned)gy), dim3(bx, by)};
-}
-
-/* dx = amp_bn_bwd_dx with the coefficients of the global count; each thread derives them once
- * per plane it visits (a few double operations against hw elements). */
+/* dx = amp_bn_bwd_dx with the coefficients of the global count, over planes as batchnorm.cu's
+ * elementwise passes (bn_plane_launch's grid, batchnorm_tiles.cuh); each thread derives the
+ * coefficients once per plane it visits (a few double operations against hw elements). */
 template <amp_dtype D>
 static __global__ void sbn_dx_kernel(const void *x, const void *dy, int64_t c, int64_t hw,
                                      int64_t planes, int64_t count, const float *gamma,
@@ -185,7 +165,7 @@ static amp_status sbn_dx_launch(const amp_bn_desc *d, int64_t count, const void 
                                 const void *dy, const float *gamma, const float *mean,
                                 const float *invstd, const float *sum_dy,
                                 const float *sum_dy_xmu, void *dx, cudaStream_t stream) {
-    sbn_plane_grid g = sbn_plane_launch(d);
+    bn_plane_grid g = bn_plane_launch(d);
     sbn_dx_kernel<D><<<g.grid, g.block, 0, stream>>>(x, dy, d->c, d->hw, d->n * d->c, count,
                                                      gamma, mean, invstd, sum_dy, sum_dy_xmu,
                                                      dx);

@@ -4,7 +4,8 @@
  * well: a result that moves is a race or a missing synchronisation.
  *
  * Lists: an empty tensor first, last and in between plus one of two chunks; 120 small tensors
- * (more than one launch holds); for sum_squares also 329 chunks in five tensors, so that the
+ * (more than one launch holds); lists of one tensor (the library checks and sums nothing else: a
+ * single buffer is a list of one); for sum_squares also 329 chunks in five tensors, so that the
  * first launch is closed by its 320-block table in the middle of a tensor, which the next launch
  * carries on in its slot 0 (global block numbers continue across launches).
  * unscale_multi: every output equals (float)g * inv_scale bit for bit (g itself for inv_scale 1;
@@ -207,6 +208,30 @@ static void test_nonfinite(void) {
                 CHECK(get_scalar(found) == 1.0f);
                 for (auto &b : L.x) CHECK(b.guard_intact());
             }
+    /* one tensor of three chunks and a tail: a special value at its first element, in its middle
+     * and at its last (the library checks lists only; a single gradient is a list of one) */
+    const int64_t n1 = 3 * CHUNK + 777;
+    const int64_t where[] = {0, n1 / 2, n1 - 1};
+    for (amp_dtype dt : float_dts) {
+        buf_list L({n1}, dt, dt == AMP_F16 ? 60000.0 : 1e30, false);
+        dev_buf found(4);
+        for (float v : specials)
+            for (int64_t j : where) {
+                float keep = L.get(0, j);
+                L.set(0, j, v);
+                set_scalar(found, 0.0f);
+                CHECK_OK(amp_cuda_nonfinite_multi(amp_cuda_device(), dt, 1, L.numel.data(),
+                                                  L.xp.data(), found.dev<float>()));
+                CHECK(dev_sync());
+                bool want = !std::isfinite(L.get(0, j));
+                float flag = get_scalar(found);
+                CHECK_MSG((flag == 1.0f) == want && (flag == 0.0f || flag == 1.0f),
+                          "nonfinite_multi %s, one tensor: %g at %lld: flag %g",
+                          amp_dtype_name(dt), (double)v, (long long)j, (double)flag);
+                L.set(0, j, keep);
+            }
+        CHECK(L.x[0].guard_intact());
+    }
     std::vector<int64_t> ns = many_small();
     buf_list M(ns, AMP_BF16, 1.0, false);
     M.set(119, ns[119] - 1, NAN); /* the last tensor of the last launch */
@@ -272,6 +297,15 @@ static void test_sum_squares(void) {
     }
     /* 1 + 201 + 1 + 125 + 1 = 329 chunks: launch 1 ends with tensor 3's chunk 116, launch 2
      * carries its chunks 117..124 in slot 0, then tensor 4 */
+    /* lists of one tensor, around a warp, a block and a chunk and over several chunks (the
+     * library sums lists only; a single buffer is a list of one) */
+    for (amp_dtype dt : float_dts)
+        for (int64_t n : {(int64_t)1, (int64_t)255, (int64_t)513, CHUNK - 1, CHUNK + 1,
+                          4 * CHUNK + 3001}) {
+            char what[48];
+            snprintf(what, sizeof what, "one tensor of %lld", (long long)n);
+            check_sum_squares(what, buf_list({n}, dt, 100.0, false));
+        }
     std::vector<int64_t> big = {1, 200 * CHUNK + 5, 3, 125 * CHUNK, 7};
     check_sum_squares("329 chunks", buf_list(big, AMP_F16, 30.0, false));
     buf_list S(mixed, AMP_F32, 1.0, false);

@@ -366,36 +366,18 @@ static void test_steps(void) {
     lamb_case("steps lamb 120 tensors", L, lamb_cfgs[1], GS_DEVICE, FI_ZERO);
 }
 
-/* The per-tensor entries are one-tensor lists: the same bits, O2 and O3 through half_copy. */
-static void test_per_tensor(void) {
+/* One tensor of two chunks, a list of one (the library steps one tensor no other way): every
+ * storage and gradient dtype, O2 and O3 through the list's half pointers. */
+static void test_one_tensor(void) {
     for (const storage &st : storages)
         for (amp_dtype g_dt : float_dts) {
             char what[64];
-            snprintf(what, sizeof what, "per-tensor %s %s/%s", amp_dtype_name(g_dt),
+            snprintf(what, sizeof what, "one tensor %s %s/%s", amp_dtype_name(g_dt),
                      mode_name[st.md], amp_dtype_name(st.h_dt));
             opt_list L({70000}, g_dt, st.md, st.h_dt, 2.0);
             for (const amp_sgd_desc &cfg : {sgd_cfgs[0], sgd_cfgs[3]})
-                run_case(
-                        what, L, GS_HOST, FI_NONE,
-                        [&](float dgs, const amp_step_scalars *) {
-                            amp_sgd_desc d = cfg;
-                            d.grad_scale = dgs;
-                            d.half_copy = L.hp[0];
-                            d.half_dtype = st.h_dt;
-                            return amp_cuda_sgd_update(amp_cuda_device(), &d, 70000, L.pp[0],
-                                                       L.gp[0], g_dt, L.s1p[0]);
-                        },
-                        [&](std::vector<host_t> &w, float gs) { ref_sgd(L, w, cfg, gs); });
-            run_case(
-                    what, L, GS_NONE, FI_NONE,
-                    [&](float, const amp_step_scalars *) {
-                        amp_adam_desc d = adam_cfgs[1];
-                        d.half_copy = L.hp[0];
-                        d.half_dtype = st.h_dt;
-                        return amp_cuda_adam_update(amp_cuda_device(), &d, 70000, L.pp[0], L.gp[0],
-                                                    g_dt, L.s1p[0], L.s2p[0]);
-                    },
-                    [&](std::vector<host_t> &w, float gs) { ref_adam(L, w, adam_cfgs[1], gs); });
+                sgd_case(what, L, cfg, GS_HOST, FI_NONE);
+            adam_case(what, L, adam_cfgs[1], GS_NONE, FI_NONE);
         }
 }
 
@@ -657,21 +639,27 @@ static void test_errors(void) {
     CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &L.t, NULL), AMP_ERR_INVALID_ARG,
                 "half_copy is set");
     sd.half_copy = NULL, ad.half_copy = NULL;
-    /* per-tensor entries */
-    CHECK_FAILS(
-            amp_cuda_sgd_update(amp_cuda_device(), &sd, -2, L.pp[0], L.gp[0], AMP_F16, L.s1p[0]),
-            AMP_ERR_INVALID_ARG, "amp_cuda_sgd_update: n = -2");
-    CHECK_FAILS(amp_cuda_adam_update(amp_cuda_device(), &ad, 4, NULL, L.gp[0], AMP_F16, L.s1p[0],
-                                     L.s2p[0]),
-                AMP_ERR_INVALID_ARG, "amp_cuda_adam_update: no parameter");
-    CHECK_FAILS(amp_cuda_adam_update(amp_cuda_device(), &ad, 4, L.pp[0], NULL, AMP_F16, L.s1p[0],
-                                     L.s2p[0]),
-                AMP_ERR_INVALID_ARG, "amp_cuda_adam_update: argument 'grad' is NULL");
-    CHECK_FAILS(amp_cuda_sgd_update(amp_cuda_device(), &sd, 4, L.pp[0], L.gp[0], AMP_F16, NULL),
-                AMP_ERR_INVALID_ARG, "momentum = 0.9");
-    CHECK_FAILS(amp_cuda_adam_update(amp_cuda_device(), &ad, 4, L.pp[0], L.gp[0], AMP_I32, L.s1p[0],
-                                     L.s2p[0]),
-                AMP_ERR_DTYPE, "gradient dtype i32");
+    /* a list of one tensor (the library steps one tensor no other way): its own arrays checked */
+    amp_opt_tensors one = L.t;
+    one.n = 1;
+    int64_t neg[] = {-2};
+    t = one, t.numel = neg;
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_INVALID_ARG,
+                "amp_cuda_sgd_multi: numel[0] = -2 < 0");
+    t = one, t.param = nullptr, t.half = nullptr;
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "amp_cuda_adam_multi: no parameter");
+    void *no_grad[] = {nullptr};
+    t = one, t.grad = no_grad;
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_INVALID_ARG,
+                "grad[0] is NULL");
+    float *no_buf[] = {nullptr};
+    t = one, t.state1 = no_buf; /* sd has momentum 0.9 */
+    CHECK_FAILS(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &t, NULL), AMP_ERR_INVALID_ARG,
+                "state1[0] is NULL");
+    t = one, t.grad_dtype = AMP_I32;
+    CHECK_FAILS(amp_cuda_adam_multi(amp_cuda_device(), &ad, &t, NULL), AMP_ERR_DTYPE,
+                "gradient dtype i32");
     CHECK(dev_sync());
     CHECK(same_host("after the errors", L.download(), before));
     /* nothing to do: n == 0 (the CPU backend's checks still want a parameter list), or only
@@ -692,8 +680,6 @@ static void test_errors(void) {
     CHECK_OK(amp_cuda_sgd_multi(amp_cuda_device(), &sd, &empty, NULL));
     CHECK_OK(amp_cuda_adam_multi(amp_cuda_device(), &ad, &empty, NULL));
     CHECK_OK(amp_cuda_lamb_multi(amp_cuda_device(), &ld, &empty, NULL));
-    CHECK_OK(amp_cuda_sgd_update(amp_cuda_device(), &sd, 0, NULL, NULL, AMP_F32, NULL));
-    CHECK_OK(amp_cuda_adam_update(amp_cuda_device(), &ad, 0, NULL, NULL, AMP_F32, NULL, NULL));
     CHECK(dev_sync());
 }
 
@@ -701,7 +687,7 @@ int main(void) {
     test_errors();
     test_torch_refs();
     test_lamb_ref();
-    test_per_tensor();
+    test_one_tensor();
     test_steps();
     test_skipped();
     test_many_tensors();

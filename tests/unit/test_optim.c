@@ -20,6 +20,7 @@
 #include "core/half.h"
 #include "core/tensor_internal.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "one_tensor.h"
 #include "optim/optimizer_internal.h"
 #include "ref/optim_ref.h"
 #include "test_util.h"
@@ -491,9 +492,9 @@ static void test_parallel_loop(void) {
         v1[k] = v2[k] = 0.0f;
     }
     amp_sgd_desc sd = {.lr = 0.1f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f};
-    CHECK_OK(amp_cpu_sgd_update(&sd, n, p1, g, AMP_F32, m1));
+    CHECK_OK(one_tensor_sgd(&sd, n, p1, g, AMP_F32, m1));
     for (int64_t k = 0; k < n; k += piece)
-        CHECK_OK(amp_cpu_sgd_update(&sd, k + piece < n ? piece : n - k, p2 + k, g + k, AMP_F32,
+        CHECK_OK(one_tensor_sgd(&sd, k + piece < n ? piece : n - k, p2 + k, g + k, AMP_F32,
                                     m2 + k));
     CHECK(memcmp(p1, p2, (size_t)n * sizeof(float)) == 0);
     CHECK(memcmp(m1, m2, (size_t)n * sizeof(float)) == 0);
@@ -502,9 +503,9 @@ static void test_parallel_loop(void) {
     for (int64_t k = 0; k < n; k++) p2[k] = p1[k];
     float *p0 = buf + 9 * n;
     memcpy(p0, p1, (size_t)n * sizeof(float));
-    CHECK_OK(amp_cpu_adam_update(&ad, n, p1, g, AMP_F32, a1, v1));
+    CHECK_OK(one_tensor_adam(&ad, n, p1, g, AMP_F32, a1, v1));
     for (int64_t k = 0; k < n; k += piece)
-        CHECK_OK(amp_cpu_adam_update(&ad, k + piece < n ? piece : n - k, p2 + k, g + k, AMP_F32,
+        CHECK_OK(one_tensor_adam(&ad, k + piece < n ? piece : n - k, p2 + k, g + k, AMP_F32,
                                      a2 + k, v2 + k));
     CHECK(memcmp(p1, p2, (size_t)n * sizeof(float)) == 0);
     CHECK(memcmp(a1, a2, (size_t)n * sizeof(float)) == 0);

@@ -26,6 +26,7 @@
 #include "core/half.h"
 #include "core/tensor_internal.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "one_tensor.h"
 #include "optim/optimizer_internal.h"
 #include "test_util.h"
 
@@ -215,16 +216,16 @@ static void check_kernel_case(bool adam, int64_t n, amp_dtype half_dt, amp_dtype
     const void *grad = grad_dt == AMP_F32 ? (const void *)g : (const void *)ghalf;
     if (adam) {
         amp_adam_desc d = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1};
-        CHECK_OK(amp_cpu_adam_update(&d, n, p1, grad, grad_dt, a1, b1));
+        CHECK_OK(one_tensor_adam(&d, n, p1, grad, grad_dt, a1, b1));
         d.half_copy = half;
         d.half_dtype = half_dt;
-        CHECK_OK(amp_cpu_adam_update(&d, n, p2, grad, grad_dt, a2, b2));
+        CHECK_OK(one_tensor_adam(&d, n, p2, grad, grad_dt, a2, b2));
     } else {
         amp_sgd_desc d = {.lr = 0.1f, .momentum = 0.9f, .first_step = true};
-        CHECK_OK(amp_cpu_sgd_update(&d, n, p1, grad, grad_dt, a1));
+        CHECK_OK(one_tensor_sgd(&d, n, p1, grad, grad_dt, a1));
         d.half_copy = half;
         d.half_dtype = half_dt;
-        CHECK_OK(amp_cpu_sgd_update(&d, n, p2, grad, grad_dt, a2));
+        CHECK_OK(one_tensor_sgd(&d, n, p2, grad, grad_dt, a2));
     }
     size_t nb = (size_t)n * sizeof(float);
     CHECK_MSG(same_bits(p1, p2, nb) && same_bits(a1, a2, nb) && same_bits(b1, b2, nb),
@@ -275,13 +276,13 @@ static void test_kernel_half_copy(void) {
     float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
     uint32_t not_half = 0;
     amp_sgd_desc sd = {.lr = 0.1f, .half_copy = &not_half, .half_dtype = AMP_F32};
-    CHECK_FAILS(amp_cpu_sgd_update(&sd, 1, &p, &g, AMP_F32, NULL), AMP_ERR_DTYPE, "half_dtype f32");
+    CHECK_FAILS(one_tensor_sgd(&sd, 1, &p, &g, AMP_F32, NULL), AMP_ERR_DTYPE, "half_dtype f32");
     amp_adam_desc ad = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .step = 1,
                         .half_copy = &not_half, .half_dtype = AMP_I32};
-    CHECK_FAILS(amp_cpu_adam_update(&ad, 1, &p, &g, AMP_F32, &m, &v), AMP_ERR_DTYPE, "i32");
+    CHECK_FAILS(one_tensor_adam(&ad, 1, &p, &g, AMP_F32, &m, &v), AMP_ERR_DTYPE, "i32");
     CHECK(p == 1.0f && not_half == 0);
     sd.half_dtype = AMP_BF16;
-    CHECK_OK(amp_cpu_sgd_update(&sd, 0, NULL, NULL, AMP_F32, NULL));
+    CHECK_OK(one_tensor_sgd(&sd, 0, NULL, NULL, AMP_F32, NULL));
 }
 
 /* ---- O2: persistent masters ---- */

@@ -1,7 +1,8 @@
 /* The CPU backend's multi-tensor entries (optim.c, optim_lamb.c, unscale_multi.c).
  *
- * SGD and Adam/AdamW: one multi call over a list gives, for every tensor, the bits of the
- * per-tensor entry (whose numerics test_optim.c checks against torch), for f32/f16/bf16
+ * SGD and Adam/AdamW: one multi call over a list gives, for every tensor, the bits of the tensor
+ * updated alone (a one-tensor list, tests/one_tensor.h; test_optim.c checks the numerics against
+ * torch), for f32/f16/bf16
  * gradients, f32 parameters alone, with an f16/bf16 half copy (O2) and with half parameters
  * updated in place (O3, param list NULL), with and without momentum, weight decay and grad
  * scale. Lists: a mixed one (empty tensors with NULL pointers, 1 element, a piece boundary, one
@@ -28,7 +29,7 @@
  *
  * Everywhere: a set found_inf leaves every byte as it was; *scalars->grad_scale gives the bits of
  * desc.grad_scale (and 0 there multiplies by 0, where the descriptor's 0 means none); per-tensor
- * step counts (amp_opt_tensors.steps) equal per-tensor calls at those steps and advance only
+ * step counts (amp_opt_tensors.steps) equal one-tensor calls at those steps and advance only
  * when the update ran; 1 and 2 threads give the same bits; bad arguments fail naming the entry
  * and write nothing. */
 #include <math.h>
@@ -40,6 +41,7 @@
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/lamb.h"
+#include "one_tensor.h"
 #include "optim_bank.h"
 #include "ref/lamb_ref.h"
 #include "test_data.h"
@@ -63,7 +65,7 @@ static void sgd_per_tensor(const amp_sgd_desc *d0, bank *b) {
         amp_sgd_desc d = *d0;
         d.half_copy = b->half ? b->half[i] : NULL;
         d.half_dtype = b->h_dt;
-        CHECK_OK(amp_cpu_sgd_update(&d, b->numel[i], b->param ? b->param[i] : NULL, b->grad[i],
+        CHECK_OK(one_tensor_sgd(&d, b->numel[i], b->param ? b->param[i] : NULL, b->grad[i],
                                     b->g_dt, b->s1 ? b->s1[i] : NULL));
     }
 }
@@ -73,7 +75,7 @@ static void adam_per_tensor(const amp_adam_desc *d0, bank *b) {
         amp_adam_desc d = *d0;
         d.half_copy = b->half ? b->half[i] : NULL;
         d.half_dtype = b->h_dt;
-        CHECK_OK(amp_cpu_adam_update(&d, b->numel[i], b->param ? b->param[i] : NULL, b->grad[i],
+        CHECK_OK(one_tensor_adam(&d, b->numel[i], b->param ? b->param[i] : NULL, b->grad[i],
                                      b->g_dt, b->s1[i], b->s2[i]));
     }
 }
@@ -377,7 +379,7 @@ static void test_step_counts(void) {
                     di.first_step = steps0[i] == 0;
                     di.half_copy = ref.half ? ref.half[i] : NULL;
                     di.half_dtype = ref.h_dt;
-                    CHECK_OK(amp_cpu_sgd_update(&di, ref.numel[i], ref.param ? ref.param[i] : NULL,
+                    CHECK_OK(one_tensor_sgd(&di, ref.numel[i], ref.param ? ref.param[i] : NULL,
                                                 ref.grad[i], ref.g_dt, ref.s1[i]));
                 }
             } else if (op == 1) {
@@ -391,7 +393,7 @@ static void test_step_counts(void) {
                     di.step = ref.numel[i] > 0 ? steps0[i] + 1 : 1;
                     di.half_copy = ref.half ? ref.half[i] : NULL;
                     di.half_dtype = ref.h_dt;
-                    CHECK_OK(amp_cpu_adam_update(&di, ref.numel[i],
+                    CHECK_OK(one_tensor_adam(&di, ref.numel[i],
                                                  ref.param ? ref.param[i] : NULL, ref.grad[i],
                                                  ref.g_dt, ref.s1[i], ref.s2[i]));
                 }

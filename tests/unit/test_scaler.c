@@ -2,9 +2,10 @@
  *
  *  - torch replay: tests/ref/scaler_ref.h holds torch.amp.GradScaler("cpu") + SGD(momentum 0.9)
  *    trajectories (tests/ref/gen_scaler_ref.py); the same 25 steps run here through
- *    amp_scaler_update + amp_cpu_unscale + amp_cpu_sgd_update. The scale before and after each
- *    step, the growth tracker and every skip decision must match exactly, the final weights and
- *    momentum buffers to 1 ulp, and a skipped step must leave weights and momentum bit-identical.
+ *    amp_scaler_update + amp_cpu_unscale + SGD per parameter (tests/one_tensor.h). The scale
+ *    before and after each step, the growth tracker and every skip decision must match exactly,
+ *    the final weights and momentum buffers to 1 ulp, and a skipped step must leave weights and
+ *    momentum bit-identical.
  *  - hysteresis: DeepSpeed's DynamicLossScaler.update_scale (delayed_shift, consecutive_hysteresis
  *    off) worked by hand below, with torch's growth count;
  *  - min/max clamps, torch's "never grow to inf", the 2^-126 floor, static scales with and
@@ -22,6 +23,7 @@
 #include "amp/scaler_internal.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/math/scaler.h"
+#include "one_tensor.h"
 #include "ref/scaler_ref.h"
 #include "test_data.h"
 #include "test_util.h"
@@ -74,7 +76,7 @@ static void replay_torch_case(const scaler_ref_case *rc) {
             amp_sgd_desc d = {.lr = scaler_ref_lr, .momentum = scaler_ref_momentum,
                               .first_step = !have_buf};
             for (int p = 0; p < SCALER_REF_N_PARAMS; p++)
-                CHECK_OK(amp_cpu_sgd_update(&d, scaler_ref_param_numel[p], params + off[p],
+                CHECK_OK(one_tensor_sgd(&d, scaler_ref_param_numel[p], params + off[p],
                                             grad + off[p], AMP_F32, mom + off[p]));
             have_buf = true;
         } else {

@@ -1,5 +1,7 @@
-/* CPU backend's loss-scaler passes (unscale.c): unscale and sum_squares against plain references
- * written here, for f32, f16 and bf16 gradients.
+/* CPU backend's loss-scaler passes (unscale.c, unscale_multi.c): unscale, nonfinite and
+ * sum_squares against plain references written here, for f32, f16 and bf16 gradients; nonfinite
+ * and sum_squares on one buffer as one-tensor lists (tests/one_tensor.h: the library checks and
+ * sums lists only).
  *
  * unscale: every output equals the reference product (float)g * inv_scale bit for bit (g itself
  * when inv_scale is 1), and the flag follows torch's rule: set exactly when an INPUT is inf or
@@ -19,6 +21,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "one_tensor.h"
 #include "test_data.h"
 #include "test_util.h"
 
@@ -214,7 +217,7 @@ static void test_sum_squares(void) {
                 ref += v * v;
             }
             float got = -1.0f;
-            CHECK_OK(amp_cpu_sum_squares(dt, n, x, &got));
+            CHECK_OK(one_tensor_sum_squares(dt, n, x, &got));
             /* Exact squares summed in double: only the final rounding to f32 is left. */
             double want = (double)ref;
             CHECK_MSG(fabs(got - want) <= 0x1p-24 * want * 1.0001 + 1e-37,
@@ -222,25 +225,26 @@ static void test_sum_squares(void) {
                       (double)got, want);
             float t1, t2;
             omp_set_num_threads(1);
-            CHECK_OK(amp_cpu_sum_squares(dt, n, x, &t1));
+            CHECK_OK(one_tensor_sum_squares(dt, n, x, &t1));
             omp_set_num_threads(2);
-            CHECK_OK(amp_cpu_sum_squares(dt, n, x, &t2));
+            CHECK_OK(one_tensor_sum_squares(dt, n, x, &t2));
             CHECK(amp_f32_bits(t1) == amp_f32_bits(t2) && amp_f32_bits(t1) == amp_f32_bits(got));
             free(x);
         }
     float v[4] = {1.0f, -INFINITY, 2.0f, 0.0f}, out;
-    CHECK_OK(amp_cpu_sum_squares(AMP_F32, 4, v, &out));
+    CHECK_OK(one_tensor_sum_squares(AMP_F32, 4, v, &out));
     CHECK(isinf(out) && out > 0);
     v[2] = NAN;
-    CHECK_OK(amp_cpu_sum_squares(AMP_F32, 4, v, &out));
+    CHECK_OK(one_tensor_sum_squares(AMP_F32, 4, v, &out));
     CHECK(isnan(out));
     /* Squares in the f32 subnormal range are kept (formed in double, rounded once). */
     float tiny[3] = {0x1p-70f, 0x1p-70f, 0x1p-75f};
-    CHECK_OK(amp_cpu_sum_squares(AMP_F32, 3, tiny, &out));
+    CHECK_OK(one_tensor_sum_squares(AMP_F32, 3, tiny, &out));
     CHECK(out == 0x1p-139f);
-    CHECK_FAILS(amp_cpu_sum_squares(AMP_I32, 2, v, &out), AMP_ERR_DTYPE, "input dtype i32");
-    CHECK_FAILS(amp_cpu_sum_squares(AMP_F32, -2, v, &out), AMP_ERR_INVALID_ARG, "n = -2");
-    CHECK_FAILS(amp_cpu_sum_squares(AMP_F32, 2, v, NULL), AMP_ERR_INVALID_ARG, "'out'");
+    CHECK_FAILS(one_tensor_sum_squares(AMP_I32, 2, v, &out), AMP_ERR_DTYPE, "dtype i32");
+    CHECK_FAILS(one_tensor_sum_squares(AMP_F32, -2, v, &out), AMP_ERR_INVALID_ARG,
+                "tensor 0 has numel -2");
+    CHECK_FAILS(one_tensor_sum_squares(AMP_F32, 2, v, NULL), AMP_ERR_INVALID_ARG, "'out'");
 }
 
 /* A 3-chunk tensor with one special value at position `at`: flag exactly for inf/NaN. */
@@ -257,24 +261,26 @@ static void test_nonfinite(void) {
                 test_store(g, dt, where[w], specials[k]);
                 float stored = test_load(g, dt, where[w]); /* e.g. 3e38 is inf in f16 */
                 float found = 0.0f;
-                CHECK_OK(amp_cpu_nonfinite(dt, n, g, &found));
+                CHECK_OK(one_tensor_nonfinite(dt, n, g, &found));
                 bool want = !isfinite(stored);
                 CHECK_MSG((found == 1.0f) == want && (found == 0.0f || found == 1.0f),
                           "nonfinite %s: %g at %lld: flag %g", amp_dtype_name(dt),
                           (double)stored, (long long)where[w], (double)found);
                 found = 1.0f; /* never cleared */
                 test_store(g, dt, where[w], keep);
-                CHECK_OK(amp_cpu_nonfinite(dt, n, g, &found));
+                CHECK_OK(one_tensor_nonfinite(dt, n, g, &found));
                 CHECK(found == 1.0f);
             }
         free(g);
     }
     float x = 0.0f, found = 0.0f;
-    CHECK_FAILS(amp_cpu_nonfinite(AMP_I32, 1, &x, &found), AMP_ERR_DTYPE, "dtype i32");
-    CHECK_FAILS(amp_cpu_nonfinite(AMP_F32, -1, &x, &found), AMP_ERR_INVALID_ARG, "n = -1");
-    CHECK_FAILS(amp_cpu_nonfinite(AMP_F32, 1, NULL, &found), AMP_ERR_INVALID_ARG, "'x'");
-    CHECK_FAILS(amp_cpu_nonfinite(AMP_F32, 1, &x, NULL), AMP_ERR_INVALID_ARG, "'found_inf'");
-    CHECK_OK(amp_cpu_nonfinite(AMP_F16, 0, NULL, &found));
+    CHECK_FAILS(one_tensor_nonfinite(AMP_I32, 1, &x, &found), AMP_ERR_DTYPE, "dtype i32");
+    CHECK_FAILS(one_tensor_nonfinite(AMP_F32, -1, &x, &found), AMP_ERR_INVALID_ARG,
+                "tensor 0 has numel -1");
+    CHECK_FAILS(one_tensor_nonfinite(AMP_F32, 1, NULL, &found), AMP_ERR_INVALID_ARG,
+                "x[0] is NULL");
+    CHECK_FAILS(one_tensor_nonfinite(AMP_F32, 1, &x, NULL), AMP_ERR_INVALID_ARG, "'found_inf'");
+    CHECK_OK(one_tensor_nonfinite(AMP_F16, 0, NULL, &found));
 }
 
 int main(void) {
