@@ -78,8 +78,12 @@ amp_status amp_cast(amp_tensor *x, amp_dtype dt, amp_tensor **out) {
     amp_tensor *y;
     AMP_TRY(amp_cast_kept(x, dt, cacheable, &y));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "cast", amp_cast_bwd, 1, &x, 0, &node));
-    amp_node_unread(node, 1u, true); /* its backward casts dy back */
+    AMP_TRY(amp_record(y, "cast", "x", amp_cast_bwd, 1, &x, 0, &node));
+    /* Its backward casts dy back and reads no data. So x may be written after the forward: an
+     * f32 weight stepped while a retained graph holds its cast (O1) leaves this node valid; what
+     * the ops after it saved is the half copy, never rewritten while a tape may read it
+     * (core/cast_shadow.h), and checked as their input. */
+    amp_node_unread(node, 1u, true);
     amp_autocast_state *ac = &ctx->autocast;
     /* Grows in the first step only; without room the cast is simply not reused. */
     amp_cast_cache_entry *c = cache_new ? amp_grow(ac->cache, ac->n_cache, &ac->cap_cache, 64,

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 
-amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward, int n_in,
-                      amp_tensor *const *in, size_t aux_size, amp_tape_node **node) {
+amp_status amp_record(amp_tensor *out, const char *op, const char *args, amp_backward_fn backward,
+                      int n_in, amp_tensor *const *in, size_t aux_size, amp_tape_node **node) {
     *node = NULL;
     amp_ctx *ctx = out->ctx;
     if (ctx->trace) ctx->trace(ctx->trace_user, op, (const amp_tensor *const *)in, n_in, out);
@@ -17,12 +17,15 @@ amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward,
     amp_tape_node *n;
     AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *n, (void **)&n));
     n->op = op;
+    n->args = args;
     n->backward = backward;
     n->out = out;
     n->n_in = n_in;
+    n->out_version = *out->version;
     for (int i = 0; i < n_in; i++) {
         n->in[i] = in[i];
         if (!in[i]) continue;
+        n->in_version[i] = *in[i]->version;
         if (in[i]->flags & AMP_TENSOR_STEP) in[i]->data_readers++;
         else in[i]->tape_gen = ctx->tape_gen + 1;
     }
@@ -43,8 +46,14 @@ static void amp_unread(amp_tensor *t) {
 void amp_node_unread(amp_tape_node *node, unsigned in_mask, bool out) {
     if (!node) return; /* nothing recorded: nothing counted */
     for (int i = 0; i < node->n_in; i++)
-        if (in_mask & (1u << i)) amp_unread(node->in[i]);
-    if (out) amp_unread(node->out);
+        if ((in_mask & (1u << i)) && !(node->unread & (1u << i))) {
+            amp_unread(node->in[i]);
+            node->unread |= 1u << i;
+        }
+    if (out && !(node->unread & AMP_NODE_UNREAD_OUT)) {
+        amp_unread(node->out);
+        node->unread |= AMP_NODE_UNREAD_OUT;
+    }
 }
 
 /* A kept tensor's gradient is kept with it (core/step_regions.c), so it is never given back:
@@ -177,6 +186,7 @@ amp_status amp_autograd_check_loss(const amp_tensor *loss) {
 amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
                                         const float *seed_scalar, bool retain_graph) {
     AMP_TRY(amp_autograd_check_loss(loss));
+    AMP_TRY(amp_autograd_check_versions(loss)); /* before anything below writes */
     amp_ctx *ctx = loss->ctx;
     /* Gradients of intermediate tensors belong to one backward: a retained graph's earlier
      * backward must not leak into this one. Leaves (parameters) keep accumulating. */

@@ -15,28 +15,59 @@
 typedef struct amp_tape_node amp_tape_node;
 typedef amp_status (*amp_backward_fn)(amp_tape_node *n, const amp_tensor *dy);
 
+/* Bit of amp_tape_node.unread for the output (bits 0..AMP_NODE_MAX_IN-1 are the inputs'). */
+#define AMP_NODE_UNREAD_OUT (1u << AMP_NODE_MAX_IN)
+
 struct amp_tape_node {
-    const char *op;
+    const char *op;   /* the public op's name without "amp_" (errors name it) */
+    const char *args; /* its names for in[0..n_in), one word each ("q k v kv_len") */
     amp_backward_fn backward;
     amp_tensor *out;
     amp_tensor *in[AMP_NODE_MAX_IN];
     int n_in;
-    amp_tensor *saved[AMP_NODE_MAX_SAVED]; /* statistics, masks, indices */
-    void *aux;                             /* op-specific descriptor copy (step memory) */
+    /* What the backward never reads of the data (amp_node_unread): bit i for in[i],
+     * AMP_NODE_UNREAD_OUT for out. Everything else is saved for the backward, PyTorch's
+     * save_for_backward: its write version when recorded is in_version[i] / out_version, and
+     * the backward is refused when one moved (amp_autograd_check_versions). */
+    unsigned unread;
+    bool reached; /* internal to amp_autograd_check_versions' walk; false between backwards */
+    uint64_t in_version[AMP_NODE_MAX_IN];
+    uint64_t out_version;
+    /* Statistics, masks, indices: step tensors the op made for its backward (amp_node_save),
+     * checked the same way (max_dim hands its indices to the caller too). */
+    amp_tensor *saved[AMP_NODE_MAX_SAVED];
+    const char *saved_name[AMP_NODE_MAX_SAVED];
+    uint64_t saved_version[AMP_NODE_MAX_SAVED];
+    void *aux; /* op-specific descriptor copy (step memory) */
 };
 
-/* Records `out` as produced by op from in[0..n_in) when grads are enabled and some input requires
- * grad; *node is then the new node (else NULL: nothing to save). aux_size bytes of zeroed step
- * memory are reserved at node->aux. */
-amp_status amp_record(amp_tensor *out, const char *op, amp_backward_fn backward, int n_in,
-                      amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
+/* node->saved[slot] = t (NULL: none) under `name` (errors say it), with its write version now. */
+static inline void amp_node_save(amp_tape_node *node, int slot, amp_tensor *t, const char *name) {
+    node->saved[slot] = t;
+    node->saved_name[slot] = name;
+    node->saved_version[slot] = t ? *t->version : 0;
+}
+
+/* Records `out` as produced by op from in[0..n_in) (named by args: see amp_tape_node) when grads
+ * are enabled and some input requires grad; *node is then the new node (else NULL: nothing to
+ * save). The write versions of the inputs and of out are recorded as they are now: call it once
+ * the op has written out. aux_size bytes of zeroed step memory are reserved at node->aux. */
+amp_status amp_record(amp_tensor *out, const char *op, const char *args, amp_backward_fn backward,
+                      int n_in, amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
 
 /* What a loss must be before any backward of it (checked first, so that the amp layer's own
  * checks never speak for a loss that is not one): live, one element, with a graph. */
 amp_status amp_autograd_check_loss(const amp_tensor *loss);
+/* PyTorch's check of saved variables, before the backward writes anything: every node the loss
+ * reaches (through inputs that require grad) compares the write version of each tensor its
+ * backward reads (not declared unread) with the one recorded by amp_record; AMP_ERR_STATE naming
+ * amp_backward, the op, the input and both versions when one moved. Changes nothing. */
+amp_status amp_autograd_check_versions(const amp_tensor *loss);
 /* Back-propagates from a one-element loss whose gradient is seed_value (1, or the loss scale),
  * then clears the tape unless retain_graph (PyTorch's: a second loss of the same forward can then
- * be back-propagated). amp_backward (amp layer) calls it. */
+ * be back-propagated). amp_backward (amp layer) calls it. The checks above come first; when one
+ * refuses, nothing has changed: no gradient written, the tape and the step's memory as they were
+ * (amp_zero_grad or amp_ctx_reset_step releases them). */
 amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph);
 /* The same with the seed read from a backend scalar (an f32 in backend memory, e.g. the loss
  * scaler's scale on the device) when seed_scalar is set: no host read of it. */
@@ -75,9 +106,12 @@ amp_status amp_view_step(amp_tensor *x, int ndim, const int64_t *shape, int64_t 
 
 /* What the node's backward does not read of its tensors' data: the inputs of in_mask (bit i for
  * in[i]) and the output when out is set. amp_record counts every input and the output as read
- * (amp_tensor_drop keeps the data of a tensor with readers); an op whose backward needs only
- * its gradient (an add, a cast, a view) or saved state of its own says so once recorded (node
- * NULL: nothing was recorded, nothing to say). */
+ * (amp_tensor_drop keeps the data of a tensor with readers) and saved for the backward (their
+ * versions checked); an op whose backward needs only its gradient (an add, a cast, a view) or
+ * saved state of its own says so once recorded (node NULL: nothing was recorded, nothing to
+ * say), and a write to such a tensor after the forward is then no reason to refuse the backward.
+ * Say it only of data the backward never reads: anything else would let a rewritten tensor
+ * through into the gradients. */
 void amp_node_unread(amp_tape_node *node, unsigned in_mask, bool out);
 
 /* Input checks shared by the ops; each names the op and the argument. */

@@ -121,10 +121,11 @@ static amp_status attn_forward(const char *op, const amp_attn_desc *d, amp_tenso
                           len ? len->data : NULL, y->data, lse->data);
     if (s != AMP_OK) return amp_fail_context(s, "%s", op);
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, op + strlen("amp_"), bwd, len ? n_in : n_in - 1, in, sizeof(attn_aux),
-                       &node));
+    /* Its backward reads every input, y and the logsumexp. */
+    AMP_TRY(amp_record(y, op + strlen("amp_"), n_in == 4 ? "q k v kv_len" : "qkv kv_len", bwd,
+                       len ? n_in : n_in - 1, in, sizeof(attn_aux), &node));
     if (node) {
-        node->saved[0] = lse;
+        amp_node_save(node, 0, lse, "logsumexp");
         ((attn_aux *)node->aux)->d = *d;
     }
     *out = y;

@@ -3,6 +3,8 @@
  * output's gradient (times the other operand, for mul and div) summed over the dims that operand
  * was repeated along: reduce_dim passes, one per run of such dims, in a fixed order (the same
  * bits on every backend). */
+#include <string.h>
+
 #include "core/error.h"
 #include "core/shape.h"
 #include "nn/autocast.h"
@@ -100,7 +102,7 @@ amp_status amp_bcast_binary_run(const char *op, const char *name, amp_binary_op 
     AMP_TRY(bcast_pass(kind, y, a, b));
     amp_tensor *in[2] = {a, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, name, bcast_bwd, 2, in, sizeof kind, &node));
+    AMP_TRY(amp_record(y, name, "a b", bcast_bwd, 2, in, sizeof kind, &node));
     if (node) *(amp_binary_op *)node->aux = kind;
     amp_binary_unread(node, kind);
     *out = y;
@@ -142,9 +144,10 @@ static amp_status where_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return AMP_OK;
 }
 
-/* cond_name: how the caller calls the condition (cond, mask). */
-static amp_status where_run(const char *op, const char *cond_name, amp_tensor *cond,
-                            amp_tensor *a, amp_tensor *b, amp_tensor **out) {
+/* cond_name: how the caller calls the condition (cond, mask); args: the node's names of
+ * (cond, a, b). */
+static amp_status where_run(const char *op, const char *cond_name, const char *args,
+                            amp_tensor *cond, amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     if (cond->dtype != AMP_I32)
         return amp_fail(AMP_ERR_DTYPE, "%s: %s has dtype %s, want i32 (nonzero: true)", op,
                         cond_name, amp_dtype_name(cond->dtype));
@@ -157,7 +160,8 @@ static amp_status where_run(const char *op, const char *cond_name, amp_tensor *c
     AMP_TRY(where_pass(y, cond, a, b));
     amp_tensor *in[3] = {cond, a, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "where", where_bwd, 3, in, 0, &node));
+    AMP_TRY(amp_record(y, op + strlen("amp_"), args, where_bwd, 3, in, 0, &node));
+    amp_node_unread(node, 6u, true); /* its backward reads cond alone (a's and b's shapes) */
     *out = y;
     return AMP_OK;
 }
@@ -172,7 +176,7 @@ amp_status amp_where(amp_tensor *cond, amp_tensor *a, amp_tensor *b, amp_tensor 
     AMP_TRY(amp_autocast(AMP_CAT_PROMOTE, io, 2));
     AMP_TRY(amp_check_float(op, "a", io[0]));
     AMP_TRY(amp_check_same_dtype(op, io[0], io[1]));
-    return where_run(op, "cond", cond, io[0], io[1], out);
+    return where_run(op, "cond", "cond a b", cond, io[0], io[1], out);
 }
 
 amp_status amp_masked_fill(amp_tensor *x, amp_tensor *mask, float value, amp_tensor **out) {
@@ -183,5 +187,5 @@ amp_status amp_masked_fill(amp_tensor *x, amp_tensor *mask, float value, amp_ten
     AMP_TRY(amp_check_float(op, "x", x));
     amp_tensor *v;
     AMP_TRY(scalar_tensor(x->ctx, x->backend, x->dtype, value, &v));
-    return where_run(op, "mask", mask, v, x, out);
+    return where_run(op, "mask", "mask value x", mask, v, x, out);
 }

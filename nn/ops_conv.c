@@ -70,7 +70,8 @@ amp_status amp_conv2d(amp_tensor *x, amp_tensor *w, amp_tensor *b, int stride, i
                    y->data));
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "conv2d", amp_conv2d_bwd, 3, in, sizeof d, &node));
+    AMP_TRY(amp_record(y, "conv2d", "x w b", amp_conv2d_bwd, 3, in, sizeof d, &node));
+    amp_node_unread(node, 4u, true); /* it reads x and w; the bias gradient comes from dy */
     if (node) *(amp_conv2d_desc *)node->aux = d;
     *out = y;
     return AMP_OK;

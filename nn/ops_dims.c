@@ -72,11 +72,12 @@ static amp_status reduce_run(const char *op, const char *name, amp_reduce_op kin
     AMP_TRY(AMP_BE(x->backend, reduce_dim, kind, x->dtype, aux.outer, aux.n, aux.inner, x->data,
                    alpha, y->data, idx ? (int32_t *)idx->data : NULL));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, name, kind == AMP_REDUCE_MAX ? max_bwd : sum_bwd, 1, &x, sizeof aux,
-                       &node));
+    AMP_TRY(amp_record(y, name, "x", kind == AMP_REDUCE_MAX ? max_bwd : sum_bwd, 1, &x,
+                       sizeof aux, &node));
+    amp_node_unread(node, 1u, true); /* dy repeated, or sent to the saved indices: no data */
     if (node) {
         *(dim_aux *)node->aux = aux;
-        node->saved[0] = idx;
+        amp_node_save(node, 0, idx, "indices");
     }
     *values = y;
     if (indices) *indices = idx;

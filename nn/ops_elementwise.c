@@ -24,7 +24,8 @@ amp_status amp_relu(amp_tensor *x, amp_tensor **out) {
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     AMP_TRY(AMP_BE(x->backend, unary, AMP_UNARY_RELU, x->dtype, x->numel, x->data, 0.0f, y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "relu", amp_relu_bwd, 1, &x, 0, &node));
+    AMP_TRY(amp_record(y, "relu", "x", amp_relu_bwd, 1, &x, 0, &node));
+    amp_node_unread(node, 1u, false); /* its backward reads y, not x */
     *out = y;
     return AMP_OK;
 }
@@ -50,7 +51,7 @@ static amp_status amp_binary_run(const char *op, const char *name, amp_binary_op
         AMP_TRY(AMP_BE(y->backend, binary, kind, y->dtype, y->numel, io[0]->data, io[1]->data,
                        y->data));
         amp_tape_node *node;
-        AMP_TRY(amp_record(y, name, bwd, 2, io, 0, &node));
+        AMP_TRY(amp_record(y, name, "a b", bwd, 2, io, 0, &node));
         amp_binary_unread(node, kind);
         *out = y;
     } else {
@@ -161,11 +162,12 @@ amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out) 
     AMP_TRY(AMP_BE(x->backend, dropout_fwd, x->dtype, x->numel, x->data, p, ctx->rng.seed, offset,
                    y->data, (uint8_t *)mask->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "dropout", amp_dropout_bwd, 1, &x, sizeof(amp_dropout_aux), &node));
+    AMP_TRY(amp_record(y, "dropout", "x", amp_dropout_bwd, 1, &x, sizeof(amp_dropout_aux),
+                       &node));
     if (node) {
         amp_node_unread(node, 1u, true); /* its backward reads the mask */
         ((amp_dropout_aux *)node->aux)->p = p;
-        node->saved[0] = mask;
+        amp_node_save(node, 0, mask, "mask");
     }
     *out = y;
     return AMP_OK;

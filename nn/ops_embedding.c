@@ -47,8 +47,10 @@ amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out) 
                    weight->shape[0], (const int32_t *)idx->data, weight->data, y->data));
     amp_tensor *in[2] = {idx, weight};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "embedding", embedding_bwd, 2, in, 0, &node));
-    amp_node_unread(node, 2u, true); /* it adds dy into the rows of idx */
+    AMP_TRY(amp_record(y, "embedding", "idx weight", embedding_bwd, 2, in, 0, &node));
+    /* It adds dy into the rows of idx: it reads idx, never the weight's values (a step may
+     * write those under a retained graph, as PyTorch's embedding_backward allows). */
+    amp_node_unread(node, 2u, true);
     *out = y;
     return AMP_OK;
 }

@@ -115,17 +115,18 @@ static amp_status ln_run(const char *op, bool rms, bool for_linear, amp_tensor *
     amp_tape_node *node;
     if (r) { /* the sum is its own node: its gradient is the LayerNorm's plus the stream's */
         amp_tensor *pair[2] = {x, r};
-        AMP_TRY(amp_record(s, "add", add_bwd, 2, pair, 0, &node));
+        AMP_TRY(amp_record(s, "add", "x residual", add_bwd, 2, pair, 0, &node));
         amp_node_unread(node, 3u, true); /* a sum's backward reads no data */
         *sum = s;
     }
     amp_tensor *in[3] = {r ? s : x, gamma, beta};
-    AMP_TRY(amp_record(y, rms ? "rms_norm" : "layer_norm", ln_bwd, 3, in, sizeof(ln_aux), &node));
+    AMP_TRY(amp_record(y, rms ? "rms_norm" : "layer_norm", r ? "sum gamma beta" : "x gamma beta",
+                       ln_bwd, 3, in, sizeof(ln_aux), &node));
     if (node) {
         amp_node_unread(node, 4u, true); /* it reads x, gamma and its statistics */
         ((ln_aux *)node->aux)->d = d;
-        node->saved[0] = mean;
-        node->saved[1] = rstd;
+        amp_node_save(node, 0, mean, "mean");
+        amp_node_save(node, 1, rstd, "rstd");
     }
     *out = y;
     return AMP_OK;

@@ -114,11 +114,11 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     AMP_TRY(AMP_BE(x->backend, gemm, &d));
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, node_name, bwd, 3, in, z ? sizeof epilogue : 0, &node));
+    AMP_TRY(amp_record(y, node_name, "x w b", bwd, 3, in, z ? sizeof epilogue : 0, &node));
     /* The bias gradient comes from dy alone; only the ReLU's backward reads the output. */
     amp_node_unread(node, 4u, epilogue != AMP_GEMM_EPILOGUE_RELU);
     if (node && z) {
-        node->saved[0] = z;
+        amp_node_save(node, 0, z, "pre-activation");
         *(amp_gemm_epilogue *)node->aux = epilogue;
     }
     *out = y;

@@ -24,7 +24,8 @@ amp_status amp_mean(amp_tensor *x, amp_tensor **out) {
     AMP_TRY(AMP_BE(x->backend, sum, x->dtype, x->numel, x->data, 1.0f / (float)x->numel,
                    (float *)y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "mean", amp_mean_bwd, 1, &x, 0, &node));
+    AMP_TRY(amp_record(y, "mean", "x", amp_mean_bwd, 1, &x, 0, &node));
+    amp_node_unread(node, 1u, true); /* dy / numel everywhere: no data read */
     *out = y;
     return AMP_OK;
 }
@@ -82,9 +83,11 @@ amp_status amp_cross_entropy_ex(amp_tensor *logits, amp_tensor *labels,
     if (s != AMP_OK) return amp_fail_context(s, "%s", op); /* names a bad label and its row */
     amp_tensor *in[2] = {logits, labels};
     amp_tape_node *node;
-    AMP_TRY(amp_record(loss, "cross_entropy", amp_xent_bwd, 2, in, sizeof d, &node));
+    AMP_TRY(amp_record(loss, "cross_entropy", "logits labels", amp_xent_bwd, 2, in, sizeof d,
+                       &node));
+    amp_node_unread(node, 0u, true); /* it reads the logits, the labels and its statistics */
     if (node) {
-        node->saved[0] = stats;
+        amp_node_save(node, 0, stats, "statistics");
         *(amp_xent_desc *)node->aux = d;
     }
     *out = loss;
@@ -127,7 +130,8 @@ amp_status amp_mse_loss(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     AMP_TRY(AMP_BE(a->backend, mse_fwd, a->dtype, a->numel, a->data, b->data, loss->data));
     amp_tensor *in[2] = {a, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(loss, "mse_loss", amp_mse_bwd, 2, in, 0, &node));
+    AMP_TRY(amp_record(loss, "mse_loss", "a b", amp_mse_bwd, 2, in, 0, &node));
+    amp_node_unread(node, 0u, true); /* it reads a and b, not the loss */
     *out = loss;
     return AMP_OK;
 }

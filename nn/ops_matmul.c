@@ -108,7 +108,8 @@ amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out) {
     AMP_TRY(AMP_BE(a->backend, gemm, &d));
     amp_tensor *in[2] = {a, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "matmul", matmul_bwd, 2, in, 0, &node));
+    AMP_TRY(amp_record(y, "matmul", "a b", matmul_bwd, 2, in, 0, &node));
+    amp_node_unread(node, 0u, true); /* da and db read b and a, never y */
     *out = y;
     return AMP_OK;
 }

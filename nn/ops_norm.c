@@ -117,7 +117,7 @@ static amp_status amp_batchnorm2d_run(const char *op, bool relu, amp_tensor *x, 
         /* Recorded so that evaluating without amp_set_grad_enabled(ctx, false) works, as
          * model.eval() does in PyTorch; only a backward that reaches it fails. */
         AMP_TRY(amp_record(y, relu ? "batchnorm2d_relu (eval)" : "batchnorm2d (eval)",
-                           amp_bn_eval_bwd, 3, in, 0, &node));
+                           "x gamma beta", amp_bn_eval_bwd, 3, in, 0, &node));
         *out = y;
         return AMP_OK;
     }
@@ -128,12 +128,15 @@ static amp_status amp_batchnorm2d_run(const char *op, bool relu, amp_tensor *x, 
                    invstd->data, run_mean->data, run_var->data));
     AMP_TRY(amp_bn_stats_write_back(run_mean, running_mean));
     AMP_TRY(amp_bn_stats_write_back(run_var, running_var));
-    AMP_TRY(amp_record(y, relu ? "batchnorm2d_relu" : "batchnorm2d", amp_bn_bwd, 3, in,
-                       sizeof d, &node));
+    AMP_TRY(amp_record(y, relu ? "batchnorm2d_relu" : "batchnorm2d", "x gamma beta", amp_bn_bwd,
+                       3, in, sizeof d, &node));
+    /* It reads x, gamma, its statistics and (the fused ReLU's mask) y; beta's gradient is dy's
+     * sum. The running statistics are no input: the training backward never reads them. */
+    amp_node_unread(node, 4u, !relu);
     if (node) {
         *(amp_bn_desc *)node->aux = d;
-        node->saved[0] = mean;
-        node->saved[1] = invstd;
+        amp_node_save(node, 0, mean, "mean");
+        amp_node_save(node, 1, invstd, "invstd");
     }
     *out = y;
     return AMP_OK;

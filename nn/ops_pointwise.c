@@ -54,7 +54,9 @@ static amp_status pointwise_run(const pointwise_op *f, amp_tensor *x, amp_tensor
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     AMP_TRY(AMP_BE(x->backend, unary, f->fwd, x->dtype, x->numel, x->data, 0.0f, y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, f->name, pointwise_bwd, 1, &x, sizeof f, &node));
+    AMP_TRY(amp_record(y, f->name, "x", pointwise_bwd, 1, &x, sizeof f, &node));
+    /* Its backward reads y or x, whichever its formula takes. */
+    amp_node_unread(node, f->bwd_from_output ? 1u : 0u, !f->bwd_from_output);
     if (node) *(const pointwise_op **)node->aux = f;
     *out = y;
     return AMP_OK;

@@ -33,7 +33,8 @@ amp_status amp_maxpool2d(amp_tensor *x, int kernel, int stride, int padding, amp
     AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 4, shape, &y));
     AMP_TRY(AMP_BE(x->backend, maxpool_fwd, &d, x->data, y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "maxpool2d", amp_maxpool_bwd, 1, &x, sizeof d, &node));
+    AMP_TRY(amp_record(y, "maxpool2d", "x", amp_maxpool_bwd, 1, &x, sizeof d, &node));
+    amp_node_unread(node, 0u, true); /* it finds the maxima in x again, not in y */
     if (node) *(amp_pool_desc *)node->aux = d;
     *out = y;
     return AMP_OK;

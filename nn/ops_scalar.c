@@ -40,7 +40,8 @@ static amp_status amp_scalar_run(const char *op, const char *name, amp_unary_op 
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     AMP_TRY(AMP_BE(x->backend, unary, kind, x->dtype, x->numel, x->data, s, y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, name, bwd, 1, &x, sizeof(amp_scalar_aux), &node));
+    AMP_TRY(amp_record(y, name, "x", bwd, 1, &x, sizeof(amp_scalar_aux), &node));
+    amp_node_unread(node, 1u, true); /* dy scaled, passed or divided: no data read */
     if (node) ((amp_scalar_aux *)node->aux)->s = s;
     *out = y;
     return AMP_OK;

@@ -49,7 +49,7 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
     amp_tensor *y;
     AMP_TRY(amp_view_step(x, ndim, shape, 0, &y));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "reshape", amp_reshape_bwd, 1, &x, 0, &node));
+    AMP_TRY(amp_record(y, "reshape", "x", amp_reshape_bwd, 1, &x, 0, &node));
     amp_node_unread(node, 1u, true); /* the view itself reads x */
     *out = y;
     return AMP_OK;

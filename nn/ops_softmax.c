@@ -36,8 +36,9 @@ static amp_status softmax_run(const char *op, bool log, amp_tensor *x, int dim,
     AMP_TRY(amp_tensor_step_like(x, x->dtype, &y));
     AMP_TRY(AMP_BE(x->backend, softmax_fwd, &desc, x->data, y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, log ? "log_softmax" : "softmax", softmax_bwd, 1, &x, sizeof desc,
+    AMP_TRY(amp_record(y, log ? "log_softmax" : "softmax", "x", softmax_bwd, 1, &x, sizeof desc,
                        &node));
+    amp_node_unread(node, 1u, false); /* its backward reads y, not x */
     if (node) *(amp_softmax_desc *)node->aux = desc;
     *out = y;
     return AMP_OK;

@@ -128,12 +128,13 @@ static amp_status amp_sync_batchnorm2d_run(const char *op, bool relu, amp_tensor
     AMP_TRY(amp_bn_stats_write_back(a.run_var, running_var));
     amp_tensor *in[3] = {x, a.gamma, a.beta};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, relu ? "sync_batchnorm2d_relu" : "sync_batchnorm2d", amp_sync_bn_bwd, 3,
-                       in, sizeof(sync_bn_aux), &node));
+    AMP_TRY(amp_record(y, relu ? "sync_batchnorm2d_relu" : "sync_batchnorm2d", "x gamma beta",
+                       amp_sync_bn_bwd, 3, in, sizeof(sync_bn_aux), &node));
+    amp_node_unread(node, 4u, !relu); /* as batch norm's: x, gamma, the statistics, y's mask */
     if (node) {
         *(sync_bn_aux *)node->aux = (sync_bn_aux){.d = *d, .count = count, .relu = relu};
-        node->saved[0] = mean;
-        node->saved[1] = invstd;
+        amp_node_save(node, 0, mean, "mean");
+        amp_node_save(node, 1, invstd, "invstd");
     }
     *out = y;
     return AMP_OK;

@@ -110,7 +110,7 @@ amp_status amp_narrow(amp_tensor *x, int dim, int64_t start, int64_t length, amp
                        (const char *)x->data + at * (int64_t)amp_dtype_size(x->dtype), y->data));
     }
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "narrow", narrow_bwd, 1, &x, sizeof(narrow_aux), &node));
+    AMP_TRY(amp_record(y, "narrow", "x", narrow_bwd, 1, &x, sizeof(narrow_aux), &node));
     if (node) {
         *(narrow_aux *)node->aux = (narrow_aux){d, start};
         amp_node_unread(node, 1u, true); /* a view reads x itself (amp_view_step) */
@@ -210,7 +210,8 @@ amp_status amp_permute(amp_tensor *x, const int *dims, amp_tensor **out) {
     AMP_TRY(amp_tensor_step(x->ctx, x->dtype, x->ndim, shape, &y));
     AMP_TRY(permute_copy(x, aux.perm, false, y->data));
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "permute", permute_bwd, 1, &x, sizeof aux, &node));
+    AMP_TRY(amp_record(y, "permute", "x", permute_bwd, 1, &x, sizeof aux, &node));
+    amp_node_unread(node, 1u, true); /* dy permuted back: no data read */
     if (node) *(permute_aux *)node->aux = aux;
     *out = y;
     return AMP_OK;
@@ -290,7 +291,9 @@ amp_status amp_cat(amp_tensor *const *xs, int n, int dim, amp_tensor **out) {
         start += xs[i]->shape[d];
     }
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "cat", cat_bwd, n, xs, sizeof(cat_aux), &node));
+    /* dy cut into pieces: no data read, so no input is ever named (xs[i] all alike). */
+    AMP_TRY(amp_record(y, "cat", "xs", cat_bwd, n, xs, sizeof(cat_aux), &node));
+    amp_node_unread(node, (1u << n) - 1u, true);
     if (node) ((cat_aux *)node->aux)->dim = d;
     *out = y;
     return AMP_OK;

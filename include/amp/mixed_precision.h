@@ -105,7 +105,18 @@ amp_status amp_get_options(const amp_optimizer *opt, amp_options *out);
  * power of two its dtype holds (2^15 for f16), and its gradients are unscaled by exactly the scale
  * used. The graph is released afterwards unless retain_graph (PyTorch's), which lets a second loss
  * of the same forward (a shared trunk, a GAN's generator loss through the discriminator) be
- * back-propagated; gradients of parameters add up over backwards, as in PyTorch. */
+ * back-propagated; gradients of parameters add up over backwards, as in PyTorch.
+ * Saved tensors (PyTorch's "modified by an inplace operation"): each op records the write version
+ * of every tensor its backward will read (its inputs, its output, what it saved; not those it
+ * never reads: an add's operands, a cast's input, embedding's weight, relu's input). A write
+ * after the forward (amp_tensor_copy_from_host, amp_accumulate, a checkpoint load, amp_step on
+ * the weights a retained graph read) makes amp_backward of a loss that reaches that op fail with
+ * AMP_ERR_STATE naming the op, the input and both versions, before anything is written: no
+ * gradient changes, no amp state moves, and the graph stays as it was until amp_zero_grad or
+ * amp_ctx_reset_step (another loss that does not reach the op still back-propagates). Run the
+ * forward again after such a write. Under O1 a GEMM reads autocast's half copy of a weight, which
+ * a step leaves as it was while a graph holds it, so that graph's backward is its own gradient
+ * and is not refused. */
 typedef struct amp_backward_opts {
     int loss_id;
     bool retain_graph;

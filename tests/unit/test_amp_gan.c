@@ -1,12 +1,15 @@
 /* Several models and optimizers under one amp_initialize (Apex's amp.initialize([G, D],
  * [optG, optD], num_losses=2)), the GAN loop that needs it, and amp_deinitialize.
  *
- * The GAN (least-squares GAN on a toy distribution) shares one forward between its two losses:
- *   fake = G(z); d_fake = D(fake); d_real = D(real)
+ * The GAN (least-squares GAN on a toy distribution) builds both losses in one forward:
+ *   fake = G(z); d_fake = D(fake); d_real = D(real); fake' = G(z) without gradients
  *   lossG = mse(d_fake, 1)                        loss_id 1, back-propagated through D and G
- *   lossD = mse(d_real, 1) + mse(d_fake, 0)       loss_id 0
+ *   lossD = mse(d_real, 1) + mse(D(fake'), 0)     loss_id 0, through D only
  *   backward(lossG, retain_graph) -> step G -> clear D's gradients (optimizer_zero_grad: the graph
  *   stays) -> backward(lossD) -> step D -> zero_grad both.
+ * fake' is PyTorch's fake.detach(): through d_fake, lossD's backward would reach G, whose weights
+ * step G rewrote after the forward, and autograd refuses that (O0, O2: its linears read them) as
+ * PyTorch does; the retained graph's G nodes stay on the tape unreached.
  * It must train at O1 and O2: the generated mean moves most of the way to the real one, every
  * value stays finite, and each loss's scaler counts its own backwards. */
 #include <math.h>
@@ -86,13 +89,17 @@ static bool gan_iteration(gan *n, float *fake_mean) {
     fill_normal(xv, GAN_BATCH * XDIM, REAL_MEAN, 0.3f);
     CHECK_OK(amp_tensor_copy_from_host(n->z, zv, sizeof zv));
     CHECK_OK(amp_tensor_copy_from_host(n->real, xv, sizeof xv));
-    amp_tensor *fake, *d_fake, *d_real, *loss_g, *l_real, *l_fake, *loss_d, *m;
+    amp_tensor *fake, *fake_d, *d_fake, *d_fake_d, *d_real, *loss_g, *l_real, *l_fake, *loss_d, *m;
     amp_status s = amp_model_forward(n->g, n->z, &fake);
+    bool grads = amp_set_grad_enabled(n->ctx, false); /* fake' = fake.detach() */
+    if (s == AMP_OK) s = amp_model_forward(n->g, n->z, &fake_d);
+    amp_set_grad_enabled(n->ctx, grads);
     if (s == AMP_OK) s = amp_model_forward(n->d, fake, &d_fake);
+    if (s == AMP_OK) s = amp_model_forward(n->d, fake_d, &d_fake_d);
     if (s == AMP_OK) s = amp_model_forward(n->d, n->real, &d_real);
     if (s == AMP_OK) s = amp_mse_loss(d_fake, n->ones, &loss_g);
     if (s == AMP_OK) s = amp_mse_loss(d_real, n->ones, &l_real);
-    if (s == AMP_OK) s = amp_mse_loss(d_fake, n->zeros, &l_fake);
+    if (s == AMP_OK) s = amp_mse_loss(d_fake_d, n->zeros, &l_fake);
     if (s == AMP_OK) s = amp_add(l_real, l_fake, &loss_d);
     if (s == AMP_OK) s = amp_mean(fake, &m);
     if (s == AMP_OK) s = amp_tensor_item(m, fake_mean);
