@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "amp/checkpoint.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -64,8 +65,21 @@ amp_status amp_checkpoint_save(const char *dir, int64_t step, amp_model *m, amp_
     if (o->n_user < 0 || o->keep < 0)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_save: n_user %d and keep %d must be "
                         ">= 0", o->n_user, o->keep);
-    char name[64], tmp[AMP_CKPT_PATH_MAX];
+    char name[64], tmp[AMP_CKPT_PATH_MAX], final[AMP_CKPT_PATH_MAX];
     AMP_TRY(amp_ckpt_step_name(step, name, sizeof name));
+    /* path_out is checked before anything is written: a refused save leaves the folder, its
+     * step folders and `latest` as they were. */
+    if (path_out) {
+        if (path_size == 0)
+            return amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_save: path_size is 0 for a "
+                            "non-NULL path_out; give its size, or NULL for no path");
+        amp_status fits = amp_ckpt_join(dir, name, final, sizeof final);
+        if (fits == AMP_OK && strlen(final) >= path_size)
+            fits = amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_save: path_out has %zu bytes, "
+                            "the new folder's path '%s' needs %zu; nothing was saved",
+                            path_size, final, strlen(final) + 1);
+        AMP_TRY(fits);
+    }
     AMP_TRY(amp_ckpt_mkdirs(dir));
     AMP_TRY(amp_ckpt_make_tmp(dir, name, tmp, sizeof tmp));
     amp_ckpt_save_job job = {step, m, opt, o};
@@ -78,7 +92,7 @@ amp_status amp_checkpoint_save(const char *dir, int64_t step, amp_model *m, amp_
     }
     AMP_TRY(amp_ckpt_set_latest(dir, name));
     AMP_TRY(amp_ckpt_prune(dir, o->keep, name));
-    if (path_out) AMP_TRY(amp_ckpt_join(dir, name, path_out, path_size));
+    if (path_out) memcpy(path_out, final, strlen(final) + 1);
     return AMP_OK;
 }
 
@@ -90,19 +104,54 @@ amp_status amp_checkpoint_latest(const char *dir, char *out, size_t size) {
     return amp_ckpt_join(dir, name, out, size);
 }
 
+amp_status amp_checkpoint_find_latest(const char *dir, char *out, size_t size, bool *found) {
+    AMP_CHECK_ARG(dir);
+    AMP_CHECK_ARG(out);
+    AMP_CHECK_ARG(found);
+    if (size == 0)
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_find_latest: size is 0");
+    char probe[AMP_CKPT_PATH_MAX];
+    struct stat st;
+    AMP_TRY(amp_ckpt_join(dir, AMP_CKPT_LATEST, probe, sizeof probe));
+    bool none = false;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT)
+            return amp_fail(AMP_ERR_IO, "amp_checkpoint_find_latest: cannot read '%s': %s", dir,
+                            strerror(errno));
+        none = true; /* the folder comes with the first save */
+    } else if (!S_ISDIR(st.st_mode)) {
+        return amp_fail(AMP_ERR_IO, "amp_checkpoint_find_latest: '%s' is not a directory", dir);
+    } else if (stat(probe, &st) != 0) {
+        if (errno != ENOENT)
+            return amp_fail(AMP_ERR_IO, "amp_checkpoint_find_latest: cannot read '%s': %s",
+                            probe, strerror(errno));
+        /* No save completed: what a save killed before its `latest` left goes. */
+        amp_ckpt_clean_leftovers(dir);
+        none = true;
+    }
+    if (none) {
+        *found = false;
+        out[0] = '\0';
+        return AMP_OK;
+    }
+    AMP_TRY(amp_checkpoint_latest(dir, out, size));
+    *found = true;
+    return AMP_OK;
+}
+
 /* A step folder as given, or the one `latest` names when path is a checkpoint directory. */
-static amp_status amp_ckpt_resolve(const char *path, char *folder, size_t size) {
+static amp_status amp_ckpt_resolve(const char *who, const char *path, char *folder,
+                                   size_t size) {
     char probe[AMP_CKPT_PATH_MAX];
     struct stat st;
     AMP_TRY(amp_ckpt_join(path, AMP_CKPT_LATEST, probe, sizeof probe));
     if (stat(probe, &st) == 0) return amp_checkpoint_latest(path, folder, size);
     AMP_TRY(amp_ckpt_join(path, AMP_CKPT_STATE_FILE, probe, sizeof probe));
     if (stat(probe, &st) != 0)
-        return amp_fail(AMP_ERR_IO, "amp_checkpoint_load: '%s' is neither a step folder (no %s) "
-                        "nor a checkpoint directory (no %s)", path, AMP_CKPT_STATE_FILE,
-                        AMP_CKPT_LATEST);
+        return amp_fail(AMP_ERR_IO, "%s: '%s' is neither a step folder (no %s) nor a checkpoint "
+                        "directory (no %s)", who, path, AMP_CKPT_STATE_FILE, AMP_CKPT_LATEST);
     if (snprintf(folder, size, "%s", path) >= (int)size)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_load: path too long");
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: path too long", who);
     return AMP_OK;
 }
 
@@ -123,7 +172,7 @@ amp_status amp_checkpoint_load(const char *path, amp_model *m, amp_optimizer *op
     if (opt) AMP_TRY(amp_scaler_state_settable("amp_checkpoint_load", opt));
     const amp_checkpoint_opts *o = opts ? opts : &amp_ckpt_no_opts;
     char folder[AMP_CKPT_PATH_MAX];
-    AMP_TRY(amp_ckpt_resolve(path, folder, sizeof folder));
+    AMP_TRY(amp_ckpt_resolve("amp_checkpoint_load", path, folder, sizeof folder));
     AMP_TRY(amp_model_build(m));
     amp_st_reader *model = NULL, *state = NULL;
     amp_status s = amp_ckpt_open(folder, AMP_CKPT_MODEL_FILE, &model);
@@ -142,7 +191,7 @@ amp_status amp_checkpoint_user_meta(const char *path, const char *key, char *out
     AMP_CHECK_ARG(key);
     AMP_CHECK_ARG(out);
     char folder[AMP_CKPT_PATH_MAX], full[512];
-    AMP_TRY(amp_ckpt_resolve(path, folder, sizeof folder));
+    AMP_TRY(amp_ckpt_resolve("amp_checkpoint_user_meta", path, folder, sizeof folder));
     amp_st_reader *r = NULL;
     AMP_TRY(amp_ckpt_open(folder, AMP_CKPT_STATE_FILE, &r));
     snprintf(full, sizeof full, "user.%s", key);

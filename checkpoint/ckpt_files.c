@@ -95,8 +95,7 @@ static long amp_ckpt_owner_pid(const char *entry) {
     return strtol(p + 1, NULL, 10);
 }
 
-/* Leftovers of saves whose process is gone: temporary and moved-aside folders. */
-static void amp_ckpt_clean_leftovers(const char *dir) {
+void amp_ckpt_clean_leftovers(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -107,7 +106,8 @@ static void amp_ckpt_clean_leftovers(const char *dir) {
         long pid = amp_ckpt_owner_pid(e->d_name);
         if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) == 0) continue; /* running */
         char f[AMP_CKPT_PATH_MAX];
-        if (amp_ckpt_join(dir, e->d_name, f, sizeof f) == AMP_OK) (void)amp_ckpt_remove_folder(f);
+        if (amp_ckpt_join(dir, e->d_name, f, sizeof f) != AMP_OK) continue;
+        if (unlink(f) != 0) (void)amp_ckpt_remove_folder(f); /* a folder (a file: `latest`'s) */
     }
     closedir(d);
 }

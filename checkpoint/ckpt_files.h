@@ -22,6 +22,9 @@ amp_status amp_ckpt_mkdirs(const char *dir);
 /* A new empty folder dir/.tmp-<name>-<pid>-<n> to write a step into; temporary folders that a
  * killed save left behind (their pid no longer runs) are removed first. */
 amp_status amp_ckpt_make_tmp(const char *dir, const char *name, char *out, size_t size);
+/* Removes what saves whose process is gone left in dir: temporary step folders, `latest`'s
+ * temporary file, moved-aside folders (the pid in their name no longer runs). */
+void amp_ckpt_clean_leftovers(const char *dir);
 /* fsync of a file or folder by path. */
 amp_status amp_ckpt_fsync_path(const char *path);
 /* fsyncs tmp, renames it to dir/name (an existing dir/name is moved aside first and removed

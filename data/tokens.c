@@ -36,7 +36,10 @@ amp_status amp_tokens_open(const char *path, int32_t vocab_size, amp_tokens **ou
     AMP_TRY(amp_read_file("amp_tokens_open", path, &buf, &len));
     amp_status s = AMP_OK;
     uint32_t magic = len >= 12 ? le32(buf) : 0, version = len >= 12 ? le32(buf + 4) : 0;
-    uint64_t n = len >= 12 ? le32(buf + 8) : 0;
+    /* The count is an int32, as llm.c writes and reads it: a negative one is a corrupt header
+     * (read as unsigned it would be reported as 4294967291 tokens). */
+    int64_t count = len >= 12 ? (int64_t)(int32_t)le32(buf + 8) : 0;
+    uint64_t n = count > 0 ? (uint64_t)count : 0;
     if (len < TOKENS_HEADER * 4) {
         s = amp_fail(AMP_ERR_FORMAT, "amp_tokens_open: '%s' has %zu bytes, less than the %d-byte "
                      "header of a token file (llm.c's format)", path, len, TOKENS_HEADER * 4);
@@ -46,6 +49,10 @@ amp_status amp_tokens_open(const char *path, int32_t vocab_size, amp_tokens **ou
     } else if (version != TOKENS_VERSION) {
         s = amp_fail(AMP_ERR_FORMAT, "amp_tokens_open: '%s' has version %u; this reads version "
                      "%d (uint16 ids)", path, version, TOKENS_VERSION);
+    } else if (count < 0) {
+        s = amp_fail(AMP_ERR_FORMAT, "amp_tokens_open: '%s' says %lld tokens in its header: a "
+                     "count must be in [0, 2^31 - 1] (a corrupt header, or not a token file)",
+                     path, (long long)count);
     } else if (len != TOKENS_HEADER * 4 + 2 * n) {
         s = amp_fail(AMP_ERR_FORMAT, "amp_tokens_open: '%s' says %llu tokens (%llu bytes after "
                      "the header) but has %zu: truncated or not a token file", path,
@@ -117,9 +124,10 @@ amp_status amp_tokens_batch(const amp_tokens *t, amp_token_order order, uint64_t
 
 amp_status amp_tokens_write(const char *path, const uint16_t *tokens, int64_t n) {
     AMP_CHECK_ARG(path);
-    if (n < 0 || n > (int64_t)UINT32_MAX || (n > 0 && !tokens))
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_tokens_write: %lld tokens (at most 2^32 - 1, "
-                        "and an array for them)", (long long)n);
+    /* The header's count is an int32 (llm.c's): more than 2^31 - 1 would read back negative. */
+    if (n < 0 || n > (int64_t)INT32_MAX || (n > 0 && !tokens))
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_tokens_write: %lld tokens (at most 2^31 - 1, "
+                        "the header's int32 count, and an array for them)", (long long)n);
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_tokens_write: path too long");

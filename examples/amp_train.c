@@ -225,9 +225,10 @@ int main(int argc, char **argv) {
     bool accuracy_known = false; /* the last epoch was evaluated (not --no-eval, not stopped) */
     int epochs_run = 0, first_epoch = 1;
     amp_checkpoint_opts ckpt = {.loader = loader, .keep = a.keep};
-    char ckpt_path[4096];
-    if (a.resume) {
-        const char *from = strcmp(a.resume, "latest") ? a.resume : a.checkpoint_dir;
+    char ckpt_path[4096], from[4096];
+    bool resume = false;
+    TRY(train_resume_source(&a, g_rank == 0, from, sizeof from, &resume));
+    if (resume) {
         if (ddp) TRY(amp_ddp_checkpoint_load(ddp, from, &ckpt, &steps));
         else TRY(amp_checkpoint_load(from, model, opt, &ckpt, &steps));
         amp_loader_state ls;
@@ -341,17 +342,17 @@ int main(int argc, char **argv) {
     (void)amp_ctx_memory(ctx, NULL, &peak_backend);
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage); /* ru_maxrss: KiB on Linux */
-    if (a.json) {
+    if (a.json) { /* f32 values as %.9g, doubles as %.17g: they read back to the same bits */
         char scale[32];
         if (amp_opts.loss_scale == AMP_LOSS_SCALE_DYNAMIC) snprintf(scale, sizeof scale, "\"dynamic\"");
-        else snprintf(scale, sizeof scale, "%g", (double)amp_opts.loss_scale);
+        else snprintf(scale, sizeof scale, "%.9g", (double)amp_opts.loss_scale);
         char acc[32];
-        if (accuracy_known) snprintf(acc, sizeof acc, "%.6f", accuracy);
+        if (accuracy_known) snprintf(acc, sizeof acc, "%.17g", accuracy);
         else snprintf(acc, sizeof acc, "null");
         printf("{\"model\": \"%s\", \"optimizer\": \"%s\", \"epochs\": %d, \"steps\": %lld, "
-               "\"batch_size\": %lld, \"lr\": %g, \"seed\": %llu, \"train_loss\": %.9g, "
+               "\"batch_size\": %lld, \"lr\": %.9g, \"seed\": %llu, \"train_loss\": %.17g, "
                "\"test_accuracy\": %s, \"samples_per_sec\": %.2f, \"opt_level\": \"O%d\", "
-               "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %g, "
+               "\"half_type\": \"%s\", \"loss_scale\": %s, \"final_loss_scale\": %.9g, "
                "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
                "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\", "
                "\"system_allocs_steady\": %lld, \"world_size\": %d, \"accumulate\": %lld, "

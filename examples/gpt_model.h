@@ -78,11 +78,9 @@ static amp_status gpt_leaf(amp_model *parent, const char *name, int64_t rows, in
     if (s == AMP_OK && bias_index)
         s = amp_model_register_param(*m, "bias", 1, (int64_t[]){rows}, AMP_INIT_ZERO_VALUES,
                                      bias_index);
-    if (s != AMP_OK) {
-        amp_model_free(*m);
-        return s;
-    }
-    return amp_model_add_child(parent, name, *m);
+    if (s == AMP_OK) s = amp_model_add_child(parent, name, *m);
+    if (s != AMP_OK) amp_model_free(*m); /* not the parent's: it goes here */
+    return s;
 }
 
 static amp_status gpt_linear_make(amp_model *parent, const char *name, int64_t out, int64_t in,

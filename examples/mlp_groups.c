@@ -1,5 +1,7 @@
-/* An MLP written by hand in llm.c's manner: the parameters registered one by one on a single
- * model (GPT-2's normal(0, 0.02) weights, zero biases), a forward over the public ops, and
+/* An MLP written by hand in llm.c's manner: the parameters registered one by one, each layer's
+ * on a child model without a forward of its own (a '.' joins a path, so "fc1.weight" is the
+ * entry "weight" of the child "fc1", as in torch), GPT-2's normal(0, 0.02) weights and zero
+ * biases, one forward over the public ops on the root, and
  * AdamW with nanoGPT's parameter groups: weight decay on the 2-D tensors only. Its state_dict is
  * that of
  *
@@ -20,8 +22,9 @@ static const struct {
     int64_t out, in;
 } layers[3] = {{"fc1", 512, 784}, {"fc2", 256, 512}, {"fc3", 10, 256}};
 
-/* Parameter indices, as the registrations returned them: weight then bias per layer. */
+/* Each layer's node and its parameter indices, as the registrations returned them. */
 typedef struct mlp {
+    amp_model *fc[3];
     int w[3], b[3];
 } mlp;
 
@@ -31,10 +34,26 @@ static amp_status mlp_forward(amp_model *self, amp_tensor *const *in, int n, amp
     amp_tensor *h;
     amp_status s = amp_flatten(in[0], &h);
     for (int l = 0; l < 3 && s == AMP_OK; l++) {
-        s = amp_linear(h, amp_model_param(self, p->w[l]), amp_model_param(self, p->b[l]), &h);
+        s = amp_linear(h, amp_model_param(p->fc[l], p->w[l]), amp_model_param(p->fc[l], p->b[l]),
+                       &h);
         if (s == AMP_OK && l < 2) s = amp_relu(h, &h);
     }
     *out = h;
+    return s;
+}
+
+/* Layer l: a child of m under its name, holding weight [out, in] and bias [out]. */
+static amp_status mlp_layer(amp_model *m, int l, mlp *p) {
+    amp_model *fc = NULL;
+    int64_t ws[2] = {layers[l].out, layers[l].in};
+    amp_init normal = AMP_INIT_NORMAL_OF(0.0f, 0.02f);
+    amp_status s = amp_model_create(amp_model_ctx(m), NULL, NULL, NULL, &fc);
+    if (s == AMP_OK) s = amp_model_register_param(fc, "weight", 2, ws, normal, &p->w[l]);
+    if (s == AMP_OK)
+        s = amp_model_register_param(fc, "bias", 1, &layers[l].out, AMP_INIT_ZERO_VALUES, &p->b[l]);
+    if (s == AMP_OK) s = amp_model_add_child(m, layers[l].name, fc);
+    if (s != AMP_OK) amp_model_free(fc);
+    else p->fc[l] = fc;
     return s;
 }
 
@@ -47,15 +66,7 @@ static amp_status make(amp_ctx *ctx, amp_model **m, amp_optimizer **opt) {
     mlp *p = calloc(1, sizeof *p);
     amp_status s = p ? amp_model_create(ctx, mlp_forward, p, free, m) : AMP_ERR_OOM;
     if (s != AMP_OK) return free(p), s;
-    for (int l = 0; l < 3 && s == AMP_OK; l++) {
-        char w[32], b[32];
-        snprintf(w, sizeof w, "%s.weight", layers[l].name);
-        snprintf(b, sizeof b, "%s.bias", layers[l].name);
-        int64_t ws[2] = {layers[l].out, layers[l].in};
-        s = amp_model_register_param(*m, w, 2, ws, AMP_INIT_NORMAL_OF(0.0f, 0.02f), &p->w[l]);
-        if (s == AMP_OK)
-            s = amp_model_register_param(*m, b, 1, &layers[l].out, AMP_INIT_ZERO_VALUES, &p->b[l]);
-    }
+    for (int l = 0; l < 3 && s == AMP_OK; l++) s = mlp_layer(*m, l, p);
     amp_adam_opts o = amp_adam_defaults(); /* nanoGPT's AdamW */
     o.lr = 1e-3f;
     o.beta2 = 0.95f;

@@ -1,10 +1,13 @@
 #include "train_args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "amp/checkpoint.h"
 
 static void train_usage(FILE *f) {
     fprintf(f,
@@ -27,7 +30,8 @@ static void train_usage(FILE *f) {
             "  --skip-nonfinite on|off  skip steps with inf/NaN gradients (default: on at O1-O3)\n"
             "  --checkpoint-dir DIR     save checkpoints there (at the end, on SIGTERM/SIGINT, and\n"
             "                           every --save-every N steps); --keep K keeps the newest K\n"
-            "  --resume latest|PATH     go on from DIR's latest checkpoint or a step folder\n"
+            "  --resume latest|PATH     go on from DIR's latest checkpoint or a step folder;\n"
+            "                           latest where no save has completed yet starts at step 0\n"
             "  --no-eval                skip the test-set evaluation (accuracy reads 0)\n"
             "  --init-weights FILE      start from these weights (a safetensors state_dict)\n"
             "  --device auto|cpu|cuda   where to train (default auto: CUDA when a device\n"
@@ -53,6 +57,8 @@ static void train_usage(FILE *f) {
             "DIR, token files of llm.c's format; amp-text-tokens makes byte-level ones) with AdamW\n"
             "(betas 0.9, 0.95), --batch-size 16 and --lr 1e-3 unless given, and:\n"
             "  --n-layer 4 --n-head 4 --n-embd 256 --block-size 128 --vocab-size 256 --dropout 0\n"
+            "  (saved with each checkpoint, nanoGPT's model_args: --resume takes those not given\n"
+            "  from it and refuses those that differ)\n"
             "  --data-order random|sequential  windows drawn from (seed, step), or llm.c's order\n"
             "  --warmup-steps 100 --min-lr LR/10 --weight-decay 0.1 (2-D tensors only)\n"
             "  --lr-decay-steps N (where the cosine reaches --min-lr; default --max-steps: a run\n"
@@ -66,6 +72,36 @@ static void train_usage(FILE *f) {
             "                    from --init-weights or --resume (nanoGPT's eval_only)\n"
             "  --start TEXT      the sample's prompt, its bytes the tokens (a vocabulary of 256\n"
             "                    without --tokenizer); --start-ids I,J,... for any vocabulary\n");
+}
+
+/* An integer option: decimal digits (a '-' first where lo < 0), nothing else, in [lo, hi].
+ * strtod would take "32.5" or "1.9" and the cast truncate them in silence. */
+static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    bool starts = isdigit((unsigned char)s[0]) || (s[0] == '-' && lo < 0);
+    if (!starts || errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "amp-train: --%s '%s': want an integer in [%lld, %lld]\n", opt, s,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* --seed: an unsigned 64-bit integer (strtoull alone would take "-1" as 2^64 - 1). */
+static int parse_seed(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!isdigit((unsigned char)s[0]) || errno || end == s || *end) {
+        fprintf(stderr, "amp-train: --%s '%s': want an integer in [0, %llu]\n", opt, s,
+                (unsigned long long)UINT64_MAX);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 static int parse_number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -117,6 +153,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
+    int64_t i;
     const char *gpt_option = NULL; /* the first option of --model gpt's own given */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -134,8 +171,8 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 'W': a->init_weights = optarg; break;
         case 'I': if (parse_number(name, optarg, 1e-30, 1e30, &v)) return -1; a->init_scale = (float)v; break;
         case 'R': a->resume = optarg; break;
-        case 'E': if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->save_every = (int64_t)v; break;
-        case 'K': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->keep = (int)v; break;
+        case 'E': if (parse_int(name, optarg, 1, 1000000000000, &i)) return -1; a->save_every = i; break;
+        case 'K': if (parse_int(name, optarg, 1, 1000000, &i)) return -1; a->keep = (int)i; break;
         case 'c': a->device = 1; break;
         case 'D':
             if (!strcmp(optarg, "auto")) a->device = 0;
@@ -146,19 +183,34 @@ int train_args_parse(int argc, char **argv, train_args *a) {
                 return -1;
             }
             break;
-        case 'L': if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->log_every = (int64_t)v; break;
-        case 'A': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->accumulate = (int64_t)v; break;
+        case 'L': if (parse_int(name, optarg, 1, 1000000000000, &i)) return -1; a->log_every = i; break;
+        case 'A': if (parse_int(name, optarg, 1, 1000000, &i)) return -1; a->accumulate = i; break;
         case 'B': a->sync_bn = true; break;
         case 'G': a->batch_per_process = true; break;
         case 'T': a->allow_tf32 = true; break;
         case 'Z': a->nondeterministic = true; break;
         case 'F': a->allreduce_fp32 = true; break;
         case 'h': train_usage(stdout); return 1;
-        case 1000: if (parse_number(name, optarg, 1, 64, &v)) return -1; a->n_layer = (int)v; break;
-        case 1001: if (parse_number(name, optarg, 1, 1024, &v)) return -1; a->n_head = (int)v; break;
-        case 1002: if (parse_number(name, optarg, 1, 65536, &v)) return -1; a->n_embd = (int)v; break;
-        case 1003: if (parse_number(name, optarg, 1, 1 << 20, &v)) return -1; a->block_size = (int)v; break;
-        case 1004: if (parse_number(name, optarg, 1, 65536, &v)) return -1; a->vocab_size = (int)v; break;
+        case 1000:
+            if (parse_int(name, optarg, 1, 64, &i)) return -1;
+            a->n_layer = (int)i, a->given.n_layer = true;
+            break;
+        case 1001:
+            if (parse_int(name, optarg, 1, 1024, &i)) return -1;
+            a->n_head = (int)i, a->given.n_head = true;
+            break;
+        case 1002:
+            if (parse_int(name, optarg, 1, 65536, &i)) return -1;
+            a->n_embd = (int)i, a->given.n_embd = true;
+            break;
+        case 1003:
+            if (parse_int(name, optarg, 1, 1 << 20, &i)) return -1;
+            a->block_size = (int)i, a->given.block_size = true;
+            break;
+        case 1004:
+            if (parse_int(name, optarg, 1, 65536, &i)) return -1;
+            a->vocab_size = (int)i, a->given.vocab_size = true;
+            break;
         case 1005: if (parse_number(name, optarg, 0, 0.999, &v)) return -1; a->dropout = (float)v; break;
         case 1006:
             if (strcmp(optarg, "random") && strcmp(optarg, "sequential")) {
@@ -167,16 +219,16 @@ int train_args_parse(int argc, char **argv, train_args *a) {
             }
             a->data_order_sequential = strcmp(optarg, "sequential") == 0;
             break;
-        case 1007: if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->warmup_steps = (int64_t)v; break;
+        case 1007: if (parse_int(name, optarg, 0, 1000000000000, &i)) return -1; a->warmup_steps = i; break;
         case 1008: if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->min_lr = (float)v; break;
         case 1009: if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->weight_decay = (float)v; break;
         case 1010: if (parse_number(name, optarg, 0, 1e6, &v)) return -1; a->grad_clip = (float)v; break;
-        case 1011: if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->eval_every = (int64_t)v; break;
-        case 1012: if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->eval_batches = (int64_t)v; break;
-        case 1013: if (parse_number(name, optarg, 0, 1e7, &v)) return -1; a->sample = (int64_t)v; break;
+        case 1011: if (parse_int(name, optarg, 0, 1000000000000, &i)) return -1; a->eval_every = i; break;
+        case 1012: if (parse_int(name, optarg, 1, 1000000, &i)) return -1; a->eval_batches = i; break;
+        case 1013: if (parse_int(name, optarg, 0, 10000000, &i)) return -1; a->sample = i; break;
         case 1014: if (parse_number(name, optarg, 1e-3, 1e3, &v)) return -1; a->temperature = (float)v; break;
-        case 1015: if (parse_number(name, optarg, 0, 65536, &v)) return -1; a->top_k = (int)v; break;
-        case 1016: if (parse_number(name, optarg, 1, 1e12, &v)) return -1; a->lr_decay_steps = (int64_t)v; break;
+        case 1015: if (parse_int(name, optarg, 0, 65536, &i)) return -1; a->top_k = (int)i; break;
+        case 1016: if (parse_int(name, optarg, 1, 1000000000000, &i)) return -1; a->lr_decay_steps = i; break;
         case 1017: a->tokenizer = optarg; break;
         case 1018: a->eval_only = true; break;
         case 1019: a->start = optarg; break;
@@ -207,13 +259,13 @@ int train_args_parse(int argc, char **argv, train_args *a) {
             else if (parse_number(name, optarg, 1e-30, 1e30, &v)) return -1;
             else a->loss_scale = (float)v;
             break;
-        case 'e': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->epochs = (int)v; break;
-        case 'b': if (parse_number(name, optarg, 1, 1e6, &v)) return -1; a->batch_size = (int64_t)v; break;
+        case 'e': if (parse_int(name, optarg, 1, 1000000, &i)) return -1; a->epochs = (int)i; break;
+        case 'b': if (parse_int(name, optarg, 1, 1000000, &i)) return -1; a->batch_size = i; break;
         case 'l': if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->lr = (float)v; break;
         case 'M': if (parse_number(name, optarg, 0, 1, &v)) return -1; a->momentum = (float)v; break;
-        case 's': if (parse_number(name, optarg, 0, 1.8e19, &v)) return -1; a->seed = (uint64_t)v; break;
-        case 'x': if (parse_number(name, optarg, 0, 1e12, &v)) return -1; a->max_steps = (int64_t)v; break;
-        case 't': if (parse_number(name, optarg, 0, 4096, &v)) return -1; a->threads = (int)v; break;
+        case 's': if (parse_seed(name, optarg, &a->seed)) return -1; break;
+        case 'x': if (parse_int(name, optarg, 0, 1000000000000, &i)) return -1; a->max_steps = i; break;
+        case 't': if (parse_int(name, optarg, 0, 4096, &i)) return -1; a->threads = (int)i; break;
         default:
             fprintf(stderr, "amp-train: unknown or incomplete option '%s'\n", argv[optind - 1]);
             train_usage(stderr);
@@ -240,12 +292,22 @@ int train_args_parse(int argc, char **argv, train_args *a) {
                 "all on the fortunes corpus)\n");
         return -1;
     }
+    if ((a->save_every || a->keep) && !a->checkpoint_dir) {
+        fprintf(stderr, "amp-train: --save-every and --keep need --checkpoint-dir\n");
+        return -1;
+    }
+    if (a->resume && !strcmp(a->resume, "latest") && !a->checkpoint_dir) {
+        fprintf(stderr, "amp-train: --resume latest needs --checkpoint-dir\n");
+        return -1;
+    }
     if (gpt && a->optimizer && strcmp(a->optimizer, "adamw")) {
         fprintf(stderr, "amp-train: --optimizer '%s': --model gpt trains with adamw\n", a->optimizer);
         return -1;
     }
     if (gpt) {
-        if (a->n_embd % a->n_head) {
+        /* A resume may take either from the checkpoint; gpt_create checks the pair then. */
+        bool both = !a->resume || (a->given.n_embd && a->given.n_head);
+        if (both && a->n_embd % a->n_head) {
             fprintf(stderr, "amp-train: --n-embd %d is not a multiple of --n-head %d\n", a->n_embd,
                     a->n_head);
             return -1;
@@ -268,14 +330,25 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         fprintf(stderr, "amp-train: --optimizer '%s': want sgd or adam\n", a->optimizer);
         return -1;
     }
-    if ((a->save_every || a->keep) && !a->checkpoint_dir) {
-        fprintf(stderr, "amp-train: --save-every and --keep need --checkpoint-dir\n");
-        return -1;
-    }
-    if (a->resume && !strcmp(a->resume, "latest") && !a->checkpoint_dir) {
-        fprintf(stderr, "amp-train: --resume latest needs --checkpoint-dir\n");
-        return -1;
-    }
     if (a->lr < 0) a->lr = strcmp(a->optimizer, "sgd") == 0 ? 0.05f : 0.001f;
     return 0;
+}
+
+amp_status train_resume_source(const train_args *a, bool say, char *from, size_t size,
+                               bool *resume) {
+    *resume = a->resume != NULL;
+    from[0] = '\0';
+    if (!a->resume) return AMP_OK;
+    if (strcmp(a->resume, "latest") != 0) {
+        if ((size_t)snprintf(from, size, "%s", a->resume) >= size)
+            return amp_error(AMP_ERR_INVALID_ARG, "--resume '%s': the path is too long",
+                             a->resume);
+        return AMP_OK;
+    }
+    amp_status s = amp_checkpoint_find_latest(a->checkpoint_dir, from, size, resume);
+    if (s == AMP_OK && !*resume && say)
+        fprintf(stderr, "amp-train: --resume latest: no checkpoint has completed in %s yet "
+                "(none was saved, or the run stopped before its first save); starting from step "
+                "0\n", a->checkpoint_dir);
+    return s;
 }

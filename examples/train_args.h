@@ -3,7 +3,10 @@
 #define AMP_EXAMPLES_TRAIN_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "amp/status.h"
 
 typedef struct train_args {
     const char *model;     /* convnet | mlp */
@@ -39,6 +42,10 @@ typedef struct train_args {
                                batch, split over the processes */
     /* --model gpt (examples/train_gpt.c) */
     int n_layer, n_head, n_embd, block_size, vocab_size;
+    struct { /* the shape options given on the command line: a resume takes the others from the
+                checkpoint's model_args and refuses these where they differ */
+        bool n_layer, n_head, n_embd, block_size, vocab_size;
+    } given;
     float dropout, min_lr, weight_decay, grad_clip, temperature;
     bool data_order_sequential;
     int64_t warmup_steps, eval_every, eval_batches, sample;
@@ -52,6 +59,14 @@ typedef struct train_args {
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */
 int train_args_parse(int argc, char **argv, train_args *args);
+/* Where --resume reads: *resume false without --resume; --resume latest: the step folder that
+ * checkpoint_dir/latest names, or, where no save has completed there (a job killed before its
+ * first save, a requeued one run with the same command line), *resume false after clearing what
+ * the killed save left, with one line on stderr when `say` (rank 0) that the run starts from
+ * step 0, as Megatron and DeepSpeed do; --resume PATH: PATH itself (a step folder or checkpoint
+ * directory that does not exist stays the load's error). */
+amp_status train_resume_source(const train_args *args, bool say, char *from, size_t size,
+                               bool *resume);
 /* amp-train --model gpt: returns the process's exit code. */
 int amp_train_gpt(const train_args *args);
 

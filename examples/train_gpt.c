@@ -14,7 +14,8 @@
  * processes train as one does; rank 0 prints, the losses averaged over the ranks. SIGTERM or
  * SIGINT (examples/stop_signal.h) ends the run after its step with a checkpoint (with
  * --checkpoint-dir) and exit 0, every rank at the same step; resumed, it ends as a run that
- * never stopped. */
+ * never stopped. Each checkpoint carries the GPT's shape (nanoGPT's model_args), which a resume
+ * builds: the shape options not given come from it, one given with another value is refused. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -41,6 +42,82 @@ static double seconds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* nanoGPT's model_args: the shape of the GPT, saved with every checkpoint as the user metadata
+ * "model_args" (a JSON object, as nanoGPT's checkpoint['model_args'], bias always true here;
+ * vocab_size is the tokens', before padding), so that a resume builds the model it saved. */
+#define MODEL_ARGS_KEY "model_args"
+
+static void model_args_format(const gpt_config *c, char *out, size_t size) {
+    snprintf(out, size, "{\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"block_size\": %d, "
+             "\"bias\": true, \"vocab_size\": %d, \"dropout\": %.9g}", c->n_layer, c->n_head,
+             c->n_embd, c->block_size, c->vocab_size, (double)c->dropout);
+}
+
+/* The integer after "key": in a flat JSON object (what model_args_format writes, or json.dumps). */
+static bool model_arg(const char *json, const char *key, long *v) {
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "\"%s\"", key);
+    const char *p = strstr(json, quoted);
+    if (!p) return false;
+    p += strlen(quoted);
+    while (*p == ' ') p++;
+    if (*p++ != ':') return false;
+    char *end;
+    errno = 0;
+    long x = strtol(p, &end, 10);
+    if (end == p || errno || (*end != ',' && *end != '}' && *end != ' ')) return false;
+    *v = x;
+    return true;
+}
+
+/* The checkpoint's shape into cfg, as nanoGPT's resume forces its model_args: an option not
+ * given takes the checkpoint's value; one given that differs is refused, every such option
+ * named with both values (a model with other heads or another vocabulary can have the same
+ * tensor shapes, and would load and train on as a different model). Dropout is not part of
+ * the shape and stays the command line's, as in nanoGPT. A checkpoint without model_args
+ * (written before they were kept) leaves cfg as given, said in one line: its load still
+ * refuses other tensor shapes. */
+static amp_status model_args_resume(const train_args *a, const char *from, bool say, FILE *text,
+                                    gpt_config *cfg) {
+    char json[512];
+    amp_status s = amp_checkpoint_user_meta(from, MODEL_ARGS_KEY, json, sizeof json);
+    if (s == AMP_ERR_INVALID_ARG && strstr(amp_last_error(), "no user metadata")) {
+        if (say)
+            fprintf(text, "amp-train: %s holds no model_args (an older checkpoint): the model is "
+                    "the command line's\n", from);
+        return AMP_OK;
+    }
+    if (s != AMP_OK) return s;
+    struct {
+        const char *option, *key;
+        int *value;
+        bool given;
+    } f[] = {{"n-layer", "n_layer", &cfg->n_layer, a->given.n_layer},
+             {"n-head", "n_head", &cfg->n_head, a->given.n_head},
+             {"n-embd", "n_embd", &cfg->n_embd, a->given.n_embd},
+             {"block-size", "block_size", &cfg->block_size, a->given.block_size},
+             {"vocab-size", "vocab_size", &cfg->vocab_size, a->given.vocab_size}};
+    enum { N = sizeof f / sizeof f[0] };
+    long saved[N];
+    char differ[512] = "";
+    size_t len = 0;
+    for (int i = 0; i < N; i++) {
+        if (!model_arg(json, f[i].key, &saved[i]) || saved[i] < 1 || saved[i] > INT32_MAX)
+            return amp_error(AMP_ERR_FORMAT, "%s: model_args '%s' has no valid %s", from, json,
+                             f[i].key);
+        if (f[i].given && saved[i] != *f[i].value && len < sizeof differ)
+            len += (size_t)snprintf(differ + len, sizeof differ - len, "%s--%s %d (the "
+                                    "checkpoint's %s is %ld)", len ? ", " : "", f[i].option,
+                                    *f[i].value, f[i].key, saved[i]);
+    }
+    if (len)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s was saved by another model: %s; resume with the "
+                         "checkpoint's values, or without those options to take them from it",
+                         from, differ);
+    for (int i = 0; i < N; i++) *f[i].value = (int)saved[i];
+    return AMP_OK;
 }
 
 /* The best GFLOP/s of three 1024^3 products in dt through amp_matmul. */
@@ -216,8 +293,9 @@ int amp_train_gpt(const train_args *a) {
     gpt_config cfg = {.n_layer = a->n_layer, .n_head = a->n_head, .n_embd = a->n_embd,
                       .block_size = a->block_size, .vocab_size = a->vocab_size,
                       .dropout = a->dropout};
-    int64_t B = a->batch_size, T = a->block_size;
-    char path[4096];
+    int64_t B = a->batch_size, T;
+    char path[4096], from[4096], model_args[512];
+    bool resume = false;
     static const amp_device devices[] = {AMP_DEVICE_AUTO, AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
     TRY(amp_comm_create(&comm));
     world = amp_comm_size(comm), rank = amp_comm_rank(comm);
@@ -227,6 +305,13 @@ int amp_train_gpt(const train_args *a) {
         TRY(amp_error(AMP_ERR_INVALID_ARG, "--batch-size %lld does not split over %d processes",
                       (long long)B, world));
     int64_t b = B / world; /* this rank's rows of each global batch */
+    TRY(train_resume_source(a, rank == 0, from, sizeof from, &resume));
+    if (!resume && a->resume && a->eval_only)
+        TRY(amp_error(AMP_ERR_IO, "--eval-only --resume latest: %s holds no completed checkpoint "
+                      "to evaluate", a->checkpoint_dir));
+    if (resume) TRY(model_args_resume(a, from, rank == 0, text, &cfg));
+    T = cfg.block_size;
+    model_args_format(&cfg, model_args, sizeof model_args);
     int threads = a->threads;
     if (!threads && world > 1) { /* the machine's cores shared by its processes */
         int share = omp_get_num_procs() / amp_comm_local_size(comm);
@@ -258,9 +343,10 @@ int amp_train_gpt(const train_args *a) {
     if (a->init_weights) TRY(amp_model_load_weights(model, opt, a->init_weights));
     if (world > 1) TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm}, &ddp));
     int64_t step = 0;
-    amp_checkpoint_opts ckpt = {.keep = a->keep};
-    if (a->resume) {
-        const char *from = strcmp(a->resume, "latest") ? a->resume : a->checkpoint_dir;
+    const char *model_args_key = MODEL_ARGS_KEY, *model_args_value = model_args;
+    amp_checkpoint_opts ckpt = {.keep = a->keep, .user_keys = &model_args_key,
+                                .user_values = &model_args_value, .n_user = 1};
+    if (resume) {
         if (ddp) TRY(amp_ddp_checkpoint_load(ddp, from, &ckpt, &step));
         else TRY(amp_checkpoint_load(from, model, opt, &ckpt, &step));
         fprintf(text, "amp-train: resumed from %s at step %lld\n", from, (long long)step);
@@ -295,7 +381,7 @@ int amp_train_gpt(const train_args *a) {
     stop_signal_install();
     if (a->eval_only) { /* nanoGPT's eval_only: the loaded weights' validation loss and sample */
         TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy, &val_loss));
-        if (a->json) printf("{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)step, val_loss);
+        if (a->json) printf("{\"step\": %lld, \"val_loss\": %.17g}\n", (long long)step, val_loss);
         else printf("step %5lld | val loss %.4f\n", (long long)step, val_loss);
         max_steps = step;
     }
@@ -343,9 +429,11 @@ int amp_train_gpt(const train_args *a) {
         TRY(amp_scaler_get_state(opt, 0, &sc));
         float lr = amp_optimizer_lr(opt);
         bool log = a->log_every && ((step + 1) % a->log_every == 0 || step + 1 == max_steps);
+        /* f32 values as %.9g (doubles as %.17g): each reads back to the same bits, so two
+         * runs compare exactly from their logs. */
         if (log && a->json)
-            printf("{\"step\": %lld, \"loss\": %.6f, \"lr\": %.4e, \"norm\": %.4f, \"loss_scale\": "
-                   "%g, \"skipped\": %s, \"ms\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n",
+            printf("{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, \"loss_scale\": "
+                   "%.9g, \"skipped\": %s, \"ms\": %.2f, \"tokens_per_s\": %.1f, \"mfu\": %.4f}\n",
                    (long long)step + 1, (double)loss_v, (double)lr, (double)norm,
                    (double)sc.scale, stepped ? "false" : "true", dt * 1e3, tokens / dt, mfu);
         else if (log)
@@ -358,7 +446,7 @@ int amp_train_gpt(const train_args *a) {
         if (!stop && (eval_now || step + 1 == max_steps)) {
             TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
                          &val_loss));
-            if (a->json) printf("{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)step + 1, val_loss);
+            if (a->json) printf("{\"step\": %lld, \"val_loss\": %.17g}\n", (long long)step + 1, val_loss);
             else printf("step %5lld | val loss %.4f\n", (long long)step + 1, val_loss);
         }
         if (a->checkpoint_dir && a->save_every && (step + 1) % a->save_every == 0 && !stop)
@@ -382,8 +470,8 @@ int amp_train_gpt(const train_args *a) {
     }
     char val_json[32] = "null", train_json[32] = "null"; /* JSON has no NaN: a run stopped
                                                              before its evaluation, or no step */
-    if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.6f", val_loss);
-    if (!isnan(loss_avg)) snprintf(train_json, sizeof train_json, "%.6f", loss_avg);
+    if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.17g", val_loss);
+    if (!isnan(loss_avg)) snprintf(train_json, sizeof train_json, "%.9g", loss_avg);
     if (a->json)
         printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "

@@ -66,8 +66,11 @@ static bool amp_model_name_taken(const amp_model *m, const char *name) {
     return false;
 }
 
-/* A name that can be joined with dots: 1..AMP_NAME_MAX-1 characters, no empty dotted part
- * (Sequential's "layer1.0" style names are allowed), unique in m. */
+/* One part of a dotted path: 1..AMP_NAME_MAX-1 characters, no '.', unique in m. torch's
+ * register_parameter, register_buffer and add_module refuse a '.' ("parameter name can't
+ * contain \".\""): a dotted name is a path through children, so "fc.weight" registered on a
+ * node would meet a child "fc"'s "weight" only at the build, and a checkpoint could not tell
+ * the two apart. */
 static amp_status amp_model_check_name(const char *who, const amp_model *m, const char *name) {
     if (!name) return amp_fail(AMP_ERR_INVALID_ARG, "%s: the name is NULL", who);
     size_t n = strlen(name);
@@ -75,7 +78,14 @@ static amp_status amp_model_check_name(const char *who, const amp_model *m, cons
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: name '%s' must have 1..%d characters", who,
                         name, AMP_NAME_MAX - 1);
     if (name[0] == '.' || name[n - 1] == '.' || strstr(name, ".."))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: name '%s' has an empty dotted part", who, name);
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: name '%s' has an empty dotted part (and a "
+                        "name may hold no '.' at all)", who, name);
+    const char *dot = strrchr(name, '.');
+    if (dot)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: name '%s' contains '.', which joins the names "
+                        "of a path (torch refuses it in parameter, buffer and module names too): "
+                        "give the entry the name '%s' on a child model named '%.*s' "
+                        "(amp_model_add_child)", who, name, dot + 1, (int)(dot - name), name);
     if (amp_model_name_taken(m, name))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: the model already has an entry named '%s'", who,
                         name);
@@ -174,7 +184,12 @@ int amp_model_n_children(const amp_model *m) {
 
 amp_model *amp_model_child(const amp_model *m, int i) {
     AMP_CHECK_ARG_OR(m, NULL);
-    return i >= 0 && i < m->n_children ? m->children[i] : NULL;
+    if (i < 0 || i >= m->n_children) {
+        (void)amp_fail(AMP_ERR_INVALID_ARG, "amp_model_child: index %d is out of range: model "
+                       "'%s' has %d children", i, m->name, m->n_children);
+        return NULL;
+    }
+    return m->children[i];
 }
 
 const char *amp_model_name(const amp_model *m) {
@@ -269,22 +284,41 @@ static size_t amp_model_prefix_len(const amp_model *m) {
     return n;
 }
 
+/* Whether entry i of a list of n exists; if not, the reason (not built yet, or an index out
+ * of range) is left in amp_last_error, as for a NULL model. */
+static bool amp_model_entry_ok(const char *who, const amp_model *m, int i, int n,
+                               const char *what) {
+    if (!m->root->built) {
+        (void)amp_fail(AMP_ERR_STATE, "%s: the model is not built yet, its %s have no storage "
+                       "(its first forward or amp_model_build builds it)", who, what);
+        return false;
+    }
+    if (i < 0 || i >= n) {
+        (void)amp_fail(AMP_ERR_INVALID_ARG, "%s: index %d is out of range: the model has %d %s",
+                       who, i, n, what);
+        return false;
+    }
+    return true;
+}
+
 amp_tensor *amp_model_param(const amp_model *m, int i) {
     AMP_CHECK_ARG_OR(m, NULL);
-    return m->root->built && i >= 0 && i < m->n_params ? m->params[i].t : NULL;
+    if (!amp_model_entry_ok(__func__, m, i, m->n_params, "parameters")) return NULL;
+    return m->params[i].t;
 }
 const char *amp_model_param_name(const amp_model *m, int i) {
     AMP_CHECK_ARG_OR(m, NULL);
-    if (!m->root->built || i < 0 || i >= m->n_params) return NULL;
+    if (!amp_model_entry_ok(__func__, m, i, m->n_params, "parameters")) return NULL;
     return m->params[i].name + amp_model_prefix_len(m);
 }
 amp_tensor *amp_model_buffer(const amp_model *m, int i) {
     AMP_CHECK_ARG_OR(m, NULL);
-    return m->root->built && i >= 0 && i < m->n_buffers ? m->buffers[i].t : NULL;
+    if (!amp_model_entry_ok(__func__, m, i, m->n_buffers, "buffers")) return NULL;
+    return m->buffers[i].t;
 }
 const char *amp_model_buffer_name(const amp_model *m, int i) {
     AMP_CHECK_ARG_OR(m, NULL);
-    if (!m->root->built || i < 0 || i >= m->n_buffers) return NULL;
+    if (!amp_model_entry_ok(__func__, m, i, m->n_buffers, "buffers")) return NULL;
     return m->buffers[i].name + amp_model_prefix_len(m);
 }
 

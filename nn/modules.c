@@ -91,6 +91,7 @@ amp_status amp_module_done(amp_model *m, amp_status s, amp_model **out) {
 }
 
 amp_status amp_module_linear(amp_ctx *ctx, int64_t in, int64_t out, bool bias, amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(amp_check_positive(__func__, "in", in));
     AMP_TRY(amp_check_positive(__func__, "out", out));
     amp_model *l;
@@ -105,6 +106,7 @@ amp_status amp_module_linear(amp_ctx *ctx, int64_t in, int64_t out, bool bias, a
 
 amp_status amp_module_conv2d(amp_ctx *ctx, int64_t c_in, int64_t c_out, int kernel, int stride,
                              int padding, bool bias, amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(amp_check_positive(__func__, "c_in", c_in));
     AMP_TRY(amp_check_positive(__func__, "c_out", c_out));
     AMP_TRY(amp_check_positive(__func__, "kernel", kernel));
@@ -122,6 +124,7 @@ amp_status amp_module_conv2d(amp_ctx *ctx, int64_t c_in, int64_t c_out, int kern
 }
 
 amp_status amp_module_batchnorm2d(amp_ctx *ctx, int64_t c, amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(amp_check_positive(__func__, "c", c));
     amp_model *l;
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_BATCHNORM2D, amp_batchnorm_forward, &l));
@@ -137,10 +140,12 @@ amp_status amp_module_batchnorm2d(amp_ctx *ctx, int64_t c, amp_model **m) {
 }
 
 amp_status amp_module_relu(amp_ctx *ctx, amp_model **m) {
+    AMP_CHECK_ARG(m);
     return amp_module_new(ctx, __func__, AMP_MODULE_RELU, amp_relu_forward, m);
 }
 
 amp_status amp_module_maxpool2d(amp_ctx *ctx, int kernel, int stride, amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(amp_check_positive(__func__, "kernel", kernel));
     AMP_TRY(amp_check_positive(__func__, "stride", stride));
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_MAXPOOL2D, amp_maxpool_forward, m));
@@ -149,10 +154,12 @@ amp_status amp_module_maxpool2d(amp_ctx *ctx, int kernel, int stride, amp_model 
 }
 
 amp_status amp_module_flatten(amp_ctx *ctx, amp_model **m) {
+    AMP_CHECK_ARG(m);
     return amp_module_new(ctx, __func__, AMP_MODULE_FLATTEN, amp_flatten_forward, m);
 }
 
 amp_status amp_module_dropout(amp_ctx *ctx, float p, amp_model **m) {
+    AMP_CHECK_ARG(m);
     if (!(p >= 0.0f && p < 1.0f))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: p = %g, want 0 <= p < 1", __func__, (double)p);
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_DROPOUT, amp_dropout_forward, m));

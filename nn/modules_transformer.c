@@ -37,6 +37,7 @@ static amp_status gelu_forward(amp_model *m, amp_tensor *const *in, int n, amp_t
 
 amp_status amp_module_layer_norm(amp_ctx *ctx, int64_t dim, float eps, bool bias,
                                  amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(check_norm(__func__, dim, eps));
     amp_model *l;
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_LAYER_NORM, layer_norm_forward, &l));
@@ -49,6 +50,7 @@ amp_status amp_module_layer_norm(amp_ctx *ctx, int64_t dim, float eps, bool bias
 }
 
 amp_status amp_module_rms_norm(amp_ctx *ctx, int64_t dim, float eps, amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(check_norm(__func__, dim, eps));
     amp_model *l;
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_RMS_NORM, rms_norm_forward, &l));
@@ -59,6 +61,7 @@ amp_status amp_module_rms_norm(amp_ctx *ctx, int64_t dim, float eps, amp_model *
 }
 
 amp_status amp_module_embedding(amp_ctx *ctx, int64_t vocab, int64_t dim, amp_model **m) {
+    AMP_CHECK_ARG(m);
     if (vocab < 1 || vocab > INT32_MAX || dim < 1)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: vocab = %lld and dim = %lld, want 1 <= vocab "
                         "<= 2^31 - 1 and dim >= 1", __func__, (long long)vocab, (long long)dim);
@@ -72,6 +75,7 @@ amp_status amp_module_embedding(amp_ctx *ctx, int64_t vocab, int64_t dim, amp_mo
 }
 
 amp_status amp_module_gelu(amp_ctx *ctx, bool tanh_approx, amp_model **m) {
+    AMP_CHECK_ARG(m);
     AMP_TRY(amp_module_new(ctx, __func__, AMP_MODULE_GELU, gelu_forward, m));
     (*m)->cfg.tanh_approx = tanh_approx;
     return AMP_OK;

@@ -7,14 +7,20 @@
  *   layer2 = Sequential(Conv2d(16, 32, 5, padding=2), BatchNorm2d(32), ReLU(), MaxPool2d(2))
  *   fc = Linear(7 * 7 * 32, 10) */
 static amp_status amp_convnet_layers(amp_model *m) {
-    static const char *blocks[2][4] = {{"layer1.0", "layer1.1", "layer1.2", "layer1.3"},
-                                       {"layer2.0", "layer2.1", "layer2.2", "layer2.3"}};
+    static const char *blocks[2] = {"layer1", "layer2"};
     static const int64_t channels[3] = {1, 16, 32};
-    for (int b = 0; b < 2; b++) {
-        AMP_TRY(amp_seq_add_conv2d(m, blocks[b][0], channels[b], channels[b + 1], 5, 1, 2, true));
-        AMP_TRY(amp_seq_add_batchnorm2d(m, blocks[b][1], channels[b + 1]));
-        AMP_TRY(amp_seq_add_relu(m, blocks[b][2]));
-        AMP_TRY(amp_seq_add_maxpool2d(m, blocks[b][3], 2, 2));
+    for (int b = 0; b < 2; b++) { /* a Sequential each, its layers named 0..3, as torch's */
+        amp_model *seq;
+        AMP_TRY(amp_seq_create(m->ctx, &seq));
+        amp_status s = amp_seq_add_conv2d(seq, NULL, channels[b], channels[b + 1], 5, 1, 2, true);
+        if (s == AMP_OK) s = amp_seq_add_batchnorm2d(seq, NULL, channels[b + 1]);
+        if (s == AMP_OK) s = amp_seq_add_relu(seq, NULL);
+        if (s == AMP_OK) s = amp_seq_add_maxpool2d(seq, NULL, 2, 2);
+        if (s == AMP_OK) s = amp_seq_add(m, blocks[b], seq);
+        if (s != AMP_OK) {
+            amp_model_free(seq);
+            return s;
+        }
     }
     AMP_TRY(amp_seq_add_flatten(m, "flatten"));
     return amp_seq_add_linear(m, "fc", 7 * 7 * 32, 10, true);

@@ -7,6 +7,29 @@
 #include "core/error.h"
 #include "nn/model_internal.h"
 
+/* A layer's dotted path from the root ("layer1.0"), which names it in errors: a Sequential
+ * inside a Sequential adds no context of its own around its layer's, so the message reads
+ * "layer 'layer1.0': ..." as the state_dict names it. */
+static void amp_seq_path(const amp_model *l, char *out, size_t size) {
+    if (l->parent && l->parent->parent) {
+        amp_seq_path(l->parent, out, size);
+        size_t n = strlen(out);
+        snprintf(out + n, size - n, ".%s", l->name);
+    } else {
+        snprintf(out, size, "%s", l->name);
+    }
+}
+
+static amp_status amp_seq_fail(amp_status s, const amp_model *l, const amp_model *after) {
+    char a[AMP_FULL_NAME_MAX], b[AMP_FULL_NAME_MAX];
+    amp_seq_path(l, a, sizeof a);
+    if (after) {
+        amp_seq_path(after, b, sizeof b);
+        return amp_fail_context(s, "layers '%s' and '%s'", a, b);
+    }
+    return l->kind == AMP_MODULE_SEQUENTIAL ? s : amp_fail_context(s, "layer '%s'", a);
+}
+
 static amp_status amp_seq_forward(amp_model *m, amp_tensor *const *in, int n_in,
                                   amp_tensor **out) {
     if (n_in != 1)
@@ -22,8 +45,7 @@ static amp_status amp_seq_forward(amp_model *m, amp_tensor *const *in, int n_in,
             /* Linear then GELU: the GELU in the GEMM's epilogue (amp_linear_gelu). */
             s = amp_linear_gelu(h, l->params[0].t, l->cfg.bias ? l->params[1].t : NULL,
                                 after->cfg.tanh_approx, &next);
-            if (s != AMP_OK)
-                return amp_fail_context(s, "layers '%s' and '%s'", l->name, after->name);
+            if (s != AMP_OK) return amp_seq_fail(s, l, after);
             i++;
         } else if (then_relu &&
                    (l->kind == AMP_MODULE_LINEAR || l->kind == AMP_MODULE_BATCHNORM2D)) {
@@ -34,13 +56,11 @@ static amp_status amp_seq_forward(amp_model *m, amp_tensor *const *in, int n_in,
                 s = amp_linear_relu(h, l->params[0].t, l->cfg.bias ? l->params[1].t : NULL, &next);
             else
                 s = amp_module_batchnorm_run(l, true, h, &next);
-            if (s != AMP_OK)
-                return amp_fail_context(s, "layers '%s' and '%s'", l->name,
-                                        m->children[i + 1]->name);
+            if (s != AMP_OK) return amp_seq_fail(s, l, after);
             i++;
         } else {
             s = amp_model_forward(l, h, &next);
-            if (s != AMP_OK) return amp_fail_context(s, "layer '%s'", l->name);
+            if (s != AMP_OK) return amp_seq_fail(s, l, NULL);
         }
         h = next;
     }
@@ -71,6 +91,11 @@ static amp_status amp_seq_check(const char *who, const amp_model *m, const char 
     if (name && (strlen(name) == 0 || strlen(name) >= AMP_NAME_MAX))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: layer name must have 1..%d characters", who,
                         AMP_NAME_MAX - 1);
+    /* As amp_model_add_child (and torch's add_module) refuse it, but before the layer is made. */
+    if (name && strchr(name, '.'))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: layer name '%s' contains '.', which joins the "
+                        "names of a path: name the layer without one (a nested Sequential gives "
+                        "\"layer1.0\" names by itself)", who, name);
     return AMP_OK;
 }
 

@@ -37,7 +37,9 @@ amp_status amp_lr_at(const amp_lr_schedule *s, int64_t step, float *lr) {
     AMP_TRY(lr_check(s, step));
     double hi = s->max_lr, lo = s->min_lr, v;
     if (step < s->warmup_steps) {
-        v = hi * (double)(step + 1) / (double)(s->warmup_steps + 1);
+        /* The + 1s in double: warmup_steps + 1 wraps to INT64_MIN in int64 at INT64_MAX (a
+         * negative rate). step + 1 <= warmup_steps, and rounding is monotonic, so v <= hi. */
+        v = hi * ((double)step + 1.0) / ((double)s->warmup_steps + 1.0);
     } else if (s->decay == AMP_LR_CONSTANT) {
         v = hi;
     } else if (step >= s->decay_steps) {

@@ -93,23 +93,37 @@ int amp_optimizer_n_groups(const amp_optimizer *opt) {
 
 int amp_optimizer_param_group(const amp_optimizer *opt, int i) {
     AMP_CHECK_ARG_OR(opt, -1);
-    return i >= 0 && i < opt->n_params ? opt->group_of[i] : -1;
+    if (i < 0 || i >= opt->n_params) {
+        (void)amp_fail(AMP_ERR_INVALID_ARG, "amp_optimizer_param_group: parameter %d is out of "
+                       "range: the optimizer has %d", i, opt->n_params);
+        return -1;
+    }
+    return opt->group_of[i];
+}
+
+/* The accessors below answer 0 for a group that does not exist, a value a group may hold too:
+ * the reason is left in amp_last_error so that a caller can tell. */
+static bool amp_group_exists(const char *who, const amp_optimizer *opt, int group) {
+    if (group >= 0 && group < opt->n_groups) return true;
+    (void)amp_fail(AMP_ERR_INVALID_ARG, "%s: group %d does not exist: the optimizer has %d "
+                   "(0..%d)", who, group, opt->n_groups, opt->n_groups - 1);
+    return false;
 }
 
 float amp_optimizer_group_lr(const amp_optimizer *opt, int group) {
     AMP_CHECK_ARG_OR(opt, 0.0f);
-    if (group < 0 || group >= opt->n_groups) return 0.0f;
+    if (!amp_group_exists(__func__, opt, group)) return 0.0f;
     return amp_optimizer_group_hparams(opt, group).lr;
 }
 
 float amp_optimizer_group_weight_decay(const amp_optimizer *opt, int group) {
     AMP_CHECK_ARG_OR(opt, 0.0f);
-    if (group < 0 || group >= opt->n_groups) return 0.0f;
+    if (!amp_group_exists(__func__, opt, group)) return 0.0f;
     return amp_optimizer_group_hparams(opt, group).weight_decay;
 }
 
 float amp_optimizer_lr(const amp_optimizer *opt) {
-    if (!opt) return 0.0f;
+    AMP_CHECK_ARG_OR(opt, 0.0f);
     return amp_optimizer_group_hparams(opt, 0).lr;
 }
 

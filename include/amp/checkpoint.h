@@ -52,7 +52,8 @@ typedef struct amp_checkpoint_opts {
 } amp_checkpoint_opts;
 
 /* Saves step `step` (>= 0; the caller's training-step count, restored by the load) under dir,
- * which is created if missing. path_out (may be NULL) gets the new folder's path. */
+ * which is created if missing. path_out (may be NULL) gets the new folder's path; one of
+ * path_size bytes that cannot hold it is refused before anything is written. */
 amp_status amp_checkpoint_save(const char *dir, int64_t step, amp_model *m, amp_optimizer *opt,
                                const amp_checkpoint_opts *opts, char *path_out, size_t path_size);
 /* Loads a step folder, or the one DIR/latest names when `path` is a checkpoint directory.
@@ -61,6 +62,13 @@ amp_status amp_checkpoint_load(const char *path, amp_model *m, amp_optimizer *op
                                const amp_checkpoint_opts *opts, int64_t *step_out);
 /* The folder DIR/latest names, as a path, into out. AMP_ERR_IO when there is none. */
 amp_status amp_checkpoint_latest(const char *dir, char *out, size_t size);
+/* The same for a job that resumes from DIR whether or not a save of it has completed (one
+ * killed before its first save, a requeued Slurm job run with the same command line): where
+ * DIR or DIR/latest does not exist, *found = false and out = "" (start from the beginning, as
+ * Megatron's and DeepSpeed's loads do), after removing what interrupted saves left in DIR
+ * (their temporary folders, when their process no longer runs). Else *found = true and out as
+ * amp_checkpoint_latest; a `latest` that names no step folder is an error, as there. */
+amp_status amp_checkpoint_find_latest(const char *dir, char *out, size_t size, bool *found);
 /* A user metadata value of a checkpoint folder (the key without "user."), copied into out. */
 amp_status amp_checkpoint_user_meta(const char *path, const char *key, char *out, size_t size);
 

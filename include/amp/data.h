@@ -185,8 +185,9 @@ void amp_stager_free(amp_stager *s); /* NULL is a no-op */
  * A file of 256 little-endian int32 (magic 20240520, version 1, the token count, the rest 0)
  * followed by that many uint16 token ids: what llm.c's and nanoGPT-style tokenizer scripts write
  * (GPT-2's BPE, vocab 50257), and amp-text-tokens for bytes (vocab 256). Opening reads
- * the whole file and checks it: a wrong magic or version, a body shorter or longer than the
- * count says, or an id >= vocab_size is AMP_ERR_FORMAT naming the file (and the id's position).
+ * the whole file and checks it: a wrong magic or version, a negative count (an int32, as llm.c
+ * reads it), a body shorter or longer than the count says, or an id >= vocab_size is
+ * AMP_ERR_FORMAT naming the file (and the id's position).
  * Batches are windows of seq + 1 tokens (the inputs and, shifted by one, the targets):
  *   AMP_TOKENS_RANDOM:     row i of step s starts at a uniform position in [0, n - seq - 1),
  *                          drawn by Philox from (seed, s, i), so a run resumed at step s reads
@@ -204,7 +205,8 @@ const uint16_t *amp_tokens_data(const amp_tokens *t);
 amp_status amp_tokens_batch(const amp_tokens *t, amp_token_order order, uint64_t seed,
                             int64_t step, int64_t batch, int64_t seq, int32_t *idx,
                             int32_t *targets);
-/* Writes tokens [n] as such a file (atomically: a temporary file renamed), each < 65536. */
+/* Writes tokens [n] (n <= 2^31 - 1) as such a file (atomically: a temporary file renamed),
+ * each < 65536. */
 amp_status amp_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
 
 /* ---- the tokenizer of a token stream, for decoding (llm.c's tokenizer .bin) ----

@@ -3,7 +3,9 @@
  * Ops validate their inputs, run on the inputs' backend and return a step tensor (see tensor.h).
  * When gradients are enabled and an input requires grad, the op is recorded on the context's tape;
  * amp_backward(loss) walks the tape in reverse and ACCUMULATES into the .grad of every tensor
- * that requires grad (parameters' gradients add up until amp_zero_grad). */
+ * that requires grad (parameters' gradients add up until amp_zero_grad). The tensors an op's
+ * backward reads must not be written between the forward and the backward: amp_backward refuses
+ * instead, naming the op and the input (amp/mixed_precision.h). */
 #ifndef AMP_NN_H
 #define AMP_NN_H
 
@@ -294,13 +296,16 @@ amp_status amp_model_create(amp_ctx *ctx, amp_forward_fn forward, void *user,
 void *amp_model_user(const amp_model *m);
 /* Registers a parameter (trainable, with a gradient) or a buffer (state such as running
  * statistics: saved, broadcast by DDP, never stepped) of m itself; *index (may be NULL) is what
- * amp_model_param / amp_model_buffer take in m's forward. Names: 1..63 characters, unique
- * among m's parameters, buffers and children. Before the model is built only. */
+ * amp_model_param / amp_model_buffer take in m's forward. Names: 1..63 characters without a
+ * '.' (as torch's register_parameter/register_buffer/add_module: "fc.weight" is the entry
+ * "weight" of a child "fc"), unique among m's parameters, buffers and children. Before the model
+ * is built only. */
 amp_status amp_model_register_param(amp_model *m, const char *name, int ndim,
                                     const int64_t *shape, amp_init init, int *index);
 amp_status amp_model_register_buffer(amp_model *m, const char *name, int ndim,
                                      const int64_t *shape, amp_init init, int *index);
-/* Makes child a part of parent under `name` (its entries become "name.<entry>"). The parent owns
+/* Makes child a part of parent under `name` (its entries become "name.<entry>"; the name is
+ * checked as a parameter's, no '.' in it). The parent owns
  * it from then on: amp_model_free(parent) frees it, and the child alone cannot be freed,
  * optimised or saved. Both unbuilt, on one context; a child belongs to one parent. */
 amp_status amp_model_add_child(amp_model *parent, const char *name, amp_model *child);
@@ -367,7 +372,8 @@ void amp_model_free(amp_model *m); /* NULL is a no-op */
 /* Parameters (trainable, with .grad) and buffers (running statistics) of m's subtree: m's own
  * in registration order, then its children's, as torch's named_parameters(). Names are dotted
  * from m (a child's "conv1.weight", its root's "layer1.0.conv1.weight"). Tensors are NULL, and
- * counts those registered so far, until the model is built. */
+ * counts those registered so far, until the model is built. An index out of range, or a model
+ * not built yet, answers NULL with the reason in amp_last_error (as amp_model_child does). */
 int amp_model_n_params(const amp_model *m);
 amp_tensor *amp_model_param(const amp_model *m, int i);
 const char *amp_model_param_name(const amp_model *m, int i);

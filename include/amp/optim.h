@@ -129,7 +129,9 @@ amp_status amp_optimizer_add_group(amp_optimizer *opt, amp_param_match_fn match,
 amp_status amp_optimizer_add_group_named(amp_optimizer *opt, const char *const *names, int n_names,
                                          const amp_param_group_opts *g, int *group);
 int amp_optimizer_n_groups(const amp_optimizer *opt);
-int amp_optimizer_param_group(const amp_optimizer *opt, int i); /* -1 when i is out of range */
+/* -1, and 0 for a group's lr and weight decay, when i or group is out of range (or opt NULL),
+ * with the reason in amp_last_error. */
+int amp_optimizer_param_group(const amp_optimizer *opt, int i);
 float amp_optimizer_group_lr(const amp_optimizer *opt, int group);
 float amp_optimizer_group_weight_decay(const amp_optimizer *opt, int group);
 amp_status amp_optimizer_set_group_lr(amp_optimizer *opt, int group, float lr);

@@ -2,7 +2,8 @@
 # --json is for programs: amp-train's and amp-bench's stdout then holds JSON only, which jq parses
 # whole, and their text goes to stderr. amp-train --no-eval reports the accuracy as null (and
 # "skipped" in its text), never 0; a run stopped by SIGTERM reports the train loss and throughput
-# of the steps it made, with "stopped": true.
+# of the steps it made, with "stopped": true. Its numbers read back to the same bits (f32 values
+# as %.9g, doubles as %.17g: json_floats.py), so that runs compare exactly from their logs.
 #   json_output_test.sh AMP_TRAIN AMP_BENCH WORKDIR
 # Exits 77 (SKIPPED) without the Fashion-MNIST data set.
 set -euo pipefail
@@ -22,6 +23,11 @@ check "amp-train's stdout is not JSON alone" jq -e -s 'length == 4' "$work/out.j
 check "the step lines" jq -e -s '.[0:3] | map(.step) == [1, 2, 3]' "$work/out.json"
 check "--no-eval's accuracy is not null" jq -e -s '.[3] | .test_accuracy == null and .stopped == false' "$work/out.json"
 check "the text is not on stderr" grep -q '^amp-train: mlp' "$work/err.txt"
+if command -v python3 >/dev/null; then
+    check "amp-train's JSON numbers do not read back to their bits" \
+        python3 "$(dirname "$0")/json_floats.py" "$work/out.json" \
+        f32=loss,loss_scale,lr,final_loss_scale f64=train_loss
+fi
 check "the epoch line does not say the accuracy was skipped" \
     grep -q 'test accuracy skipped (--no-eval)' "$work/err.txt"
 
