@@ -32,7 +32,7 @@ static void train_usage(FILE *f) {
             "                           every --save-every N steps); --keep K keeps the newest K\n"
             "  --resume latest|PATH     go on from DIR's latest checkpoint or a step folder;\n"
             "                           latest where no save has completed yet starts at step 0\n"
-            "  --no-eval                skip the test-set evaluation (accuracy reads 0)\n"
+            "  --no-eval                skip the test-set evaluation (--json: accuracy null)\n"
             "  --init-weights FILE      start from these weights (a safetensors state_dict)\n"
             "  --device auto|cpu|cuda   where to train (default auto: CUDA when a device\n"
             "                           answers and has every op, else the CPU); --cpu = cpu\n"
