@@ -145,37 +145,31 @@ typedef struct amp_pool_desc {
     amp_dtype dtype;
 } amp_pool_desc;
 
+/* The pointwise ops of the unary, binary and binary_bcast entries: core/pointwise_ops.def's list,
+ * which says what each computes. */
 typedef enum amp_unary_op {
-    AMP_UNARY_RELU,       /* y = max(x, 0) */
-    AMP_UNARY_SCALE,      /* y = alpha * x */
-    AMP_UNARY_COPY,       /* y = x */
-    AMP_UNARY_ADD_SCALAR, /* y = x + alpha */
-    AMP_UNARY_DIV_SCALAR, /* y = x / alpha (a true division, as PyTorch's x / s) */
-    /* kernels/math/transcendental.h's functions, the same bits on every backend: */
-    AMP_UNARY_EXP,     /* y = e^x */
-    AMP_UNARY_LOG,     /* y = ln x */
-    AMP_UNARY_TANH,    /* y = tanh x */
-    AMP_UNARY_SIGMOID, /* y = 1 / (1 + e^-x) */
-    AMP_UNARY_SILU,    /* y = x sigmoid(x) */
-    AMP_UNARY_GELU_TANH, /* y = GELU, tanh approximation (GPT-2's) */
-    AMP_UNARY_GELU_ERF,  /* y = x Phi(x), exact */
+#define AMP_UNARY_OP(name, element) AMP_UNARY_##name,
+#include "core/pointwise_ops.def"
 } amp_unary_op;
-#define AMP_UNARY_LAST AMP_UNARY_GELU_ERF
 
 typedef enum amp_binary_op {
-    AMP_BINARY_ADD,      /* y = a + b */
-    AMP_BINARY_SUB,      /* y = a - b */
-    AMP_BINARY_MUL,      /* y = a * b */
-    AMP_BINARY_RELU_BWD, /* y = a <= 0 ? 0 : b (a = relu output, b = dy; PyTorch's
-                            threshold_backward: a NaN output lets dy through) */
-    AMP_BINARY_DIV,         /* y = a / b (IEEE division) */
-    AMP_BINARY_TANH_BWD,    /* y = b (1 - a^2): a = tanh's output, b = dy */
-    AMP_BINARY_SIGMOID_BWD, /* y = b (1 - a) a: a = sigmoid's output, b = dy */
-    AMP_BINARY_SILU_BWD,    /* y = b s (1 + a (1 - s)), s = sigmoid(a): a = SiLU's input, b = dy */
-    AMP_BINARY_GELU_TANH_BWD, /* y = b GELU'(a), tanh approximation: a = GELU's input, b = dy */
-    AMP_BINARY_GELU_ERF_BWD,  /* y = b GELU'(a), exact */
+#define AMP_BINARY_OP(name, element) AMP_BINARY_##name,
+#include "core/pointwise_ops.def"
 } amp_binary_op;
-#define AMP_BINARY_LAST AMP_BINARY_GELU_ERF_BWD
+
+/* Their counts, outside the enums so that a switch over every op needs no extra case. */
+enum {
+    AMP_UNARY_COUNT = 0
+#define AMP_UNARY_OP(name, element) +1
+#include "core/pointwise_ops.def"
+};
+enum {
+    AMP_BINARY_COUNT = 0
+#define AMP_BINARY_OP(name, element) +1
+#include "core/pointwise_ops.def"
+};
+#define AMP_UNARY_LAST (AMP_UNARY_COUNT - 1)
+#define AMP_BINARY_LAST (AMP_BINARY_COUNT - 1)
 
 /* Strided views for the ops on dims (core/shape.h resolves PyTorch's rules into these): a
  * logical array of shape[0..ndim) whose element at multi-index i sits at sum_k i_k stride[k]

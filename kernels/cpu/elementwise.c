@@ -50,45 +50,27 @@ AMP_CPU_CLONE_INLINE void sigmoid_tile(bool gelu, int64_t n, const float *x, flo
     }
 }
 
-AMP_CPU_CLONE_INLINE void unary_tile(amp_unary_op op, int64_t n, const float *x, float alpha,
+/* The list's element in a plain loop (core/pointwise_ops.def), but for the ops with a tile of
+ * their own: a copy, and sigmoid and GELU (tanh), whose exps run as one vector pass. */
+AMP_CPU_CLONE_INLINE void unary_tile(amp_unary_op op, int64_t n, const float *xs, float alpha,
                                      float *y) {
+    if (op == AMP_UNARY_COPY) {
+        memmove(y, xs, (size_t)n * sizeof *y);
+        return;
+    }
+    if (op == AMP_UNARY_SIGMOID || op == AMP_UNARY_GELU_TANH) {
+        sigmoid_tile(op == AMP_UNARY_GELU_TANH, n, xs, y);
+        return;
+    }
     switch (op) {
-    case AMP_UNARY_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_relu(x[i]);
+#define AMP_UNARY_OP(name, element)                                                                \
+    case AMP_UNARY_##name:                                                                         \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float x = xs[i];                                                                       \
+            y[i] = element;                                                                        \
+        }                                                                                          \
         break;
-    case AMP_UNARY_SCALE:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_scale(x[i], alpha);
-        break;
-    case AMP_UNARY_COPY:
-        memmove(y, x, (size_t)n * sizeof *y);
-        break;
-    case AMP_UNARY_ADD_SCALAR:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_add_scalar(x[i], alpha);
-        break;
-    case AMP_UNARY_DIV_SCALAR:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_div_scalar(x[i], alpha);
-        break;
-    case AMP_UNARY_EXP:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_expf(x[i]);
-        break;
-    case AMP_UNARY_LOG:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_logf(x[i]);
-        break;
-    case AMP_UNARY_TANH:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_tanhf(x[i]);
-        break;
-    case AMP_UNARY_SIGMOID:
-        sigmoid_tile(false, n, x, y);
-        break;
-    case AMP_UNARY_SILU:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_siluf(x[i]);
-        break;
-    case AMP_UNARY_GELU_TANH:
-        sigmoid_tile(true, n, x, y);
-        break;
-    case AMP_UNARY_GELU_ERF:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_erf(x[i]);
-        break;
+#include "core/pointwise_ops.def"
     }
 }
 
@@ -127,39 +109,22 @@ AMP_CPU_CLONE_INLINE void gelu_tanh_bwd_tile(int64_t n, const float *x, const fl
     }
 }
 
-AMP_CPU_CLONE_INLINE void binary_tile(amp_binary_op op, int64_t n, const float *a, const float *b,
+/* The list's element in a plain loop, but for GELU (tanh) backward's tile. */
+AMP_CPU_CLONE_INLINE void binary_tile(amp_binary_op op, int64_t n, const float *as, const float *bs,
                                       float *y) {
+    if (op == AMP_BINARY_GELU_TANH_BWD) {
+        gelu_tanh_bwd_tile(n, as, bs, y);
+        return;
+    }
     switch (op) {
-    case AMP_BINARY_ADD:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_add(a[i], b[i]);
+#define AMP_BINARY_OP(name, element)                                                               \
+    case AMP_BINARY_##name:                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float a = as[i], b = bs[i];                                                            \
+            y[i] = element;                                                                        \
+        }                                                                                          \
         break;
-    case AMP_BINARY_SUB:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_sub(a[i], b[i]);
-        break;
-    case AMP_BINARY_MUL:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_mul(a[i], b[i]);
-        break;
-    case AMP_BINARY_RELU_BWD:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_relu_bwd(a[i], b[i]);
-        break;
-    case AMP_BINARY_DIV:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_div(a[i], b[i]);
-        break;
-    case AMP_BINARY_TANH_BWD:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_tanh_bwd(a[i], b[i]);
-        break;
-    case AMP_BINARY_SIGMOID_BWD:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_sigmoid_bwd(a[i], b[i]);
-        break;
-    case AMP_BINARY_SILU_BWD:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_silu_bwd(a[i], b[i]);
-        break;
-    case AMP_BINARY_GELU_TANH_BWD:
-        gelu_tanh_bwd_tile(n, a, b, y);
-        break;
-    case AMP_BINARY_GELU_ERF_BWD:
-        for (int64_t i = 0; i < n; i++) y[i] = amp_gelu_erf_bwd(a[i], b[i]);
-        break;
+#include "core/pointwise_ops.def"
     }
 }
 

@@ -7,7 +7,7 @@
  * element's for the CUDA kernels), the next rows' by stepping the multi-index like an odometer,
  * without divisions; then the row is one strided loop, or a memcpy for a copy contiguous on both
  * sides. Each element is written once, so the result does not depend on the thread count. The
- * arithmetic is binary's (kernels/math/binary_op.h), the same bits. */
+ * arithmetic is binary's (kernels/math/pointwise_op.h), the same bits. */
 #include <string.h>
 
 #ifdef _OPENMP
@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/math/binary_op.h"
+#include "kernels/math/pointwise_op.h"
 #include "kernels/math/load_store.h"
 
 /* A row's multi-index over the outer dims (all but the last) and its first element's offset

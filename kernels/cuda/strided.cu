@@ -4,7 +4,7 @@
  *
  * One thread per output element in a grid-stride loop: its offsets come from
  * kernels/math/strided.h (a division per dim, up to 8), the arithmetic from
- * kernels/math/binary_op.h, so the bits are the CPU backend's. The descriptor travels by value
+ * kernels/math/pointwise_op.h, so the bits are the CPU backend's. The descriptor travels by value
  * as a kernel argument (under 300 bytes). Bytes per output element: a copy reads and writes one
  * element; a broadcast op reads two and writes one, where a broadcast operand's repeated reads
  * mostly hit the cache. */
@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/math/binary_op.h"
+#include "kernels/math/pointwise_op.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/strided.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/math/binary_op.h"
+#include "kernels/math/pointwise_op.h"
 #include "kernels/math/load_store.h"
 #include "kernels/math/strided.h"
 #include "test_util.h"
