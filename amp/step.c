@@ -207,7 +207,7 @@ static void amp_log_nonfinite_skip(amp_state *st) {
  * factor on the device and writes nothing when the flag is set; the scaler's update follows on
  * the device. Nothing comes back unless asked: `stepped` costs one 4-byte read. The CPU backend
  * reads the scaler back every step (free there), so its overflow lines come as they happen. */
-static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *stepped) {
+static amp_status amp_step_device(amp_state *st, amp_opt_state *os) {
     amp_optimizer *opt = os->opt;
     const amp_backend *be = st->ctx->backend;
     amp_scaler_dev *dev = &st->scaler_dev[0];
@@ -223,11 +223,17 @@ static amp_status amp_step_device(amp_state *st, amp_opt_state *os, bool *steppe
     AMP_TRY(AMP_BE(be, scaler_update, dev, &p, st->found_inf, checks, false));
     st->scaler_dev_stale[0] = true;
     if (be->device == AMP_DEVICE_CPU) AMP_TRY(amp_scaler_dev_pull(st, 0));
-    if (stepped) {
-        int32_t skipped;
-        AMP_TRY(be->copy_to_host(be->dev, &skipped, &dev->last_skipped, sizeof skipped));
-        *stepped = !skipped;
-    }
+    return AMP_OK;
+}
+
+/* The device step's outcome, read once the step is queued and the state reset: a read that
+ * fails (a bad index an op of this step met, kernels/cuda/bad_index.h) leaves the step taken
+ * or skipped as the device decided, and the next step free to run. */
+static amp_status amp_step_device_outcome(const amp_state *st, bool *stepped) {
+    const amp_backend *be = st->ctx->backend;
+    int32_t skipped;
+    AMP_TRY(be->copy_to_host(be->dev, &skipped, &st->scaler_dev[0].last_skipped, sizeof skipped));
+    *stepped = !skipped;
     return AMP_OK;
 }
 
@@ -250,10 +256,10 @@ amp_status amp_step(amp_optimizer *opt, bool *stepped) {
     if (!os->fresh) return amp_step_refuse(opt);
     AMP_TRY(amp_unscale(opt));
     if (st->device_scaler) {
-        AMP_TRY(amp_step_device(st, os, stepped));
+        AMP_TRY(amp_step_device(st, os));
         amp_opt_state_reset(st, os);
         st->ctx->autocast.n_cache = 0; /* weight casts of this step go stale once weights move */
-        return AMP_OK;
+        return stepped ? amp_step_device_outcome(st, stepped) : AMP_OK;
     }
     bool deferred = !st->at_each_backward, seen = st->backward_seen[0];
     bool found = false, skip = os->skip;

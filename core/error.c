@@ -1,4 +1,5 @@
 /* Thread-local error message behind amp_last_error(). */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,4 +71,13 @@ amp_status amp_fail_context(amp_status s, const char *fmt, ...) {
         amp_error_msg[n] = '\0';
     }
     return s;
+}
+
+amp_status amp_fail_as(amp_status s, const char *who) {
+    if (s == AMP_OK) return s;
+    const char *m = amp_error_msg, *p = m;
+    while (isalnum((unsigned char)*p) || *p == '_') p++;
+    if (p == m || strncmp(p, ": ", 2) != 0) return amp_fail_context(s, "%s", who);
+    memmove(amp_error_msg, p + 2, strlen(p + 2) + 1); /* drop "name: " */
+    return amp_fail_context(s, "%s", who);
 }

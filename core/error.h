@@ -18,6 +18,10 @@ extern "C" {
 amp_status amp_fail(amp_status s, const char *fmt, ...) AMP_PRINTF(2, 3);
 /* Prefixes the current message with "context: " and returns s (for errors passed upward). */
 amp_status amp_fail_context(amp_status s, const char *fmt, ...) AMP_PRINTF(2, 3);
+/* Takes a kernel's error as the public call's own: the message's leading "name: " (the kernel
+ * or backend entry that failed, a name the user never called) becomes "who: "; a message with
+ * no such name is prefixed. Returns s; AMP_OK passes through untouched. */
+amp_status amp_fail_as(amp_status s, const char *who);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* Tape recording, gradient sinks and the reverse walk of amp_backward. */
 #include "nn/autograd.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -206,7 +207,11 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
         amp_tape_node *n = ctx->tape[i];
         if (n->out->grad_written) { /* else its output did not reach the loss */
             s = n->backward(n, n->out->grad);
-            if (s != AMP_OK) s = amp_fail_context(s, "backward of %s", n->op);
+            if (s != AMP_OK) { /* the kernel's name gives way to the op's */
+                char who[96];
+                snprintf(who, sizeof who, "backward of %s", n->op);
+                s = amp_fail_as(s, who);
+            }
         }
         if (s == AMP_OK && obs) s = obs->node_done(user, n);
         /* Every reader of out's gradient is done (its consumers came later on the tape): a

@@ -119,7 +119,7 @@ static amp_status attn_forward(const char *op, const amp_attn_desc *d, amp_tenso
     AMP_TRY(amp_tensor_step(y->ctx, AMP_F32, 3, lse_shape, &lse));
     amp_status s = AMP_BE(y->backend, attn_fwd, d, qkv[0], qkv[1], qkv[2],
                           len ? len->data : NULL, y->data, lse->data);
-    if (s != AMP_OK) return amp_fail_context(s, "%s", op);
+    if (s != AMP_OK) return amp_fail_as(s, op);
     amp_tape_node *node;
     /* Its backward reads every input, y and the logsumexp. */
     AMP_TRY(amp_record(y, op + strlen("amp_"), n_in == 4 ? "q k v kv_len" : "qkv kv_len", bwd,

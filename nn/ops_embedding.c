@@ -43,8 +43,10 @@ amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out) 
     shape[idx->ndim] = weight->shape[1];
     amp_tensor *y;
     AMP_TRY(amp_tensor_step(weight->ctx, weight->dtype, idx->ndim + 1, shape, &y));
-    AMP_TRY(AMP_BE(weight->backend, embedding_fwd, weight->dtype, idx->numel, weight->shape[1],
-                   weight->shape[0], (const int32_t *)idx->data, weight->data, y->data));
+    AMP_TRY(amp_fail_as(AMP_BE(weight->backend, embedding_fwd, weight->dtype, idx->numel,
+                               weight->shape[1], weight->shape[0], (const int32_t *)idx->data,
+                               weight->data, y->data),
+                        op)); /* names a bad id and its position */
     amp_tensor *in[2] = {idx, weight};
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "embedding", "idx weight", embedding_bwd, 2, in, 0, &node));

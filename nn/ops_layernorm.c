@@ -108,10 +108,11 @@ static amp_status ln_run(const char *op, bool rms, bool for_linear, amp_tensor *
     if (r) AMP_TRY(amp_tensor_step_like(x, x->dtype, &s));
     if (!rms) AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &mean));
     AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &rstd));
-    AMP_TRY(AMP_BE(x->backend, layernorm_fwd, &d, x->data, r ? r->data : NULL,
-                   s ? s->data : NULL, gamma ? (const float *)gamma->data : NULL,
-                   beta ? (const float *)beta->data : NULL, y->data,
-                   mean ? (float *)mean->data : NULL, (float *)rstd->data));
+    AMP_TRY(amp_fail_as(AMP_BE(x->backend, layernorm_fwd, &d, x->data, r ? r->data : NULL,
+                               s ? s->data : NULL, gamma ? (const float *)gamma->data : NULL,
+                               beta ? (const float *)beta->data : NULL, y->data,
+                               mean ? (float *)mean->data : NULL, (float *)rstd->data),
+                        op)); /* names a bad eps */
     amp_tape_node *node;
     if (r) { /* the sum is its own node: its gradient is the LayerNorm's plus the stream's */
         amp_tensor *pair[2] = {x, r};

@@ -80,7 +80,7 @@ amp_status amp_cross_entropy_ex(amp_tensor *logits, amp_tensor *labels,
     AMP_TRY(amp_tensor_step(logits->ctx, AMP_F32, 1, stats_shape, &stats));
     amp_status s = AMP_BE(logits->backend, xent_fwd, &d, logits->data, labels->data, stats->data,
                           loss->data);
-    if (s != AMP_OK) return amp_fail_context(s, "%s", op); /* names a bad label and its row */
+    if (s != AMP_OK) return amp_fail_as(s, op); /* names a bad label and its row */
     amp_tensor *in[2] = {logits, labels};
     amp_tape_node *node;
     AMP_TRY(amp_record(loss, "cross_entropy", "logits labels", amp_xent_bwd, 2, in, sizeof d,

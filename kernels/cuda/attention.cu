@@ -29,8 +29,8 @@
  * scripts/gpu.sh times them (bench/cuda_kernels) when a device is lent; tensor-core tiles come
  * with a GPU that can prove them.
  * A kv_len outside [0, seq] (device memory: the host cannot see it without waiting) writes NaN
- * into the outputs of that batch and records the batch in word 3 of the context's bad-index
- * record, which the next cross-entropy forward reports (xent.cu). Dropout draws are the CPU's
+ * into the outputs of that batch and notes the batch in the context's bad-index record
+ * (bad_index.h), which the next host read, synchronisation or cross-entropy reports. Dropout draws are the CPU's
  * (kernels/math/attention.h), so the masks are identical. */
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +38,7 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "kernels/cuda/bad_index.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/warp_lanes.cuh"
@@ -52,7 +53,6 @@
 #define ATTN_FWD_ROWS (ATTN_WARPS * ATTN_ROWS_PER_WARP) /* and per block */
 #define ATTN_BWD_PER_WARP 2 /* the backward's rows (dq) or keys (dk, dv) per warp: two padded */
 #define ATTN_BWD_ROWS (ATTN_WARPS * ATTN_BWD_PER_WARP) /* tiles and these fit in 48 KiB */
-#define ATTN_RECORD 3   /* the word of the context's bad-index record */
 
 /* The lane's values of the row (head_dim elements) that starts at element `at` of x
  * (amp_attn_row: the dense or the packed layout), 0 past head_dim. */
@@ -86,7 +86,7 @@ static __device__ inline int64_t batch_len(const amp_attn_desc &d, const int32_t
     if (!kv_len) return d.seq;
     int32_t len = kv_len[bh / d.heads];
     if (len < 0 || len > d.seq) {
-        atomicMin(record, (unsigned long long)(bh / d.heads));
+        amp_bad_index_note(record, AMP_BAD_KV_LEN, bh / d.heads, len);
         return -1;
     }
     return len;
@@ -449,7 +449,7 @@ extern "C" amp_status amp_cuda_attn_fwd(amp_device_ctx *dev, const amp_attn_desc
     int64_t rows = d->batch * d->heads * d->seq;
     if (rows == 0) return AMP_OK;
     cudaStream_t stream = dev->stream;
-    unsigned long long *record = dev->label_record + ATTN_RECORD;
+    unsigned long long *record = dev->bad_index.words;
     switch (d->dt) {
     case AMP_F16: launch_fwd<AMP_F16>(d, q, k, v, kv_len, o, lse, record, stream); break;
     case AMP_BF16: launch_fwd<AMP_BF16>(d, q, k, v, kv_len, o, lse, record, stream); break;
@@ -470,7 +470,7 @@ extern "C" amp_status amp_cuda_attn_bwd(amp_device_ctx *dev, const amp_attn_desc
     int64_t rows = d->batch * d->heads * d->seq;
     if (rows == 0) return AMP_OK;
     cudaStream_t stream = dev->stream;
-    unsigned long long *record = dev->label_record + ATTN_RECORD;
+    unsigned long long *record = dev->bad_index.words;
     unsigned grid = grid_for_warps(rows);
     switch (d->dt) {
     case AMP_F16:

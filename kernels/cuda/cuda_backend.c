@@ -50,15 +50,18 @@ amp_status amp_cuda_copy(amp_device_ctx *dev, void *dst, const void *src, size_t
     return AMP_OK;
 }
 
-/* Waits for the stream: the host buffer is complete on return, as the contract requires. */
+/* Waits for the stream: the host buffer is complete on return, as the contract requires. The
+ * bad-index record comes back in the same wait; an op that met a bad index fails the read
+ * (bad_index.h), with the values copied. */
 amp_status amp_cuda_copy_to_host(amp_device_ctx *dev, void *host, const void *src, size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(host);
     AMP_CHECK_ARG(src);
     AMP_CUDA_TRY(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, dev->stream));
+    AMP_CUDA_TRY(amp_cuda_bad_index_fetch(&dev->bad_index, dev->stream));
     amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
-    return AMP_OK;
+    return amp_cuda_bad_index_report(&dev->bad_index, dev->stream, "a read back to the host");
 }
 
 /* Waits for the stream as well: from pinned memory cudaMemcpyAsync returns before the data has
@@ -76,9 +79,10 @@ amp_status amp_cuda_copy_from_host(amp_device_ctx *dev, void *dst, const void *h
 }
 
 amp_status amp_cuda_sync(amp_device_ctx *dev) {
+    AMP_CUDA_TRY(amp_cuda_bad_index_fetch(&dev->bad_index, dev->stream));
     amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
-    return AMP_OK;
+    return amp_cuda_bad_index_report(&dev->bad_index, dev->stream, "a device synchronisation");
 }
 
 /* The table every device context copies; `dev` is set per context. */
@@ -114,7 +118,7 @@ static void device_ctx_free(amp_device_ctx *dev) {
     amp_cuda_conv_state_free(dev, dev->conv);
     amp_cuda_gemm_state_free(dev, dev->gemm); /* gives its workspace back to the allocator */
     amp_cuda_alloc_state_free(dev->alloc);
-    if (dev->label_record) cudaFree(dev->label_record);
+    amp_cuda_bad_index_free(&dev->bad_index);
     if (dev->stream) cudaStreamDestroy(dev->stream);
     free(dev);
 }
@@ -135,13 +139,7 @@ amp_status amp_cuda_device_open(int ordinal, amp_backend **out) {
     amp_status s = AMP_OK;
     cudaError_t e = cudaSetDevice(ordinal);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking);
-    /* The bad-index records start at "none" (all ones: loss.cu, embedding.cu). */
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&dev->label_record,
-                       AMP_CUDA_RECORD_WORDS * sizeof(unsigned long long));
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(dev->label_record, 0xff,
-                            AMP_CUDA_RECORD_WORDS * sizeof(unsigned long long), dev->stream);
+    if (e == cudaSuccess) e = amp_cuda_bad_index_create(&dev->bad_index, dev->stream);
     if (e != cudaSuccess) {
         s = amp_fail(AMP_ERR_BACKEND, "amp_cuda_device_open(%d): %s (%s)", ordinal,
                      cudaGetErrorString(e), cudaGetErrorName(e));

@@ -19,6 +19,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda/bad_index.h"
+
 /* core/backend.h has no extern "C" guards of its own yet: included here inside one, so that the
  * C++ (.cu) side sees amp_backend_cpu/amp_backend_cuda with C linkage. */
 #ifdef __cplusplus
@@ -64,13 +66,8 @@ struct amp_device_ctx {
     amp_cuda_gemm_state *gemm;        /* cuBLASLt handle, workspace, plan cache (gemm.c) */
     amp_cuda_conv_state *conv;        /* cuDNN handle, plan cache (conv.c) */
     amp_cuda_upload_state *upload;    /* copy stream and pinned staging ring (upload.c) */
-    /* Bad-index records, AMP_CUDA_RECORD_WORDS words, all ones when clean: cross-entropy's two
-     * (xent.cu, words 0 and 1), the embedding's (embedding.cu, word 2) and attention's kv_len
-     * (attention.cu, word 3). */
-    unsigned long long *label_record;
+    amp_cuda_bad_index bad_index;     /* what ops met and could not use (bad_index.h) */
 };
-
-#define AMP_CUDA_RECORD_WORDS 4
 
 /* A table of the CUDA backend over a fresh device context on device `ordinal` (made the calling
  * thread's current device): its own stream, allocator, handles and caches. Closed with

@@ -3,9 +3,8 @@
  *
  * Forward: one thread per output element (grid-stride), a row of dim elements read and written
  * per index: 2 dim elements of traffic each. No host wait: a bad index writes NaN into its row
- * and the lowest such i into word 2 of the context's bad-index record (an integer atomicMin: the
- * same i in any order), which the next cross-entropy forward reads with its own labels' record
- * (xent.cu: the one wait it makes anyway) and reports.
+ * and notes the lowest such i in the context's bad-index record (bad_index.h), which the next
+ * host read, synchronisation or cross-entropy reports.
  * Backward: dw zeroed, then one thread per column c adding dy[i, c] into dw[idx[i], c] for
  * i = 0, 1, ... in order: no float atomics and the CPU backend's order, so the same bits. A warp
  * covers 32 consecutive columns (coalesced); dim threads in all, each reading n elements: for
@@ -17,11 +16,10 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "kernels/cuda/bad_index.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/math/load_store.h"
-
-#define EMB_RECORD 2 /* the word of the context's bad-index record */
 
 template <amp_dtype D>
 static __global__ void emb_fwd_kernel(int64_t n, int64_t dim, int64_t vocab, const int32_t *idx,
@@ -32,7 +30,7 @@ static __global__ void emb_fwd_kernel(int64_t n, int64_t dim, int64_t vocab, con
         int32_t v = idx[i];
         if (v < 0 || v >= vocab) {
             amp_store_f32(y, D, e, __int_as_float(0x7fc00000));
-            if (c == 0) atomicMin(record, (unsigned long long)i);
+            if (c == 0) amp_bad_index_note(record, AMP_BAD_EMBEDDING, i, v);
         } else {
             amp_store_f32(y, D, e, amp_load_f32(w, D, (int64_t)v * dim + c));
         }
@@ -63,7 +61,7 @@ extern "C" amp_status amp_cuda_embedding_fwd(amp_device_ctx *dev, amp_dtype dt, 
     AMP_CHECK_ARG(w);
     AMP_CHECK_ARG(y);
     cudaStream_t stream = dev->stream;
-    unsigned long long *record = dev->label_record + EMB_RECORD;
+    unsigned long long *record = dev->bad_index.words;
     unsigned grid = grid_for(n * dim);
     switch (dt) {
     case AMP_F16:

@@ -16,18 +16,14 @@
  * Labels outside [0, classes) that are not ignore_index. The CPU backend checks them before
  * writing anything and fails naming the first bad row. Here the labels are device memory, so an
  * answer needs the device:
- *  - xent_fwd launches a check kernel that records the lowest bad row (an integer atomicMin: the
- *    same row whatever the order) in the context's bad-index record, reads the record back and
- *    waits for it: ONE host synchronisation per forward, the price of failing at the call that
- *    got the bad labels, with the CPU's status and message and nothing written. Nothing else in
- *    this file waits for the device.
+ *  - xent_fwd launches a check kernel that notes the lowest bad row in the context's bad-index
+ *    record (bad_index.h), reads the record back and waits for it: ONE host synchronisation per
+ *    forward, the price of failing at the call that got the bad labels, with the CPU's status
+ *    and message and nothing written. Nothing else in this file waits for the device.
  *  - xent_bwd does not wait: it writes NaN into the gradient row of a bad label (which the loss
- *    scaler's inf/NaN check then sees) and records the lowest such row in the record's second
- *    word; the next xent_fwd reports it (naming xent_bwd and the row). In a training step the
- *    labels of backward are those forward already checked.
- * The record is one cudaMalloc per device context, made with the context (amp_device_ctx's
- * label_record; outside the caching allocator, so it is not counted as the caller's memory);
- * all its traffic is on the context's stream. */
+ *    scaler's inf/NaN check then sees) and notes the row in the record; the next host read,
+ *    synchronisation or xent_fwd reports it. In a training step the labels of backward are those
+ *    forward already checked. */
 #include <math.h>
 #include <stdint.h>
 
@@ -35,6 +31,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "kernels/cuda/bad_index.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/warp_lanes.cuh"
@@ -44,19 +41,17 @@
 
 #define XENT_WARPS 8
 #define XENT_BWD_BLOCK 256
-/* The record's "no bad row" value. */
-#define NO_BAD_ROW 0xffffffffffffffffull
 
 static __device__ inline bool bad_label(int32_t label, const amp_xent_desc &d) {
     return label != d.ignore_index && (label < 0 || label >= d.classes);
 }
 
-/* record[0] = lowest row whose label is bad (atomicMin). */
+/* Notes the lowest row whose label is bad. */
 static __global__ void xent_check_kernel(amp_xent_desc d, const int32_t *labels,
                                          unsigned long long *record) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < d.rows; r += stride)
-        if (bad_label(labels[r], d)) atomicMin(record, (unsigned long long)r);
+        if (bad_label(labels[r], d)) amp_bad_index_note(record, AMP_BAD_LABEL, r, labels[r]);
 }
 
 /* Each row's logsumexp and loss into stats (labels already checked). */
@@ -131,7 +126,7 @@ static __global__ void xent_bwd_kernel(amp_xent_desc d, const void *logits, cons
         int32_t label = labels[row];
         int64_t width = d.classes + d.padding, base = row * width;
         bool bad = bad_label(label, d), ignored = label == d.ignore_index;
-        if (bad && threadIdx.x == 0) atomicMin(record + 1, (unsigned long long)row);
+        if (bad && threadIdx.x == 0) amp_bad_index_note(record, AMP_BAD_LABEL_BWD, row, label);
         float lse = stats[row];
         for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
             float g = bad ? NAN
@@ -148,45 +143,30 @@ static unsigned grid_for(int64_t blocks) {
     return (unsigned)(blocks < AMP_CUDA_MAX_BLOCKS ? blocks : AMP_CUDA_MAX_BLOCKS);
 }
 
-/* Checks the labels on the device and waits for the answer (the one host sync of this file);
- * also reports a bad row that an earlier xent_bwd recorded, a bad index an earlier
- * embedding_fwd recorded (embedding.cu) and a bad kv_len an earlier attention recorded
- * (attention.cu): the wait here costs nothing more. Clears what it reports. */
+/* Checks the labels on the device and waits for the answer (the one host sync of this file),
+ * which brings the whole bad-index record back (bad_index.h): what an earlier op noted is
+ * reported first, naming it; else a bad label of these labels, as the CPU backend names it. */
 static amp_status check_labels(amp_device_ctx *dev, const char *fn, const amp_xent_desc *d,
                                const int32_t *labels) {
     cudaStream_t stream = dev->stream;
-    unsigned long long *record = dev->label_record, seen[AMP_CUDA_RECORD_WORDS];
+    const amp_cuda_bad_index *r = &dev->bad_index;
     if (d->rows > 0) {
         unsigned grid = grid_for((d->rows + AMP_CUDA_BLOCK - 1) / AMP_CUDA_BLOCK);
-        xent_check_kernel<<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, labels, record);
+        xent_check_kernel<<<grid, AMP_CUDA_BLOCK, 0, stream>>>(*d, labels, r->words);
         AMP_CUDA_LAUNCHED(stream);
     }
-    AMP_CUDA_TRY(cudaMemcpyAsync(seen, record, sizeof seen, cudaMemcpyDeviceToHost, stream));
+    AMP_CUDA_TRY(amp_cuda_bad_index_fetch(r, stream));
     amp_profile_host_wait();
     AMP_CUDA_TRY(cudaStreamSynchronize(stream));
-    bool clean = true;
-    for (int w = 0; w < AMP_CUDA_RECORD_WORDS; w++) clean &= seen[w] == NO_BAD_ROW;
-    if (clean) return AMP_OK;
-    AMP_CUDA_TRY(cudaMemsetAsync(record, 0xff, sizeof seen, stream));
-    if (seen[3] != NO_BAD_ROW)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: an earlier amp_cuda_attn_fwd or attn_bwd had a "
-                        "kv_len outside [0, seq] in batch %lld (its outputs were set to NaN)", fn,
-                        (long long)seen[3]);
-    if (seen[2] != NO_BAD_ROW)
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: an earlier amp_cuda_embedding_fwd had an index "
-                        "outside [0, vocab) at position %lld (its row was set to NaN)", fn,
-                        (long long)seen[2]);
-    if (seen[0] != NO_BAD_ROW) {
-        int32_t label = 0;
-        AMP_CUDA_TRY(cudaMemcpyAsync(&label, labels + seen[0], sizeof label,
-                                     cudaMemcpyDeviceToHost, stream));
-        AMP_CUDA_TRY(cudaStreamSynchronize(stream));
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: label %d of row %lld is outside [0, %lld)", fn,
-                        (int)label, (long long)seen[0], (long long)d->classes);
-    }
-    return amp_fail(AMP_ERR_INVALID_ARG,
-                    "%s: an earlier amp_cuda_xent_bwd had a label outside [0, classes) in row "
-                    "%lld (its gradient row was set to NaN)", fn, (long long)seen[1]);
+    bool earlier = false;
+    for (int w = 0; w < AMP_BAD_LABEL; w++) earlier |= r->seen[w] != AMP_BAD_NONE;
+    if (earlier || r->seen[AMP_BAD_LABEL] == AMP_BAD_NONE)
+        return amp_cuda_bad_index_report(r, stream, "the next cross-entropy");
+    int label = amp_cuda_bad_index_value(r, AMP_BAD_LABEL);
+    long long row = amp_cuda_bad_index_where(r, AMP_BAD_LABEL);
+    (void)amp_cuda_bad_index_report(r, stream, "its own check"); /* clears the record */
+    return amp_fail(AMP_ERR_INVALID_ARG, "%s: label %d of row %lld is outside [0, %lld)", fn,
+                    label, row, (long long)d->classes);
 }
 
 extern "C" amp_status amp_cuda_xent_fwd(amp_device_ctx *dev, const amp_xent_desc *d,
@@ -230,7 +210,7 @@ extern "C" amp_status amp_cuda_xent_bwd(amp_device_ctx *dev, const amp_xent_desc
     AMP_CHECK_ARG(logits);
     AMP_CHECK_ARG(stats);
     AMP_CHECK_ARG(dlogits);
-    unsigned long long *record = dev->label_record;
+    unsigned long long *record = dev->bad_index.words;
     cudaStream_t stream = dev->stream;
     unsigned grid = grid_for(d->rows);
     switch (d->dt) {

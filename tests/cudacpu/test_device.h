@@ -3,7 +3,8 @@
  * legacy default stream (so dev_buf's cudaMemcpy orders after the kernels), with the states of
  * the library files a test links in: the caching allocator (AMP_TEST_DEVICE_ALLOC, set by
  * tests/cudacpu/CMakeLists.txt when cuda_alloc.c is a source), the convolution's cuDNN state
- * (AMP_TEST_DEVICE_CONV, for conv.c) and cross-entropy's label record. Include once per test
+ * (AMP_TEST_DEVICE_CONV, for conv.c) and the bad-index record (bad_index.c, linked by
+ * every test). Include once per test
  * binary (it defines amp_cuda_device, and amp_cpu_device for the CPU kernels linked in). */
 #ifndef AMP_TESTS_CUDACPU_TEST_DEVICE_H
 #define AMP_TESTS_CUDACPU_TEST_DEVICE_H
@@ -14,9 +15,8 @@
 static amp_device_ctx *test_device_make(void) {
     static amp_device_ctx dev = {};
     dev.stream = 0;
-    const size_t record = AMP_CUDA_RECORD_WORDS * sizeof(unsigned long long);
-    dev_check(cudaMalloc((void **)&dev.label_record, record), "cudaMalloc label record", record);
-    dev_check(cudaMemset(dev.label_record, 0xff, record), "cudaMemset label record", record);
+    dev_check(amp_cuda_bad_index_create(&dev.bad_index, 0), "the bad-index record",
+              AMP_BAD_WORDS * sizeof(unsigned long long));
 #ifdef AMP_TEST_DEVICE_ALLOC
     if (amp_cuda_alloc_state_create(&dev.alloc) != AMP_OK) exit(1);
 #endif
