@@ -134,8 +134,9 @@ typedef struct child_report {
     float out[N_OUT];
 } child_report;
 
-/* Runs the level checks (and compute) in a child with AMP_CPU_ISA = cap (NULL: unset). */
-static int run_child(const char *cap, child_report *r) {
+/* Runs body(out) in a child with AMP_CPU_ISA = cap (NULL: unset), the level being read once per
+ * process, and copies the child's nbytes of out back: 0 when they all came and it exited 0. */
+static int in_child(const char *cap, void (*body)(void *out), void *out, size_t nbytes) {
     int fd[2];
     if (pipe(fd)) return -1;
     pid_t pid = fork();
@@ -144,58 +145,67 @@ static int run_child(const char *cap, child_report *r) {
         close(fd[0]);
         if (cap) setenv("AMP_CPU_ISA", cap, 1);
         else unsetenv("AMP_CPU_ISA");
-        child_report *c = calloc(1, sizeof *c);
-        c->level = (int)amp_cpu_level_get();
-        c->avx512_kernels = amp_cpu_avx512_kernels();
-        snprintf(c->isa, sizeof c->isa, "%s", amp_cpu_isa());
-        compute(c->out);
-        /* A GEMM, so that oneDNN has picked its kernels' ISA. */
-        amp_ctx *ctx = NULL;
-        if (amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU}, &ctx) == AMP_OK) {
-            amp_tensor *a = random_tensor(ctx, 2, (int64_t[]){64, 64}, -1, 1), *o = NULL;
-            CHECK_OK(amp_matmul(a, a, &o));
-            amp_ctx_free(ctx);
-        }
-        c->dnnl_isa = (int)dnnl_get_effective_cpu_isa();
-        c->failures = test_n_fail;
-        ssize_t w = write(fd[1], c, sizeof *c);
-        _exit(w == (ssize_t)sizeof *c ? 0 : 3);
+        void *mine = calloc(1, nbytes);
+        if (mine) body(mine);
+        ssize_t w = mine ? write(fd[1], mine, nbytes) : -1;
+        _exit(w == (ssize_t)nbytes ? 0 : 3);
     }
     close(fd[1]);
     size_t got = 0;
-    while (got < sizeof *r) {
-        ssize_t n = read(fd[0], (char *)r + got, sizeof *r - got);
+    while (got < nbytes) {
+        ssize_t n = read(fd[0], (char *)out + got, nbytes - got);
         if (n <= 0) break;
         got += (size_t)n;
     }
     close(fd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    return got == sizeof *r && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    return got == nbytes && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+/* The level checks and compute, in the child. */
+static void level_report(void *out) {
+    child_report *c = out;
+    c->level = (int)amp_cpu_level_get();
+    c->avx512_kernels = amp_cpu_avx512_kernels();
+    snprintf(c->isa, sizeof c->isa, "%s", amp_cpu_isa());
+    compute(c->out);
+    /* A GEMM, so that oneDNN has picked its kernels' ISA. */
+    amp_ctx *ctx = NULL;
+    if (amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU}, &ctx) == AMP_OK) {
+        amp_tensor *a = random_tensor(ctx, 2, (int64_t[]){64, 64}, -1, 1), *o = NULL;
+        CHECK_OK(amp_matmul(a, a, &o));
+        amp_ctx_free(ctx);
+    }
+    c->dnnl_isa = (int)dnnl_get_effective_cpu_isa();
+    c->failures = test_n_fail;
+}
+
+static int run_child(const char *cap, child_report *r) {
+    return in_child(cap, level_report, r, sizeof *r);
+}
+
+/* What amp_ctx_create says in the child ("" when it succeeds), and whether its status and its
+ * context agree. */
+typedef struct ctx_report {
+    char msg[512];
+    int consistent;
+} ctx_report;
+
+static void ctx_attempt(void *out) {
+    ctx_report *c = out;
+    amp_ctx *ctx = NULL;
+    amp_status s = amp_ctx_create(NULL, &ctx);
+    snprintf(c->msg, sizeof c->msg, "%s", s == AMP_OK ? "" : amp_last_error());
+    c->consistent = (s == AMP_OK) == (ctx != NULL);
 }
 
 /* The message amp_ctx_create gives in a child with AMP_CPU_ISA = cap ("" when it succeeds). */
 static int ctx_message(const char *cap, char *msg, size_t n) {
-    int fd[2];
-    if (pipe(fd)) return -1;
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        close(fd[0]);
-        setenv("AMP_CPU_ISA", cap, 1);
-        amp_ctx *ctx = NULL;
-        amp_status s = amp_ctx_create(NULL, &ctx);
-        const char *m = s == AMP_OK ? "" : amp_last_error();
-        ssize_t w = write(fd[1], m, strlen(m) + 1);
-        _exit(w > 0 && (s == AMP_OK) == (ctx != NULL) ? 0 : 3);
-    }
-    close(fd[1]);
-    ssize_t got = read(fd[0], msg, n - 1);
-    msg[got > 0 ? got : 0] = '\0';
-    close(fd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    ctx_report r;
+    if (in_child(cap, ctx_attempt, &r, sizeof r) != 0 || !r.consistent) return -1;
+    snprintf(msg, n, "%s", r.msg);
+    return 0;
 }
 
 static int first_difference(const float *a, const float *b) {
