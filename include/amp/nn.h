@@ -164,8 +164,9 @@ amp_status amp_log_softmax(amp_tensor *x, int dim, amp_tensor **out);
  * ids idx of any shape and weight [vocab, dim], in the weight's dtype (token and position
  * embeddings). The weight's gradient is a deterministic scatter-add in index order (no float
  * atomics: the same bits on every backend and run). An id outside [0, vocab) is refused naming
- * it on the CPU; on CUDA, which does not wait for the device, its row is NaN and the next
- * cross-entropy names it. */
+ * it on the CPU; on CUDA, which does not wait for the device, its row is NaN and the next call
+ * that waits for the device (a read back to the host, the step's outcome, a cross-entropy)
+ * fails naming amp_embedding, the id and its position, once (PyTorch's device-side assert). */
 amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out);
 /* torch.where: y = cond ? a : b elementwise, the three broadcast together (PyTorch's rules);
  * cond is i32 (nonzero: true), a and b one float dtype (under autocast the wider of the two).
@@ -184,7 +185,9 @@ typedef struct amp_attention_options {
     float scale;        /* 0: 1 / sqrt(head_dim) */
     float dropout_p;    /* on the probabilities, in [0, 1); only while training */
     bool training;      /* as amp_dropout's: dropout off in evaluation */
-    amp_tensor *kv_len; /* i32 [batch]: batch b's keys >= kv_len[b] are padding; NULL: none */
+    amp_tensor *kv_len; /* i32 [batch]: batch b's keys >= kv_len[b] are padding; NULL: none.
+                         * A value outside [0, seq] is refused on the CPU; on CUDA that batch's
+                         * outputs are NaN and the next wait for the device names it. */
 } amp_attention_options;
 amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
                                             const amp_attention_options *options,
