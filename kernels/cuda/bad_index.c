@@ -34,6 +34,15 @@ int amp_cuda_bad_index_value(const amp_cuda_bad_index *r, amp_cuda_bad_word w) {
     return (int)(int32_t)(uint32_t)(r->seen[w] & 0xffffffffull);
 }
 
+amp_status amp_cuda_bad_index_clear(const amp_cuda_bad_index *r, cudaStream_t stream) {
+    for (int i = 0; i < AMP_BAD_WORDS; i++) r->seen[i] = AMP_BAD_NONE;
+    cudaError_t e = cudaMemsetAsync(r->words, 0xff, WORDS_BYTES, stream);
+    if (e != cudaSuccess)
+        return amp_fail(AMP_ERR_BACKEND, "clearing the bad-index record: %s (%s)",
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+    return AMP_OK;
+}
+
 amp_status amp_cuda_bad_index_report(const amp_cuda_bad_index *r, cudaStream_t stream,
                                      const char *found_at) {
     int w = 0;
@@ -41,11 +50,7 @@ amp_status amp_cuda_bad_index_report(const amp_cuda_bad_index *r, cudaStream_t s
     if (w == AMP_BAD_WORDS) return AMP_OK;
     long long at = amp_cuda_bad_index_where(r, (amp_cuda_bad_word)w);
     int value = amp_cuda_bad_index_value(r, (amp_cuda_bad_word)w);
-    for (int i = 0; i < AMP_BAD_WORDS; i++) r->seen[i] = AMP_BAD_NONE;
-    cudaError_t e = cudaMemsetAsync(r->words, 0xff, WORDS_BYTES, stream);
-    if (e != cudaSuccess)
-        return amp_fail(AMP_ERR_BACKEND, "clearing the bad-index record: %s (%s)",
-                        cudaGetErrorString(e), cudaGetErrorName(e));
+    AMP_TRY(amp_cuda_bad_index_clear(r, stream));
     /* Named as the user called them (the op's public name), not as the kernels are. */
     switch ((amp_cuda_bad_word)w) {
     case AMP_BAD_LABEL:

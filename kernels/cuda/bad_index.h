@@ -45,6 +45,8 @@ cudaError_t amp_cuda_bad_index_create(amp_cuda_bad_index *r, cudaStream_t stream
 void amp_cuda_bad_index_free(amp_cuda_bad_index *r);
 /* Queues the copy of the record into r->seen on `stream`; read it after the stream's wait. */
 cudaError_t amp_cuda_bad_index_fetch(const amp_cuda_bad_index *r, cudaStream_t stream);
+/* Clears both halves: the device's words on `stream`, the host copy at once. */
+amp_status amp_cuda_bad_index_clear(const amp_cuda_bad_index *r, cudaStream_t stream);
 /* After that wait: AMP_OK when every word is clear; else clears the record on `stream` and
  * fails with AMP_ERR_INVALID_ARG naming the first op in the words' order, its position and
  * value, and `found_at` (where the host saw it). */

@@ -50,18 +50,23 @@ amp_status amp_cuda_copy(amp_device_ctx *dev, void *dst, const void *src, size_t
     return AMP_OK;
 }
 
-/* Waits for the stream: the host buffer is complete on return, as the contract requires. The
- * bad-index record comes back in the same wait; an op that met a bad index fails the read
- * (bad_index.h), with the values copied. */
+/* Waits for the stream with the bad-index record's copy queued last, so it comes back in the
+ * same wait, and reports what an op noted there (bad_index.h). */
+static amp_status wait_reporting(amp_device_ctx *dev, const char *found_at) {
+    AMP_CUDA_TRY(amp_cuda_bad_index_fetch(&dev->bad_index, dev->stream));
+    amp_profile_host_wait();
+    AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
+    return amp_cuda_bad_index_report(&dev->bad_index, dev->stream, found_at);
+}
+
+/* Waits for the stream: the host buffer is complete on return, as the contract requires. An op
+ * that met a bad index fails the read, with the values copied. */
 amp_status amp_cuda_copy_to_host(amp_device_ctx *dev, void *host, const void *src, size_t nbytes) {
     if (nbytes == 0) return AMP_OK;
     AMP_CHECK_ARG(host);
     AMP_CHECK_ARG(src);
     AMP_CUDA_TRY(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, dev->stream));
-    AMP_CUDA_TRY(amp_cuda_bad_index_fetch(&dev->bad_index, dev->stream));
-    amp_profile_host_wait();
-    AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
-    return amp_cuda_bad_index_report(&dev->bad_index, dev->stream, "a read back to the host");
+    return wait_reporting(dev, "a read back to the host");
 }
 
 /* Waits for the stream as well: from pinned memory cudaMemcpyAsync returns before the data has
@@ -79,10 +84,7 @@ amp_status amp_cuda_copy_from_host(amp_device_ctx *dev, void *dst, const void *h
 }
 
 amp_status amp_cuda_sync(amp_device_ctx *dev) {
-    AMP_CUDA_TRY(amp_cuda_bad_index_fetch(&dev->bad_index, dev->stream));
-    amp_profile_host_wait();
-    AMP_CUDA_TRY(cudaStreamSynchronize(dev->stream));
-    return amp_cuda_bad_index_report(&dev->bad_index, dev->stream, "a device synchronisation");
+    return wait_reporting(dev, "a device synchronisation");
 }
 
 /* The table every device context copies; `dev` is set per context. */

@@ -164,7 +164,7 @@ static amp_status check_labels(amp_device_ctx *dev, const char *fn, const amp_xe
         return amp_cuda_bad_index_report(r, stream, "the next cross-entropy");
     int label = amp_cuda_bad_index_value(r, AMP_BAD_LABEL);
     long long row = amp_cuda_bad_index_where(r, AMP_BAD_LABEL);
-    (void)amp_cuda_bad_index_report(r, stream, "its own check"); /* clears the record */
+    AMP_TRY(amp_cuda_bad_index_clear(r, stream));
     return amp_fail(AMP_ERR_INVALID_ARG, "%s: label %d of row %lld is outside [0, %lld)", fn,
                     label, row, (long long)d->classes);
 }

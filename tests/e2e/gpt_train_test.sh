@@ -177,14 +177,15 @@ for f in model.safetensors state.safetensors; do
 done
 
 # bad input
-bad() { # description, wanted message, amp-train arguments...
-    local what=$1 want=$2
-    shift 2
+refused() { # exit code, what it is, description, wanted message, amp-train arguments...
+    local code=$1 kind=$2 what=$3 want=$4
+    shift 4
     local rc=0
     "$train" "$@" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
-    check "$what: exit code $rc, want 1" test "$rc" -eq 1
+    check "$what: exit code $rc, want $code$kind" test "$rc" -eq "$code"
     check "$what: no '$want' in: $(head -c 300 "$work/bad.err")" grep -q -- "$want" "$work/bad.err"
 }
+bad() { refused 1 "" "$@"; } # description, wanted message, amp-train arguments...
 mkdir -p "$work/magic" "$work/trunc" "$work/negative"
 cp "$work/data/val.bin" "$work/magic/val.bin"
 cp "$work/data/val.bin" "$work/trunc/val.bin"
@@ -231,14 +232,7 @@ bad "--start with a tokenizer" "a tokenizer file holds no merges to encode with"
     "${ckpt0[@]}" --start x --tokenizer "$work/upper_e.bin"
 bad "an id past the vocabulary" "--start-ids '3,256': want ids in \[0, 256)" "${tiny[@]}" \
     "${ckpt0[@]}" --start-ids 3,256
-usage() { # description, wanted message, amp-train arguments...
-    local what=$1 want=$2
-    shift 2
-    local rc=0
-    "$train" "$@" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
-    check "$what: exit code $rc, want 2 (a usage error)" test "$rc" -eq 2
-    check "$what: no '$want' in: $(head -c 300 "$work/bad.err")" grep -q -- "$want" "$work/bad.err"
-}
+usage() { refused 2 " (a usage error)" "$@"; } # description, wanted message, arguments...
 usage "a GPT option without --model gpt" "--tokenizer is an option of --model gpt, not of --model mlp" \
     --model mlp --tokenizer "$work/upper_e.bin"
 one=("${tiny[@]}" --max-steps 1) # what a run that took the option anyway would cost
