@@ -68,8 +68,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: amp-bench [options]\n"
             "  --model LIST          mlp,convnet,resnet,gpt (default mlp; resnet: the hand-written\n"
-            "                        residual network of examples/resnet_model.h; gpt: GPT-2 of\n"
-            "                        examples/gpt_model.h on random tokens, AdamW, tokens/s)\n"
+            "                        residual network of models/resnet.c; gpt: GPT-2 of\n"
+            "                        models/gpt.c on random tokens, AdamW, tokens/s)\n"
             "  --n-layer L --n-head H --n-embd C --block-size T --vocab-size V\n"
             "                        the GPT's shape (default 4, 4, 256, 128, 256: amp-train's;\n"
             "                        a sample is a sequence of T tokens)\n"
@@ -359,7 +359,7 @@ static void note_models(const bench_args *a, bench_run_header *h) {
         if (!strcmp(a->models[m], "gpt"))
             snprintf(h->model_note, sizeof h->model_note,
                      "gpt: %d layers, %d heads, %d wide, sequences of %d tokens, vocabulary %d "
-                     "(examples/gpt_model.h; PyTorch: bench/gpt_reference.py)", a->gpt.n_layer,
+                     "(models/gpt.c; PyTorch: bench/gpt_reference.py)", a->gpt.n_layer,
                      a->gpt.n_head, a->gpt.n_embd, a->gpt.block_size, a->gpt.vocab_size);
 }
 

@@ -10,8 +10,6 @@
 #include "bench/bench_libamp.h"
 #include "bench/bench_stats.h"
 #include "core/ctx.h"
-#include "gpt_model.h"    /* examples/: GPT-2 */
-#include "resnet_model.h" /* examples/: the hand-written residual network */
 
 #define BENCH_TRY(call)                                                                            \
     do {                                                                                           \
@@ -62,17 +60,17 @@ static void state_free(bench_state *b) {
  * lr. */
 static amp_status model_make(const bench_cfg *c, bench_state *b) {
     if (b->gpt) {
-        gpt_config g = {.n_layer = c->gpt.n_layer, .n_head = c->gpt.n_head,
+        amp_gpt_config g = {.n_layer = c->gpt.n_layer, .n_head = c->gpt.n_head,
                         .n_embd = c->gpt.n_embd, .block_size = c->gpt.block_size,
                         .vocab_size = c->gpt.vocab_size};
-        BENCH_TRY(gpt_create(b->ctx, &g, &b->model));
+        BENCH_TRY(amp_gpt_create(b->ctx, &g, &b->model));
         BENCH_TRY(amp_model_build(b->model));
-        BENCH_TRY(gpt_adamw_create(b->model, 6e-4f, 0.1f, &b->opt));
+        BENCH_TRY(amp_lm_adamw_create(b->model, 6e-4f, 0.1f, &b->opt));
         return AMP_OK;
     }
     if (!strcmp(c->model, "mlp")) BENCH_TRY(amp_model_mlp_mnist(b->ctx, &b->model));
     else if (!strcmp(c->model, "convnet")) BENCH_TRY(amp_model_convnet_mnist(b->ctx, &b->model));
-    else if (!strcmp(c->model, "resnet")) BENCH_TRY(resnet_model_create(b->ctx, &b->model));
+    else if (!strcmp(c->model, "resnet")) BENCH_TRY(amp_model_resnet_mnist(b->ctx, &b->model));
     else return bench_fail(AMP_ERR_INVALID_ARG, "unknown model '%s' (want mlp, convnet, resnet or gpt)",
                            c->model);
     BENCH_TRY(amp_sgd_create(b->model, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &b->opt));
@@ -134,7 +132,7 @@ static amp_status train_step(bench_state *b) {
     amp_tensor *logits;
     if (b->gpt) {
         float norm;
-        BENCH_TRY(gpt_loss(b->model, b->x, b->y, &b->loss));
+        BENCH_TRY(amp_gpt_loss(b->model, b->x, b->y, &b->loss));
         BENCH_TRY(amp_backward(b->loss));
         BENCH_TRY(amp_clip_grad_norm(b->opt, 1.0f, &norm));
         BENCH_TRY(amp_step(b->opt, NULL));

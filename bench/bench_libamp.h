@@ -9,7 +9,7 @@
 #include "amp/amp.h"
 #include "bench/bench_report.h"
 
-/* A GPT's shape (examples/gpt_model.h); amp-bench's defaults are amp-train's. */
+/* A GPT's shape (models/gpt.c); amp-bench's defaults are amp-train's. */
 typedef struct bench_gpt_shape {
     int n_layer, n_head, n_embd, block_size, vocab_size;
 } bench_gpt_shape;

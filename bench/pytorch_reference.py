@@ -102,7 +102,7 @@ def load_split(data_dir, train, mean, std):
 
 
 class Block(nn.Module):
-    """examples/resnet_model.h's residual block (torchvision's BasicBlock, no downsample)."""
+    """models/resnet.c's residual block (torchvision's BasicBlock, no downsample)."""
 
     def __init__(s, c):
         super().__init__()
@@ -114,7 +114,7 @@ class Block(nn.Module):
 
 
 class ResNet(nn.Module):
-    """examples/resnet_model.h: stem, two residual blocks, global average pooling, linear."""
+    """models/resnet.c: stem, two residual blocks, global average pooling, linear."""
 
     def __init__(s, c=32):
         super().__init__()
@@ -129,7 +129,7 @@ class ResNet(nn.Module):
 
 def make_model(name):
     """nn/presets.c: amp_model_convnet_mnist and amp_model_mlp_mnist, and the hand-written
-    residual network of examples/resnet_model.h; PyTorch default init."""
+    residual network of models/resnet.c; PyTorch default init."""
     if name == "resnet":
         return ResNet()
     if name == "convnet":

@@ -42,7 +42,7 @@ static double median_seconds(amp_ctx *ctx, int op, amp_tensor *x, amp_tensor *g,
         amp_status s = AMP_OK;
         switch (op) {
         case OP_COPY: copy_floats(src, dst, bytes / sizeof(float)); break;
-        case OP_LAYER_NORM: s = amp_layer_norm(x, g, b, 1e-5f, &y); break;
+        case OP_LAYER_NORM: s = amp_norm(x, NULL, g, b, &(amp_norm_opts){.eps = 1e-5f}, NULL, &y); break;
         case OP_GELU: s = amp_gelu(x, true, &y); break;
         default: s = amp_softmax(x, -1, &y); break;
         }

@@ -27,6 +27,9 @@ install(TARGETS amp_static EXPORT ampStaticTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/amp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# models/'s public headers, spelled amp/models/<name>.h in and out of the tree (CMakeLists.txt).
+install(DIRECTORY models/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/amp/models
+  FILES_MATCHING PATTERN "*.h")
 install(EXPORT ampTargets NAMESPACE amp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/amp)
 install(EXPORT ampStaticTargets NAMESPACE amp:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/amp)
 

@@ -19,13 +19,14 @@
  *           return s.fc(s.layer1(x).mean((2, 3)))                # global average pooling
  *
  * and its state_dict loads strictly into that class (tests/python/test_example_state_dict.py).
+ * The network is the library's amp_model_resnet_mnist, written with the model API in
+ * models/resnet.c: the file to copy for a model of your own.
  *   build/examples/resnet [--epochs 2] [--ckpt DIR [--resume]] ...   (examples/example_loop.h)
  *   mpirun -np 2 build/examples/resnet ...                           (DDP) */
 #include "example_loop.h"
-#include "resnet_model.h"
 
 static amp_status make(amp_ctx *ctx, amp_model **m, amp_optimizer **opt) {
-    amp_status s = resnet_model_create(ctx, m);
+    amp_status s = amp_model_resnet_mnist(ctx, m);
     amp_sgd_opts o = amp_sgd_defaults();
     o.lr = 0.1f; /* cosine-decayed to 0 by the loop: 89.6 % after 2 epochs (bench/RESULTS.md) */
     o.momentum = 0.9f;

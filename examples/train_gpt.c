@@ -1,4 +1,4 @@
-/* amp-train --model gpt: the GPT of examples/gpt_model.h trained on token files (llm.c's
+/* amp-train --model gpt: the GPT of models/gpt.c trained on token files (llm.c's
  * format: DIR/train.bin and DIR/val.bin, amp-text-tokens makes byte-level ones) as nanoGPT and
  * llm.c train it: AdamW (betas 0.9 and 0.95, weight decay on the 2-D tensors only), a linear
  * warm-up then cosine decay to --min-lr (amp_optimizer_schedule), the gradient norm clipped on
@@ -25,7 +25,6 @@
 #include <time.h>
 
 #include "amp/amp.h"
-#include "gpt_model.h"
 #include "stop_signal.h"
 #include "train_args.h"
 
@@ -49,7 +48,7 @@ static double seconds_now(void) {
  * vocab_size is the tokens', before padding), so that a resume builds the model it saved. */
 #define MODEL_ARGS_KEY "model_args"
 
-static void model_args_format(const gpt_config *c, char *out, size_t size) {
+static void model_args_format(const amp_gpt_config *c, char *out, size_t size) {
     snprintf(out, size, "{\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"block_size\": %d, "
              "\"bias\": true, \"vocab_size\": %d, \"dropout\": %.9g}", c->n_layer, c->n_head,
              c->n_embd, c->block_size, c->vocab_size, (double)c->dropout);
@@ -80,7 +79,7 @@ static bool model_arg(const char *json, const char *key, long *v) {
  * (written before they were kept) leaves cfg as given, said in one line: its load still
  * refuses other tensor shapes. */
 static amp_status model_args_resume(const train_args *a, const char *from, bool say, FILE *text,
-                                    gpt_config *cfg) {
+                                    amp_gpt_config *cfg) {
     char json[512];
     amp_status s = amp_checkpoint_user_meta(from, MODEL_ARGS_KEY, json, sizeof json);
     if (s == AMP_ERR_INVALID_ARG && strstr(amp_last_error(), "no user metadata")) {
@@ -161,7 +160,7 @@ static amp_status evaluate(amp_model *m, amp_comm *comm, const amp_tokens *val, 
         s = amp_tokens_batch(val, AMP_TOKENS_SEQUENTIAL, 0, i, B, seq, hx, hy);
         if (s == AMP_OK) s = amp_tensor_copy_from_host(x, hx + at, bytes);
         if (s == AMP_OK) s = amp_tensor_copy_from_host(y, hy + at, bytes);
-        if (s == AMP_OK) s = gpt_loss(m, x, y, &loss);
+        if (s == AMP_OK) s = amp_gpt_loss(m, x, y, &loss);
         if (s == AMP_OK) s = amp_tensor_item(loss, &v);
         sum += v;
         amp_ctx_reset_step(ctx);
@@ -239,38 +238,37 @@ static amp_status prompt_tokens(const train_args *a, int32_t vocab, const amp_to
 /* n tokens drawn after the prompt's (prompt_tokens; printed first when given), each from the
  * last position's logits / temperature over the real vocabulary (the padding never drawn), the
  * top_k most likely kept (0: all), printed as text (print_token). */
-static amp_status sample(amp_model *m, const gpt_config *cfg, const amp_tokenizer *tok,
+static amp_status sample(amp_model *m, const amp_gpt_config *cfg, const amp_tokenizer *tok,
                          const int32_t *prompt, int64_t n_prompt, bool show_prompt, int64_t n,
                          float temperature, int top_k, uint64_t seed, FILE *to) {
     amp_ctx *ctx = amp_model_ctx(m);
     bool grad = amp_set_grad_enabled(ctx, false);
     amp_model_train(m, false);
-    int64_t cap = n_prompt + n, len = n_prompt, V = cfg->vocab_size, Vp = gpt_padded_vocab(V);
+    int64_t cap = n_prompt + n, len = n_prompt, V = cfg->vocab_size, Vp = amp_lm_padded_vocab(V);
     int32_t *toks = malloc((size_t)cap * sizeof *toks);
     float *logits = malloc((size_t)Vp * sizeof *logits);
-    float *p = malloc((size_t)V * sizeof *p);
-    amp_status s = toks && logits && p ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
+    amp_status s = toks && logits ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
     if (s == AMP_OK) memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
     for (int64_t i = 0; s == AMP_OK && show_prompt && i < n_prompt; i++)
         print_token(tok, V, toks[i], to);
-    uint64_t r = seed; /* gpt_draw's generator */
+    uint64_t r = seed; /* amp_lm_draw's generator */
     for (int64_t t = 0; t < n && s == AMP_OK; t++) {
         int64_t start = len > cfg->block_size ? len - cfg->block_size : 0, T = len - start;
         amp_tensor *x = NULL, *out = NULL;
         s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, T}, toks + start, &x);
-        if (s == AMP_OK) s = gpt_forward_last(m, x, &out);
+        if (s == AMP_OK) s = amp_gpt_forward_last(m, x, &out);
         if (s == AMP_OK) s = amp_tensor_to_host_f32(out, logits, (size_t)Vp * sizeof *logits);
         amp_tensor_free(x);
         amp_ctx_reset_step(ctx);
         if (s != AMP_OK) break;
-        int32_t pick = gpt_draw(logits, V, temperature, top_k, &r, p);
+        int32_t pick;
+        if ((s = amp_lm_draw(logits, V, temperature, top_k, &r, &pick)) != AMP_OK) break;
         toks[len++] = pick;
         print_token(tok, V, pick, to);
     }
     fputc('\n', to);
     free(toks);
     free(logits);
-    free(p);
     amp_model_train(m, true);
     amp_set_grad_enabled(ctx, grad);
     return s;
@@ -290,7 +288,7 @@ int amp_train_gpt(const train_args *a) {
     amp_comm *comm = NULL;
     amp_ddp *ddp = NULL;
     int exit_code = 1, world = 1, rank = 0;
-    gpt_config cfg = {.n_layer = a->n_layer, .n_head = a->n_head, .n_embd = a->n_embd,
+    amp_gpt_config cfg = {.n_layer = a->n_layer, .n_head = a->n_head, .n_embd = a->n_embd,
                       .block_size = a->block_size, .vocab_size = a->vocab_size,
                       .dropout = a->dropout};
     int64_t B = a->batch_size, T;
@@ -333,9 +331,9 @@ int amp_train_gpt(const train_args *a) {
                           amp_tokenizer_vocab_size(tokenizer), cfg.vocab_size));
     }
     TRY(prompt_tokens(a, cfg.vocab_size, tokenizer, &prompt, &n_prompt));
-    TRY(gpt_create(ctx, &cfg, &model));
+    TRY(amp_gpt_create(ctx, &cfg, &model));
     TRY(amp_model_build(model));
-    TRY(gpt_adamw_create(model, a->lr, a->weight_decay, &opt));
+    TRY(amp_lm_adamw_create(model, a->lr, a->weight_decay, &opt));
     amp_options amp_opts = {.opt_level = (amp_opt_level)a->opt_level,
                             .half_type = a->bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
                             .loss_scale = a->loss_scale, .init_scale = a->init_scale};
@@ -368,8 +366,8 @@ int amp_train_gpt(const train_args *a) {
     fprintf(text, "amp-train: gpt, %d layers, %d heads, %d wide, block %d, vocab %d (padded %d), "
             "%lld parameters; %lld + %lld tokens from %s; batch %lld x %lld x %lld accumulated; "
             "O%d%s; backend %s%s; %s GEMM peak %.1f GFLOP/s\n", cfg.n_layer, cfg.n_head,
-            cfg.n_embd, cfg.block_size, cfg.vocab_size, gpt_padded_vocab(cfg.vocab_size),
-            (long long)gpt_n_params(model, &cfg), (long long)amp_tokens_count(train),
+            cfg.n_embd, cfg.block_size, cfg.vocab_size, (int)amp_lm_padded_vocab(cfg.vocab_size),
+            (long long)amp_gpt_n_params(model), (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
@@ -397,7 +395,7 @@ int amp_train_gpt(const train_args *a) {
             if (ddp) TRY(amp_ddp_set_sync(ddp, k + 1 == a->accumulate));
             TRY(amp_tensor_copy_from_host(x, hx + offset, bytes));
             TRY(amp_tensor_copy_from_host(y, hy + offset, bytes));
-            TRY(gpt_loss(model, x, y, &loss));
+            TRY(amp_gpt_loss(model, x, y, &loss));
             if (a->accumulate > 1) TRY(amp_div_scalar(loss, (float)a->accumulate, &loss));
             TRY(amp_backward(loss));
             TRY(amp_accumulate(loss_sum, loss));
@@ -478,7 +476,7 @@ int amp_train_gpt(const train_args *a) {
                "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", (long long)step, train_json, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
-               (long long)gpt_n_params(model, &cfg), amp_ctx_backend_name(ctx), stop ? "true" : "false");
+               (long long)amp_gpt_n_params(model), amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */

@@ -42,6 +42,11 @@ void *amp_model_user(const amp_model *m) {
     return m->user;
 }
 
+amp_forward_fn amp_model_forward_fn(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, NULL);
+    return m->forward;
+}
+
 amp_status amp_model_check_root(const char *who, const amp_model *m) {
     if (!m) return amp_fail(AMP_ERR_INVALID_ARG, "%s: the model is NULL", who);
     if (m->parent)

@@ -37,7 +37,7 @@ static amp_status amp_flat_name(char *out, const char *prefix, const char *name)
 }
 
 static amp_status amp_flat_entry(amp_named_tensor *e, const char *prefix, const amp_decl *d,
-                                 amp_norm_kind norm) {
+                                 amp_norm_cast norm) {
     memset(e, 0, sizeof *e);
     AMP_TRY(amp_flat_name(e->name, prefix, d->name));
     e->ndim = d->ndim;

@@ -17,7 +17,7 @@ static size_t amp_aligned_bytes(const amp_tensor *t, amp_dtype dt) {
 }
 
 /* The dtype a cast to `half` gives an entry of this norm kind. */
-static amp_dtype cast_dtype(amp_norm_kind norm, amp_dtype half, bool keep_norm_f32) {
+static amp_dtype cast_dtype(amp_norm_cast norm, amp_dtype half, bool keep_norm_f32) {
     return norm == AMP_NORM_F32 || (norm == AMP_NORM_KEEP && keep_norm_f32) ? AMP_F32 : half;
 }
 

@@ -36,12 +36,12 @@ typedef struct amp_module_cfg {
 } amp_module_cfg;
 
 /* What a cast to the half type (O2, O3) does with a module's parameters and buffers. */
-typedef enum amp_norm_kind {
+typedef enum amp_norm_cast {
     AMP_NORM_NONE = 0, /* cast */
     AMP_NORM_KEEP = 1, /* kept f32 where keep_batchnorm_fp32 holds (batch norm, user norms) */
     AMP_NORM_F32 = 2,  /* always f32 (LayerNorm, RMSNorm: half parameters are the known
                         * transformer pitfall of Apex's O2, and their kernels take f32) */
-} amp_norm_kind;
+} amp_norm_cast;
 
 /* One registration: the node's own name for it, its shape and initialiser. */
 typedef struct amp_decl {
@@ -57,7 +57,7 @@ typedef struct amp_named_tensor {
     int ndim;
     int64_t shape[AMP_MAX_DIMS];
     amp_init init;
-    amp_norm_kind norm; /* owned by a normalisation module: see amp_norm_kind */
+    amp_norm_cast norm; /* owned by a normalisation module: see amp_norm_cast */
     amp_tensor *t; /* NULL until built */
 } amp_named_tensor;
 
@@ -76,7 +76,7 @@ struct amp_model {
     void (*free_user)(void *user);
     amp_module_kind kind;
     amp_module_cfg cfg;
-    amp_norm_kind norm;
+    amp_norm_cast norm;
     amp_decl *own_params, *own_buffers;
     int n_own_params, cap_own_params, n_own_buffers, cap_own_buffers;
     amp_model **children;

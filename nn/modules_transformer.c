@@ -16,13 +16,14 @@ static amp_status check_norm(const char *who, int64_t dim, float eps) {
 
 static amp_status layer_norm_forward(amp_model *m, amp_tensor *const *in, int n, amp_tensor **y) {
     AMP_TRY(amp_module_one_input("LayerNorm", n));
-    return amp_layer_norm(in[0], m->params[0].t, m->cfg.bias ? m->params[1].t : NULL, m->cfg.eps,
-                          y);
+    amp_norm_opts o = {.kind = AMP_NORM_LAYER, .eps = m->cfg.eps};
+    return amp_norm(in[0], NULL, m->params[0].t, m->cfg.bias ? m->params[1].t : NULL, &o, NULL, y);
 }
 
 static amp_status rms_norm_forward(amp_model *m, amp_tensor *const *in, int n, amp_tensor **y) {
     AMP_TRY(amp_module_one_input("RMSNorm", n));
-    return amp_rms_norm(in[0], m->params[0].t, m->cfg.eps, y);
+    amp_norm_opts o = {.kind = AMP_NORM_RMS, .eps = m->cfg.eps};
+    return amp_norm(in[0], NULL, m->params[0].t, NULL, &o, NULL, y);
 }
 
 static amp_status embedding_forward(amp_model *m, amp_tensor *const *in, int n, amp_tensor **y) {

@@ -1,11 +1,11 @@
-/* LayerNorm and RMSNorm over the last dim, and the residual add fused with a LayerNorm (llm.c's
- * fused_residual_forward: the GPT block's x + attn(ln1(x)) then ln2 in one pass). One
+/* amp_norm: LayerNorm and RMSNorm over the last dim, either with the residual add before it fused
+ * (llm.c's fused_residual_forward: the GPT block's x + attn(ln1(x)) then ln2 in one pass). One
  * layernorm_fwd pass forward (mean and rstd saved, f32 [rows]); one layernorm_bwd pass back
  * (dx, dgamma, dbeta). gamma and beta are f32 at every opt level (norm parameters are never
  * cast: keep_batchnorm_fp32 covers every norm). Cast category as torch.amp's: layer_norm is on
  * its fp32 list, so under autocast x runs in f32 and the output is f32. A residual narrower than
  * an f32 x is widened as the kernel reads it (PyTorch's promotion of x + r; O1's half branch
- * output joins the f32 stream without an f32 copy of it), and the _for_linear forms give y in
+ * output joins the f32 stream without an f32 copy of it), and AMP_NORM_OUT_FOR_LINEAR gives y in
  * the half type the linear reading it would cast it to: the bits of the cast, without the f32 y
  * and its f32 gradient held for the step (the linear's dX then comes back in the half type, as
  * torch.autocast's does, not in f32 through nn/gemm.c's cast shortcut). */
@@ -133,32 +133,22 @@ static amp_status ln_run(const char *op, bool rms, bool for_linear, amp_tensor *
     return AMP_OK;
 }
 
-amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
-                          amp_tensor **out) {
-    return ln_run("amp_layer_norm", false, false, x, NULL, gamma, beta, eps, NULL, out);
-}
-
-amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out) {
-    return ln_run("amp_rms_norm", true, false, x, NULL, gamma, NULL, eps, NULL, out);
-}
-
-amp_status amp_add_layer_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
-                              amp_tensor *beta, float eps, amp_tensor **sum, amp_tensor **out) {
-    AMP_CHECK_ARG(sum);
-    AMP_CHECK_ARG(residual);
-    return ln_run("amp_add_layer_norm", false, false, x, residual, gamma, beta, eps, sum, out);
-}
-
-amp_status amp_layer_norm_for_linear(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
-                                     float eps, amp_tensor **out) {
-    return ln_run("amp_layer_norm_for_linear", false, true, x, NULL, gamma, beta, eps, NULL, out);
-}
-
-amp_status amp_add_layer_norm_for_linear(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
-                                         amp_tensor *beta, float eps, amp_tensor **sum,
-                                         amp_tensor **out) {
-    AMP_CHECK_ARG(sum);
-    AMP_CHECK_ARG(residual);
-    return ln_run("amp_add_layer_norm_for_linear", false, true, x, residual, gamma, beta, eps,
-                  sum, out);
+amp_status amp_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma, amp_tensor *beta,
+                    const amp_norm_opts *opts, amp_tensor **sum, amp_tensor **out) {
+    static const char op[] = "amp_norm";
+    amp_norm_opts o = opts ? *opts : (amp_norm_opts){.kind = AMP_NORM_LAYER, .eps = 1e-5f};
+    if (o.kind != AMP_NORM_LAYER && o.kind != AMP_NORM_RMS)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.kind = %d, want AMP_NORM_LAYER or "
+                        "AMP_NORM_RMS", op, (int)o.kind);
+    if (o.out != AMP_NORM_OUT_NORM && o.out != AMP_NORM_OUT_FOR_LINEAR)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.out = %d, want AMP_NORM_OUT_NORM or "
+                        "AMP_NORM_OUT_FOR_LINEAR", op, (int)o.out);
+    if (o.kind == AMP_NORM_RMS && beta)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: beta is given to an RMSNorm, which has none "
+                        "(pass NULL)", op);
+    if (residual && !sum)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'sum' is NULL; a residual add returns "
+                        "x + residual there", op);
+    return ln_run(op, o.kind == AMP_NORM_RMS, o.out == AMP_NORM_OUT_FOR_LINEAR, x, residual, gamma,
+                  beta, o.eps, sum, out);
 }

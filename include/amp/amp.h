@@ -1,4 +1,5 @@
-/* libamp: mixed-precision training in C. Include this one header for the whole public API. */
+/* libamp: mixed-precision training in C. Include this one header for the whole public API
+ * and the models of models/. */
 #ifndef AMP_AMP_H
 #define AMP_AMP_H
 
@@ -13,5 +14,9 @@
 #include "amp/parallel.h"
 #include "amp/profile.h"
 #include "amp/memory.h"
+/* The models a user picks by name (models/, over the headers above). */
+#include "amp/models/mnist.h"
+#include "amp/models/lm.h"
+#include "amp/models/gpt.h"
 
 #endif

@@ -53,36 +53,39 @@ amp_status amp_batchnorm2d(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
 amp_status amp_batchnorm2d_relu(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
                                 amp_tensor *running_mean, amp_tensor *running_var, bool training,
                                 float momentum, float eps, amp_tensor **out);
-/* LayerNorm over the last dim (torch.nn.functional.layer_norm with normalized_shape = its
- * extent): y = (x - mean) / sqrt(var + eps) * gamma + beta, the biased variance; gamma and beta
- * f32 [C] or NULL (1 and 0). RMSNorm (torch.nn.RMSNorm): y = x / sqrt(mean(x^2) + eps) * gamma.
- * Statistics in f32 whatever x's dtype (Apex FusedLayerNorm's numerics), the same bits on every
- * backend. gamma and beta stay f32 at every opt level, O2 and O3 included (Apex O2 casts
- * LayerNorm to fp16; keep_batchnorm_fp32 extends to every norm). Under autocast (O1) x runs in
- * f32 and y is f32 (torch.amp's fp32 list). amp_add_layer_norm is the GPT block's residual add
- * fused with the next LayerNorm (llm.c's fused residual forward): *sum = x + residual (rounded to
- * their dtype, the next block's residual stream) and y = layer_norm(*sum), in one pass, the bits
- * of amp_add followed by amp_layer_norm. The residual may be narrower than an f32 x (a half
- * branch joining the f32 stream under O1): it is widened as it is read, PyTorch's promotion of
- * x + residual, and *sum is f32.
- * The _for_linear forms are for a LayerNorm read only by a linear layer (a transformer's ln_1
- * before c_attn, ln_2 before c_fc, ln_f before the head): under autocast y comes out in the
- * autocast half type, the bits the linear's cast of the f32 y would give, without that f32 y and
- * its f32 gradient held for the step (TransformerEngine's LayerNormLinear fuses the same cast).
- * The gradient reaching the LayerNorm is then the linear's half dX, as torch.autocast computes
- * it; after amp_layer_norm the linear writes dX in f32 straight into the f32 y's gradient
- * (nn/gemm.c), a rounding fewer. Without autocast they are amp_layer_norm and
- * amp_add_layer_norm. */
-amp_status amp_layer_norm(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta, float eps,
-                          amp_tensor **out);
-amp_status amp_rms_norm(amp_tensor *x, amp_tensor *gamma, float eps, amp_tensor **out);
-amp_status amp_add_layer_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
-                              amp_tensor *beta, float eps, amp_tensor **sum, amp_tensor **out);
-amp_status amp_layer_norm_for_linear(amp_tensor *x, amp_tensor *gamma, amp_tensor *beta,
-                                     float eps, amp_tensor **out);
-amp_status amp_add_layer_norm_for_linear(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma,
-                                         amp_tensor *beta, float eps, amp_tensor **sum,
-                                         amp_tensor **out);
+/* Normalisation over the last dim, one op for both kinds, with or without a residual add before
+ * it and with the output a following linear reads:
+ *   AMP_NORM_LAYER (torch.nn.functional.layer_norm with normalized_shape = the last extent):
+ *     y = (h - mean) / sqrt(var + eps) * gamma + beta, the biased variance;
+ *   AMP_NORM_RMS (torch.nn.RMSNorm, Hugging Face's LlamaRMSNorm): y = h / sqrt(mean(h^2) + eps)
+ *     * gamma (no beta: passing one is refused);
+ * where h = x, or with a residual h = *sum = x + residual (rounded to their dtype, the next
+ * block's residual stream; llm.c's fused residual forward), in one pass with the bits of amp_add
+ * followed by the norm. gamma and beta f32 [C] or NULL (1 and 0). Statistics in f32 whatever x's
+ * dtype (Apex FusedLayerNorm's numerics), the same bits on every backend; the mean and 1/rms are
+ * saved, f32 [rows], for the one-pass backward. gamma and beta stay f32 at every opt level, O2 and
+ * O3 included (Apex O2 casts LayerNorm to fp16; keep_batchnorm_fp32 extends to every norm).
+ * Under autocast (O1) x runs in f32 and y is f32 (torch.amp's fp32 list). The residual may be
+ * narrower than an f32 x (a half branch joining the f32 stream under O1): it is widened as it is
+ * read, PyTorch's promotion of x + residual, and *sum is f32; never wider.
+ * .out = AMP_NORM_OUT_FOR_LINEAR is for a norm read only by a linear layer (a transformer's ln_1
+ * before c_attn, input_layernorm before q/k/v, the final norm before the head): under autocast y
+ * comes out in the autocast half type, the bits the linear's cast of the f32 y would give,
+ * without that f32 y and its f32 gradient held for the step (TransformerEngine's LayerNormLinear
+ * fuses the same cast). The gradient reaching the norm is then the linear's half dX, as
+ * torch.autocast computes it; with AMP_NORM_OUT_NORM the linear writes dX in f32 straight into
+ * the f32 y's gradient (nn/gemm.c), a rounding fewer. Without autocast the two are the same.
+ * opts NULL: LayerNorm, eps 1e-5, AMP_NORM_OUT_NORM. sum: required with a residual, else unused
+ * (may be NULL). eps: finite, >= 0. */
+typedef enum amp_norm_kind { AMP_NORM_LAYER = 0, AMP_NORM_RMS } amp_norm_kind;
+typedef enum amp_norm_out { AMP_NORM_OUT_NORM = 0, AMP_NORM_OUT_FOR_LINEAR } amp_norm_out;
+typedef struct amp_norm_opts {
+    amp_norm_kind kind;
+    float eps;
+    amp_norm_out out;
+} amp_norm_opts;
+amp_status amp_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma, amp_tensor *beta,
+                    const amp_norm_opts *opts, amp_tensor **sum, amp_tensor **out);
 /* torch.nn.SyncBatchNorm: in training the statistics are those of the global batch of every rank
  * of the context's collective (amp_model_convert_sync_batchnorm in amp/parallel.h sets it; none:
  * this process alone, the values of amp_batchnorm2d to rounding). The running statistics take the
@@ -297,6 +300,9 @@ typedef struct amp_init {
 amp_status amp_model_create(amp_ctx *ctx, amp_forward_fn forward, void *user,
                             void (*free_user)(void *user), amp_model **out);
 void *amp_model_user(const amp_model *m);
+/* The forward m was created with (NULL for a container): `type(m) is GPT` for code that holds
+ * a model of its own making, as models/ checks the model handed to it. */
+amp_forward_fn amp_model_forward_fn(const amp_model *m);
 /* Registers a parameter (trainable, with a gradient) or a buffer (state such as running
  * statistics: saved, broadcast by DDP, never stepped) of m itself; *index (may be NULL) is what
  * amp_model_param / amp_model_buffer take in m's forward. Names: 1..63 characters without a
@@ -354,12 +360,6 @@ amp_status amp_seq_add_dropout(amp_model *m, const char *name, float p);
 /* Allocates and initialises the parameters and buffers of the whole tree (see above). A child
  * is built by building its root. */
 amp_status amp_model_build(amp_model *m);
-
-/* The Apex tutorial ConvNet for 1x28x28 inputs: layer1 = Conv(1->16, k5, p2) + BN + ReLU +
- * MaxPool(2), layer2 = Conv(16->32, k5, p2) + BN + ReLU + MaxPool(2), fc = Linear(1568->10). */
-amp_status amp_model_convnet_mnist(amp_ctx *ctx, amp_model **out);
-/* MLP 784-2048-2048-10 with ReLU (flattens its input). */
-amp_status amp_model_mlp_mnist(amp_ctx *ctx, amp_model **out);
 
 /* Runs m's forward (building the tree first when needed). On a root it also applies the
  * boundary casts of O2/O3 (float inputs to the model's dtype, the output to f32). */

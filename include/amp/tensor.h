@@ -126,7 +126,7 @@ amp_status amp_tensor_keep(amp_tensor *t);
  * linear layer saved, an attention's output) or a view of it exists, in which case it goes at the
  * next release point as before; the gradient flows through it either way. Any later use of t is
  * refused with an error naming this call. Dropping the branch outputs a residual add consumed
- * (x = x + f(x)) is what lowers a transformer's step memory (examples/gpt_model.h). Errors:
+ * (x = x + f(x)) is what lowers a transformer's step memory (models/gpt.c). Errors:
  * caller-owned tensors (amp_tensor_free them), kept ones (amp_tensor_keep), released ones. */
 amp_status amp_tensor_drop(amp_tensor *t);
 /* Reads element 0 as float (any dtype): the usual way to print a loss. */

@@ -49,7 +49,7 @@ HAND_FLOPS = {
            linear(BATCH, 2048, 10, True),
     "convnet": conv5(BATCH, 1, 16, 28, False) + conv5(BATCH, 16, 32, 14, True) +
                linear(BATCH, 7 * 7 * 32, 10, True),
-    # examples/resnet_model.h: the stem on the data, four 32-channel convolutions at 14x14, the
+    # models/resnet.c: the stem on the data, four 32-channel convolutions at 14x14, the
     # spatial mean as a [B*32, 196] x [196, 1] GEMM and its input gradient, the linear head.
     "resnet": conv3(BATCH, 1, 32, 28, False) + 4 * conv3(BATCH, 32, 32, 14, True) +
               2 * (2 * BATCH * 32 * 196) + linear(BATCH, 32, 10, True),
@@ -57,7 +57,7 @@ HAND_FLOPS = {
 
 
 def gpt_flops(b, t, c, layers, vocab):
-    """examples/gpt_model.h's step: per block c_attn, attn.c_proj, c_fc (its GELU epilogue one
+    """models/gpt.c's step: per block c_attn, attn.c_proj, c_fc (its GELU epilogue one
     FLOP an element) and mlp.c_proj, the causal attention (2 b t^2 c forward, 5 b t^2 c backward:
     the backward recomputes the scores, core/backend_kernels.def), and the tied head (no bias)."""
     rows = b * t

@@ -2,7 +2,7 @@
 """The parity oracle of tests/unit/test_gpt.c: a tiny GPT-2 run by PyTorch itself.
 
 The model is nanoGPT's GPT (its block, attention and MLP, GELU in the tanh form as GPT-2's and
-examples/gpt_model.h's, the head tied to the token embedding, GPT-2's init) at n_layer 2,
+models/gpt.c's, the head tied to the token embedding, GPT-2's init) at n_layer 2,
 n_head 2, n_embd 64, block_size 32, vocab 256, no dropout, on one seeded batch of 4 x 32 byte
 tokens. It writes two safetensors files:
   tests/data/gpt_tiny_weights.safetensors  the initial weights under nanoGPT's names, lm_head not

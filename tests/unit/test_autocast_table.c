@@ -124,16 +124,16 @@ static amp_status run(amp_ctx *ctx, const row *r, amp_tensor **y) {
     case OP_GELU: return amp_gelu(a, true, y);
     case OP_SOFTMAX: return amp_softmax(a, -1, y);
     case OP_LOG_SOFTMAX: return amp_log_softmax(a, -1, y);
-    case OP_LAYER_NORM: return amp_layer_norm(a, NULL, NULL, 1e-5f, y);
-    case OP_RMS_NORM: return amp_rms_norm(a, NULL, 1e-5f, y);
+    case OP_LAYER_NORM: return amp_norm(a, NULL, NULL, NULL, &(amp_norm_opts){.eps = 1e-5f}, NULL, y);
+    case OP_RMS_NORM: return amp_norm(a, NULL, NULL, NULL, &(amp_norm_opts){.kind = AMP_NORM_RMS, .eps = 1e-5f}, NULL, y);
     case OP_ADD_LAYER_NORM: {
         amp_tensor *sum = NULL;
-        return amp_add_layer_norm(a, b, NULL, NULL, 1e-5f, &sum, y);
+        return amp_norm(a, b, NULL, NULL, &(amp_norm_opts){.eps = 1e-5f}, &sum, y);
     }
-    case OP_LN_FOR_LINEAR: return amp_layer_norm_for_linear(a, NULL, NULL, 1e-5f, y);
+    case OP_LN_FOR_LINEAR: return amp_norm(a, NULL, NULL, NULL, &(amp_norm_opts){.eps = 1e-5f, .out = AMP_NORM_OUT_FOR_LINEAR}, NULL, y);
     case OP_ADD_LN_FOR_LINEAR: {
         amp_tensor *sum = NULL;
-        CHECK_OK(amp_add_layer_norm_for_linear(a, b, NULL, NULL, 1e-5f, &sum, y));
+        CHECK_OK(amp_norm(a, b, NULL, NULL, &(amp_norm_opts){.eps = 1e-5f, .out = AMP_NORM_OUT_FOR_LINEAR}, &sum, y));
         CHECK(amp_tensor_dtype(sum) == F32); /* the stream stays f32, the half residual widened */
         return AMP_OK;
     }

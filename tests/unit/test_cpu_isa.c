@@ -74,7 +74,7 @@ static void compute(float *out) {
     amp_tensor *g = random_tensor(ctx, 1, (int64_t[]){100}, 0.5f, 1.5f);
     amp_tensor *b = random_tensor(ctx, 1, (int64_t[]){100}, -0.5f, 0.5f);
     amp_tensor *ln = NULL, *ge = NULL, *sm = NULL, *si = NULL, *th = NULL, *sg = NULL, *lsm = NULL;
-    CHECK_OK(amp_layer_norm(x, g, b, 1e-5f, &ln));
+    CHECK_OK(amp_norm(x, NULL, g, b, &(amp_norm_opts){.eps = 1e-5f}, NULL, &ln));
     CHECK_OK(amp_gelu(ln, false, &ge));
     CHECK_OK(amp_softmax(ge, 1, &sm));
     CHECK_OK(amp_silu(x, &si));

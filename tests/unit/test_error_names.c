@@ -58,8 +58,8 @@ static void test_embedding(amp_ctx *ctx) {
 static void test_norms(amp_ctx *ctx) {
     float v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     amp_tensor *x = host_f32(ctx, 2, (const int64_t[]){2, 4}, v), *y = NULL;
-    check_named(amp_layer_norm(x, NULL, NULL, -1.0f, &y), "amp_layer_norm", "eps = -1");
-    check_named(amp_rms_norm(x, NULL, NAN, &y), "amp_rms_norm", "eps = nan");
+    check_named(amp_norm(x, NULL, NULL, NULL, &(amp_norm_opts){.eps = -1.0f}, NULL, &y), "amp_norm", "eps = -1");
+    check_named(amp_norm(x, NULL, NULL, NULL, &(amp_norm_opts){.kind = AMP_NORM_RMS, .eps = NAN}, NULL, &y), "amp_norm", "eps = nan");
     amp_ctx_reset_step(ctx);
     amp_tensor_free(x);
 }

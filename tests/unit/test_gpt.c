@@ -1,4 +1,4 @@
-/* The GPT of examples/gpt_model.h against PyTorch (tests/ref/gen_gpt_ref.py's oracle in
+/* The GPT of models/gpt.c against PyTorch (tests/ref/gen_gpt_ref.py's oracle in
  * tests/data, read without torch: a tiny GPT-2, 2 layers, 2 heads, 64 wide, T 32, vocab 256,
  * batch 4), on the CPU and, when one answers (the cudacpu build, a GPU), on CUDA:
  *  - the initial weights load with amp_model_load_weights, which is strict: the model's names and
@@ -35,13 +35,12 @@
 #include "amp/amp.h"
 #include "checkpoint/safetensors.h"
 #include "core/backend.h"
-#include "examples/gpt_model.h"
 #include "test_util.h"
 
 #define NAME "test_gpt"
 enum { B = 4, T = 32, V = 256, STEPS = 10 };
 
-static const gpt_config TINY = {.n_layer = 2, .n_head = 2, .n_embd = 64, .block_size = 32,
+static const amp_gpt_config TINY = {.n_layer = 2, .n_head = 2, .n_embd = 64, .block_size = 32,
                                 .vocab_size = 256};
 
 static char g_dir[512];
@@ -78,11 +77,11 @@ static bool run_make(run *r, amp_device dev, bool with_opt, const amp_options *o
     memset(r, 0, sizeof *r);
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = dev, .seed = 5}, &r->ctx));
     if (!r->ctx) return false;
-    CHECK_OK(gpt_create(r->ctx, &TINY, &r->m));
+    CHECK_OK(amp_gpt_create(r->ctx, &TINY, &r->m));
     if (!r->m) return false;
     CHECK_OK(amp_model_build(r->m));
     if (with_opt) {
-        CHECK_OK(gpt_adamw_create(r->m, 1e-3f, 0.1f, &r->opt));
+        CHECK_OK(amp_lm_adamw_create(r->m, 1e-3f, 0.1f, &r->opt));
         if (r->opt && o) CHECK_OK(amp_initialize_ex(r->m, r->opt, o));
     }
     CHECK_OK(amp_model_load_weights(r->m, r->opt, data_path("gpt_tiny_weights.safetensors")));
@@ -132,7 +131,7 @@ static void test_o0_parity(amp_device dev, const char *dn) {
     free(want);
     free(got);
     amp_ctx_reset_step(r.ctx);
-    CHECK_OK(gpt_loss(r.m, r.idx, r.targets, &loss));
+    CHECK_OK(amp_gpt_loss(r.m, r.idx, r.targets, &loss));
     float *ref_loss = ref_copy("loss", 1);
     if (loss && ref_loss) {
         float l = scalar(loss);
@@ -182,7 +181,7 @@ static void test_steps(amp_device dev, const char *dn, const char *label, const 
     float *want = ref_copy(ref, STEPS), got[STEPS] = {0};
     for (int s = 0; s < STEPS; s++) {
         amp_tensor *loss = NULL;
-        CHECK_OK(gpt_loss(r.m, r.idx, r.targets, &loss));
+        CHECK_OK(amp_gpt_loss(r.m, r.idx, r.targets, &loss));
         if (!loss) break;
         got[s] = scalar(loss);
         CHECK_OK(amp_backward(loss));
@@ -219,8 +218,8 @@ static void test_init(void) {
     amp_ctx *ctx = NULL;
     amp_model *m = NULL;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 17}, &ctx));
-    gpt_config cfg = {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 300};
-    CHECK_OK(gpt_create(ctx, &cfg, &m));
+    amp_gpt_config cfg = {.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 64, .vocab_size = 300};
+    CHECK_OK(amp_gpt_create(ctx, &cfg, &m));
     if (!m) return amp_ctx_free(ctx);
     CHECK_OK(amp_model_build(m));
     amp_tensor *wte = NULL;
@@ -243,7 +242,7 @@ static void test_init(void) {
                        "%s: mean %g sd %g, want N(0, %g)", name, mean, sd, want_sd);
         free(v);
     }
-    CHECK(gpt_n_params(m, &cfg) == amp_model_numel(m) - 64 * 128);
+    CHECK(amp_gpt_n_params(m) == amp_model_numel(m) - 64 * 128);
     amp_model_free(m);
     amp_ctx_free(ctx);
 }
@@ -256,8 +255,8 @@ static void test_padded_vocab(void) {
     amp_ctx *ctx = NULL;
     amp_model *m = NULL;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 5}, &ctx));
-    gpt_config cfg = {.n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = PT, .vocab_size = PV};
-    CHECK_OK(gpt_create(ctx, &cfg, &m));
+    amp_gpt_config cfg = {.n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = PT, .vocab_size = PV};
+    CHECK_OK(amp_gpt_create(ctx, &cfg, &m));
     if (!m) return amp_ctx_free(ctx);
     CHECK_OK(amp_model_build(m));
     int32_t ids[PB * PT], next[PB * PT];
@@ -273,7 +272,7 @@ static void test_padded_vocab(void) {
     /* Sampling's forward: the last position's logits only, those of the whole forward's last
      * row (to the rounding of a GEMM of other rows), then the whole forward again. */
     static float last[PB * PVP];
-    CHECK_OK(gpt_forward_last(m, x, &logits));
+    CHECK_OK(amp_gpt_forward_last(m, x, &logits));
     CHECK(logits && amp_tensor_dim(logits, 0) == PB && amp_tensor_dim(logits, 1) == 1 &&
           amp_tensor_dim(logits, 2) == PVP);
     CHECK_OK(amp_tensor_to_host(logits, last, sizeof last));
@@ -299,7 +298,7 @@ static void test_padded_vocab(void) {
         total += mx + log(sum) - row[next[r]];
     }
     double want = total / (PB * PT);
-    CHECK_OK(gpt_loss(m, x, y, &loss));
+    CHECK_OK(amp_gpt_loss(m, x, y, &loss));
     float got = scalar(loss);
     CHECK_MSG(fabs(got - want) <= 1e-5 * want, "padded vocabulary: loss %.7f, want %.7f over "
               "the %d real columns", (double)got, want, PV);
@@ -318,17 +317,25 @@ static void test_padded_vocab(void) {
     amp_ctx_free(ctx);
 }
 
-/* The sampler's draw (gpt_draw): the first draw of every seed, the default 0 included, spread
+/* amp_lm_draw's token (the test fails where it fails). */
+static int32_t draw(const float *logits, int64_t vocab, float temperature, int top_k,
+                    uint64_t *state) {
+    int32_t id = -1;
+    CHECK_OK(amp_lm_draw(logits, vocab, temperature, top_k, state, &id));
+    return id;
+}
+
+/* The sampler's draw (amp_lm_draw): the first draw of every seed, the default 0 included, spread
  * over flat logits (chi-square over 4096 seeds; 0 once drew the first class every time), never a
  * padded id, top-k keeping only the k largest, the frequencies softmax(logits / temperature). */
 static void test_draw(void) {
     enum { NV = 256, NPAD = 8, SEEDS = 4096 };
-    float flat[NV + NPAD], p[NV + NPAD];
+    float flat[NV + NPAD];
     for (int i = 0; i < NV + NPAD; i++) flat[i] = i < NV ? 0.0f : 100.0f; /* padding: never */
     int count[NV] = {0}, beyond = 0;
     for (uint64_t seed = 0; seed < SEEDS; seed++) {
         uint64_t st = seed;
-        int32_t id = gpt_draw(flat, NV, 1.0f, 0, &st, p);
+        int32_t id = draw(flat, NV, 1.0f, 0, &st);
         if (id < 0 || id >= NV) beyond++;
         else count[id]++;
     }
@@ -337,47 +344,56 @@ static void test_draw(void) {
     CHECK_MSG(beyond == 0 && chi2 < 350.0, "first draws over %d seeds: chi-square %.1f over %d "
               "classes (want < 350), %d outside", SEEDS, chi2, NV, beyond);
     uint64_t st0 = 0;
-    CHECK_MSG(gpt_draw(flat, NV, 1.0f, 0, &st0, p) != 0, "seed 0 draws the first class first");
+    CHECK_MSG(draw(flat, NV, 1.0f, 0, &st0) != 0, "seed 0 draws the first class first");
     /* top-k and temperature: logits 0, ln 3, -1, -2: top 2 keeps ids 0 and 1 in 1 : 3 at T = 1,
      * 1 : 9 at T = 0.5; top 1 is the argmax */
     const float l4[4] = {0.0f, logf(3.0f), -1.0f, -2.0f};
     uint64_t st = 42;
     int ones = 0, others = 0, argmax_miss = 0;
     for (int i = 0; i < 20000; i++) {
-        int32_t id = gpt_draw(l4, 4, 1.0f, 2, &st, p);
+        int32_t id = draw(l4, 4, 1.0f, 2, &st);
         ones += id == 1, others += id > 1;
-        argmax_miss += gpt_draw(l4, 4, 1.0f, 1, &st, p) != 1;
+        argmax_miss += draw(l4, 4, 1.0f, 1, &st) != 1;
     }
     double f = ones / 20000.0, sd = sqrt(0.75 * 0.25 / 20000.0);
     CHECK_MSG(others == 0 && argmax_miss == 0 && fabs(f - 0.75) < 4 * sd,
               "top-2 at T 1: id 1 drawn %.4f of the time (want 0.75), %d outside the top 2, "
               "top-1 missed the argmax %d times", f, others, argmax_miss);
     ones = 0;
-    for (int i = 0; i < 20000; i++) ones += gpt_draw(l4, 4, 0.5f, 2, &st, p) == 1;
+    for (int i = 0; i < 20000; i++) ones += draw(l4, 4, 0.5f, 2, &st) == 1;
     f = ones / 20000.0, sd = sqrt(0.9 * 0.1 / 20000.0);
     CHECK_MSG(fabs(f - 0.9) < 4 * sd, "top-2 at T 0.5: id 1 drawn %.4f of the time (want 0.9)", f);
+    /* nothing to draw from, or no temperature: refused, the state and token untouched */
+    const float bad[3] = {0.0f, NAN, 1.0f}, none[2] = {-INFINITY, -INFINITY};
+    uint64_t before = st;
+    int32_t id = 7;
+    CHECK_FAILS(amp_lm_draw(bad, 3, 1.0f, 0, &st, &id), AMP_ERR_INVALID_ARG, "hold a NaN");
+    CHECK_FAILS(amp_lm_draw(none, 2, 1.0f, 0, &st, &id), AMP_ERR_INVALID_ARG, "none of the logits is above -inf");
+    CHECK_FAILS(amp_lm_draw(l4, 4, 0.0f, 0, &st, &id), AMP_ERR_INVALID_ARG, "temperature 0");
+    CHECK_FAILS(amp_lm_draw(l4, 4, 1.0f, -1, &st, &id), AMP_ERR_INVALID_ARG, "top_k -1");
+    CHECK_MSG(st == before && id == 7, "a refused draw changed the state or the token");
 }
 
 static void test_errors(void) {
     amp_ctx *ctx = NULL;
     amp_model *m = NULL;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx));
-    gpt_config bad = TINY;
+    amp_gpt_config bad = TINY;
     bad.n_head = 3;
-    CHECK_FAILS(gpt_create(ctx, &bad, &m), AMP_ERR_INVALID_ARG, "GPT: n_embd 64 is not a positive multiple of n_head 3");
+    CHECK_FAILS(amp_gpt_create(ctx, &bad, &m), AMP_ERR_INVALID_ARG, "amp_gpt_create: n_embd 64 is not a positive multiple of n_head 3");
     bad = TINY, bad.dropout = 1.0f;
-    CHECK_FAILS(gpt_create(ctx, &bad, &m), AMP_ERR_INVALID_ARG, "GPT: dropout 1 is outside [0, 1)");
+    CHECK_FAILS(amp_gpt_create(ctx, &bad, &m), AMP_ERR_INVALID_ARG, "amp_gpt_create: dropout 1 is outside [0, 1)");
     bad = TINY, bad.n_layer = 0;
-    CHECK_FAILS(gpt_create(ctx, &bad, &m), AMP_ERR_INVALID_ARG, "GPT: n_layer 0");
-    CHECK_OK(gpt_create(ctx, &TINY, &m));
+    CHECK_FAILS(amp_gpt_create(ctx, &bad, &m), AMP_ERR_INVALID_ARG, "amp_gpt_create: n_layer 0");
+    CHECK_OK(amp_gpt_create(ctx, &TINY, &m));
     if (m) CHECK_OK(amp_model_build(m));
     amp_tensor *f = NULL, *longer = NULL, *y = NULL;
     CHECK_OK(amp_tensor_create(ctx, AMP_F32, 2, (const int64_t[]){2, 8}, &f));
     CHECK_OK(amp_tensor_create(ctx, AMP_I32, 2, (const int64_t[]){1, 33}, &longer));
     if (m && f && longer) {
-        CHECK_FAILS(amp_model_forward(m, f, &y), AMP_ERR_SHAPE, "GPT: the input must be one i32 tensor");
+        CHECK_FAILS(amp_model_forward(m, f, &y), AMP_ERR_SHAPE, "GPT forward (amp_model_forward): the input must be one i32 tensor");
         CHECK_FAILS(amp_model_forward(m, longer, &y), AMP_ERR_SHAPE,
-                    "GPT: sequence length 33 is outside [1, block_size = 32]");
+                    "GPT forward (amp_model_forward): sequence length 33 is outside [1, block_size = 32]");
     }
     amp_tensor_free(f);
     amp_tensor_free(longer);

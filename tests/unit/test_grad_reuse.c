@@ -78,7 +78,7 @@ static amp_tensor *gpt_loss(gpt_leaves *l, amp_tensor **kept) {
     for (int i = 0; i < LAYERS; i++) {
         amp_tensor **p = &l->t[1 + 6 * i];
         amp_tensor *a = NULL, *qkv = NULL, *y = NULL, *z = NULL, *h = NULL;
-        CHECK_OK(amp_layer_norm_for_linear(x, p[4], NULL, 1e-5f, &a));
+        CHECK_OK(amp_norm(x, NULL, p[4], NULL, &(amp_norm_opts){.eps = 1e-5f, .out = AMP_NORM_OUT_FOR_LINEAR}, NULL, &a));
         CHECK_OK(amp_linear(a, p[0], NULL, &qkv));
         CHECK_OK(amp_reshape(qkv, 5, (const int64_t[]){B, T, 3, H, D}, &qkv));
         CHECK_OK(amp_scaled_dot_product_attention_qkvpacked(qkv, &causal, &y));
@@ -89,7 +89,7 @@ static amp_tensor *gpt_loss(gpt_leaves *l, amp_tensor **kept) {
         CHECK_OK(amp_reshape(y, 3, (const int64_t[]){B, T, C}, &y));
         CHECK_OK(amp_linear(y, p[1], NULL, &z));
         CHECK_OK(amp_add(x, z, &x));
-        CHECK_OK(amp_layer_norm_for_linear(x, p[5], NULL, 1e-5f, &a));
+        CHECK_OK(amp_norm(x, NULL, p[5], NULL, &(amp_norm_opts){.eps = 1e-5f, .out = AMP_NORM_OUT_FOR_LINEAR}, NULL, &a));
         /* In 2-D, so that h is the fused op's own output (a 3-D x gives a reshape of it). */
         CHECK_OK(amp_reshape(a, 2, (const int64_t[]){B * T, C}, &a));
         CHECK_OK(amp_linear_gelu(a, p[2], NULL, true, &h));

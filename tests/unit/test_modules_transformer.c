@@ -56,10 +56,10 @@ static void test_names_values_forward(amp_ctx *ctx) {
     amp_tensor *ids = tokens(ctx), *y = NULL, *h = NULL;
     CHECK_OK(amp_model_forward(m, ids, &y));
     CHECK_OK(amp_embedding(ids, amp_model_param(m, 0), &h));
-    CHECK_OK(amp_layer_norm(h, amp_model_param(m, 1), amp_model_param(m, 2), 1e-5f, &h));
+    CHECK_OK(amp_norm(h, NULL, amp_model_param(m, 1), amp_model_param(m, 2), &(amp_norm_opts){.eps = 1e-5f}, NULL, &h));
     CHECK_OK(amp_gelu(h, true, &h));
     CHECK_OK(amp_linear(h, amp_model_param(m, 3), amp_model_param(m, 4), &h));
-    CHECK_OK(amp_rms_norm(h, amp_model_param(m, 5), 1e-6f, &h));
+    CHECK_OK(amp_norm(h, NULL, amp_model_param(m, 5), NULL, &(amp_norm_opts){.kind = AMP_NORM_RMS, .eps = 1e-6f}, NULL, &h));
     float a[TOKENS * VOCAB], b[TOKENS * VOCAB];
     CHECK_OK(amp_tensor_to_host(y, a, sizeof a));
     CHECK_OK(amp_tensor_to_host(h, b, sizeof b));

@@ -46,7 +46,7 @@ static amp_tensor *blocks_loss(amp_tensor *const *p, enum drops drops) {
         amp_tensor *const *q = &p[1 + 6 * i];
         amp_tensor *a = NULL, *qkv = NULL, *qkv5 = NULL, *y = NULL, *y3 = NULL, *z = NULL;
         amp_tensor *x2 = NULL, *h = NULL, *x3 = NULL;
-        CHECK_OK(amp_layer_norm_for_linear(x, q[4], NULL, 1e-5f, &a));
+        CHECK_OK(amp_norm(x, NULL, q[4], NULL, &(amp_norm_opts){.eps = 1e-5f, .out = AMP_NORM_OUT_FOR_LINEAR}, NULL, &a));
         CHECK_OK(amp_linear(a, q[0], NULL, &qkv));
         drop_if(all, a);
         CHECK_OK(amp_reshape(qkv, 5, (const int64_t[]){B, T, 3, H, D}, &qkv5));
@@ -62,7 +62,7 @@ static amp_tensor *blocks_loss(amp_tensor *const *p, enum drops drops) {
         if (x != p[0]) drop_if(all, x);
         /* The MLP in 2-D, so that h and z2 are the fused op's and linear's own outputs. */
         amp_tensor *a2 = NULL, *z2 = NULL;
-        CHECK_OK(amp_layer_norm_for_linear(x2, q[5], NULL, 1e-5f, &a));
+        CHECK_OK(amp_norm(x2, NULL, q[5], NULL, &(amp_norm_opts){.eps = 1e-5f, .out = AMP_NORM_OUT_FOR_LINEAR}, NULL, &a));
         CHECK_OK(amp_reshape(a, 2, (const int64_t[]){B * T, C}, &a2));
         drop_if(all, a);
         CHECK_OK(amp_linear_gelu(a2, q[2], NULL, true, &h));

@@ -59,8 +59,8 @@ static int64_t numel(const tref_tensor *r) {
 static amp_status forward(amp_ctx *ctx, const tref_case *c, amp_tensor **x, amp_tensor **y,
                           amp_tensor **aux) {
     switch (c->op) {
-    case REF_LAYER_NORM: return amp_layer_norm(x[0], x[1], x[2], 1e-5f, y);
-    case REF_RMS_NORM: return amp_rms_norm(x[0], x[1], 1e-6f, y);
+    case REF_LAYER_NORM: return amp_norm(x[0], NULL, x[1], x[2], &(amp_norm_opts){.eps = 1e-5f}, NULL, y);
+    case REF_RMS_NORM: return amp_norm(x[0], NULL, x[1], NULL, &(amp_norm_opts){.kind = AMP_NORM_RMS, .eps = 1e-6f}, NULL, y);
     case REF_GELU_TANH: return amp_gelu(x[0], true, y);
     case REF_GELU_ERF: return amp_gelu(x[0], false, y);
     case REF_SOFTMAX: return amp_softmax(x[0], -1, y);
