@@ -230,6 +230,23 @@ typedef struct amp_ln_desc {
                         written to a temporary and added by axpy) */
 } amp_ln_desc;
 
+/* Rotary position embedding (RoPE) of a dense x [batch, seq, heads, head_dim] into y of the same
+ * shape and dtype `dt`: heads [0, rot_heads) are rotated, the rest copied (the v part of a packed
+ * q/k/v). Each pair (a, b) of a row, (i, i + head_dim / 2) in the rotate-half layout (Hugging
+ * Face's) or (2i, 2i + 1) interleaved (Meta's, GPT-J's), at position p = offset + t becomes
+ * (a c - b s, b c + a s) with c, s = table[p, i, 0], table[p, i, 1] (f32 [table_rows,
+ * head_dim / 2, 2]); inverse uses -s (the backward: dx from dy). f32 arithmetic, each product
+ * rounded before its add (kernels/math/rope.h): the same bits on every backend. */
+typedef struct amp_rope_desc {
+    int64_t batch, seq, heads, head_dim;
+    int64_t rot_heads;  /* 0 <= rot_heads <= heads */
+    int64_t offset;     /* the position of t = 0; offset + seq <= table_rows */
+    int64_t table_rows; /* positions the table holds */
+    amp_dtype dt;
+    bool interleaved;
+    bool inverse;
+} amp_rope_desc;
+
 /* Softmax (or log-softmax, `log`) over the last dim of a dense [rows, cols] array; x, y, dy and
  * dx in `dt`, arithmetic in f32 as kernels/math/softmax.h states it (the same bits on every
  * backend; a fully masked row, all -inf, gives 0, or -inf for log-softmax). */
@@ -255,20 +272,28 @@ typedef struct amp_xent_desc {
     int64_t padding; /* columns after the classes in each row */
 } amp_xent_desc;
 
-/* Scaled dot-product attention over q, k, v and o (in `dt`), dense [batch, heads, seq, head_dim]
- * each, or, when `packed`, in FlashAttention's qkvpacked layout, the one a fused QKV projection
- * writes: q, k and v (and dq, dk, dv) point at elements 0, heads head_dim and 2 heads head_dim of
- * one [batch, seq, 3, heads, head_dim] tensor, o (and dO) is [batch, seq, heads, head_dim]
- * (kernels/math/attention.h: amp_attn_row). FlashAttention's algorithm: y = dropout(softmax(
- * scale q k^T + mask)) v with only o and each row's logsumexp (f32 [batch, heads, seq]) saved,
- * the backward recomputing the scores from them.
- * Key j is hidden from query i when causal and j > i, or when j >= kv_len[b] (a padding mask
- * given as each batch's number of valid keys, in [0, seq]; NULL: none). A row that sees no key
- * gives 0 and logsumexp -inf. Dropout keeps probability (b, h, i, j) when the Philox draw of
- * stream `seed` at offset + ((b heads + h) seq + i) seq + j is >= dropout_p (kernels/math/
- * dropout.h), the same draw on every backend, and scales kept ones by 1 / (1 - p). */
+/* Scaled dot-product attention over q, o (in `dt`) dense [batch, heads, seq, head_dim] and k, v
+ * dense [batch, kv_heads, kv_seq, head_dim], or, when `packed`, in FlashAttention's qkvpacked
+ * layout, the one a fused QKV projection writes: q, k and v (and dq, dk, dv) point at elements 0,
+ * heads head_dim and (heads + kv_heads) head_dim of one [batch, seq, heads + 2 kv_heads,
+ * head_dim] tensor, o (and dO) is [batch, seq, heads, head_dim] (kernels/math/attention.h:
+ * amp_attn_row). Query head h reads key/value head h / (heads / kv_heads) (grouped-query
+ * attention; multi-query at kv_heads 1), never a copy; dk and dv of a key/value head are the sum
+ * over its group's heads, in head order, of each head's contribution rounded to dt, summed in
+ * f64 and rounded once to f32 then dt: the bits of attention over k and v repeated to heads and
+ * the repeat's gradient summed as amp_sum_dim sums it. FlashAttention's algorithm: y =
+ * dropout(softmax(scale q k^T + mask)) v with only o and each row's logsumexp (f32 [batch, heads,
+ * seq]) saved, the backward recomputing the scores from them.
+ * Key j is hidden from query i when causal and j > i + kv_seq - seq (the mask aligned to the
+ * end), or when j >= kv_len[b] (a padding mask given as each batch's number of valid keys, in
+ * [0, kv_seq]; NULL: none). A row that sees no key gives 0 and logsumexp -inf. Dropout keeps
+ * probability (b, h, i, j) when the Philox draw of stream `seed` at offset + ((b heads + h) seq +
+ * i) kv_seq + j is >= dropout_p (kernels/math/dropout.h), the same draw on every backend, and
+ * scales kept ones by 1 / (1 - p). */
 typedef struct amp_attn_desc {
     int64_t batch, heads, seq, head_dim;
+    int64_t kv_heads; /* dividing heads; 0: heads (multi-head) */
+    int64_t kv_seq;   /* the keys' length; 0: seq (packed: seq) */
     amp_dtype dt;
     float scale;
     bool causal;
@@ -527,6 +552,7 @@ amp_status amp_backend_check_embedding(const char *fn, amp_dtype dt, int64_t n, 
 amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d);
 /* LayerNorm's descriptor: set, a float dtype, rows >= 0, cols >= 1, eps >= 0 and finite. */
 amp_status amp_backend_check_ln(const char *fn, const amp_ln_desc *d);
+amp_status amp_backend_check_rope(const char *fn, const amp_rope_desc *d);
 /* reduce_dim's and scatter_dim's: a known op, a float dtype, outer, inner >= 0 and n >= 1
  * (AMP_ERR_INVALID_ARG / AMP_ERR_DTYPE naming fn). */
 amp_status amp_backend_check_reduce_dim(const char *fn, amp_reduce_op op, amp_dtype dt,

@@ -82,6 +82,23 @@ amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d) 
     return AMP_OK;
 }
 
+amp_status amp_backend_check_rope(const char *fn, const amp_rope_desc *d) {
+    if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
+    AMP_TRY(amp_backend_check_float(fn, d->dt));
+    if (d->batch < 0 || d->seq < 0 || d->heads < 0 || d->head_dim < 2 || d->head_dim % 2)
+        return amp_fail(AMP_ERR_SHAPE, "%s: [%lld, %lld, %lld, %lld] needs batch, seq, heads >= 0 "
+                        "and an even head_dim >= 2", fn, (long long)d->batch, (long long)d->seq,
+                        (long long)d->heads, (long long)d->head_dim);
+    if (d->rot_heads < 0 || d->rot_heads > d->heads)
+        return amp_fail(AMP_ERR_SHAPE, "%s: rot_heads = %lld is outside [0, heads = %lld]", fn,
+                        (long long)d->rot_heads, (long long)d->heads);
+    if (d->offset < 0 || d->table_rows < 0 || d->offset + d->seq > d->table_rows)
+        return amp_fail(AMP_ERR_SHAPE, "%s: positions [%lld, %lld) are outside the table's %lld",
+                        fn, (long long)d->offset, (long long)(d->offset + d->seq),
+                        (long long)d->table_rows);
+    return AMP_OK;
+}
+
 amp_status amp_backend_check_embedding(const char *fn, amp_dtype dt, int64_t n, int64_t dim,
                                        int64_t vocab, const int32_t *idx) {
     AMP_TRY(amp_backend_check_float(fn, dt));
@@ -101,6 +118,12 @@ static amp_status check_attn_desc(const char *fn, const amp_attn_desc *d) {
                         "%s: [%lld, %lld, %lld, %lld] needs batch, heads, seq >= 0 and head_dim >= 1",
                         fn, (long long)d->batch, (long long)d->heads, (long long)d->seq,
                         (long long)d->head_dim);
+    if (d->kv_heads < 0 || (d->kv_heads > 0 && d->heads % d->kv_heads != 0) || d->kv_seq < 0 ||
+        (d->packed && d->kv_seq > 0 && d->kv_seq != d->seq))
+        return amp_fail(AMP_ERR_SHAPE, "%s: kv_heads = %lld must divide heads = %lld and kv_seq = "
+                        "%lld be >= 0 (the packed layout's equal to seq = %lld)", fn,
+                        (long long)d->kv_heads, (long long)d->heads, (long long)d->kv_seq,
+                        (long long)d->seq);
     if (!isfinite(d->scale))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: scale = %g is not finite", fn, (double)d->scale);
     if (!(d->dropout_p >= 0.0f && d->dropout_p < 1.0f))

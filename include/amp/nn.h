@@ -86,6 +86,44 @@ typedef struct amp_norm_opts {
 } amp_norm_opts;
 amp_status amp_norm(amp_tensor *x, amp_tensor *residual, amp_tensor *gamma, amp_tensor *beta,
                     const amp_norm_opts *opts, amp_tensor **sum, amp_tensor **out);
+/* Rotary position embeddings (RoPE; Su et al.), as the Llama family applies them to q and k.
+ * amp_rope_table_create makes the table of cos and sin, f32 [max_positions, head_dim / 2, 2], a
+ * caller-owned tensor (amp_tensor_free), from integer positions: angle(p, i) = p * inv_freq[i],
+ * inv_freq[i] = 1 / theta^(2i / head_dim), in f32 as Hugging Face's LlamaRotaryEmbedding computes
+ * them, cos and sin of each angle rounded once to f32; never accumulated, and the same table on
+ * every backend, so both give the same bits. AMP_ROPE_LLAMA3 is Llama 3.1's frequency scaling
+ * (rope_scaling {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings}): wavelengths above original / low_freq_factor divided by
+ * factor, below original / high_freq_factor kept, a smooth blend between.
+ * amp_rope rotates x [batch, seq, heads, head_dim] (a q or k projection reshaped, or a packed
+ * q/k/v [batch, seq, heads + 2 kv_heads, head_dim] with opts.heads = heads + kv_heads: q and k
+ * rotated, v copied) at positions offset .. offset + seq - 1 (a sampler's offset is the length of
+ * the cache). The pair (a, b) becomes (a cos - b sin, b cos + a sin): the pairs (i, i +
+ * head_dim / 2) for AMP_ROPE_HALF (Hugging Face's rotate_half, the layout HF Llama checkpoints
+ * store q_proj and k_proj in), (2i, 2i + 1) for AMP_ROPE_INTERLEAVED (Meta's and GPT-J's code).
+ * f32 arithmetic, each product rounded before the add, y in x's dtype (rounded once); no autocast
+ * category (x's dtype kept). Backward: the inverse rotation of dy; the table gets no gradient.
+ * A position past the table (max_positions) is refused. */
+typedef enum amp_rope_type { AMP_ROPE_DEFAULT = 0, AMP_ROPE_LLAMA3 } amp_rope_type;
+typedef struct amp_rope_config {
+    int64_t head_dim;      /* even */
+    int64_t max_positions; /* rows of the table: positions 0 .. max_positions - 1 */
+    float theta;           /* rope_theta (10000 Llama 2, 500000 Llama 3); 0: 10000 */
+    amp_rope_type type;
+    /* AMP_ROPE_LLAMA3 only */
+    float factor, low_freq_factor, high_freq_factor;
+    int64_t original_max_positions;
+} amp_rope_config;
+amp_status amp_rope_table_create(amp_ctx *ctx, const amp_rope_config *cfg, amp_tensor **table);
+typedef enum amp_rope_layout { AMP_ROPE_HALF = 0, AMP_ROPE_INTERLEAVED } amp_rope_layout;
+typedef struct amp_rope_opts {
+    amp_rope_layout layout;
+    int64_t heads;  /* the first `heads` heads are rotated, the rest copied; 0: all */
+    int64_t offset; /* the position of x's first row, >= 0 */
+} amp_rope_opts;
+/* opts NULL: rotate-half, every head, from position 0. */
+amp_status amp_rope(amp_tensor *x, amp_tensor *table, const amp_rope_opts *opts,
+                    amp_tensor **out);
 /* torch.nn.SyncBatchNorm: in training the statistics are those of the global batch of every rank
  * of the context's collective (amp_model_convert_sync_batchnorm in amp/parallel.h sets it; none:
  * this process alone, the values of amp_batchnorm2d to rounding). The running statistics take the
@@ -178,19 +216,31 @@ amp_status amp_embedding(amp_tensor *idx, amp_tensor *weight, amp_tensor **out);
 amp_status amp_where(amp_tensor *cond, amp_tensor *a, amp_tensor *b, amp_tensor **out);
 amp_status amp_masked_fill(amp_tensor *x, amp_tensor *mask, float value, amp_tensor **out);
 /* Fused scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) of
- * q, k, v [batch, heads, seq, head_dim] (one shape, one float dtype): y = dropout(softmax(scale
- * q k^T + mask)) v, computed by FlashAttention's algorithm (tiles, online softmax): only y and
+ * q [batch, heads, seq, head_dim] and k, v [batch, kv_heads, kv_seq, head_dim] (one float
+ * dtype): y [batch, heads, seq, head_dim] = dropout(softmax(scale q k^T + mask)) v, computed by FlashAttention's algorithm (tiles, online softmax): only y and
  * each row's f32 logsumexp are kept for the backward, which recomputes the probabilities, so
  * memory grows as batch heads seq, never seq^2. Under autocast (O1) it runs in the half type,
- * with f32 arithmetic. A query that sees no key (every key padded away) gives 0, not NaN. */
+ * with f32 arithmetic. A query that sees no key (every key padded away) gives 0, not NaN.
+ * Grouped-query attention (Llama 2 70B, Llama 3, Mistral; multi-query at kv_heads 1): kv_heads
+ * divides heads and query head h reads key/value head h / (heads / kv_heads), where it is: k and
+ * v are never repeated, their memory and their gradients' are kv_heads / heads of multi-head's.
+ * dk and dv sum the group's heads in head order (each head's part rounded to the dtype, the sum
+ * in f64, rounded once): the same bits as repeating k and v to heads (repeat_interleave) and
+ * summing the repeat's gradient as amp_sum_dim does. Keys may outnumber the queries (a key/value
+ * cache: kv_seq > seq); the causal mask is then aligned to the end, query i seeing keys j <= i +
+ * kv_seq - seq (PyTorch's causal_lower_right; SDPA's is_causal when kv_seq = seq), and causal
+ * attention refuses more queries than keys. */
 typedef struct amp_attention_options {
-    bool causal;        /* query i sees keys j <= i (GPT's mask) */
+    bool causal;        /* query i sees keys j <= i + kv_seq - seq (GPT's mask at kv_seq = seq) */
     float scale;        /* 0: 1 / sqrt(head_dim) */
     float dropout_p;    /* on the probabilities, in [0, 1); only while training */
     bool training;      /* as amp_dropout's: dropout off in evaluation */
     amp_tensor *kv_len; /* i32 [batch]: batch b's keys >= kv_len[b] are padding; NULL: none.
-                         * A value outside [0, seq] is refused on the CPU; on CUDA that batch's
+                         * A value outside [0, kv_seq] is refused on the CPU; on CUDA that batch's
                          * outputs are NaN and the next wait for the device names it. */
+    int64_t kv_heads;   /* the qkvpacked form's key/value heads (0: 3 x heads packed as
+                         * [batch, seq, 3, heads, head_dim]); the other form takes k's shape and
+                         * refuses a kv_heads that differs from it */
 } amp_attention_options;
 amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_tensor *v,
                                             const amp_attention_options *options,
@@ -201,7 +251,10 @@ amp_status amp_scaled_dot_product_attention(amp_tensor *q, amp_tensor *k, amp_te
  * head_dim], which reshapes to [batch, seq, heads head_dim] for the output projection. Equal bit
  * for bit to splitting qkv into q, k, v, permuting each to [batch, heads, seq, head_dim],
  * amp_scaled_dot_product_attention and permuting y back, without those copies (or their
- * gradients') in memory or time. */
+ * gradients') in memory or time. Grouped-query: options.kv_heads > 0 and qkv [batch, seq, heads
+ * + 2 kv_heads, head_dim] (a projection of (heads + 2 kv_heads) head_dim outputs, Llama's q_proj,
+ * k_proj and v_proj rows stacked), q, k and v its first heads, next kv_heads and last kv_heads;
+ * seq is the keys' too. */
 amp_status amp_scaled_dot_product_attention_qkvpacked(amp_tensor *qkv,
                                                       const amp_attention_options *options,
                                                       amp_tensor **out);

@@ -2,7 +2,8 @@
  * algorithm over tiles: for each (batch, head) and block of ATTN_BR query rows, the blocks of
  * ATTN_BC keys the rows see are visited in order, S = scale Q K^T, the rows' running max and sum
  * updated (the online softmax), and O += P V; only O and the rows' logsumexp are written. Tasks
- * (batch, head, query block) run in parallel, each in its thread's arena (ATTN_BR x ATTN_BC
+ * (batch, head, query block) run in parallel (a grouped query head reading its key/value head's
+ * rows where they are), each in its thread's arena (ATTN_BR x ATTN_BC
  * scores, the widened tiles, the f32 accumulator): no memory grows with seq^2. Half inputs are
  * widened tile by tile (f32 arithmetic), the products oneDNN's sgemm; bf16 inputs on a CPU with
  * AVX512-BF16 take bf16 products instead (attn_gemm, attention_tiles.h). The softmax's exps
@@ -32,7 +33,7 @@ AMP_CPU_CLONED(static, void, fwd_softmax_tile, (const amp_attn_desc *d, int64_t 
     const int64_t dim = d->head_dim;
     const float inv_keep = amp_dropout_scale(d->dropout_p);
     for (int64_t r = 0; r < nr; r++) {
-        int64_t i = i0 + r, nk = attn_min(amp_attn_keys(d->causal, d->seq, i, len) - j0, nc);
+        int64_t i = i0 + r, nk = attn_min(amp_attn_keys(d, i, len) - j0, nc);
         float *s = t->s + r * ATTN_BC;
         if (nk <= 0) {
             memset(s, 0, (size_t)nc * sizeof *s);
@@ -51,7 +52,7 @@ AMP_CPU_CLONED(static, void, fwd_softmax_tile, (const amp_attn_desc *d, int64_t 
         if (d->dropout_p > 0.0f)
             for (int64_t j = 0; j < nk; j++)
                 s[j] *= amp_attn_keep(d->dropout_p, inv_keep, d->seed,
-                                      amp_attn_draw(d->offset, d->seq, bh, i, j0 + j));
+                                      amp_attn_draw(d, bh, i, j0 + j));
     }
 }
 
@@ -59,15 +60,15 @@ AMP_CPU_CLONED(static, void, fwd_softmax_tile, (const amp_attn_desc *d, int64_t 
 static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh, int64_t i0,
                       attn_tiles *t) {
     const int64_t seq = d->seq, dim = d->head_dim, nr = attn_min(ATTN_BR, seq - i0);
-    const int64_t len = attn_kv_len(d, x->kv_len, bh);
-    const attn_opnd q = attn_in(d, x->q, true, bh, i0, nr, t->q);
+    const int64_t len = attn_kv_len(d, x->kv_len, bh), kvh = amp_attn_kv_of(d, bh);
+    const attn_opnd q = attn_in(d, x->q, AMP_ATTN_Q, bh, i0, nr, t->q);
     for (int64_t r = 0; r < nr; r++) t->m[r] = -INFINITY, t->l[r] = 0.0f;
     memset(t->acc, 0, (size_t)(nr * dim) * sizeof *t->acc);
-    int64_t kend = amp_attn_keys(d->causal, seq, i0 + nr - 1, len);
+    int64_t kend = amp_attn_keys(d, i0 + nr - 1, len);
     for (int64_t j0 = 0; j0 < kend; j0 += ATTN_BC) {
         int64_t nc = attn_min(ATTN_BC, kend - j0);
-        const attn_opnd k = attn_in(d, x->k, true, bh, j0, nc, t->k);
-        const attn_opnd v = attn_in(d, x->v, true, bh, j0, nc, t->v);
+        const attn_opnd k = attn_in(d, x->k, AMP_ATTN_KV, kvh, j0, nc, t->k);
+        const attn_opnd v = attn_in(d, x->v, AMP_ATTN_KV, kvh, j0, nc, t->v);
         if (!attn_gemm(d, 'N', 'T', nr, nc, dim, d->scale, q, k, 0.0f, t->s, ATTN_BC)) return false;
         fwd_softmax_tile(d, bh, i0, nr, j0, nc, len, t);
         if (!attn_gemm(d, 'N', 'N', nr, dim, nc, 1.0f, attn_f32(t->s, ATTN_BC), v, 1.0f, t->acc,
@@ -79,7 +80,7 @@ static bool fwd_block(const amp_attn_desc *d, const attn_operands *x, int64_t bh
         for (int64_t c = 0; c < dim; c++) t->acc[r * dim + c] *= inv;
         x->lse[bh * seq + i0 + r] = amp_attn_lse(t->m[r], t->l[r]);
     }
-    attn_store_rows(d, x->out, false, bh, i0, nr, t->acc);
+    attn_store_rows(d, x->out, AMP_ATTN_O, bh, i0, nr, t->acc);
     return true;
 }
 
@@ -97,5 +98,5 @@ amp_status amp_cpu_attn_fwd(amp_device_ctx *dev, const amp_attn_desc *d, const v
     AMP_TRY(attn_check_kv_len(__func__, d, kv_len));
     attn_operands x = {.q = q, .k = k, .v = v, .kv_len = kv_len, .out = o, .lse = lse};
     int64_t blocks = (d->seq + ATTN_BR - 1) / ATTN_BR;
-    return attn_run(__func__, d, &x, d->batch * d->heads * blocks, fwd_task);
+    return attn_run(__func__, d, &x, d->batch * d->heads * blocks, d->heads, fwd_task);
 }

@@ -40,13 +40,13 @@ typedef struct attn_opnd {
 
 static inline attn_opnd attn_f32(const float *p, int64_t ld) { return (attn_opnd){p, false, ld}; }
 
-/* Rows [i0, i0 + n) of head bh of q, k, v (qkv) or of o, dO (!qkv) as f32 rows: the tensor
+/* Rows [i0, i0 + n) of head row bh of part p (amp_attn_row) as f32 rows: the tensor
  * itself when f32 (its own row stride: the packed layout's rows are read in place; copying them
  * into buf first was slower, bench/RESULTS.md "the attention reads q, k and v where c_attn
  * wrote them"), else widened (cpu_tile.h) into buf, dense. */
-static inline attn_opnd attn_rows_f32(const amp_attn_desc *d, const void *x, bool qkv, int64_t bh,
-                                      int64_t i0, int64_t n, float *buf) {
-    int64_t at = amp_attn_row(d, qkv, bh, i0), ld = amp_attn_ld(d, qkv), dim = d->head_dim;
+static inline attn_opnd attn_rows_f32(const amp_attn_desc *d, const void *x, amp_attn_part p,
+                                      int64_t bh, int64_t i0, int64_t n, float *buf) {
+    int64_t at = amp_attn_row(d, p, bh, i0), ld = amp_attn_ld(d, p), dim = d->head_dim;
     if (d->dt == AMP_F32) return attn_f32((const float *)x + at, ld);
     if (ld == dim) {
         amp_cpu_widen_tile(buf, (const uint16_t *)x + at, d->dt, n * dim);
@@ -60,12 +60,12 @@ static inline attn_opnd attn_rows_f32(const amp_attn_desc *d, const void *x, boo
 /* The same rows as an operand of attn_gemm: where the products are bf16, the tensor's bf16
  * storage itself (widening it to f32 for the packing to round back cost an eighth of a GPT
  * layer's attention: bench/RESULTS.md, "bias gradients in registers"), else attn_rows_f32. */
-static inline attn_opnd attn_in(const amp_attn_desc *d, const void *x, bool qkv, int64_t bh,
-                                int64_t i0, int64_t n, float *buf) {
+static inline attn_opnd attn_in(const amp_attn_desc *d, const void *x, amp_attn_part p,
+                                int64_t bh, int64_t i0, int64_t n, float *buf) {
     if (attn_bf16_products(d))
-        return (attn_opnd){(const uint16_t *)x + amp_attn_row(d, qkv, bh, i0), true,
-                           amp_attn_ld(d, qkv)};
-    return attn_rows_f32(d, x, qkv, bh, i0, n, buf);
+        return (attn_opnd){(const uint16_t *)x + amp_attn_row(d, p, bh, i0), true,
+                           amp_attn_ld(d, p)};
+    return attn_rows_f32(d, x, p, bh, i0, n, buf);
 }
 
 /* A tile product, C = alpha op(A) op(B) + beta C (dnnl_sgemm's arguments, the operands' row
@@ -94,12 +94,19 @@ typedef struct attn_operands {
 typedef struct attn_tiles {
     float *q, *k, *v, *s, *acc, *m, *l; /* forward */
     float *dout, *dp, *dk, *dv, *dq;    /* backward (dq: a whole head's rows) */
+    double *dk_sum, *dv_sum;            /* grouped-query backward: a key/value head's dk and dv
+                                           over its group (kv_seq rows each), NULL without */
 } attn_tiles;
 
+/* The query heads that share a key/value head. */
+static inline int64_t attn_group(const amp_attn_desc *d) {
+    return d->heads / amp_attn_kv_heads(d);
+}
+
 static inline int64_t attn_tiles_floats(const amp_attn_desc *d) {
-    int64_t dim = d->head_dim;
+    int64_t dim = d->head_dim, sums = attn_group(d) > 1 ? 4 * amp_attn_kv_seq(d) * dim + 32 : 0;
     return 4 * ATTN_BR * dim + 4 * ATTN_BC * dim + 2 * ATTN_BR * ATTN_BC + 2 * ATTN_BR +
-           d->seq * dim + 64 * 12;
+           d->seq * dim + 64 * 12 + sums;
 }
 
 static inline amp_status attn_tiles_get(const amp_attn_desc *d, attn_tiles *t) {
@@ -125,6 +132,12 @@ static inline amp_status attn_tiles_get(const amp_attn_desc *d, attn_tiles *t) {
     ATTN_CARVE(dk, ATTN_BC * dim);
     ATTN_CARVE(dv, ATTN_BC * dim);
     ATTN_CARVE(dq, d->seq * dim);
+    t->dk_sum = t->dv_sum = NULL;
+    if (attn_group(d) > 1) { /* two f32 slots a double, on 64-byte boundaries as the rest */
+        t->dk_sum = (double *)p;
+        p += (2 * amp_attn_kv_seq(d) * dim + 15) / 16 * 16;
+        t->dv_sum = (double *)p;
+    }
 #undef ATTN_CARVE
     return AMP_OK;
 }
@@ -174,12 +187,12 @@ static inline float attn_row_exp_scalar(float *s, int64_t n, float m) {
     return sum;
 }
 
-/* Rows [i0, i0 + n) of head bh of dq, dk, dv (qkv) or of o (!qkv), dtype d->dt, from n dense
- * f32 rows of src, half types rounded to nearest even (cpu_tile.h; serial inside the kernels'
+/* Rows [i0, i0 + n) of head row bh of part p (dq, dk, dv or o), dtype d->dt, from n dense f32
+ * rows of src, half types rounded to nearest even (cpu_tile.h; serial inside the kernels'
  * parallel tasks). */
-static inline void attn_store_rows(const amp_attn_desc *d, void *y, bool qkv, int64_t bh,
+static inline void attn_store_rows(const amp_attn_desc *d, void *y, amp_attn_part p, int64_t bh,
                                    int64_t i0, int64_t n, const float *src) {
-    int64_t at = amp_attn_row(d, qkv, bh, i0), ld = amp_attn_ld(d, qkv), dim = d->head_dim;
+    int64_t at = amp_attn_row(d, p, bh, i0), ld = amp_attn_ld(d, p), dim = d->head_dim;
     int64_t rows = ld == dim ? 1 : n, len = ld == dim ? n * dim : dim; /* dense: one run */
     for (int64_t r = 0; r < rows; r++) {
         if (d->dt == AMP_F32)
@@ -189,19 +202,20 @@ static inline void attn_store_rows(const amp_attn_desc *d, void *y, bool qkv, in
 }
 
 /* task(d, x, i, tiles) for every i < tasks, in parallel (dynamic: causal tasks differ in work),
- * each with its thread's tiles; fails naming fn when a task's product or arena failed. */
+ * each with its thread's tiles; fails naming fn when a task's product or arena failed. Tasks
+ * i .. i + per_batch - 1 are one batch's heads (or key/value heads). */
 typedef bool (*attn_task)(const amp_attn_desc *d, const attn_operands *x, int64_t i,
                           attn_tiles *t);
 static inline amp_status attn_run(const char *fn, const amp_attn_desc *d, const attn_operands *x,
-                                  int64_t tasks, attn_task task) {
+                                  int64_t tasks, int64_t per_batch, attn_task task) {
     int failed = 0;
     /* Packed, a head's rows are head_dim-long pieces of rows shared with the other heads: a
      * thread that takes a batch's heads one after another (consecutive tasks) finds their rows in
      * its cache and TLB (one GPT layer's backward went from 10 % slower than the dense layout to
      * 2-6 %: bench/RESULTS.md, "the attention reads q, k and v where c_attn wrote them"), where
      * there are enough tasks to balance. */
-    bool by_batch = d->packed && d->heads > 0 && tasks / d->heads >= 4 * amp_dnnl_threads();
-    int chunk = by_batch ? (int)d->heads : 1;
+    bool by_batch = d->packed && per_batch > 0 && tasks / per_batch >= 4 * amp_dnnl_threads();
+    int chunk = by_batch ? (int)per_batch : 1;
 #pragma omp parallel for schedule(dynamic, chunk)
     for (int64_t i = 0; i < tasks; i++) {
         attn_tiles t;
@@ -219,15 +233,15 @@ static inline amp_status attn_run(const char *fn, const amp_attn_desc *d, const 
 
 /* The number of keys batch (bh / heads) may see. */
 static inline int64_t attn_kv_len(const amp_attn_desc *d, const int32_t *kv_len, int64_t bh) {
-    return kv_len ? kv_len[bh / d->heads] : d->seq;
+    return kv_len ? kv_len[bh / d->heads] : amp_attn_kv_seq(d);
 }
 
 static inline amp_status attn_check_kv_len(const char *fn, const amp_attn_desc *d,
                                            const int32_t *kv_len) {
     for (int64_t b = 0; kv_len && b < d->batch; b++)
-        if (kv_len[b] < 0 || kv_len[b] > d->seq)
+        if (kv_len[b] < 0 || kv_len[b] > amp_attn_kv_seq(d))
             return amp_fail(AMP_ERR_INVALID_ARG, "%s: kv_len[%lld] = %d is outside [0, %lld]", fn,
-                            (long long)b, (int)kv_len[b], (long long)d->seq);
+                            (long long)b, (int)kv_len[b], (long long)amp_attn_kv_seq(d));
     return AMP_OK;
 }
 

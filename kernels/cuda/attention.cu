@@ -28,7 +28,10 @@
  * the forward's 8 B a pair in bf16 are 0.40 GB, mostly from L2 (a head's k and v are 256 KiB).
  * scripts/gpu.sh times them (bench/cuda_kernels) when a device is lent; tensor-core tiles come
  * with a GPU that can prove them.
- * A kv_len outside [0, seq] (device memory: the host cannot see it without waiting) writes NaN
+ * Grouped-query attention: query head h reads key/value head h / (heads / kv_heads) where it is,
+ * and the dk/dv kernel sums a key/value head's group in head order (see it); keys may be more
+ * than queries (a cache), the causal mask aligned to the end (kernels/math/attention.h).
+ * A kv_len outside [0, kv_seq] (device memory: the host cannot see it without waiting) writes NaN
  * into the outputs of that batch and notes the batch in the context's bad-index record
  * (bad_index.h), which the next host read, synchronisation or cross-entropy reports. Dropout draws are the CPU's
  * (kernels/math/attention.h), so the masks are identical. */
@@ -80,42 +83,41 @@ static __device__ inline float dot(const float a[ATTN_PER_LANE], const float b[A
     return amp_warp_sum(s);
 }
 
-/* The batch's key count, or -1 (recorded) when kv_len is outside [0, seq]. */
+/* The key count of batch b, or -1 (recorded) when kv_len is outside [0, kv_seq]. */
 static __device__ inline int64_t batch_len(const amp_attn_desc &d, const int32_t *kv_len,
-                                           int64_t bh, unsigned long long *record) {
-    if (!kv_len) return d.seq;
-    int32_t len = kv_len[bh / d.heads];
-    if (len < 0 || len > d.seq) {
-        amp_bad_index_note(record, AMP_BAD_KV_LEN, bh / d.heads, len);
+                                           int64_t b, unsigned long long *record) {
+    if (!kv_len) return amp_attn_kv_seq(&d);
+    int32_t len = kv_len[b];
+    if (len < 0 || len > amp_attn_kv_seq(&d)) {
+        amp_bad_index_note(record, AMP_BAD_KV_LEN, b, len);
         return -1;
     }
     return len;
 }
 
-/* Rows [r0, r0 + n) of head bh of x (q, k, v when qkv, else dO) into a tile whose rows are
- * padded by one float, so that lane j reading row j, element c, hits bank (j + c) mod 32: no two
- * lanes on one bank. */
+/* Rows [r0, r0 + n) of head row bh of part p (amp_attn_row) into a tile whose rows are padded
+ * by one float, so that lane j reading row j, element c, hits bank (j + c) mod 32: no two lanes
+ * on one bank. */
 template <amp_dtype D>
 static __device__ inline void load_tile_padded(float (*tile)[ATTN_DMAX + 1], const void *x,
-                                               const amp_attn_desc &d, bool qkv, int64_t bh,
-                                               int64_t r0, int64_t n) {
+                                               const amp_attn_desc &d, amp_attn_part p,
+                                               int64_t bh, int64_t r0, int64_t n) {
     int64_t dim = d.head_dim;
     for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x)
-        tile[e / dim][e % dim] =
-            amp_load_f32(x, D, amp_attn_row(&d, qkv, bh, r0 + e / dim) + e % dim);
+        tile[e / dim][e % dim] = amp_load_f32(x, D, amp_attn_row(&d, p, bh, r0 + e / dim) + e % dim);
 }
 
-/* Rows [r0, r0 + n) of head bh of x into a tile of ATTN_DMAX-wide rows (read at one address by
- * every lane), zeros past seq. */
+/* Rows [r0, r0 + n) of head row bh of part p into a tile of ATTN_DMAX-wide rows (read at one
+ * address by every lane), zeros past the part's length. */
 template <amp_dtype D>
 static __device__ inline void load_rows(float (*tile)[ATTN_DMAX], const void *x,
-                                        const amp_attn_desc &d, bool qkv, int64_t bh, int64_t r0,
-                                        int64_t n) {
-    int64_t dim = d.head_dim;
+                                        const amp_attn_desc &d, amp_attn_part p, int64_t bh,
+                                        int64_t r0, int64_t n) {
+    int64_t dim = d.head_dim, rows = p == AMP_ATTN_KV ? amp_attn_kv_seq(&d) : d.seq;
     for (int64_t e = threadIdx.x; e < n * dim; e += blockDim.x) {
         int64_t i = r0 + e / dim;
         tile[e / dim][e % dim] =
-            i < d.seq ? amp_load_f32(x, D, amp_attn_row(&d, qkv, bh, i) + e % dim) : 0.0f;
+            i < rows ? amp_load_f32(x, D, amp_attn_row(&d, p, bh, i) + e % dim) : 0.0f;
     }
 }
 
@@ -172,25 +174,25 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
     int64_t groups = d.batch * d.heads * per;
     float inv_keep = amp_dropout_scale(d.dropout_p);
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        int64_t bh = g / per, first = (g % per) * ATTN_FWD_ROWS;
-        int64_t len = batch_len(d, kv_len, bh, record); /* the same for the whole block */
-        int64_t i0 = first + (int64_t)warp * R;         /* the warp's first row */
+        int64_t bh = g / per, first = (g % per) * ATTN_FWD_ROWS, kvh = amp_attn_kv_of(&d, bh);
+        int64_t len = batch_len(d, kv_len, bh / d.heads, record); /* the same for the block */
+        int64_t i0 = first + (int64_t)warp * R;                   /* the warp's first row */
         float acc[R][PL], m[R], l[R];
         int64_t nk[R];
         for (int r = 0; r < R; r++) {
             m[r] = -INFINITY, l[r] = 0.0f;
-            nk[r] = len >= 0 && i0 + r < d.seq ? amp_attn_keys(d.causal, d.seq, i0 + r, len) : 0;
+            nk[r] = len >= 0 && i0 + r < d.seq ? amp_attn_keys(&d, i0 + r, len) : 0;
             for (int u = 0; u < PL; u++) acc[r][u] = len < 0 ? NAN : 0.0f;
         }
         int64_t last = first + ATTN_FWD_ROWS <= d.seq ? first + ATTN_FWD_ROWS - 1 : d.seq - 1;
-        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
+        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(&d, last, len);
         __syncthreads(); /* the previous group's tiles are consumed */
-        load_rows<D>(qs, q, d, true, bh, first, ATTN_FWD_ROWS);
+        load_rows<D>(qs, q, d, AMP_ATTN_Q, bh, first, ATTN_FWD_ROWS);
         for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
             int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE, j = t0 + lane;
             __syncthreads(); /* the previous tile is consumed */
-            load_tile_padded<D>(ks, k, d, true, bh, t0, n);
-            load_tile_padded<D>(vs, v, d, true, bh, t0, n);
+            load_tile_padded<D>(ks, k, d, AMP_ATTN_KV, kvh, t0, n);
+            load_tile_padded<D>(vs, v, d, AMP_ATTN_KV, kvh, t0, n);
             __syncthreads();
             float s[R];
             lane_dots<R>(ks, lane, qs + warp * R, dim, s);
@@ -206,7 +208,7 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
                 l[r] = l[r] * corr + amp_warp_sum(p);
                 m[r] = m_new;
                 for (int u = 0; u < PL; u++) acc[r][u] *= corr;
-                uint64_t draw = amp_attn_draw(d.offset, d.seq, bh, i0 + r, j);
+                uint64_t draw = amp_attn_draw(&d, bh, i0 + r, j);
                 pz[r] = p == 0.0f ? 0.0f : p * amp_attn_keep(d.dropout_p, inv_keep, d.seed, draw);
             }
             lane_gather<R, PL>(vs, n, lane, dim, pz, acc);
@@ -216,7 +218,7 @@ static __global__ void attn_fwd_kernel(amp_attn_desc d, const void *q, const voi
             if (i >= d.seq) break;
             float inv = amp_attn_inv_sum(l[r]), out[ATTN_PER_LANE] = {0};
             for (int u = 0; u < PL; u++) out[u] = len < 0 ? NAN : acc[r][u] * inv;
-            store_row<D>(o, amp_attn_row(&d, false, bh, i), dim, lane, out);
+            store_row<D>(o, amp_attn_row(&d, AMP_ATTN_O, bh, i), dim, lane, out);
             if (lane == 0) lse[bh * d.seq + i] = len < 0 ? NAN : amp_attn_lse(m[r], l[r]);
         }
     }
@@ -231,7 +233,7 @@ static __global__ void attn_delta_kernel(amp_attn_desc d, const void *o, const v
     for (int64_t row = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / AMP_LANES; row < rows;
          row += warps) {
         float ov[ATTN_PER_LANE], dov[ATTN_PER_LANE];
-        int64_t at = amp_attn_row(&d, false, row / d.seq, row % d.seq);
+        int64_t at = amp_attn_row(&d, AMP_ATTN_O, row / d.seq, row % d.seq);
         load_row<D>(o, at, d.head_dim, lane, ov);
         load_row<D>(dout, at, d.head_dim, lane, dov);
         float s = dot(ov, dov);
@@ -255,28 +257,28 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
     int64_t groups = d.batch * d.heads * per;
     float inv_keep = amp_dropout_scale(d.dropout_p);
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        int64_t bh = g / per, first = (g % per) * ATTN_BWD_ROWS;
-        int64_t len = batch_len(d, kv_len, bh, record);
+        int64_t bh = g / per, first = (g % per) * ATTN_BWD_ROWS, kvh = amp_attn_kv_of(&d, bh);
+        int64_t len = batch_len(d, kv_len, bh / d.heads, record);
         int64_t i0 = first + (int64_t)warp * R;
         float acc[R][PL], row_lse[R], row_delta[R];
         int64_t nk[R];
         for (int r = 0; r < R; r++) {
             bool active = i0 + r < d.seq;
-            nk[r] = len >= 0 && active ? amp_attn_keys(d.causal, d.seq, i0 + r, len) : 0;
+            nk[r] = len >= 0 && active ? amp_attn_keys(&d, i0 + r, len) : 0;
             row_lse[r] = active ? lse[bh * d.seq + i0 + r] : 0.0f;
             row_delta[r] = active ? delta[bh * d.seq + i0 + r] : 0.0f;
             for (int u = 0; u < PL; u++) acc[r][u] = 0.0f;
         }
         int64_t last = first + ATTN_BWD_ROWS <= d.seq ? first + ATTN_BWD_ROWS - 1 : d.seq - 1;
-        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(d.causal, d.seq, last, len);
+        int64_t nk_block = len < 0 ? 0 : amp_attn_keys(&d, last, len);
         __syncthreads(); /* the previous group's tiles are consumed */
-        load_rows<D>(qs, q, d, true, bh, first, ATTN_BWD_ROWS);
-        load_rows<D>(dos, dout, d, false, bh, first, ATTN_BWD_ROWS);
+        load_rows<D>(qs, q, d, AMP_ATTN_Q, bh, first, ATTN_BWD_ROWS);
+        load_rows<D>(dos, dout, d, AMP_ATTN_O, bh, first, ATTN_BWD_ROWS);
         for (int64_t t0 = 0; t0 < nk_block; t0 += ATTN_TILE) {
             int64_t n = nk_block - t0 < ATTN_TILE ? nk_block - t0 : ATTN_TILE, j = t0 + lane;
             __syncthreads();
-            load_tile_padded<D>(ks, k, d, true, bh, t0, n);
-            load_tile_padded<D>(vs, v, d, true, bh, t0, n);
+            load_tile_padded<D>(ks, k, d, AMP_ATTN_KV, kvh, t0, n);
+            load_tile_padded<D>(vs, v, d, AMP_ATTN_KV, kvh, t0, n);
             __syncthreads();
             float sc[R], dp[R], dsk[R];
             lane_dots<R>(ks, lane, qs + warp * R, dim, sc);
@@ -286,7 +288,7 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
                 if (j < nk[r]) {
                     float p = amp_attn_prob(sc[r] * d.scale, row_lse[r]);
                     float z = amp_attn_keep(d.dropout_p, inv_keep, d.seed,
-                                            amp_attn_draw(d.offset, d.seq, bh, i0 + r, j));
+                                            amp_attn_draw(&d, bh, i0 + r, j));
                     ds = p * (dp[r] * z - row_delta[r]);
                 }
                 dsk[r] = ds * d.scale;
@@ -297,15 +299,25 @@ static __global__ void attn_dq_kernel(amp_attn_desc d, const void *q, const void
             if (i0 + r >= d.seq) break;
             float out[ATTN_PER_LANE] = {0};
             for (int u = 0; u < PL; u++) out[u] = len < 0 ? NAN : acc[r][u];
-            store_row<D>(dq, amp_attn_row(&d, true, bh, i0 + r), dim, lane, out);
+            store_row<D>(dq, amp_attn_row(&d, AMP_ATTN_Q, bh, i0 + r), dim, lane, out);
         }
     }
 }
 
-/* dk, dv: a block takes ATTN_BWD_ROWS keys of one (batch, head), a warp ATTN_BWD_PER_WARP of
- * them, lanes over a tile of 32 query rows (q and dO padded in shared memory, lse and delta
- * beside them): each lane recomputes its row's p and dS for the warp's keys; dv gathers p z dO
- * and dk gathers dS scale q by a shuffle per row. */
+/* The value a head's attention writes for v (rounded to D), in f64 for a group's sum. */
+template <amp_dtype D>
+static __device__ inline double rounded(float v) {
+    if (D == AMP_BF16) return (double)amp_bf16_bits_to_f32(amp_f32_to_bf16_bits(v));
+    if (D == AMP_F16) return (double)amp_f16_bits_to_f32(amp_f32_to_f16_bits(v));
+    return (double)v;
+}
+
+/* dk, dv: a block takes ATTN_BWD_ROWS keys of one (batch, key/value head), a warp
+ * ATTN_BWD_PER_WARP of them; for each query head of the group in order, lanes over a tile of 32
+ * query rows (q and dO padded in shared memory, lse and delta beside them): each lane recomputes
+ * its row's p and dS for the warp's keys; dv gathers p z dO and dk gathers dS scale q by a shuffle
+ * per row. A head's dk and dv are rounded to D, as its own attention would write them, and summed
+ * over the group in f64 (one head: those values), then rounded once: CPU's order. */
 template <amp_dtype D, int PL>
 static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const void *k,
                                         const void *v, const int32_t *kv_len, const void *dout,
@@ -316,58 +328,71 @@ static __global__ void attn_dkdv_kernel(amp_attn_desc d, const void *q, const vo
     __shared__ float lses[ATTN_TILE], deltas[ATTN_TILE];
     const int R = ATTN_BWD_PER_WARP;
     int lane = threadIdx.x % AMP_LANES, warp = threadIdx.x / AMP_LANES;
-    int64_t dim = d.head_dim, per = (d.seq + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS;
-    int64_t groups = d.batch * d.heads * per;
+    int64_t kv_seq = amp_attn_kv_seq(&d), kv_heads = amp_attn_kv_heads(&d);
+    int64_t group = d.heads / kv_heads;
+    int64_t dim = d.head_dim, per = (kv_seq + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS;
+    int64_t groups = d.batch * kv_heads * per;
     float inv_keep = amp_dropout_scale(d.dropout_p);
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        int64_t bh = g / per, first = (g % per) * ATTN_BWD_ROWS;
-        int64_t len = batch_len(d, kv_len, bh, record);
+        int64_t kvh = g / per, first = (g % per) * ATTN_BWD_ROWS, b = kvh / kv_heads;
+        int64_t len = batch_len(d, kv_len, b, record);
         int64_t j0 = first + (int64_t)warp * R; /* the warp's first key */
-        float dka[R][PL], dva[R][PL];
+        double dks[R][PL], dvs[R][PL];
         for (int r = 0; r < R; r++)
-            for (int u = 0; u < PL; u++) dka[r][u] = 0.0f, dva[r][u] = 0.0f;
-        /* Rows i >= j see key j when causal, every row otherwise; none when the batch's length
-         * ends before the block's first key. */
-        int64_t i_block = len < 0 || first >= len ? d.seq : d.causal ? first : 0;
+            for (int u = 0; u < PL; u++) dks[r][u] = 0.0, dvs[r][u] = 0.0;
+        /* Rows from the first that sees the block's first key, when causal; none when the
+         * batch's length ends before that key. */
+        int64_t i_block = len < 0 || first >= len ? d.seq : amp_attn_first_row(&d, first);
         __syncthreads(); /* the previous group's tiles are consumed */
-        load_rows<D>(kks, k, d, true, bh, first, ATTN_BWD_ROWS);
-        load_rows<D>(vvs, v, d, true, bh, first, ATTN_BWD_ROWS);
-        for (int64_t t0 = i_block; t0 < d.seq; t0 += ATTN_TILE) {
-            int64_t n = d.seq - t0 < ATTN_TILE ? d.seq - t0 : ATTN_TILE, i = t0 + lane;
-            __syncthreads();
-            load_tile_padded<D>(qs, q, d, true, bh, t0, n);
-            load_tile_padded<D>(dos, dout, d, false, bh, t0, n);
-            for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
-                lses[e] = lse[bh * d.seq + t0 + e];
-                deltas[e] = delta[bh * d.seq + t0 + e];
-            }
-            __syncthreads();
-            int64_t nk = i < d.seq && len >= 0 ? amp_attn_keys(d.causal, d.seq, i, len) : 0;
-            float sc[R], dp[R], pzs[R], dsq[R];
-            lane_dots<R>(qs, lane, kks + warp * R, dim, sc);
-            lane_dots<R>(dos, lane, vvs + warp * R, dim, dp);
-            for (int r = 0; r < R; r++) {
-                float pz = 0.0f, ds = 0.0f;
-                if (j0 + r < nk) { /* row i sees key j0 + r */
-                    float p = amp_attn_prob(sc[r] * d.scale, lses[lane]);
-                    float z = amp_attn_keep(d.dropout_p, inv_keep, d.seed,
-                                            amp_attn_draw(d.offset, d.seq, bh, i, j0 + r));
-                    pz = p * z;
-                    ds = p * (dp[r] * z - deltas[lane]);
+        load_rows<D>(kks, k, d, AMP_ATTN_KV, kvh, first, ATTN_BWD_ROWS);
+        load_rows<D>(vvs, v, d, AMP_ATTN_KV, kvh, first, ATTN_BWD_ROWS);
+        for (int64_t hh = 0; hh < group; hh++) {
+            int64_t bh = b * d.heads + (kvh % kv_heads) * group + hh;
+            float dka[R][PL], dva[R][PL];
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < PL; u++) dka[r][u] = 0.0f, dva[r][u] = 0.0f;
+            for (int64_t t0 = i_block; t0 < d.seq; t0 += ATTN_TILE) {
+                int64_t n = d.seq - t0 < ATTN_TILE ? d.seq - t0 : ATTN_TILE, i = t0 + lane;
+                __syncthreads();
+                load_tile_padded<D>(qs, q, d, AMP_ATTN_Q, bh, t0, n);
+                load_tile_padded<D>(dos, dout, d, AMP_ATTN_O, bh, t0, n);
+                for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+                    lses[e] = lse[bh * d.seq + t0 + e];
+                    deltas[e] = delta[bh * d.seq + t0 + e];
                 }
-                pzs[r] = pz, dsq[r] = ds * d.scale;
+                __syncthreads();
+                int64_t nk = i < d.seq && len >= 0 ? amp_attn_keys(&d, i, len) : 0;
+                float sc[R], dp[R], pzs[R], dsq[R];
+                lane_dots<R>(qs, lane, kks + warp * R, dim, sc);
+                lane_dots<R>(dos, lane, vvs + warp * R, dim, dp);
+                for (int r = 0; r < R; r++) {
+                    float pz = 0.0f, ds = 0.0f;
+                    if (j0 + r < nk) { /* row i sees key j0 + r */
+                        float p = amp_attn_prob(sc[r] * d.scale, lses[lane]);
+                        float z = amp_attn_keep(d.dropout_p, inv_keep, d.seed,
+                                                amp_attn_draw(&d, bh, i, j0 + r));
+                        pz = p * z;
+                        ds = p * (dp[r] * z - deltas[lane]);
+                    }
+                    pzs[r] = pz, dsq[r] = ds * d.scale;
+                }
+                lane_gather<R, PL>(dos, n, lane, dim, pzs, dva);
+                lane_gather<R, PL>(qs, n, lane, dim, dsq, dka);
             }
-            lane_gather<R, PL>(dos, n, lane, dim, pzs, dva);
-            lane_gather<R, PL>(qs, n, lane, dim, dsq, dka);
+            for (int r = 0; r < R; r++)
+                for (int u = 0; u < PL; u++) {
+                    dks[r][u] += rounded<D>(dka[r][u]);
+                    dvs[r][u] += rounded<D>(dva[r][u]);
+                }
         }
         for (int r = 0; r < R; r++) {
-            if (j0 + r >= d.seq) break;
+            if (j0 + r >= kv_seq) break;
             float dko[ATTN_PER_LANE] = {0}, dvo[ATTN_PER_LANE] = {0};
             for (int u = 0; u < PL; u++) {
-                dko[u] = len < 0 ? NAN : dka[r][u];
-                dvo[u] = len < 0 ? NAN : dva[r][u];
+                dko[u] = len < 0 ? NAN : (float)dks[r][u];
+                dvo[u] = len < 0 ? NAN : (float)dvs[r][u];
             }
-            int64_t key = amp_attn_row(&d, true, bh, j0 + r);
+            int64_t key = amp_attn_row(&d, AMP_ATTN_KV, kvh, j0 + r);
             store_row<D>(dk, key, dim, lane, dko);
             store_row<D>(dv, key, dim, lane, dvo);
         }
@@ -414,10 +439,13 @@ static void launch_bwd_pl(const amp_attn_desc *d, const void *q, const void *k, 
                           const int32_t *kv_len, const void *dout, const float *lse,
                           const float *delta, void *dq, void *dk, void *dv,
                           unsigned long long *record, cudaStream_t stream) {
+    int64_t kv_blocks = d->batch * amp_attn_kv_heads(d) *
+                        ((amp_attn_kv_seq(d) + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS);
+    unsigned kv_grid = (unsigned)(kv_blocks < AMP_CUDA_MAX_BLOCKS ? kv_blocks : AMP_CUDA_MAX_BLOCKS);
+    attn_dkdv_kernel<D, PL><<<kv_grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(
+            *d, q, k, v, kv_len, dout, lse, delta, dk, dv, record);
     int64_t groups = d->batch * d->heads * ((d->seq + ATTN_BWD_ROWS - 1) / ATTN_BWD_ROWS);
     unsigned grid = (unsigned)(groups < AMP_CUDA_MAX_BLOCKS ? groups : AMP_CUDA_MAX_BLOCKS);
-    attn_dkdv_kernel<D, PL><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(
-            *d, q, k, v, kv_len, dout, lse, delta, dk, dv, record);
     attn_dq_kernel<D, PL><<<grid, ATTN_WARPS * AMP_LANES, 0, stream>>>(*d, q, k, v, kv_len, dout,
                                                                         lse, delta, dq, record);
 }

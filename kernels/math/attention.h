@@ -14,31 +14,67 @@
 #include "kernels/math/dropout.h"
 #include "kernels/math/transcendental.h"
 
-/* Where row i of (batch, head) bh starts in q, k, v and their gradients (qkv) or in o and dO
- * (!qkv), in elements, and the stride between a head's rows (amp_attn_ld): dense [batch, heads,
- * seq, head_dim], or amp_attn_desc's packed layout. The logsumexp and delta stay dense
- * [batch, heads, seq]. */
-AMP_HD static inline int64_t amp_attn_ld(const amp_attn_desc *d, bool qkv) {
-    return d->packed ? (qkv ? 3 : 1) * d->heads * d->head_dim : d->head_dim;
+/* The key/value heads and length of d (0 in the descriptor: those of q). */
+AMP_HD static inline int64_t amp_attn_kv_heads(const amp_attn_desc *d) {
+    return d->kv_heads > 0 ? d->kv_heads : d->heads;
 }
-AMP_HD static inline int64_t amp_attn_row(const amp_attn_desc *d, bool qkv, int64_t bh,
-                                          int64_t i) {
-    if (!d->packed) return (bh * d->seq + i) * d->head_dim;
-    int64_t b = bh / d->heads, h = bh - b * d->heads;
-    return (b * d->seq + i) * amp_attn_ld(d, qkv) + h * d->head_dim;
+AMP_HD static inline int64_t amp_attn_kv_seq(const amp_attn_desc *d) {
+    return d->kv_seq > 0 ? d->kv_seq : d->seq;
 }
 
-/* Keys of query row i are [0, amp_attn_keys(...)): causal (j <= i) and the batch's valid
- * length (kv_len, or seq when there is no padding mask). */
-AMP_HD static inline int64_t amp_attn_keys(bool causal, int64_t seq, int64_t i, int64_t kv_len) {
-    int64_t n = causal && i + 1 < seq ? i + 1 : seq;
+/* The key/value head that query head bh = b heads + h reads (grouped-query attention): b kv_heads
+ * + h / (heads / kv_heads). */
+AMP_HD static inline int64_t amp_attn_kv_of(const amp_attn_desc *d, int64_t bh) {
+    int64_t kvh = amp_attn_kv_heads(d), b = bh / d->heads, h = bh - b * d->heads;
+    return b * kvh + h / (d->heads / kvh);
+}
+
+/* The tensors of an attention call by their addressing: q (and dq), k and v (and dk, dv), o (and
+ * dO). */
+typedef enum amp_attn_part { AMP_ATTN_Q = 0, AMP_ATTN_KV = 1, AMP_ATTN_O = 2 } amp_attn_part;
+
+/* The stride between a head's rows in part p (amp_attn_row). */
+AMP_HD static inline int64_t amp_attn_ld(const amp_attn_desc *d, amp_attn_part p) {
+    if (!d->packed) return d->head_dim;
+    return (p == AMP_ATTN_O ? d->heads : d->heads + 2 * amp_attn_kv_heads(d)) * d->head_dim;
+}
+/* Where row i of head row bh of part p starts, in elements: bh = b heads + h for q and o, b
+ * kv_heads + g for k and v. Dense: [batch, heads, seq, head_dim] (k, v: [batch, kv_heads,
+ * kv_seq, head_dim]); packed: amp_attn_desc's layout. The logsumexp and delta stay dense [batch,
+ * heads, seq]. */
+AMP_HD static inline int64_t amp_attn_row(const amp_attn_desc *d, amp_attn_part p, int64_t bh,
+                                          int64_t i) {
+    bool kv = p == AMP_ATTN_KV;
+    if (!d->packed) return (bh * (kv ? amp_attn_kv_seq(d) : d->seq) + i) * d->head_dim;
+    int64_t nh = kv ? amp_attn_kv_heads(d) : d->heads, b = bh / nh, h = bh - b * nh;
+    return (b * d->seq + i) * amp_attn_ld(d, p) + h * d->head_dim;
+}
+
+/* Keys of query row i are [0, amp_attn_keys(...)): causal with the mask aligned to the end
+ * (query i of seq sees keys j <= i + kv_seq - seq: PyTorch's causal_lower_right, a cache's
+ * queries after its keys; top-left when kv_seq = seq), and the batch's valid length (kv_len, or
+ * kv_seq when there is no padding mask). */
+AMP_HD static inline int64_t amp_attn_keys(const amp_attn_desc *d, int64_t i, int64_t kv_len) {
+    int64_t n = amp_attn_kv_seq(d);
+    if (d->causal) {
+        int64_t last = i + 1 + (n - d->seq);
+        n = last < n ? (last > 0 ? last : 0) : n;
+    }
     return kv_len < n ? kv_len : n;
 }
 
+/* The first query row that sees key j under the causal mask (0 without it). */
+AMP_HD static inline int64_t amp_attn_first_row(const amp_attn_desc *d, int64_t j) {
+    if (!d->causal) return 0;
+    int64_t r = j - (amp_attn_kv_seq(d) - d->seq);
+    return r > 0 ? r : 0;
+}
+
 /* The Philox index of probability (bh, i, j), bh = b heads + h. */
-AMP_HD static inline uint64_t amp_attn_draw(uint64_t offset, int64_t seq, int64_t bh, int64_t i,
+AMP_HD static inline uint64_t amp_attn_draw(const amp_attn_desc *d, int64_t bh, int64_t i,
                                             int64_t j) {
-    return offset + ((uint64_t)bh * (uint64_t)seq + (uint64_t)i) * (uint64_t)seq + (uint64_t)j;
+    return d->offset + ((uint64_t)bh * (uint64_t)d->seq + (uint64_t)i) *
+                           (uint64_t)amp_attn_kv_seq(d) + (uint64_t)j;
 }
 
 /* The factor a kept probability is multiplied by: 0 when dropped, 1 / (1 - p) when kept, 1

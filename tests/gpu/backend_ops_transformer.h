@@ -1,5 +1,6 @@
 /* test_backend_ops: the entries of the transformer ops (reduce_dim, scatter_dim, binary_bcast,
- * where, copy_strided, layernorm_*, softmax_*, embedding_*, xent_*, attn_*), their setups, runs and rows. Included by
+ * where, copy_strided, layernorm_*, softmax_*, embedding_*, rope, xent_*, attn_*), their setups, runs
+ * and rows. Included by
  * test_backend_ops.c after op_row, its helpers and the tolerance macros.
  *
  * These entries share their arithmetic and its order between the backends (kernels/math/
@@ -16,6 +17,7 @@ enum {
     LOG_SOFTMAX = 1 << 13, SM_MASKED = 1 << 14,                   /* softmax_* */
     XENT_IGNORE = 1 << 15, XENT_SUM = 1 << 16,                    /* xent_* */
     ATTN_CAUSAL = 1 << 17, ATTN_PADDED = 1 << 18, ATTN_PACKED = 1 << 19, /* attn_* */
+    ROPE_INTERLEAVED = 1 << 10, ROPE_INVERSE = 1 << 11,                 /* rope */
 };
 
 /* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
@@ -277,6 +279,26 @@ static amp_status run_embedding_bwd(const op_row *r, const amp_backend *be, void
     return be->k.embedding_bwd(be->dev, r->dt, r->s[0], r->s[1], r->s[2], p[0], p[1], p[2]);
 }
 
+/* rope: s = {batch, seq, heads, head_dim, rot_heads, offset, table_rows}; the table any values
+ * in [-1, 1] (the kernel only reads them). */
+static amp_rope_desc rope_desc(const op_row *r) {
+    return (amp_rope_desc){.batch = r->s[0], .seq = r->s[1], .heads = r->s[2],
+                           .head_dim = r->s[3], .rot_heads = r->s[4], .offset = r->s[5],
+                           .table_rows = r->s[6], .dt = r->dt,
+                           .interleaved = r->flags & ROPE_INTERLEAVED,
+                           .inverse = r->flags & ROPE_INVERSE};
+}
+static void setup_rope(const op_row *r, tcase *c) {
+    int64_t n = r->s[0] * r->s[1] * r->s[2] * r->s[3];
+    in_range(c, 0, "table", ROLE_IN, EK_F32, r->s[6] * r->s[3], -1, 1);
+    in_main(r, c, 1, "x", ek_of(r->dt), n);
+    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), n);
+}
+static amp_status run_rope(const op_row *r, const amp_backend *be, void *const *p) {
+    amp_rope_desc d = rope_desc(r);
+    return be->k.rope(be->dev, &d, p[0], p[1], p[2]);
+}
+
 /* xent_*: s = {rows, classes, padding}, f = {label_smoothing, dloss}; labels uniform over the
  * classes, every third row ignored with XENT_IGNORE (ignore_index -1); the sum with XENT_SUM;
  * each row's padding columns (a padded vocabulary) hold values too, never read. */
@@ -330,30 +352,39 @@ static amp_status run_xent_bwd(const op_row *r, const amp_backend *be, void *con
 /* attn_*: s = {batch, heads, seq, head_dim}, f = {dropout_p}; ATTN_PADDED: kv_len with batch 0
  * entirely padded (its rows see no key) and the others random. ATTN_PACKED: the qkvpacked
  * layout, q, k and v (dq, dk, dv) one slot of three parts, slots 1 and 2 (9 and 10) unused. */
+/* attn_*: s = {batch, heads, seq, head_dim, kv_heads, kv_seq} (0: heads, seq); f = {dropout_p}. */
 static amp_attn_desc attn_desc(const op_row *r) {
     return (amp_attn_desc){.batch = r->s[0], .heads = r->s[1], .seq = r->s[2],
-                           .head_dim = r->s[3], .dt = r->dt,
-                           .scale = (float)(1.0 / sqrt((double)r->s[3])),
+                           .head_dim = r->s[3], .kv_heads = r->s[4], .kv_seq = r->s[5],
+                           .dt = r->dt, .scale = (float)(1.0 / sqrt((double)r->s[3])),
                            .causal = (r->flags & ATTN_CAUSAL) != 0, .dropout_p = r->f[0],
                            .seed = 42, .offset = 7, .packed = (r->flags & ATTN_PACKED) != 0};
 }
 /* q, k and v (or dq, dk, dv) from their slot(s): three slots, or three parts of one. */
 static void attn_parts(const amp_attn_desc *d, void *const *p, int first, void *out[3]) {
-    size_t part = (size_t)(d->heads * d->head_dim) * amp_dtype_size(d->dt);
-    for (int a = 0; a < 3; a++) out[a] = d->packed ? (char *)p[first] + a * part : p[first + a];
+    size_t es = amp_dtype_size(d->dt), hd = (size_t)d->head_dim;
+    size_t at[3] = {0, (size_t)d->heads * hd * es,
+                    (size_t)(d->heads + amp_attn_kv_heads(d)) * hd * es};
+    for (int a = 0; a < 3; a++) out[a] = d->packed ? (char *)p[first] + at[a] : p[first + a];
 }
 static int64_t attn_numel(const op_row *r) { return r->s[0] * r->s[1] * r->s[2] * r->s[3]; }
+static int64_t attn_kv_numel(const op_row *r) {
+    amp_attn_desc d = attn_desc(r);
+    return d.batch * amp_attn_kv_heads(&d) * amp_attn_kv_seq(&d) * d.head_dim;
+}
+static int64_t attn_packed_numel(const op_row *r) { return attn_numel(r) + 2 * attn_kv_numel(r); }
 static void attn_inputs(const op_row *r, tcase *c) {
+    amp_attn_desc d = attn_desc(r);
     if (r->flags & ATTN_PACKED) {
-        in_main(r, c, 0, "qkv", ek_of(r->dt), 3 * attn_numel(r));
+        in_main(r, c, 0, "qkv", ek_of(r->dt), attn_packed_numel(r));
     } else {
         in_main(r, c, 0, "q", ek_of(r->dt), attn_numel(r));
-        in_main(r, c, 1, "k", ek_of(r->dt), attn_numel(r));
-        in_main(r, c, 2, "v", ek_of(r->dt), attn_numel(r));
+        in_main(r, c, 1, "k", ek_of(r->dt), attn_kv_numel(r));
+        in_main(r, c, 2, "v", ek_of(r->dt), attn_kv_numel(r));
     }
     int32_t *len = slot_decl(c, 3, "kv_len", ROLE_IN, EK_I32, r->s[0]);
     for (int64_t b = 0; b < r->s[0]; b++)
-        len[b] = b == 0 ? 0 : (int32_t)(1 + rng_below(&c->rng, r->s[2]));
+        len[b] = b == 0 ? 0 : (int32_t)(1 + rng_below(&c->rng, amp_attn_kv_seq(&d)));
 }
 static const int32_t *attn_len(const op_row *r, void *const *p) {
     return r->flags & ATTN_PADDED ? p[3] : NULL;
@@ -382,14 +413,15 @@ static void setup_attn_bwd(const op_row *r, tcase *c) {
     float *lse = slot_decl(c, 6, "lse", ROLE_IN, EK_F32, attn_numel(r) / dim);
     for (int64_t bh = 0; bh < d.batch * d.heads; bh++)
         for (int64_t i = 0; i < seq; i++) {
-            int64_t n = d.causal ? i + 1 : seq, l = r->flags & ATTN_PADDED ? len[bh / d.heads] : seq;
-            n = l < n ? l : n;
+            int64_t l = r->flags & ATTN_PADDED ? len[bh / d.heads] : amp_attn_kv_seq(&d);
+            int64_t n = amp_attn_keys(&d, i, l), kvh = amp_attn_kv_of(&d, bh);
             double m = -INFINITY, sum = 0.0, s[512];
             for (int64_t j = 0; j < n; j++) {
                 s[j] = 0.0;
                 for (int64_t e = 0; e < dim; e++)
-                    s[j] += ek_load(q, c->s[0].kind, amp_attn_row(&d, true, bh, i) + e) *
-                            ek_load(k, c->s[0].kind, k_at + amp_attn_row(&d, true, bh, j) + e);
+                    s[j] += ek_load(q, c->s[0].kind, amp_attn_row(&d, AMP_ATTN_Q, bh, i) + e) *
+                            ek_load(k, c->s[0].kind,
+                                    k_at + amp_attn_row(&d, AMP_ATTN_KV, kvh, j) + e);
                 s[j] *= d.scale;
                 m = s[j] > m ? s[j] : m;
             }
@@ -398,12 +430,12 @@ static void setup_attn_bwd(const op_row *r, tcase *c) {
         }
     slot_decl(c, 7, "delta", ROLE_OUT, EK_F32, attn_numel(r) / dim);
     if (d.packed) {
-        slot_decl(c, 8, "dqkv", ROLE_OUT, ek_of(r->dt), 3 * attn_numel(r));
+        slot_decl(c, 8, "dqkv", ROLE_OUT, ek_of(r->dt), attn_packed_numel(r));
         return;
     }
     slot_decl(c, 8, "dq", ROLE_OUT, ek_of(r->dt), attn_numel(r));
-    slot_decl(c, 9, "dk", ROLE_OUT, ek_of(r->dt), attn_numel(r));
-    slot_decl(c, 10, "dv", ROLE_OUT, ek_of(r->dt), attn_numel(r));
+    slot_decl(c, 9, "dk", ROLE_OUT, ek_of(r->dt), attn_kv_numel(r));
+    slot_decl(c, 10, "dv", ROLE_OUT, ek_of(r->dt), attn_kv_numel(r));
 }
 static amp_status run_attn_bwd(const op_row *r, const amp_backend *be, void *const *p) {
     amp_attn_desc d = attn_desc(r);
@@ -474,6 +506,9 @@ static const op_row transformer_rows[] = {
     {"embedding_bwd_f32_repeats", E_embedding_bwd, {1000, 64, 50}, F32, .tol = EXACT, .lo = -1, .hi = 1},
     {"embedding_bwd_bf16", E_embedding_bwd, {512, 96, 1000}, BF16, .tol = EXACT, .lo = -1, .hi = 1},
     {"embedding_bwd_f16_odd", E_embedding_bwd, {77, 33, 7}, F16, .tol = EXACT, .lo = -1, .hi = 1},
+    {"rope_f32_half_qkv", E_rope, {2, 17, 12, 64, 8, 3, 40}, F32, .tol = TOL(0, 0), .lo = -2, .hi = 2, .specials = true},
+    {"rope_bf16_interleaved", E_rope, {3, 33, 4, 128, 4, 0, 33}, BF16, .flags = ROPE_INTERLEAVED, .tol = EXACT, .lo = -2, .hi = 2},
+    {"rope_f16_inverse_offset", E_rope, {1, 9, 6, 32, 5, 100, 109}, F16, .flags = ROPE_INVERSE, .tol = EXACT, .lo = -2, .hi = 2},
     /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
      * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
     {"copy_strided_f32_bthd", E_copy_strided, {4, 2, 17, 4, 8}, F32, .f = {213}, .tol = EXACT, .lo = -4, .hi = 4, .specials = true},
@@ -506,6 +541,18 @@ static const op_row transformer_rows[] = {
     {"attn_fwd_bf16_packed_padded", E_attn_fwd, {3, 2, 40, 64}, BF16, .flags = ATTN_PADDED | ATTN_PACKED, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
     {"attn_bwd_f32_packed_causal", E_attn_bwd, {2, 3, 37, 32}, F32, .flags = ATTN_CAUSAL | ATTN_PACKED, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
     {"attn_bwd_bf16_packed_dropout", E_attn_bwd, {2, 2, 33, 64}, BF16, .flags = ATTN_CAUSAL | ATTN_PACKED, .f = {0.25f}, .tol = TOL(1e-2, 2 * ULP_BF16), .lo = -1, .hi = 1},
+    /* Grouped-query (kv_heads 1, 2, 4 of 8), packed too, and keys past the queries (a cache:
+     * the causal mask aligned to the end). */
+    {"attn_fwd_f32_kv4_causal", E_attn_fwd, {2, 8, 17, 64, 4}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-5, 1e-4), .lo = -1, .hi = 1},
+    {"attn_bwd_f32_kv1_causal", E_attn_bwd, {1, 8, 17, 64, 1}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
+    /* dk and dv sum a group of 4 heads' parts, each rounded to bf16 by its backend: an ulp of
+     * each part (up to 2^-8 of parts near 1) may differ, and the parts cancel, so the bound is
+     * absolute, 4 of those ulps and more, not relative to the sum. */
+    {"attn_bwd_bf16_kv2_packed_dropout", E_attn_bwd, {2, 8, 33, 128, 2}, BF16, .flags = ATTN_CAUSAL | ATTN_PACKED, .f = {0.25f}, .tol = TOL(3e-2, 2 * ULP_BF16), .lo = -1, .hi = 1},
+    {"attn_fwd_bf16_kv2_packed_padded", E_attn_fwd, {2, 8, 40, 64, 2}, BF16, .flags = ATTN_PADDED | ATTN_PACKED, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    {"attn_fwd_f32_cache_one_query", E_attn_fwd, {2, 8, 1, 64, 2, 257}, F32, .flags = ATTN_CAUSAL | ATTN_PADDED, .tol = TOL(1e-5, 1e-4), .lo = -1, .hi = 1},
+    {"attn_bwd_f32_cache_causal", E_attn_bwd, {1, 4, 9, 32, 2, 40}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
+    {"attn_fwd_f16_kv4_t257", E_attn_fwd, {1, 8, 257, 128, 4}, F16, .flags = ATTN_CAUSAL, .f = {0.1f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},
 };
 
 #endif

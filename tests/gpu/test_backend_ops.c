@@ -386,7 +386,7 @@ static amp_status run_dropout_bwd(const op_row *r, const amp_backend *be, void *
 #define ULP_F16 0x1p-10
 #define ACT_L1 (8 * 16 * 28 * 28) /* the ConvNet's layer1 activations: 100352 elements */
 
-/* The ConvNet of nn/presets.c at batch 8, and an odd shape (stride 2 x 1, pad 1 x 0, 3 x 2
+/* The ConvNet of models/mnist.c at batch 8, and an odd shape (stride 2 x 1, pad 1 x 0, 3 x 2
  * kernel) whose sizes divide nothing. */
 #define CONV_L1 {8, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2}
 #define CONV_L2 {8, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2}
@@ -430,7 +430,8 @@ static const entry_info entries[E_N] = {
     ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
     ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
     ENTRY(softmax_bwd, softmax_bwd), ENTRY(embedding_fwd, embedding_fwd),
-    ENTRY(embedding_bwd, embedding_bwd), ENTRY(xent_fwd, xent_fwd), ENTRY(xent_bwd, xent_bwd),
+    ENTRY(embedding_bwd, embedding_bwd), ENTRY(rope, rope), ENTRY(xent_fwd, xent_fwd),
+    ENTRY(xent_bwd, xent_bwd),
     ENTRY(attn_fwd, attn_fwd), ENTRY(attn_bwd, attn_bwd),
 };
 

@@ -209,7 +209,28 @@ static void test_bad_input(amp_ctx *ctx) {
     CHECK_OK(amp_tensor_create(ctx, AMP_BF16, 4, (const int64_t[]){2, 4, 8, 16}, &h));
     amp_attention_options o = {.causal = true};
     CHECK_FAILS(amp_scaled_dot_product_attention(q, k, q, &o, &y), AMP_ERR_SHAPE,
-                "amp_scaled_dot_product_attention: q [2, 4, 8, 16], k [2, 2, 8, 16]");
+                "amp_scaled_dot_product_attention: q [2, 4, 8, 16] [batch, heads, seq, head_dim], "
+                "k [2, 2, 8, 16] and v [2, 4, 8, 16]");
+    /* grouped-query: 3 key/value heads do not divide 4; more causal queries than keys; a packed
+     * qkv whose heads do not divide by kv_heads */
+    amp_tensor *k3 = NULL, *k5 = NULL, *p3 = NULL;
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 4, (const int64_t[]){2, 3, 8, 16}, &k3));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 4, (const int64_t[]){2, 2, 5, 16}, &k5));
+    CHECK_OK(amp_tensor_create(ctx, AMP_F32, 4, (const int64_t[]){2, 8, 7, 16}, &p3));
+    CHECK_FAILS(amp_scaled_dot_product_attention(q, k3, k3, &o, &y), AMP_ERR_SHAPE,
+                "kv_heads dividing heads");
+    CHECK_FAILS(amp_scaled_dot_product_attention(q, k5, k5, &o, &y), AMP_ERR_SHAPE,
+                "causal with 8 queries and only 5 keys");
+    o.kv_heads = 3;
+    CHECK_FAILS(amp_scaled_dot_product_attention(q, k, k, &o, &y), AMP_ERR_SHAPE,
+                "kv_heads dividing heads");
+    o.kv_heads = 2;
+    CHECK_FAILS(amp_scaled_dot_product_attention_qkvpacked(p3, &o, &y), AMP_ERR_SHAPE,
+                "holds 3 heads besides 2 x kv_heads = 2");
+    o.kv_heads = 0;
+    amp_tensor_free(k3);
+    amp_tensor_free(k5);
+    amp_tensor_free(p3);
     CHECK_FAILS(amp_scaled_dot_product_attention(q, h, q, &o, &y), AMP_ERR_DTYPE,
                 "amp_scaled_dot_product_attention");
     CHECK_FAILS(amp_scaled_dot_product_attention(k, NULL, k, &o, &y), AMP_ERR_INVALID_ARG, "k");
