@@ -553,6 +553,9 @@ amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d);
 /* LayerNorm's descriptor: set, a float dtype, rows >= 0, cols >= 1, eps >= 0 and finite. */
 amp_status amp_backend_check_ln(const char *fn, const amp_ln_desc *d);
 amp_status amp_backend_check_rope(const char *fn, const amp_rope_desc *d);
+/* A float dtype, rows, cols >= 0 and a row stride ld >= cols (swiglu_*). */
+amp_status amp_backend_check_rows(const char *fn, amp_dtype dt, int64_t rows, int64_t cols,
+                                  int64_t ld);
 /* reduce_dim's and scatter_dim's: a known op, a float dtype, outer, inner >= 0 and n >= 1
  * (AMP_ERR_INVALID_ARG / AMP_ERR_DTYPE naming fn). */
 amp_status amp_backend_check_reduce_dim(const char *fn, amp_reduce_op op, amp_dtype dt,

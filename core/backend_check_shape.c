@@ -82,6 +82,15 @@ amp_status amp_backend_check_softmax(const char *fn, const amp_softmax_desc *d) 
     return AMP_OK;
 }
 
+amp_status amp_backend_check_rows(const char *fn, amp_dtype dt, int64_t rows, int64_t cols,
+                                  int64_t ld) {
+    AMP_TRY(amp_backend_check_float(fn, dt));
+    if (rows < 0 || cols < 0 || ld < cols)
+        return amp_fail(AMP_ERR_SHAPE, "%s: [%lld, %lld] with row stride %lld needs rows, cols >= 0 "
+                        "and a stride >= cols", fn, (long long)rows, (long long)cols, (long long)ld);
+    return AMP_OK;
+}
+
 amp_status amp_backend_check_rope(const char *fn, const amp_rope_desc *d) {
     if (!d) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'd' is NULL", fn);
     AMP_TRY(amp_backend_check_float(fn, d->dt));

@@ -35,6 +35,22 @@ amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tens
  * are computed from z). Backward: dz = GELU'(z) dy, then linear's backward. Autocast as linear. */
 amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tanh_approximation,
                            amp_tensor **out);
+/* SwiGLU, the Llama family's MLP activation: y = silu(gate) * up (Shazeer's GLU variant; Hugging
+ * Face's LlamaMLP computes down_proj(act_fn(gate_proj(x)) * up_proj(x))).
+ * amp_swiglu takes both halves in one tensor, gu [..., 2F] (the gate's F, then the up
+ * projection's F: a fused gate_up projection's output), and gives y [..., F].
+ * amp_linear_swiglu(x [..., in], w_gate [F, in], w_up [F, in]) makes gu with the projections'
+ * GEMM, one GEMM of 2F outputs when w_up directly follows w_gate in memory (a model's two
+ * consecutive parameters, gate_proj then up_proj, as Llama registers them; two GEMMs into gu's
+ * halves otherwise) and feeds it to the same fused op, keeping only gu for the backward (no
+ * silu output or product stored), whose dx is one GEMM over both halves of dgu when joined.
+ * Values and gradients are amp_silu then amp_mul's bit for bit, given gu (the same roundings in
+ * every dtype); the GEMMs are amp_linear's (without a bias), to their rounding when joined (one
+ * GEMM over 2F outputs, dx one sum over 2F terms instead of two added). Autocast as linear: the
+ * half type under O1. */
+amp_status amp_swiglu(amp_tensor *gu, amp_tensor **out);
+amp_status amp_linear_swiglu(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up,
+                             amp_tensor **out);
 /* y = a @ b: a [m, k], b [k, n]. */
 amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 /* x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out] or NULL. */

@@ -1,6 +1,6 @@
 /* test_backend_ops: the entries of the transformer ops (reduce_dim, scatter_dim, binary_bcast,
- * where, copy_strided, layernorm_*, softmax_*, embedding_*, rope, xent_*, attn_*), their setups, runs
- * and rows. Included by
+ * where, copy_strided, layernorm_*, softmax_*, embedding_*, rope, swiglu_*, xent_*, attn_*), their
+ * setups, runs and rows. Included by
  * test_backend_ops.c after op_row, its helpers and the tolerance macros.
  *
  * These entries share their arithmetic and its order between the backends (kernels/math/
@@ -18,6 +18,7 @@ enum {
     XENT_IGNORE = 1 << 15, XENT_SUM = 1 << 16,                    /* xent_* */
     ATTN_CAUSAL = 1 << 17, ATTN_PADDED = 1 << 18, ATTN_PACKED = 1 << 19, /* attn_* */
     ROPE_INTERLEAVED = 1 << 10, ROPE_INVERSE = 1 << 11,                 /* rope */
+    SWIGLU_APART = 1 << 10, /* swiglu_*: a and b two dense tensors (else halves of one) */
 };
 
 /* reduce_dim: s = {outer, n, inner}, op (amp_reduce_op), f = {alpha}; a max row writes idx. */
@@ -299,6 +300,41 @@ static amp_status run_rope(const op_row *r, const amp_backend *be, void *const *
     return be->k.rope(be->dev, &d, p[0], p[1], p[2]);
 }
 
+/* swiglu_*: s = {rows, cols}; gu [rows, 2 cols] (a and b its halves, stride 2 cols), or with
+ * SWIGLU_APART a and b dense [rows, cols] each (stride cols). */
+static int64_t swiglu_ld(const op_row *r) { return r->flags & SWIGLU_APART ? r->s[1] : 2 * r->s[1]; }
+static void swiglu_ab(const op_row *r, void *const *p, int slot, const void **a, const void **b) {
+    *a = p[slot];
+    *b = r->flags & SWIGLU_APART ? p[slot + 1]
+                                 : (const char *)p[slot] + (size_t)r->s[1] * amp_dtype_size(r->dt);
+}
+static void setup_swiglu_fwd(const op_row *r, tcase *c) {
+    int64_t n = r->s[0] * r->s[1];
+    in_main(r, c, 0, "a", ek_of(r->dt), r->flags & SWIGLU_APART ? n : 2 * n);
+    if (r->flags & SWIGLU_APART) in_main(r, c, 1, "b", ek_of(r->dt), n);
+    slot_decl(c, 2, "y", ROLE_OUT, ek_of(r->dt), n);
+}
+static amp_status run_swiglu_fwd(const op_row *r, const amp_backend *be, void *const *p) {
+    const void *a, *b;
+    swiglu_ab(r, p, 0, &a, &b);
+    return be->k.swiglu_fwd(be->dev, r->dt, r->s[0], r->s[1], a, b, swiglu_ld(r), p[2]);
+}
+static void setup_swiglu_bwd(const op_row *r, tcase *c) {
+    int64_t n = r->s[0] * r->s[1];
+    bool apart = r->flags & SWIGLU_APART;
+    in_main(r, c, 0, "a", ek_of(r->dt), apart ? n : 2 * n);
+    if (apart) in_main(r, c, 1, "b", ek_of(r->dt), n);
+    in_main(r, c, 2, "dy", ek_of(r->dt), n);
+    slot_decl(c, 3, "da", ROLE_OUT, ek_of(r->dt), apart ? n : 2 * n);
+    if (apart) slot_decl(c, 4, "db", ROLE_OUT, ek_of(r->dt), n);
+}
+static amp_status run_swiglu_bwd(const op_row *r, const amp_backend *be, void *const *p) {
+    const void *a, *b;
+    swiglu_ab(r, p, 0, &a, &b);
+    void *db = r->flags & SWIGLU_APART ? p[4] : (char *)p[3] + (size_t)r->s[1] * amp_dtype_size(r->dt);
+    return be->k.swiglu_bwd(be->dev, r->dt, r->s[0], r->s[1], a, b, swiglu_ld(r), p[2], p[3], db);
+}
+
 /* xent_*: s = {rows, classes, padding}, f = {label_smoothing, dloss}; labels uniform over the
  * classes, every third row ignored with XENT_IGNORE (ignore_index -1); the sum with XENT_SUM;
  * each row's padding columns (a padded vocabulary) hold values too, never read. */
@@ -508,6 +544,11 @@ static const op_row transformer_rows[] = {
     {"embedding_bwd_f16_odd", E_embedding_bwd, {77, 33, 7}, F16, .tol = EXACT, .lo = -1, .hi = 1},
     {"rope_f32_half_qkv", E_rope, {2, 17, 12, 64, 8, 3, 40}, F32, .tol = TOL(0, 0), .lo = -2, .hi = 2, .specials = true},
     {"rope_bf16_interleaved", E_rope, {3, 33, 4, 128, 4, 0, 33}, BF16, .flags = ROPE_INTERLEAVED, .tol = EXACT, .lo = -2, .hi = 2},
+    {"swiglu_fwd_f32_halves", E_swiglu_fwd, {33, 176}, F32, .tol = TOL(0, 0), .lo = -8, .hi = 8, .specials = true},
+    {"swiglu_fwd_bf16_apart", E_swiglu_fwd, {64, 688}, BF16, .flags = SWIGLU_APART, .tol = EXACT, .lo = -6, .hi = 6},
+    {"swiglu_bwd_f16_halves", E_swiglu_bwd, {17, 45}, F16, .tol = EXACT, .lo = -6, .hi = 6},
+    {"swiglu_bwd_bf16_apart", E_swiglu_bwd, {40, 176}, BF16, .flags = SWIGLU_APART, .tol = EXACT, .lo = -6, .hi = 6},
+    {"swiglu_bwd_f32_specials", E_swiglu_bwd, {9, 64}, F32, .tol = TOL(0, 0), .lo = -90, .hi = 90, .specials = true},
     {"rope_f16_inverse_offset", E_rope, {1, 9, 6, 32, 5, 100, 109}, F16, .flags = ROPE_INVERSE, .tol = EXACT, .lo = -2, .hi = 2},
     /* Strided copies: s = {ndim, shape...}, f = {permutation}: attention's [B, T, H, D] ->
      * [B, H, T, D], a 2-D transpose, a 5-D permutation, i32. */
@@ -549,7 +590,9 @@ static const op_row transformer_rows[] = {
      * each part (up to 2^-8 of parts near 1) may differ, and the parts cancel, so the bound is
      * absolute, 4 of those ulps and more, not relative to the sum. */
     {"attn_bwd_bf16_kv2_packed_dropout", E_attn_bwd, {2, 8, 33, 128, 2}, BF16, .flags = ATTN_CAUSAL | ATTN_PACKED, .f = {0.25f}, .tol = TOL(3e-2, 2 * ULP_BF16), .lo = -1, .hi = 1},
-    {"attn_fwd_bf16_kv2_packed_padded", E_attn_fwd, {2, 8, 40, 64, 2}, BF16, .flags = ATTN_PADDED | ATTN_PACKED, .tol = TOL(1e-3, ULP_BF16), .lo = -1, .hi = 1},
+    /* The CPU's bf16 products round P to bf16 (attention_bf16.c), CUDA's do not: an output
+     * o = sum p v moves by up to 2^-8 sum p |v| <= 2^-8 max |v|, about 4e-3 here. */
+    {"attn_fwd_bf16_kv2_packed_padded", E_attn_fwd, {2, 8, 40, 64, 2}, BF16, .flags = ATTN_PADDED | ATTN_PACKED, .tol = TOL(4e-3, ULP_BF16), .lo = -1, .hi = 1},
     {"attn_fwd_f32_cache_one_query", E_attn_fwd, {2, 8, 1, 64, 2, 257}, F32, .flags = ATTN_CAUSAL | ATTN_PADDED, .tol = TOL(1e-5, 1e-4), .lo = -1, .hi = 1},
     {"attn_bwd_f32_cache_causal", E_attn_bwd, {1, 4, 9, 32, 2, 40}, F32, .flags = ATTN_CAUSAL, .tol = TOL(1e-4, 1e-3), .lo = -1, .hi = 1},
     {"attn_fwd_f16_kv4_t257", E_attn_fwd, {1, 8, 257, 128, 4}, F16, .flags = ATTN_CAUSAL, .f = {0.1f}, .tol = TOL(1e-3, ULP_F16), .lo = -1, .hi = 1},

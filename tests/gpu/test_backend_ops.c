@@ -430,7 +430,8 @@ static const entry_info entries[E_N] = {
     ENTRY(copy_strided, copy_strided), ENTRY(layernorm_fwd, layernorm_fwd),
     ENTRY(layernorm_bwd, layernorm_bwd), ENTRY(softmax_fwd, softmax_fwd),
     ENTRY(softmax_bwd, softmax_bwd), ENTRY(embedding_fwd, embedding_fwd),
-    ENTRY(embedding_bwd, embedding_bwd), ENTRY(rope, rope), ENTRY(xent_fwd, xent_fwd),
+    ENTRY(embedding_bwd, embedding_bwd), ENTRY(rope, rope), ENTRY(swiglu_fwd, swiglu_fwd),
+    ENTRY(swiglu_bwd, swiglu_bwd), ENTRY(xent_fwd, xent_fwd),
     ENTRY(xent_bwd, xent_bwd),
     ENTRY(attn_fwd, attn_fwd), ENTRY(attn_bwd, attn_bwd),
 };
