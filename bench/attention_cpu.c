@@ -1,10 +1,13 @@
 /* Fused causal attention on the CPU, forward + backward through the public API, against the
  * same shape in PyTorch (bench/attention_torch.py, F.scaled_dot_product_attention(is_causal=True)
- * with the same threads): `attention_cpu [B H T D [reps [f32|bf16|f16]]]` prints the median
+ * with the same threads): `attention_cpu [B H T D [reps [f32|bf16|f16 [KV]]]]` (KV: key/value
+ * heads of grouped-query attention, default H) prints the median
  * time of a forward and backward, its FLOP rate (FlashAttention's convention: 2 B H T^2 D
  * forward causal, 2.5 times that backward), the ledger's peak above the inputs, and the saved
  * state plus workspace beside the B H T^2 f32 probabilities a naive attention keeps (the CPU is
- * synchronous: the time is the work). Results: bench/RESULTS.md. */
+ * synchronous: the time is the work), and the ledger's bytes of the inputs and of the peak, whose
+ * difference between KV = H and KV < H is what k, v and their gradients save. Results:
+ * bench/RESULTS.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,26 +44,30 @@ int main(int argc, char **argv) {
         fprintf(stderr, "attention_cpu: dtype %s is not f32, bf16 or f16\n", dname);
         return 2;
     }
-    if (argc > 7 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1 || shape[3] < 1 || reps < 1) {
-        fprintf(stderr, "usage: attention_cpu [B H T D [reps [f32|bf16|f16]]]: each at least 1 "
-                        "(default 8 8 1024 64 5 f32)\n");
+    int64_t kv = argc > 7 ? atoll(argv[7]) : shape[1];
+    if (argc > 8 || kv < 1 || shape[1] % kv != 0 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1 || shape[3] < 1 || reps < 1) {
+        fprintf(stderr, "usage: attention_cpu [B H T D [reps [f32|bf16|f16 [KV]]]]: each at least "
+                        "1, KV dividing H (default 8 8 1024 64 5 f32 8)\n");
         return 2;
     }
     int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+    const int64_t kv_shape[4] = {shape[0], kv, shape[2], shape[3]};
     amp_ctx *ctx;
     TRY(amp_ctx_create(&(amp_ctx_opts){.device = AMP_DEVICE_CPU, .seed = 1}, &ctx));
     float *host = malloc((size_t)n * sizeof *host);
     amp_tensor *x[3];
     for (int a = 0; a < 3; a++) {
-        for (int64_t i = 0; i < n; i++) host[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-        TRY(amp_tensor_from_host(ctx, AMP_F32, 4, shape, host, &x[a]));
+        const int64_t *sh = a ? kv_shape : shape;
+        int64_t na = a ? n / shape[1] * kv : n;
+        for (int64_t i = 0; i < na; i++) host[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+        TRY(amp_tensor_from_host(ctx, AMP_F32, 4, sh, host, &x[a]));
         if (dt != AMP_F32) { /* the inputs in the half type, rounded by a cast */
             amp_tensor *h = NULL;
             TRY(amp_cast(x[a], dt, &h));
-            TRY(amp_tensor_to_host(h, host, (size_t)n * 2));
+            TRY(amp_tensor_to_host(h, host, (size_t)na * 2));
             amp_ctx_reset_step(ctx);
             amp_tensor_free(x[a]);
-            TRY(amp_tensor_from_host(ctx, dt, 4, shape, host, &x[a]));
+            TRY(amp_tensor_from_host(ctx, dt, 4, sh, host, &x[a]));
         }
         TRY(amp_tensor_set_requires_grad(x[a], true));
     }
@@ -90,12 +97,13 @@ int main(int argc, char **argv) {
                    (double)shape[2] * (double)shape[3];
     double saved = 2.0 * 4.0 * (double)shape[0] * (double)shape[1] * (double)shape[2];
     double probs = 4.0 * (double)shape[0] * (double)shape[1] * (double)shape[2] * (double)shape[2];
-    printf("attention_cpu %s causal [%lld, %lld, %lld, %lld]: forward+backward %.1f ms (forward "
-           "%.1f; median of %d), %.1f GFLOP/s; peak %.1f MB above the inputs (outputs and gradients "
-           "included); saved state + workspace %.1f MB (the logsumexp and delta, %.1f MB, and the "
-           "ledger's workspace at the peak); naive probabilities %.1f MB\n",
+    printf("attention_cpu %s causal [%lld, %lld, %lld, %lld] kv_heads %lld: forward+backward %.1f "
+           "ms (forward %.1f; median of %d), %.1f GFLOP/s; inputs %.1f MB, peak %.1f MB above them "
+           "(outputs and gradients included); saved state + workspace %.1f MB (the logsumexp and "
+           "delta, %.1f MB, and the ledger's workspace at the peak); naive probabilities %.1f MB\n",
            dname, (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3],
-           1e3 * med, 1e3 * med_fwd, reps, flops / med / 1e9, (double)(peak.total - before.total) / 1e6,
+           (long long)kv, 1e3 * med, 1e3 * med_fwd, reps, flops / med / 1e9,
+           (double)before.total / 1e6, (double)(peak.total - before.total) / 1e6,
            (saved + (double)peak.bytes[AMP_MEM_WORKSPACE]) / 1e6, saved / 1e6, probs / 1e6);
     for (int a = 0; a < 3; a++) amp_tensor_free(x[a]);
     amp_ctx_free(ctx);

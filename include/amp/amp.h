@@ -18,5 +18,6 @@
 #include "amp/models/mnist.h"
 #include "amp/models/lm.h"
 #include "amp/models/gpt.h"
+#include "amp/models/llama.h"
 
 #endif

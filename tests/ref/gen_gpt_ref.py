@@ -19,15 +19,15 @@ The C test reads them without torch.
 Regenerate (the outputs are committed):
     python3 tests/ref/gen_gpt_ref.py tests/data
 """
-import json
 import math
 import os
-import struct
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ref_files import adamw, write_safetensors
 
 N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB, BATCH, STEPS = 2, 2, 64, 32, 256, 4, 10
 
@@ -104,32 +104,6 @@ class GPT(nn.Module):
 def named_weights(model):
     """state_dict without the tied lm_head.weight, float32."""
     return {k: v.detach().clone().float() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-
-
-def write_safetensors(path, tensors, meta):
-    """The safetensors format: an 8-byte little-endian header size, the JSON header, the data."""
-    header, blobs, offset = {"__metadata__": meta}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        dtype = {torch.float32: "F32", torch.int32: "I32"}[t.dtype]
-        raw = t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-def adamw(model):
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8, foreach=False)
 
 
 def train_losses(init, idx, targets, autocast):

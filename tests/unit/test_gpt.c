@@ -33,9 +33,8 @@
 #include <string.h>
 
 #include "amp/amp.h"
-#include "checkpoint/safetensors.h"
 #include "core/backend.h"
-#include "test_util.h"
+#include "lm_parity.h"
 
 #define NAME "test_gpt"
 enum { B = 4, T = 32, V = 256, STEPS = 10 };
@@ -52,17 +51,7 @@ static const char *data_path(const char *file) {
     return path;
 }
 
-/* A reference tensor's values (f32 or i32) copied out; n checked. */
-static void *ref_copy(const char *name, int64_t n) {
-    amp_st_tensor t;
-    if (amp_st_reader_find(g_ref, name, &t) != AMP_OK || t.numel != n) {
-        CHECK_MSG(false, "reference %s: missing or not %lld elements", name, (long long)n);
-        return NULL;
-    }
-    void *out = malloc(t.nbytes);
-    if (out) memcpy(out, t.data, t.nbytes);
-    return out;
-}
+static void *ref_copy(const char *name, int64_t n) { return lm_ref_copy(g_ref, name, n); }
 
 typedef struct run {
     amp_ctx *ctx;
@@ -103,14 +92,6 @@ static void run_free(run *r) {
     amp_ctx_free(r->ctx);
 }
 
-static float scalar(amp_tensor *t) {
-    float v = NAN;
-    amp_tensor *t32 = t;
-    if (amp_tensor_dtype(t) != AMP_F32) CHECK_OK(amp_cast(t, AMP_F32, &t32));
-    if (t32) CHECK_OK(amp_tensor_to_host(t32, &v, sizeof v));
-    return v;
-}
-
 /* O0 forward and backward against torch's logits, loss and gradients. */
 static void test_o0_parity(amp_device dev, const char *dn) {
     run r;
@@ -134,39 +115,16 @@ static void test_o0_parity(amp_device dev, const char *dn) {
     CHECK_OK(amp_gpt_loss(r.m, r.idx, r.targets, &loss));
     float *ref_loss = ref_copy("loss", 1);
     if (loss && ref_loss) {
-        float l = scalar(loss);
+        float l = lm_scalar(loss);
         CHECK_MSG(fabs(l - ref_loss[0]) <= 1e-5 * fabs(ref_loss[0]), "%s: loss %.9g, torch %.9g",
                   dn, (double)l, (double)ref_loss[0]);
         printf("%s O0: loss %.7f, torch %.7f\n", dn, (double)l, (double)ref_loss[0]);
     }
     free(ref_loss);
     if (loss) CHECK_OK(amp_backward(loss));
-    double worst = 0;
-    const char *worst_name = "";
-    for (int i = 0; i < amp_model_n_params(r.m); i++) {
-        amp_tensor *p = amp_model_param(r.m, i), *g = NULL;
-        char name[160];
-        snprintf(name, sizeof name, "grad.%s", amp_model_param_name(r.m, i));
-        int64_t n = amp_tensor_numel(p);
-        float *gw = ref_copy(name, n), *gg = malloc((size_t)n * sizeof *gg);
-        CHECK_OK(amp_tensor_get_grad(p, &g));
-        if (g && gw && gg) {
-            CHECK_OK(amp_tensor_to_host(g, gg, (size_t)n * sizeof *gg));
-            double d = 0, ref = 0;
-            for (int64_t j = 0; j < n; j++) {
-                d += ((double)gg[j] - gw[j]) * ((double)gg[j] - gw[j]);
-                ref += (double)gw[j] * gw[j];
-            }
-            double rel = sqrt(d) / fmax(sqrt(ref), 1e-30);
-            if (rel > worst) worst = rel, worst_name = amp_model_param_name(r.m, i);
-            CHECK_MSG(rel <= 1e-4, "%s: %s's gradient off by %.3g relative", dn,
-                      amp_model_param_name(r.m, i), rel);
-        }
-        free(gw);
-        free(gg);
-    }
-    printf("%s O0: %d gradients, the worst %.3g relative (%s)\n", dn, amp_model_n_params(r.m),
-           worst, worst_name);
+    char label[48];
+    snprintf(label, sizeof label, "%s O0", dn);
+    lm_check_grads(r.m, g_ref, 1e-4, label);
     run_free(&r);
 }
 
@@ -179,20 +137,7 @@ static void test_steps(amp_device dev, const char *dn, const char *label, const 
     if (!run_make(&r, dev, true, o)) return run_free(&r);
     if (lr_factor != 1.0f) CHECK_OK(amp_optimizer_set_lr(r.opt, 1e-3f * lr_factor));
     float *want = ref_copy(ref, STEPS), got[STEPS] = {0};
-    for (int s = 0; s < STEPS; s++) {
-        amp_tensor *loss = NULL;
-        CHECK_OK(amp_gpt_loss(r.m, r.idx, r.targets, &loss));
-        if (!loss) break;
-        got[s] = scalar(loss);
-        CHECK_OK(amp_backward(loss));
-        if (o) {
-            bool stepped;
-            CHECK_OK(amp_step(r.opt, &stepped));
-        } else {
-            CHECK_OK(amp_optimizer_step(r.opt));
-        }
-        CHECK_OK(amp_zero_grad(r.opt));
-    }
+    lm_train_steps(r.m, r.opt, o != NULL, amp_gpt_loss, r.idx, r.targets, STEPS, got);
     double worst = 0;
     for (int s = 0; want && s < STEPS; s++) worst = fmax(worst, fabs(got[s] - want[s]) / want[s]);
     if (lr_factor != 1.0f) {
@@ -299,7 +244,7 @@ static void test_padded_vocab(void) {
     }
     double want = total / (PB * PT);
     CHECK_OK(amp_gpt_loss(m, x, y, &loss));
-    float got = scalar(loss);
+    float got = lm_scalar(loss);
     CHECK_MSG(fabs(got - want) <= 1e-5 * want, "padded vocabulary: loss %.7f, want %.7f over "
               "the %d real columns", (double)got, want, PV);
     CHECK_OK(amp_backward(loss));

@@ -1,0 +1,329 @@
+/* Llama over the public API (amp/models/llama.h), Hugging Face's modeling_llama step for step:
+ *   h = embed_tokens(idx)
+ *   per layer: x = input_layernorm(h); q, k, v = q_proj(x), k_proj(x), v_proj(x);
+ *              q, k = rope(q), rope(k); a = o_proj(attention(q, k, v, causal, grouped));
+ *              h = h + a; x = post_attention_layernorm(h);
+ *              h = h + down_proj(silu(gate_proj(x)) * up_proj(x))
+ *   logits = lm_head(norm(h)).
+ * Fused where the values allow: each residual add with the RMSNorm after it (amp_norm with a
+ * residual, the next layer's input_layernorm included; AMP_NORM_OUT_FOR_LINEAR, so under O1 the
+ * norm's output comes out in the half type its projections read), q, k and v packed as
+ * [B, T, heads + 2 kv_heads, head_dim] and rotated in one amp_rope call (v copied), read in place
+ * by the grouped qkvpacked attention, and the MLP's gate and up projections with the SwiGLU
+ * (amp_linear_swiglu: one GEMM, gate_proj and up_proj being consecutive parameters). Each
+ * residual branch goes back to the step's memory once its add has read it (amp_tensor_drop). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "amp/models/llama.h"
+#include "amp/status.h"
+#include "amp/tensor.h"
+
+typedef struct llama_linear {
+    amp_model *m;
+    int w, b; /* b -1: no bias */
+} llama_linear;
+
+typedef struct llama_layer {
+    amp_model *input_layernorm, *post_attention_layernorm;
+    llama_linear q, k, v, o, gate, up, down;
+} llama_layer;
+
+typedef struct llama {
+    amp_llama_config cfg;
+    amp_model *embed, *norm, *lm_head; /* lm_head NULL when tied */
+    llama_layer *layers;               /* [num_hidden_layers] */
+    amp_tensor *rope;                  /* the cos/sin table of max_position_embeddings */
+    bool last_only;
+} llama;
+
+static const amp_norm_opts *rms_opts(const llama *l, amp_norm_opts *o) {
+    *o = (amp_norm_opts){.kind = AMP_NORM_RMS, .eps = l->cfg.rms_norm_eps,
+                         .out = AMP_NORM_OUT_FOR_LINEAR};
+    return o;
+}
+
+static void llama_free_user(void *user) {
+    llama *l = user;
+    if (!l) return;
+    amp_tensor_free(l->rope);
+    free(l->layers);
+    free(l);
+}
+
+static amp_status llama_node(amp_model *parent, const char *name, amp_model **m) {
+    amp_status s = amp_model_create(amp_model_ctx(parent), NULL, NULL, NULL, m);
+    if (s != AMP_OK) return s;
+    s = amp_model_add_child(parent, name, *m);
+    if (s != AMP_OK) amp_model_free(*m);
+    return s;
+}
+
+/* A linear layer's parameters under parent.name: weight [out, in] N(0, std), bias zeros. */
+static amp_status llama_linear_make(amp_model *parent, const char *name, int64_t out, int64_t in,
+                                    bool bias, float std, llama_linear *l) {
+    amp_status s = amp_model_create(amp_model_ctx(parent), NULL, NULL, NULL, &l->m);
+    l->b = -1;
+    if (s == AMP_OK)
+        s = amp_model_register_param(l->m, "weight", 2, (int64_t[]){out, in},
+                                     AMP_INIT_NORMAL_OF(0.0f, std), &l->w);
+    if (s == AMP_OK && bias)
+        s = amp_model_register_param(l->m, "bias", 1, (int64_t[]){out}, AMP_INIT_ZERO_VALUES, &l->b);
+    if (s == AMP_OK) s = amp_model_add_child(parent, name, l->m);
+    if (s != AMP_OK) amp_model_free(l->m);
+    return s;
+}
+
+static amp_status llama_norm(amp_model *parent, const char *name, const llama *l, amp_model **m) {
+    amp_status s = amp_module_rms_norm(amp_model_ctx(parent), l->cfg.hidden_size,
+                                       l->cfg.rms_norm_eps, m);
+    if (s != AMP_OK) return s;
+    s = amp_model_add_child(parent, name, *m);
+    if (s != AMP_OK) amp_model_free(*m);
+    return s;
+}
+
+static amp_tensor *weight(const llama_linear *l) { return amp_model_param(l->m, l->w); }
+static amp_tensor *bias(const llama_linear *l) { return l->b < 0 ? NULL : amp_model_param(l->m, l->b); }
+
+static amp_status apply(const llama_linear *l, amp_tensor *x, amp_tensor **y) {
+    return amp_linear(x, weight(l), bias(l), y);
+}
+
+/* y = x + ... is the caller's; this is the attention branch of x [B, T, hidden]. */
+static amp_status llama_attention(const llama *l, const llama_layer *ly, bool training,
+                                  amp_tensor *x, amp_tensor **out) {
+    const amp_llama_config *c = &l->cfg;
+    int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), H = c->num_attention_heads;
+    int64_t KV = c->num_key_value_heads, D = c->head_dim;
+    amp_tensor *q, *k, *v, *parts[3], *qkv, *rot, *y;
+    amp_status s = apply(&ly->q, x, &q);
+    if (s == AMP_OK) s = apply(&ly->k, x, &k);
+    if (s == AMP_OK) s = apply(&ly->v, x, &v);
+    if (s == AMP_OK) s = amp_reshape(q, 4, (int64_t[]){B, T, H, D}, &parts[0]);
+    if (s == AMP_OK) s = amp_reshape(k, 4, (int64_t[]){B, T, KV, D}, &parts[1]);
+    if (s == AMP_OK) s = amp_reshape(v, 4, (int64_t[]){B, T, KV, D}, &parts[2]);
+    if (s == AMP_OK) s = amp_cat(parts, 3, 2, &qkv); /* [B, T, H + 2 KV, D] */
+    amp_tensor *done[6] = {parts[0], parts[1], parts[2], q, k, v}; /* the cat copied them */
+    for (int i = 0; i < 6 && s == AMP_OK; i++) s = amp_tensor_drop(done[i]);
+    amp_rope_opts ro = {.layout = AMP_ROPE_HALF, .heads = H + KV};
+    if (s == AMP_OK) s = amp_rope(qkv, l->rope, &ro, &rot);
+    if (s == AMP_OK) s = amp_tensor_drop(qkv); /* the rotation's backward reads neither */
+    amp_attention_options ao = {.causal = true, .dropout_p = c->attention_dropout,
+                                .training = training, .kv_heads = KV};
+    if (s == AMP_OK) s = amp_scaled_dot_product_attention_qkvpacked(rot, &ao, &y);
+    if (s == AMP_OK) s = amp_reshape(y, 3, (int64_t[]){B, T, H * D}, &y);
+    if (s == AMP_OK) s = apply(&ly->o, y, out);
+    return s;
+}
+
+static amp_status llama_rope_table(llama *l, amp_ctx *ctx) {
+    const amp_llama_config *c = &l->cfg;
+    amp_rope_config rc = {.head_dim = c->head_dim, .max_positions = c->max_position_embeddings,
+                          .theta = c->rope_theta, .type = c->rope_type,
+                          .factor = c->rope_factor, .low_freq_factor = c->rope_low_freq_factor,
+                          .high_freq_factor = c->rope_high_freq_factor,
+                          .original_max_positions = c->rope_original_max_position_embeddings};
+    return amp_rope_table_create(ctx, &rc, &l->rope);
+}
+
+/* logits [B, T, vocab] of idx [B, T]. */
+static amp_status llama_forward(amp_model *self, amp_tensor *const *in, int n_in, amp_tensor **out) {
+    llama *l = amp_model_user(self);
+    if (n_in != 1 || !in[0] || amp_tensor_ndim(in[0]) != 2 || amp_tensor_dtype(in[0]) != AMP_I32)
+        return amp_error(AMP_ERR_SHAPE, "Llama forward (amp_model_forward): the input must be one "
+                         "i32 tensor of token ids [batch, seq]");
+    int64_t T = amp_tensor_dim(in[0], 1);
+    if (T < 1 || T > l->cfg.max_position_embeddings)
+        return amp_error(AMP_ERR_SHAPE, "Llama forward (amp_model_forward): sequence length %lld "
+                         "is outside [1, max_position_embeddings = %lld]", (long long)T,
+                         (long long)l->cfg.max_position_embeddings);
+    bool training = amp_model_is_training(self);
+    amp_norm_opts no;
+    amp_tensor *h, *x, *r = NULL, *a, *m;
+    amp_status s = amp_embedding(in[0], amp_model_param(l->embed, 0), &h);
+    for (int64_t i = 0; i < l->cfg.num_hidden_layers && s == AMP_OK; i++) {
+        const llama_layer *ly = &l->layers[i];
+        /* h = h + mlp(...) of the layer before, fused with this layer's input_layernorm */
+        s = amp_norm(h, r, amp_model_param(ly->input_layernorm, 0), NULL, rms_opts(l, &no), &h, &x);
+        if (s == AMP_OK && r) s = amp_tensor_drop(r);
+        if (s == AMP_OK) s = llama_attention(l, ly, training, x, &a);
+        if (s == AMP_OK)
+            s = amp_norm(h, a, amp_model_param(ly->post_attention_layernorm, 0), NULL,
+                         rms_opts(l, &no), &h, &x);
+        if (s == AMP_OK) s = amp_tensor_drop(a);
+        if (s == AMP_OK) s = amp_linear_swiglu(x, weight(&ly->gate), weight(&ly->up), &m);
+        if (s == AMP_OK) s = apply(&ly->down, m, &r);
+    }
+    if (s == AMP_OK) s = amp_norm(h, r, amp_model_param(l->norm, 0), NULL, rms_opts(l, &no), &h, &x);
+    if (s == AMP_OK && r) s = amp_tensor_drop(r);
+    if (s == AMP_OK && l->last_only && T > 1) s = amp_narrow(x, 1, T - 1, 1, &x);
+    amp_tensor *head = amp_model_param(l->lm_head ? l->lm_head : l->embed, 0);
+    if (s == AMP_OK) s = amp_linear(x, head, NULL, out);
+    return s;
+}
+
+static llama *llama_of(const char *who, const amp_model *m) {
+    if (!m || amp_model_forward_fn(m) != llama_forward) {
+        amp_error(AMP_ERR_INVALID_ARG, "%s: the model is %s, not a Llama of amp_llama_create", who,
+                  m ? "another model" : "NULL");
+        return NULL;
+    }
+    return amp_model_user(m);
+}
+
+amp_status amp_llama_config_of(const amp_model *m, amp_llama_config *cfg) {
+    llama *l = llama_of(__func__, m);
+    if (!l) return AMP_ERR_INVALID_ARG;
+    if (!cfg) return amp_error(AMP_ERR_INVALID_ARG, "%s: argument 'cfg' is NULL", __func__);
+    *cfg = l->cfg;
+    return AMP_OK;
+}
+
+amp_status amp_llama_loss(amp_model *m, amp_tensor *idx, amp_tensor *targets, amp_tensor **loss) {
+    llama *l = llama_of(__func__, m);
+    if (!l) return AMP_ERR_INVALID_ARG;
+    amp_tensor *logits;
+    amp_status s = amp_model_forward(m, idx, &logits);
+    return s == AMP_OK ? amp_lm_loss(logits, targets, l->cfg.vocab_size, loss) : s;
+}
+
+amp_status amp_llama_forward_last(amp_model *m, amp_tensor *idx, amp_tensor **logits) {
+    llama *l = llama_of(__func__, m);
+    if (!l) return AMP_ERR_INVALID_ARG;
+    l->last_only = true;
+    amp_status s = amp_model_forward(m, idx, logits);
+    l->last_only = false;
+    return s;
+}
+
+int64_t amp_llama_n_params(const amp_model *m) {
+    return llama_of(__func__, m) ? amp_model_numel(m) : -1;
+}
+
+double amp_llama_flops_per_token(const amp_model *m, int64_t T) {
+    llama *l = llama_of(__func__, m);
+    if (!l) return 0.0;
+    const amp_llama_config *c = &l->cfg;
+    double lookup = c->tie_word_embeddings ? 0.0 : (double)c->vocab_size * (double)c->hidden_size;
+    return 6.0 * ((double)amp_model_numel(m) - lookup) +
+           6.0 * (double)c->num_hidden_layers * (double)T *
+               (double)(c->num_attention_heads * c->head_dim);
+}
+
+/* The config with its defaults filled in, or the first field that is out of range. */
+static amp_status llama_check(const amp_llama_config *in, amp_llama_config *c) {
+    static const char who[] = "amp_llama_create";
+    *c = *in;
+    if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
+    if (c->num_attention_heads > 0 && c->head_dim == 0)
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    if (c->initializer_range == 0.0f) c->initializer_range = 0.02f;
+    if (c->rope_theta == 0.0f) c->rope_theta = 10000.0f;
+    const struct {
+        const char *name;
+        int64_t v;
+    } positive[] = {{"vocab_size", c->vocab_size}, {"hidden_size", c->hidden_size},
+                    {"intermediate_size", c->intermediate_size},
+                    {"num_hidden_layers", c->num_hidden_layers},
+                    {"num_attention_heads", c->num_attention_heads},
+                    {"num_key_value_heads", c->num_key_value_heads}, {"head_dim", c->head_dim},
+                    {"max_position_embeddings", c->max_position_embeddings}};
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
+        if (positive[i].v < 1)
+            return amp_error(AMP_ERR_INVALID_ARG, "%s: %s = %lld, want >= 1", who, positive[i].name,
+                             (long long)positive[i].v);
+    if (c->vocab_size > INT32_MAX)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: vocab_size = %lld is past 2^31 - 1", who,
+                         (long long)c->vocab_size);
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: num_attention_heads = %lld is not a multiple of "
+                         "num_key_value_heads = %lld", who, (long long)c->num_attention_heads,
+                         (long long)c->num_key_value_heads);
+    if (c->head_dim % 2 != 0)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: head_dim = %lld, want an even number (RoPE "
+                         "rotates pairs)", who, (long long)c->head_dim);
+    if (!(c->rms_norm_eps >= 0.0f) || !isfinite(c->rms_norm_eps))
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: rms_norm_eps = %g, want a finite value >= 0",
+                         who, (double)c->rms_norm_eps);
+    if (!(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f))
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: attention_dropout = %g is outside [0, 1)", who,
+                         (double)c->attention_dropout);
+    if (!(c->initializer_range > 0.0f) || !isfinite(c->initializer_range))
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: initializer_range = %g, want a finite value > 0",
+                         who, (double)c->initializer_range);
+    return AMP_OK;
+}
+
+/* Hugging Face's tree in its order (the init's draws follow it). */
+static amp_status llama_make_tree(llama *l, amp_model *root) {
+    const amp_llama_config *c = &l->cfg;
+    int64_t C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int64_t D = c->head_dim, I = c->intermediate_size;
+    float std = c->initializer_range;
+    bool qb = c->attention_bias;
+    amp_model *model, *layers, *layer, *attn, *mlp;
+    amp_status s = llama_node(root, "model", &model);
+    if (s == AMP_OK) s = amp_model_create(amp_model_ctx(root), NULL, NULL, NULL, &l->embed);
+    if (s == AMP_OK)
+        s = amp_model_register_param(l->embed, "weight", 2, (int64_t[]){c->vocab_size, C},
+                                     AMP_INIT_NORMAL_OF(0.0f, std), NULL);
+    if (s == AMP_OK && (s = amp_model_add_child(model, "embed_tokens", l->embed)) != AMP_OK)
+        amp_model_free(l->embed);
+    if (s == AMP_OK) s = llama_node(model, "layers", &layers);
+    for (int64_t i = 0; i < c->num_hidden_layers && s == AMP_OK; i++) {
+        llama_layer *ly = &l->layers[i];
+        char name[24];
+        snprintf(name, sizeof name, "%lld", (long long)i);
+        s = llama_node(layers, name, &layer);
+        if (s == AMP_OK) s = llama_node(layer, "self_attn", &attn);
+        if (s == AMP_OK) s = llama_linear_make(attn, "q_proj", H * D, C, qb, std, &ly->q);
+        if (s == AMP_OK) s = llama_linear_make(attn, "k_proj", KV * D, C, qb, std, &ly->k);
+        if (s == AMP_OK) s = llama_linear_make(attn, "v_proj", KV * D, C, qb, std, &ly->v);
+        if (s == AMP_OK) s = llama_linear_make(attn, "o_proj", C, H * D, qb, std, &ly->o);
+        if (s == AMP_OK) s = llama_node(layer, "mlp", &mlp);
+        if (s == AMP_OK) s = llama_linear_make(mlp, "gate_proj", I, C, false, std, &ly->gate);
+        if (s == AMP_OK) s = llama_linear_make(mlp, "up_proj", I, C, false, std, &ly->up);
+        if (s == AMP_OK) s = llama_linear_make(mlp, "down_proj", C, I, false, std, &ly->down);
+        if (s == AMP_OK) s = llama_norm(layer, "input_layernorm", l, &ly->input_layernorm);
+        if (s == AMP_OK)
+            s = llama_norm(layer, "post_attention_layernorm", l, &ly->post_attention_layernorm);
+    }
+    if (s == AMP_OK) s = llama_norm(model, "norm", l, &l->norm);
+    if (s == AMP_OK && !c->tie_word_embeddings) {
+        llama_linear head;
+        s = llama_linear_make(root, "lm_head", c->vocab_size, C, false, std, &head);
+        l->lm_head = head.m;
+    }
+    return s;
+}
+
+amp_status amp_llama_create(amp_ctx *ctx, const amp_llama_config *cfg, amp_model **out) {
+    if (!out) return amp_error(AMP_ERR_INVALID_ARG, "amp_llama_create: argument 'out' is NULL");
+    *out = NULL;
+    if (!ctx || !cfg)
+        return amp_error(AMP_ERR_INVALID_ARG, "amp_llama_create: ctx and cfg must not be NULL");
+    amp_llama_config c;
+    amp_status s = llama_check(cfg, &c);
+    if (s != AMP_OK) return s;
+    llama *l = calloc(1, sizeof *l);
+    if (l) l->layers = calloc((size_t)c.num_hidden_layers, sizeof *l->layers);
+    if (!l || !l->layers) {
+        llama_free_user(l);
+        return amp_error(AMP_ERR_OOM, "amp_llama_create: out of host memory");
+    }
+    l->cfg = c;
+    s = amp_model_create(ctx, llama_forward, l, llama_free_user, out);
+    if (s != AMP_OK) {
+        llama_free_user(l);
+        return s;
+    }
+    s = llama_make_tree(l, *out);
+    if (s == AMP_OK) s = llama_rope_table(l, ctx); /* a bad rope_scaling is refused here */
+    if (s != AMP_OK) {
+        amp_model_free(*out);
+        *out = NULL;
+    }
+    return s;
+}

@@ -1,0 +1,171 @@
+/* Hugging Face folders in and out for the Llama (amp/models/llama.h): config.json's fields read
+ * with jansson, in both spellings transformers has written (4.x: rope_theta and rope_scaling at
+ * the top level; 5.x: one rope_parameters object holding rope_theta and rope_type), and the
+ * folder's model.safetensors loaded as it is (the parameter names are Hugging Face's). */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "amp/checkpoint.h"
+#include "amp/models/llama.h"
+#include "amp/status.h"
+
+#define WHO "amp_llama_config_load"
+
+typedef struct cfg_reader {
+    const char *path;
+    json_t *root;
+} cfg_reader;
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static amp_status wrong_type(const cfg_reader *r, const char *key, const json_t *v,
+                             const char *want) {
+    return amp_error(AMP_ERR_INVALID_ARG, WHO ": %s: '%s' is %s, want %s", r->path, key,
+                     json_kind(v), want);
+}
+
+/* An integer field of obj (absent or null: *out unchanged). */
+static amp_status get_int(const cfg_reader *r, json_t *obj, const char *key, int64_t *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return AMP_OK;
+    if (!json_is_integer(v)) return wrong_type(r, key, v, "an integer");
+    *out = (int64_t)json_integer_value(v);
+    return AMP_OK;
+}
+
+static amp_status get_float(const cfg_reader *r, json_t *obj, const char *key, float *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return AMP_OK;
+    if (!json_is_number(v)) return wrong_type(r, key, v, "a number");
+    *out = (float)json_number_value(v);
+    return AMP_OK;
+}
+
+static amp_status get_bool(const cfg_reader *r, json_t *obj, const char *key, bool *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return AMP_OK;
+    if (!json_is_boolean(v)) return wrong_type(r, key, v, "true or false");
+    *out = json_is_true(v);
+    return AMP_OK;
+}
+
+/* rope_scaling (4.x) or rope_parameters (5.x): the type and Llama 3.1's numbers; 5.x also holds
+ * rope_theta. */
+static amp_status get_rope(const cfg_reader *r, const char *key, amp_llama_config *c) {
+    json_t *o = json_object_get(r->root, key);
+    if (!o || json_is_null(o)) return AMP_OK;
+    if (!json_is_object(o)) return wrong_type(r, key, o, "an object");
+    json_t *t = json_object_get(o, "rope_type");
+    if (!t) t = json_object_get(o, "type"); /* the older spelling */
+    if (t && !json_is_string(t)) return wrong_type(r, "rope_type", t, "a string");
+    const char *type = t ? json_string_value(t) : "default";
+    if (!strcmp(type, "llama3")) c->rope_type = AMP_ROPE_LLAMA3;
+    else if (!strcmp(type, "default")) c->rope_type = AMP_ROPE_DEFAULT;
+    else
+        return amp_error(AMP_ERR_INVALID_ARG, WHO ": %s: %s type '%s' is not supported (want "
+                         "\"default\" or \"llama3\")", r->path, key, type);
+    amp_status s = get_float(r, o, "rope_theta", &c->rope_theta);
+    if (s == AMP_OK) s = get_float(r, o, "factor", &c->rope_factor);
+    if (s == AMP_OK) s = get_float(r, o, "low_freq_factor", &c->rope_low_freq_factor);
+    if (s == AMP_OK) s = get_float(r, o, "high_freq_factor", &c->rope_high_freq_factor);
+    if (s == AMP_OK)
+        s = get_int(r, o, "original_max_position_embeddings",
+                    &c->rope_original_max_position_embeddings);
+    return s;
+}
+
+/* What this Llama does not compute, refused rather than run as something else. */
+static amp_status check_supported(const cfg_reader *r) {
+    json_t *v = json_object_get(r->root, "model_type");
+    if (v && (!json_is_string(v) || strcmp(json_string_value(v), "llama")))
+        return amp_error(AMP_ERR_INVALID_ARG, WHO ": %s: model_type %s%s%s is not \"llama\"",
+                         r->path, json_is_string(v) ? "\"" : "",
+                         json_is_string(v) ? json_string_value(v) : json_kind(v),
+                         json_is_string(v) ? "\"" : "");
+    v = json_object_get(r->root, "hidden_act");
+    if (v && (!json_is_string(v) || strcmp(json_string_value(v), "silu")))
+        return amp_error(AMP_ERR_INVALID_ARG, WHO ": %s: hidden_act must be \"silu\" (SwiGLU)",
+                         r->path);
+    bool mlp_bias = false;
+    amp_status s = get_bool(r, r->root, "mlp_bias", &mlp_bias);
+    if (s == AMP_OK && mlp_bias)
+        return amp_error(AMP_ERR_INVALID_ARG, WHO ": %s: mlp_bias true is not supported", r->path);
+    int64_t tp = 1;
+    if (s == AMP_OK) s = get_int(r, r->root, "pretraining_tp", &tp);
+    if (s == AMP_OK && tp != 1)
+        return amp_error(AMP_ERR_INVALID_ARG, WHO ": %s: pretraining_tp %lld: only 1 is the "
+                         "model's own arithmetic", r->path, (long long)tp);
+    return s;
+}
+
+amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg) {
+    if (!path || !cfg) return amp_error(AMP_ERR_INVALID_ARG, WHO ": path and cfg must not be NULL");
+    json_error_t err;
+    cfg_reader r = {.path = path, .root = json_load_file(path, 0, &err)};
+    if (!r.root)
+        return amp_error(AMP_ERR_IO, WHO ": %s: %s (line %d)", path, err.text, err.line);
+    amp_llama_config c = {0};
+    amp_status s = json_is_object(r.root) ? AMP_OK : wrong_type(&r, "(the file)", r.root, "an object");
+    if (s == AMP_OK) s = check_supported(&r);
+    const struct {
+        const char *key;
+        int64_t *v;
+    } ints[] = {{"vocab_size", &c.vocab_size}, {"hidden_size", &c.hidden_size},
+                {"intermediate_size", &c.intermediate_size},
+                {"num_hidden_layers", &c.num_hidden_layers},
+                {"num_attention_heads", &c.num_attention_heads},
+                {"num_key_value_heads", &c.num_key_value_heads}, {"head_dim", &c.head_dim},
+                {"max_position_embeddings", &c.max_position_embeddings}};
+    for (size_t i = 0; s == AMP_OK && i < sizeof ints / sizeof ints[0]; i++)
+        s = get_int(&r, r.root, ints[i].key, ints[i].v);
+    const struct {
+        const char *key;
+        float *v;
+    } floats[] = {{"rms_norm_eps", &c.rms_norm_eps}, {"rope_theta", &c.rope_theta},
+                  {"attention_dropout", &c.attention_dropout},
+                  {"initializer_range", &c.initializer_range}};
+    for (size_t i = 0; s == AMP_OK && i < sizeof floats / sizeof floats[0]; i++)
+        s = get_float(&r, r.root, floats[i].key, floats[i].v);
+    if (s == AMP_OK) s = get_bool(&r, r.root, "tie_word_embeddings", &c.tie_word_embeddings);
+    if (s == AMP_OK) s = get_bool(&r, r.root, "attention_bias", &c.attention_bias);
+    if (s == AMP_OK) s = get_rope(&r, "rope_scaling", &c);
+    if (s == AMP_OK) s = get_rope(&r, "rope_parameters", &c);
+    json_decref(r.root);
+    if (s == AMP_OK) *cfg = c; /* all or nothing */
+    return s;
+}
+
+amp_status amp_llama_from_pretrained(amp_ctx *ctx, const char *dir, amp_model **out) {
+    static const char who[] = "amp_llama_from_pretrained";
+    if (!out) return amp_error(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", who);
+    *out = NULL;
+    if (!ctx || !dir) return amp_error(AMP_ERR_INVALID_ARG, "%s: ctx and dir must not be NULL", who);
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the path '%s' is too long", who, dir);
+    amp_llama_config c;
+    amp_status s = amp_llama_config_load(path, &c);
+    amp_model *m = NULL;
+    if (s == AMP_OK) s = amp_llama_create(ctx, &c, &m);
+    if (s == AMP_OK) s = amp_model_build(m);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (s == AMP_OK) s = amp_model_load_weights(m, NULL, path);
+    if (s != AMP_OK) {
+        amp_model_free(m);
+        return s;
+    }
+    *out = m;
+    return AMP_OK;
+}
