@@ -206,23 +206,37 @@ amp_status amp_checkpoint_user_meta(const char *path, const char *key, char *out
     return s;
 }
 
-amp_status amp_model_load_weights(amp_model *m, amp_optimizer *opt, const char *path) {
+amp_status amp_model_load_weights_files(amp_model *m, amp_optimizer *opt,
+                                       const char *const *paths, int n) {
+    static const char who[] = "amp_model_load_weights";
     AMP_CHECK_ARG(m);
-    AMP_CHECK_ARG(path);
-    AMP_TRY(amp_model_check_root("amp_model_load_weights", m));
-    if (opt) AMP_TRY(amp_optimizer_check_usable("amp_model_load_weights", opt));
+    AMP_CHECK_ARG(paths);
+    if (n < 1 || n > AMP_WEIGHT_FILES_MAX)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: %d files, want 1 to %d", who, n,
+                        AMP_WEIGHT_FILES_MAX);
+    for (int i = 0; i < n; i++)
+        if (!paths[i]) return amp_fail(AMP_ERR_INVALID_ARG, "%s: file %d is NULL", who, i);
+    AMP_TRY(amp_model_check_root(who, m));
+    if (opt) AMP_TRY(amp_optimizer_check_usable(who, opt));
     if (opt && opt->model != m)
-        return amp_fail(AMP_ERR_INVALID_ARG, "amp_model_load_weights: the optimizer was not "
-                        "created for this model");
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: the optimizer was not created for this model",
+                        who);
     AMP_TRY(amp_model_build(m));
-    amp_st_reader *r = NULL;
-    AMP_TRY(amp_st_reader_open(path, &r));
+    amp_st_reader *rs[AMP_WEIGHT_FILES_MAX] = {0};
+    amp_status s = AMP_OK;
+    for (int i = 0; i < n && s == AMP_OK; i++) s = amp_st_reader_open(paths[i], &rs[i]);
     bool masters = opt && amp_optimizer_has_masters(opt);
-    amp_status s = amp_ckpt_model_check(r, m);
-    if (s == AMP_OK) s = amp_ckpt_model_apply(r, m, masters);
-    if (s == AMP_OK && masters) s = amp_ckpt_masters_from_weights(r, opt);
-    amp_st_reader_free(r);
+    const amp_st_reader *const *r = (const amp_st_reader *const *)rs;
+    if (s == AMP_OK) s = amp_ckpt_model_check_files(r, n, m);
+    if (s == AMP_OK) s = amp_ckpt_model_apply_files(r, n, m, masters);
+    if (s == AMP_OK && masters) s = amp_ckpt_masters_from_files(r, n, opt);
+    for (int i = 0; i < n; i++) amp_st_reader_free(rs[i]);
     return s;
+}
+
+amp_status amp_model_load_weights(amp_model *m, amp_optimizer *opt, const char *path) {
+    AMP_CHECK_ARG(path);
+    return amp_model_load_weights_files(m, opt, &path, 1);
 }
 
 static amp_status amp_ckpt_add_weights(amp_st_writer *w, amp_ckpt_bufs *b, void *ctx) {

@@ -13,5 +13,11 @@ amp_status amp_ckpt_model_check(const amp_st_reader *r, const amp_model *m);
 /* After a check: the values into the model (converted), and the batch-norm counters. With
  * skip_params the parameters are left alone (they come from master weights). */
 amp_status amp_ckpt_model_apply(const amp_st_reader *r, amp_model *m, bool skip_params);
+/* The same over n files that hold the tensors between them (a sharded state_dict): each tensor
+ * in exactly one of them, nothing unknown in any. */
+amp_status amp_ckpt_model_check_files(const amp_st_reader *const *rs, int n_files,
+                                      const amp_model *m);
+amp_status amp_ckpt_model_apply_files(const amp_st_reader *const *rs, int n_files, amp_model *m,
+                                      bool skip_params);
 
 #endif

@@ -345,15 +345,23 @@ amp_status amp_ckpt_state_check(const amp_st_reader *r, const amp_model *m,
 
 /* ---- applying ---- */
 
-amp_status amp_ckpt_masters_from_weights(const amp_st_reader *model, amp_optimizer *opt) {
+amp_status amp_ckpt_masters_from_files(const amp_st_reader *const *rs, int n_files,
+                                       amp_optimizer *opt) {
     amp_st_tensor f;
     for (int i = 0; i < opt->n_params; i++) {
-        if (!amp_ckpt_find(model, opt->names[i] ? opt->names[i] : "", &f))
+        const char *name = opt->names[i] ? opt->names[i] : "";
+        bool found = false;
+        for (int k = 0; k < n_files && !found; k++) found = amp_ckpt_find(rs[k], name, &f);
+        if (!found)
             return amp_fail(AMP_ERR_FORMAT, "checkpoint '%s': no weights for '%s'",
-                            amp_st_reader_label(model), opt->names[i] ? opt->names[i] : "?");
+                            amp_st_reader_label(rs[0]), opt->names[i] ? opt->names[i] : "?");
         AMP_TRY(amp_ckpt_load_into(&f, amp_optimizer_master(opt, i)));
     }
     return amp_optimizer_masters_to_params(opt);
+}
+
+amp_status amp_ckpt_masters_from_weights(const amp_st_reader *model, amp_optimizer *opt) {
+    return amp_ckpt_masters_from_files(&model, 1, opt);
 }
 
 static amp_status amp_ckpt_apply_optimizer(const amp_st_reader *r, amp_optimizer *opt) {

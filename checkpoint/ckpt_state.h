@@ -19,5 +19,8 @@ amp_status amp_ckpt_state_apply(const amp_st_reader *r, const amp_st_reader *mod
 /* Masters from the model file's weights (converted to f32), then the half model from them: what
  * an O2 run does with weights that come without masters. */
 amp_status amp_ckpt_masters_from_weights(const amp_st_reader *model, amp_optimizer *opt);
+/* The same from the n files of a sharded state_dict. */
+amp_status amp_ckpt_masters_from_files(const amp_st_reader *const *rs, int n_files,
+                                       amp_optimizer *opt);
 
 #endif

@@ -72,7 +72,9 @@ double amp_llama_flops_per_token(const amp_model *m, int64_t T);
  * wrong JSON type, a rope type other than "default" or "llama3", a model_type other than
  * "llama", a hidden_act other than "silu", mlp_bias, pretraining_tp other than 1.
  * amp_llama_from_pretrained makes the Llama of DIR/config.json, built, with DIR/model.safetensors'
- * weights (strict: every tensor present with its shape, nothing unexpected; f32, f16 or bf16). */
+ * weights, or those of the shards DIR/model.safetensors.index.json's weight_map names (strict over
+ * them all: every tensor present once with its shape, nothing unexpected; f32, f16 or bf16; a
+ * shard the index names that is not there is refused, naming it). */
 amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg);
 amp_status amp_llama_from_pretrained(amp_ctx *ctx, const char *dir, amp_model **out);
 

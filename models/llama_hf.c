@@ -1,9 +1,11 @@
 /* Hugging Face folders in and out for the Llama (amp/models/llama.h): config.json's fields read
  * with jansson, in both spellings transformers has written (4.x: rope_theta and rope_scaling at
  * the top level; 5.x: one rope_parameters object holding rope_theta and rope_type), and the
- * folder's model.safetensors loaded as it is (the parameter names are Hugging Face's). */
+ * folder's model.safetensors, or the shards its model.safetensors.index.json names, loaded as
+ * they are (the parameter names are Hugging Face's). */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "amp/checkpoint.h"
@@ -147,21 +149,80 @@ amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg) {
     return s;
 }
 
+/* The shards DIR/model.safetensors.index.json names (its weight_map's files, each once, in the
+ * order they first appear), or DIR/model.safetensors alone when there is no index: into paths
+ * (AMP_WEIGHT_FILES_MAX of 4096 bytes), their count into *n. */
+static amp_status weight_files(const char *who, const char *dir, char (*paths)[4096], int *n) {
+    char index[4096];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    FILE *probe = fopen(index, "rb");
+    if (!probe) {
+        snprintf(paths[0], 4096, "%s/model.safetensors", dir);
+        *n = 1;
+        return AMP_OK;
+    }
+    fclose(probe);
+    json_error_t err;
+    json_t *root = json_load_file(index, 0, &err), *map = root ? json_object_get(root, "weight_map") : NULL;
+    amp_status s = AMP_OK;
+    if (!root) s = amp_error(AMP_ERR_IO, "%s: %s: %s (line %d)", who, index, err.text, err.line);
+    else if (!json_is_object(map))
+        s = amp_error(AMP_ERR_FORMAT, "%s: %s has no weight_map object", who, index);
+    *n = 0;
+    const char *key;
+    json_t *file;
+    json_object_foreach(map, key, file) {
+        if (s != AMP_OK) break;
+        if (!json_is_string(file) || strchr(json_string_value(file), '/')) {
+            s = amp_error(AMP_ERR_FORMAT, "%s: %s: weight_map['%s'] is not a file name in the "
+                          "folder", who, index, key);
+            break;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, json_string_value(file));
+        bool seen = false;
+        for (int i = 0; i < *n && !seen; i++) seen = !strcmp(paths[i], path);
+        if (seen) continue;
+        if (*n == AMP_WEIGHT_FILES_MAX) {
+            s = amp_error(AMP_ERR_FORMAT, "%s: %s names more than %d shards", who, index,
+                          AMP_WEIGHT_FILES_MAX);
+            break;
+        }
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            s = amp_error(AMP_ERR_IO, "%s: %s, a shard %s names, is missing", who, path, index);
+            break;
+        }
+        fclose(f);
+        snprintf(paths[(*n)++], 4096, "%s", path);
+    }
+    if (s == AMP_OK && *n == 0) s = amp_error(AMP_ERR_FORMAT, "%s: %s names no shard", who, index);
+    json_decref(root);
+    return s;
+}
+
 amp_status amp_llama_from_pretrained(amp_ctx *ctx, const char *dir, amp_model **out) {
     static const char who[] = "amp_llama_from_pretrained";
     if (!out) return amp_error(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", who);
     *out = NULL;
     if (!ctx || !dir) return amp_error(AMP_ERR_INVALID_ARG, "%s: ctx and dir must not be NULL", who);
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s: the path '%s' is too long", who, dir);
+    if (strlen(dir) > 3000)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the path '%.64s...' is too long", who, dir);
+    char config[4096];
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    char(*paths)[4096] = malloc(AMP_WEIGHT_FILES_MAX * sizeof *paths); /* 1 MiB: off the stack */
+    const char *list[AMP_WEIGHT_FILES_MAX];
+    int n = 0;
     amp_llama_config c;
-    amp_status s = amp_llama_config_load(path, &c);
+    amp_status s = paths ? amp_llama_config_load(config, &c)
+                         : amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
+    if (s == AMP_OK) s = weight_files(who, dir, paths, &n);
+    for (int i = 0; i < n; i++) list[i] = paths[i];
     amp_model *m = NULL;
     if (s == AMP_OK) s = amp_llama_create(ctx, &c, &m);
     if (s == AMP_OK) s = amp_model_build(m);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (s == AMP_OK) s = amp_model_load_weights(m, NULL, path);
+    if (s == AMP_OK) s = amp_model_load_weights_files(m, NULL, list, n);
+    free(paths);
     if (s != AMP_OK) {
         amp_model_free(m);
         return s;

@@ -77,6 +77,12 @@ amp_status amp_checkpoint_user_meta(const char *path, const char *key, char *out
  * strict (every parameter and buffer present with its shape, nothing unexpected) and all or
  * nothing. After amp_initialize with masters, the masters are set from the file as well. */
 amp_status amp_model_load_weights(amp_model *m, amp_optimizer *opt, const char *path);
+/* The same from the n files (1 to AMP_WEIGHT_FILES_MAX) of a state_dict split into shards (a
+ * Hugging Face model-00001-of-00003.safetensors, ...): every tensor in exactly one of them,
+ * strict over their union, all or nothing. */
+#define AMP_WEIGHT_FILES_MAX 256
+amp_status amp_model_load_weights_files(amp_model *m, amp_optimizer *opt,
+                                        const char *const *paths, int n);
 /* The model's weights as one safetensors file (what model.safetensors holds), written atomically
  * (temporary file, fsync, rename, fsync of the folder). */
 amp_status amp_model_save_weights(amp_model *m, const char *path);

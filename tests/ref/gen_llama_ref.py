@@ -9,6 +9,9 @@ model.safetensors, exactly as transformers writes them) under tests/data/llama_t
   llama3   the same with Llama 3.1's rope scaling (factor 8, low 1, high 4, original 16, so the
            scaling moves the frequencies at these lengths) and a head tied to the embedding;
   bias     the same as base with attention_bias (Qwen2's q/k/v biases).
+The base model is also written in shards of at most 150 kB (model-0000k-of-0000n.safetensors and
+model.safetensors.index.json) under tests/data/llama_tiny_sharded/, without a reference of its
+own: it must load to the base model's bits.
 Beside each, ref.safetensors holds one seeded batch of 4 x 32 tokens (idx, targets, i32), the
 logits [4, 32, 256] and the loss of the initial weights in float32, every parameter's gradient
 ("grad.<name>"), and the losses of 10 AdamW steps on that batch (lr 1e-3, betas (0.9, 0.95),
@@ -67,6 +70,9 @@ def variant(out, name, extra, seed):
     model = LlamaForCausalLM(cfg).float()
     folder = os.path.join(out, "llama_tiny_" + name)
     model.save_pretrained(folder, safe_serialization=True)
+    if name == "base":
+        model.save_pretrained(os.path.join(out, "llama_tiny_sharded"), safe_serialization=True,
+                              max_shard_size="150KB")
     data = torch.randint(0, cfg.vocab_size, (BATCH, T + 1), dtype=torch.int64)
     idx, targets = data[:, :-1], data[:, 1:]
     logits, loss = loss_of(model, idx, targets, cfg.vocab_size)

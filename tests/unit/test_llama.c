@@ -315,7 +315,8 @@ static void test_config_json(void) {
     }
 }
 
-/* A Hugging Face folder as it is, and one whose weights do not fit its config. */
+/* A Hugging Face folder as it is, one whose weights do not fit its config, a sharded one, and one
+ * missing a shard. */
 static void test_from_pretrained(void) {
     amp_ctx *ctx = NULL;
     amp_model *m = NULL;
@@ -335,6 +336,44 @@ static void test_from_pretrained(void) {
                 AMP_ERR_SHAPE, "model.layers.0.mlp.down_proj.weight (file [64, 176], model [64, 160])");
     CHECK(m == NULL);
     CHECK_FAILS(amp_llama_from_pretrained(ctx, "/nonexistent", &m), AMP_ERR_IO, "/nonexistent/config.json");
+    /* the sharded folder (4 shards and the index) loads to the single file's bits */
+    amp_model *one = NULL, *four = NULL;
+    snprintf(dir, sizeof dir, "%s/llama_tiny_base", g_dir);
+    CHECK_OK(amp_llama_from_pretrained(ctx, dir, &one));
+    snprintf(dir, sizeof dir, "%s/llama_tiny_sharded", g_dir);
+    CHECK_OK(amp_llama_from_pretrained(ctx, dir, &four));
+    for (int i = 0; one && four && i < amp_model_n_params(one); i++) {
+        amp_tensor *a = amp_model_param(one, i), *b = amp_model_param(four, i);
+        size_t nb = (size_t)amp_tensor_numel(a) * sizeof(float);
+        float *ha = malloc(nb), *hb = malloc(nb);
+        CHECK_OK(amp_tensor_to_host(a, ha, nb));
+        CHECK_OK(amp_tensor_to_host(b, hb, nb));
+        CHECK_MSG(!memcmp(ha, hb, nb), "sharded: %s differs", amp_model_param_name(one, i));
+        free(ha);
+        free(hb);
+    }
+    /* a tensor in two files, or a file short of tensors: refused, the model unchanged */
+    char base[700];
+    snprintf(base, sizeof base, "%s/llama_tiny_base/model.safetensors", g_dir);
+    const char *twice[2] = {base, base};
+    CHECK_FAILS(amp_model_load_weights_files(four, NULL, twice, 2), AMP_ERR_SHAPE,
+                "model.embed_tokens.weight (in 2 of the files)");
+    char shard[700];
+    snprintf(shard, sizeof shard, "%s/model-00001-of-00004.safetensors", dir);
+    const char *part[1] = {shard};
+    CHECK_FAILS(amp_model_load_weights_files(four, NULL, part, 1), AMP_ERR_SHAPE, "missing");
+    amp_model_free(one);
+    amp_model_free(four);
+    /* a shard missing: refused, naming it */
+    const char *tmp = getenv("AMP_TEST_TMP");
+    char cmd[4096], gone[700];
+    snprintf(gone, sizeof gone, "%s/test_llama_missing_shard", tmp ? tmp : "/tmp");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && rm '%s/model-00003-of-00004.safetensors'",
+             gone, dir, gone, gone);
+    CHECK(system(cmd) == 0);
+    CHECK_FAILS(amp_llama_from_pretrained(ctx, gone, &m), AMP_ERR_IO,
+                "model-00003-of-00004.safetensors, a shard");
+    CHECK(m == NULL);
     amp_ctx_free(ctx);
 }
 
