@@ -58,7 +58,7 @@ typedef struct bench_args {
     amp_device device;
     int threads, steps, warmup, repeat;
     bool compare_torch, profile, threads_given, batch_given;
-    bench_gpt_shape gpt;
+    bench_lm_shape gpt, llama; /* the shape options set both; --kv-heads, --intermediate the Llama's */
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
     const char *plot;
     bench_torch_opts torch;
@@ -67,15 +67,19 @@ typedef struct bench_args {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: amp-bench [options]\n"
-            "  --model LIST          mlp,convnet,resnet,gpt (default mlp; resnet: the hand-written\n"
+            "  --model LIST          mlp,convnet,resnet,gpt,llama (default mlp; resnet: the\n"
             "                        residual network of models/resnet.c; gpt: GPT-2 of\n"
-            "                        models/gpt.c on random tokens, AdamW, tokens/s)\n"
+            "                        models/gpt.c, llama: models/llama.c, on random tokens,\n"
+            "                        AdamW, tokens/s)\n"
             "  --n-layer L --n-head H --n-embd C --block-size T --vocab-size V\n"
-            "                        the GPT's shape (default 4, 4, 256, 128, 256: amp-train's;\n"
-            "                        a sample is a sequence of T tokens)\n"
+            "                        the language models' shape (GPT default 4, 4, 256, 128,\n"
+            "                        256: amp-train's; Llama 4, 8, 256, 256, 256; a sample is a\n"
+            "                        sequence of T tokens)\n"
+            "  --kv-heads K --intermediate I\n"
+            "                        the Llama's key/value heads and MLP width (default 2, 704)\n"
             "  --opt-level LIST      O0,O1,O2,O3 (default all four)\n"
             "  --half LIST           fp16,bf16 for O1-O3 (default bf16)\n"
-            "  --batch LIST          samples per step (default 128; gpt: 16 sequences)\n"
+            "  --batch LIST          samples per step (default 128; gpt: 16 sequences, llama: 8)\n"
             "  --steps N             timed steps (default 20)\n"
             "  --warmup W            untimed steps before them (default 5)\n"
             "  --repeat R            R runs of each configuration (alternating with PyTorch's),\n"
@@ -112,7 +116,7 @@ static bool parse_list(const char *opt, const char *text, int *n, bool (*parse_o
 }
 
 static bool one_model(const char *s, void *out, int i) {
-    static const char *const models[] = {"mlp", "convnet", "resnet", "gpt"};
+    static const char *const models[] = {"mlp", "convnet", "resnet", "gpt", "llama"};
     for (size_t k = 0; k < sizeof models / sizeof *models; k++)
         if (!strcmp(s, models[k])) return ((const char **)out)[i] = models[k], true;
     return false;
@@ -187,6 +191,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                       .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5, .repeat = 1,
                       .gpt = {.n_layer = 4, .n_head = 4, .n_embd = 256, .block_size = 128,
                               .vocab_size = 256},
+                      /* the README's default Llama: 8 heads over 2 key/value heads, T 256, an
+                       * intermediate of 2.75 x hidden (Llama 2's 11008 / 4096 is 2.69) */
+                      .llama = {.n_layer = 4, .n_head = 8, .n_embd = 256, .block_size = 256,
+                                .vocab_size = 256, .kv_heads = 2, .intermediate = 704},
                       .torch = {.script = default_torch_script(),
                                 .python = getenv("PYTHON") ? getenv("PYTHON") : "python3"}};
     a->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -207,11 +215,18 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--half")) ok = parse_list(o, v, &a->n_halves, one_half, a->halves);
         else if (!strcmp(o, "--batch"))
             ok = parse_list(o, v, &a->n_batches, one_batch, a->batches), a->batch_given = true;
-        else if (!strcmp(o, "--n-layer")) ok = parse_int(o, v, 1, &a->gpt.n_layer);
-        else if (!strcmp(o, "--n-head")) ok = parse_int(o, v, 1, &a->gpt.n_head);
-        else if (!strcmp(o, "--n-embd")) ok = parse_int(o, v, 1, &a->gpt.n_embd);
-        else if (!strcmp(o, "--block-size")) ok = parse_int(o, v, 1, &a->gpt.block_size);
-        else if (!strcmp(o, "--vocab-size")) ok = parse_int(o, v, 1, &a->gpt.vocab_size);
+        else if (!strcmp(o, "--n-layer"))
+            ok = parse_int(o, v, 1, &a->gpt.n_layer), a->llama.n_layer = a->gpt.n_layer;
+        else if (!strcmp(o, "--n-head"))
+            ok = parse_int(o, v, 1, &a->gpt.n_head), a->llama.n_head = a->gpt.n_head;
+        else if (!strcmp(o, "--n-embd"))
+            ok = parse_int(o, v, 1, &a->gpt.n_embd), a->llama.n_embd = a->gpt.n_embd;
+        else if (!strcmp(o, "--block-size"))
+            ok = parse_int(o, v, 1, &a->gpt.block_size), a->llama.block_size = a->gpt.block_size;
+        else if (!strcmp(o, "--vocab-size"))
+            ok = parse_int(o, v, 1, &a->gpt.vocab_size), a->llama.vocab_size = a->gpt.vocab_size;
+        else if (!strcmp(o, "--kv-heads")) ok = parse_int(o, v, 1, &a->llama.kv_heads);
+        else if (!strcmp(o, "--intermediate")) ok = parse_int(o, v, 1, &a->llama.intermediate);
         else if (!strcmp(o, "--steps")) ok = parse_int(o, v, 1, &a->steps);
         else if (!strcmp(o, "--warmup")) ok = parse_int(o, v, 0, &a->warmup);
         else if (!strcmp(o, "--repeat")) {
@@ -326,15 +341,18 @@ static void progress(int done, int total, const char *what) {
 static int expand_configs(const bench_args *a, bench_cfg *cfgs) {
     int n = 0;
     for (int m = 0; m < a->n_models; m++) {
-        /* a GPT's default batch is 16 sequences, not 128 images */
-        bool gpt_default = !a->batch_given && !strcmp(a->models[m], "gpt");
+        /* a language model's default batch is 16 sequences (the Llama's 8 of 256), not 128
+         * images */
+        bool llama = !strcmp(a->models[m], "llama");
+        bool gpt_default = !a->batch_given && (llama || !strcmp(a->models[m], "gpt"));
         for (int b = 0; b < (gpt_default ? 1 : a->n_batches); b++)
             for (int l = 0; l < a->n_levels; l++)
                 for (int h = 0; h < (a->levels[l] == AMP_O0 ? 1 : a->n_halves); h++)
                     if (n < MAX_ROWS / 2)
                         cfgs[n++] = (bench_cfg){
                             .model = a->models[m], .level = a->levels[l], .half = a->halves[h],
-                            .batch = gpt_default ? 16 : a->batches[b], .gpt = a->gpt,
+                            .batch = gpt_default ? (llama ? 8 : 16) : a->batches[b],
+                            .lm = llama ? a->llama : a->gpt,
                             .device = a->device, .threads = a->threads, .steps = a->steps,
                             .warmup = a->warmup, .profile = a->profile};
     }
@@ -353,14 +371,25 @@ static double peak_for(const bench_run_header *h, const bench_row *r) {
     return h->peak_gflops_f32;
 }
 
-/* The GPT's shape in the run's header, when a GPT is among the models. */
+/* The language models' shapes in the run's header, when one is among the models. */
 static void note_models(const bench_args *a, bench_run_header *h) {
-    for (int m = 0; m < a->n_models; m++)
+    size_t len = 0;
+    for (int m = 0; m < a->n_models && len < sizeof h->model_note; m++) {
+        const bench_lm_shape *g = &a->gpt, *l = &a->llama;
         if (!strcmp(a->models[m], "gpt"))
-            snprintf(h->model_note, sizeof h->model_note,
-                     "gpt: %d layers, %d heads, %d wide, sequences of %d tokens, vocabulary %d "
-                     "(models/gpt.c; PyTorch: bench/gpt_reference.py)", a->gpt.n_layer,
-                     a->gpt.n_head, a->gpt.n_embd, a->gpt.block_size, a->gpt.vocab_size);
+            len += (size_t)snprintf(h->model_note + len, sizeof h->model_note - len,
+                                    "%sgpt: %d layers, %d heads, %d wide, sequences of %d tokens, "
+                                    "vocabulary %d (models/gpt.c; PyTorch: bench/gpt_reference.py)",
+                                    len ? "; " : "", g->n_layer, g->n_head, g->n_embd,
+                                    g->block_size, g->vocab_size);
+        else if (!strcmp(a->models[m], "llama"))
+            len += (size_t)snprintf(h->model_note + len, sizeof h->model_note - len,
+                                    "%sllama: %d layers, %d heads over %d key/value heads, %d wide, "
+                                    "intermediate %d, sequences of %d tokens, vocabulary %d "
+                                    "(models/llama.c; PyTorch: transformers' LlamaForCausalLM)",
+                                    len ? "; " : "", l->n_layer, l->n_head, l->kv_heads, l->n_embd,
+                                    l->intermediate, l->block_size, l->vocab_size);
+    }
 }
 
 static int write_outputs(const bench_args *a, const bench_run_header *h, const bench_row *rows,

@@ -39,12 +39,14 @@ typedef struct bench_state {
     amp_optimizer *opt;
     amp_ddp *ddp;
     amp_tensor *x, *y, *loss;
-    bool gpt; /* token sequences, AdamW, clipping (else images, SGD) */
+    bool lm; /* a language model: token sequences, AdamW, clipping (else images, SGD) */
 } bench_state;
 
 static int world_of(const bench_cfg *c) { return c->comm ? amp_comm_size(c->comm) : 1; }
 
-static bool is_gpt(const bench_cfg *c) { return !strcmp(c->model, "gpt"); }
+static bool is_lm(const bench_cfg *c) {
+    return !strcmp(c->model, "gpt") || !strcmp(c->model, "llama");
+}
 
 static void state_free(bench_state *b) {
     amp_ddp_free(b->ddp);
@@ -56,13 +58,25 @@ static void state_free(bench_state *b) {
 }
 
 /* c's model and amp-train's optimizer for it: SGD with momentum for the image models (a smaller
- * step keeps the repeated batch from diverging), nanoGPT's AdamW for the GPT at its small models'
- * lr. */
+ * step keeps the repeated batch from diverging), nanoGPT's AdamW for the language models at its
+ * small models' lr. */
 static amp_status model_make(const bench_cfg *c, bench_state *b) {
-    if (b->gpt) {
-        amp_gpt_config g = {.n_layer = c->gpt.n_layer, .n_head = c->gpt.n_head,
-                        .n_embd = c->gpt.n_embd, .block_size = c->gpt.block_size,
-                        .vocab_size = c->gpt.vocab_size};
+    const bench_lm_shape *l = &c->lm;
+    if (!strcmp(c->model, "llama")) {
+        amp_llama_config g = {.vocab_size = l->vocab_size, .hidden_size = l->n_embd,
+                              .intermediate_size = l->intermediate,
+                              .num_hidden_layers = l->n_layer, .num_attention_heads = l->n_head,
+                              .num_key_value_heads = l->kv_heads,
+                              .max_position_embeddings = l->block_size, .rms_norm_eps = 1e-5f,
+                              .rope_theta = 10000.0f};
+        BENCH_TRY(amp_llama_create(b->ctx, &g, &b->model));
+        BENCH_TRY(amp_model_build(b->model));
+        BENCH_TRY(amp_lm_adamw_create(b->model, 6e-4f, 0.1f, &b->opt));
+        return AMP_OK;
+    }
+    if (b->lm) {
+        amp_gpt_config g = {.n_layer = l->n_layer, .n_head = l->n_head, .n_embd = l->n_embd,
+                            .block_size = l->block_size, .vocab_size = l->vocab_size};
         BENCH_TRY(amp_gpt_create(b->ctx, &g, &b->model));
         BENCH_TRY(amp_model_build(b->model));
         BENCH_TRY(amp_lm_adamw_create(b->model, 6e-4f, 0.1f, &b->opt));
@@ -71,23 +85,23 @@ static amp_status model_make(const bench_cfg *c, bench_state *b) {
     if (!strcmp(c->model, "mlp")) BENCH_TRY(amp_model_mlp_mnist(b->ctx, &b->model));
     else if (!strcmp(c->model, "convnet")) BENCH_TRY(amp_model_convnet_mnist(b->ctx, &b->model));
     else if (!strcmp(c->model, "resnet")) BENCH_TRY(amp_model_resnet_mnist(b->ctx, &b->model));
-    else return bench_fail(AMP_ERR_INVALID_ARG, "unknown model '%s' (want mlp, convnet, resnet or gpt)",
+    else return bench_fail(AMP_ERR_INVALID_ARG, "unknown model '%s' (want mlp, convnet, resnet, gpt or llama)",
                            c->model);
     BENCH_TRY(amp_sgd_create(b->model, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &b->opt));
     return AMP_OK;
 }
 
-/* The GPT's batch: c->batch fixed random sequences, the next tokens as targets. */
+/* A language model's batch: c->batch fixed random sequences, the next tokens as targets. */
 static amp_status token_batch(const bench_cfg *c, bench_state *b) {
-    int64_t n = (int64_t)c->batch * c->gpt.block_size;
+    int64_t n = (int64_t)c->batch * c->lm.block_size;
     int32_t *tok = malloc((size_t)(n + 1) * sizeof *tok);
     if (!tok) return bench_fail(AMP_ERR_OOM, "out of memory for a batch of %d", c->batch);
     uint32_t state = 12345u;
     for (int64_t i = 0; i <= n; i++) {
         state = state * 1664525u + 1013904223u;
-        tok[i] = (int32_t)((state >> 8) % (uint32_t)c->gpt.vocab_size);
+        tok[i] = (int32_t)((state >> 8) % (uint32_t)c->lm.vocab_size);
     }
-    const int64_t shape[2] = {c->batch, c->gpt.block_size};
+    const int64_t shape[2] = {c->batch, c->lm.block_size};
     amp_status s = amp_tensor_from_host(b->ctx, AMP_I32, 2, shape, tok, &b->x);
     if (s == AMP_OK) s = amp_tensor_from_host(b->ctx, AMP_I32, 2, shape, tok + 1, &b->y);
     free(tok);
@@ -113,7 +127,7 @@ static amp_status image_batch(const bench_cfg *c, bench_state *b) {
 }
 
 static amp_status state_make(const bench_cfg *c, bench_state *b) {
-    *b = (bench_state){.gpt = is_gpt(c)};
+    *b = (bench_state){.lm = is_lm(c)};
     BENCH_TRY(amp_ctx_create(&(amp_ctx_opts){.device = c->device, .seed = 0,
                                              .n_threads = c->threads}, &b->ctx));
     amp_status s = model_make(c, b);
@@ -123,16 +137,17 @@ static amp_status state_make(const bench_cfg *c, bench_state *b) {
                                                                  .quiet = true}));
     if (world_of(c) > 1)
         BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm}, &b->ddp));
-    return b->gpt ? token_batch(c, b) : image_batch(c, b);
+    return b->lm ? token_batch(c, b) : image_batch(c, b);
 }
 
-/* Forward, loss, backward and the optimizer's step; b->loss stays valid until end_step. A GPT's
- * step clips the gradient norm at 1.0 as amp-train's does. */
-static amp_status train_step(bench_state *b) {
+/* Forward, loss, backward and the optimizer's step; b->loss stays valid until end_step. A
+ * language model's step clips the gradient norm at 1.0 as amp-train's does. */
+static amp_status train_step(const bench_cfg *c, bench_state *b) {
     amp_tensor *logits;
-    if (b->gpt) {
+    if (b->lm) {
         float norm;
-        BENCH_TRY(amp_gpt_loss(b->model, b->x, b->y, &b->loss));
+        if (!strcmp(c->model, "llama")) BENCH_TRY(amp_llama_loss(b->model, b->x, b->y, &b->loss));
+        else BENCH_TRY(amp_gpt_loss(b->model, b->x, b->y, &b->loss));
         BENCH_TRY(amp_backward(b->loss));
         BENCH_TRY(amp_clip_grad_norm(b->opt, 1.0f, &norm));
         BENCH_TRY(amp_step(b->opt, NULL));
@@ -163,12 +178,12 @@ static void fill_config(const bench_cfg *c, bench_row *row) {
     snprintf(row->device, sizeof row->device, "%s", c->device == AMP_DEVICE_CUDA ? "cuda" : "cpu");
     row->threads = c->threads;
     row->world_size = world_of(c);
-    row->seq_len = is_gpt(c) ? c->gpt.block_size : 0;
+    row->seq_len = is_lm(c) ? c->lm.block_size : 0;
 }
 
 static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     for (int i = 0; i < c->warmup; i++) {
-        BENCH_TRY(train_step(b));
+        BENCH_TRY(train_step(c, b));
         BENCH_TRY(end_step(b));
     }
     amp_ctx_memory_reset_peak(b->ctx);
@@ -177,7 +192,7 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     amp_status s = AMP_OK;
     for (int i = 0; s == AMP_OK && i < c->steps; i++) {
         double t0 = now_seconds();
-        s = train_step(b);
+        s = train_step(c, b);
         if (s == AMP_OK) s = end_step(b);
         ms[i] = 1e3 * (now_seconds() - t0);
     }
@@ -203,7 +218,7 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
      * count is amp-bench's, not the step's). */
     amp_op_profile p;
     amp_profile_begin(false);
-    s = train_step(b);
+    s = train_step(c, b);
     amp_profile_end(&p);
     if (s == AMP_OK) s = end_step(b);
     if (s != AMP_OK) return s;
@@ -215,7 +230,7 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
         double t0 = now_seconds();
         amp_profile_begin(true);
         for (int i = 0; s == AMP_OK && i < c->steps; i++) {
-            s = train_step(b);
+            s = train_step(c, b);
             if (s == AMP_OK) s = end_step(b);
         }
         amp_profile_end(&p);

@@ -9,14 +9,16 @@
 #include "amp/amp.h"
 #include "bench/bench_report.h"
 
-/* A GPT's shape (models/gpt.c); amp-bench's defaults are amp-train's. */
-typedef struct bench_gpt_shape {
+/* A language model's shape: the GPT's (models/gpt.c; amp-bench's defaults are amp-train's) or
+ * the Llama's (models/llama.c: kv_heads and intermediate its own). */
+typedef struct bench_lm_shape {
     int n_layer, n_head, n_embd, block_size, vocab_size;
-} bench_gpt_shape;
+    int kv_heads, intermediate; /* the Llama's */
+} bench_lm_shape;
 
 typedef struct bench_cfg {
-    const char *model;      /* "mlp", "convnet", "resnet" or "gpt" */
-    bench_gpt_shape gpt;    /* model "gpt": its shape; a sample is a sequence of block_size */
+    const char *model;      /* "mlp", "convnet", "resnet", "gpt" or "llama" */
+    bench_lm_shape lm;      /* "gpt", "llama": the shape; a sample is a sequence of block_size */
     amp_opt_level level;
     amp_half_type half;     /* ignored at O0 */
     int batch;
@@ -28,8 +30,8 @@ typedef struct bench_cfg {
 } bench_cfg;
 
 /* Trains cfg's model on one synthetic batch (fixed random images, labels i % 10), SGD with
- * momentum as amp-train (a GPT: fixed random token sequences, AdamW as amp-train --model gpt
- * configures it): warm-up steps, then `steps` timed steps (the host waits for the device
+ * momentum as amp-train (a GPT or a Llama: fixed random token sequences, AdamW as amp-train
+ * --model gpt configures it, the gradient norm clipped at 1): warm-up steps, then `steps` timed steps (the host waits for the device
  * at each step's end, so a step's time is its own), then one step counted by the op profile
  * (FLOPs, host waits) and, with cfg->profile, `steps` timed-profile steps. Fills the row's
  * configuration and measurements (MFU is left for the caller, who knows the peaks). Under DDP

@@ -89,7 +89,7 @@ typedef struct bench_run_header {
     double peak_gflops_f16;
     char lib_version[32];   /* libamp's version */
     char torch_version[32]; /* "" when PyTorch was not run */
-    char model_note[160];   /* the shapes of models that take them (a GPT's), "" when none */
+    char model_note[400];   /* the shapes of models that take them (a GPT's, a Llama's), "" when none */
 } bench_run_header;
 
 /* Message of the last failure on this thread; "" when none. Never NULL. */

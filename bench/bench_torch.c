@@ -38,7 +38,8 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
     row->batch = cfg->batch;
     row->threads = (int)json_integer_value(json_object_get(j, "threads"));
     row->world_size = 1;
-    row->seq_len = !strcmp(cfg->model, "gpt") ? cfg->gpt.block_size : 0;
+    row->seq_len = !strcmp(cfg->model, "gpt") || !strcmp(cfg->model, "llama") ? cfg->lm.block_size
+                                                                               : 0;
     row->n_steps = (int)n;
     row->step_ms_median = sum.median;
     row->step_ms_p10 = sum.p10;
@@ -53,11 +54,12 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
 amp_status bench_torch_run(const bench_torch_opts *o, const bench_cfg *cfg, bench_row *row,
                            char *version, size_t size) {
     bench_row_init(row);
-    char cmd[2048], shape[160] = "";
-    if (!strcmp(cfg->model, "gpt"))
+    char cmd[2048], shape[200] = "";
+    const bench_lm_shape *l = &cfg->lm;
+    if (!strcmp(cfg->model, "gpt") || !strcmp(cfg->model, "llama"))
         snprintf(shape, sizeof shape, " --n-layer %d --n-head %d --n-embd %d --block-size %d "
-                 "--vocab-size %d", cfg->gpt.n_layer, cfg->gpt.n_head, cfg->gpt.n_embd,
-                 cfg->gpt.block_size, cfg->gpt.vocab_size);
+                 "--vocab-size %d --kv-heads %d --intermediate %d", l->n_layer, l->n_head,
+                 l->n_embd, l->block_size, l->vocab_size, l->kv_heads, l->intermediate);
     snprintf(cmd, sizeof cmd,
              "'%s' '%s' --bench --model %s --precision %s --batch-size %d --steps %d --warmup %d "
              "--threads %d --device %s%s 2>&1",

@@ -19,7 +19,9 @@ JSON line with the per-step times and samples/s from their median:
     python3 bench/pytorch_reference.py --bench --model mlp --precision bf16 --batch 128 \
         --steps 20 --warmup 5 --threads 2
 
---model gpt (--bench only) runs bench/gpt_reference.py's GPT-2 of --n-layer, --n-head, --n-embd,
+--model llama (--bench only) runs transformers' LlamaForCausalLM of --n-layer, --n-head,
+--kv-heads, --n-embd, --intermediate, --block-size and --vocab-size (--attn sdpa or eager) with the
+same AdamW groups. --model gpt (--bench only) runs bench/gpt_reference.py's GPT-2 of --n-layer, --n-head, --n-embd,
 --block-size and --vocab-size on one batch of random token sequences, AdamW and clipping as
 amp-train --model gpt; a sample is a sequence.
 
@@ -164,12 +166,16 @@ def evaluate(model, x, y, use_autocast):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("convnet", "mlp", "resnet", "gpt"), default="convnet")
-    p.add_argument("--n-layer", type=int, default=4, help="--model gpt's shape")
+    p.add_argument("--model", choices=("convnet", "mlp", "resnet", "gpt", "llama"), default="convnet")
+    p.add_argument("--n-layer", type=int, default=4, help="--model gpt's and llama's shape")
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=256)
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--kv-heads", type=int, default=2, help="--model llama's key/value heads")
+    p.add_argument("--intermediate", type=int, default=704, help="--model llama's MLP width")
+    p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
+                   help="--model llama: transformers' attn_implementation")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", "--batch", dest="batch_size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.05)
@@ -205,8 +211,9 @@ def parse_args(argv):
     if flag and a.precision and a.precision != flag:
         p.error(f"--precision {a.precision} contradicts --autocast-{flag}")
     a.precision = a.precision or flag or "fp32"
-    if a.model == "gpt" and not a.bench:
-        p.error("--model gpt is for --bench; bench/gpt_reference.py trains it on token files")
+    if a.model in ("gpt", "llama") and not a.bench:
+        p.error(f"--model {a.model} is for --bench; bench/gpt_reference.py trains the GPT on "
+                "token files")
     return a
 
 
@@ -221,6 +228,27 @@ def bench_setup(a):
     parameter count (a GPT's without the position embedding, nanoGPT's get_num_params); whether
     the step clips the gradient norm at 1.0 (the GPT's, as amp-train --model gpt's)."""
     gen = torch.Generator().manual_seed(a.seed)
+    if a.model == "llama":  # transformers' own model, untied, as models/llama.c's default
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=a.vocab_size, hidden_size=a.n_embd,
+                          intermediate_size=a.intermediate, num_hidden_layers=a.n_layer,
+                          num_attention_heads=a.n_head, num_key_value_heads=a.kv_heads,
+                          max_position_embeddings=a.block_size, rms_norm_eps=1e-5,
+                          rope_theta=10000.0, tie_word_embeddings=False, attn_implementation=a.attn)
+        model = LlamaForCausalLM(cfg).to(DEVICE)
+        tok = torch.randint(0, a.vocab_size, (a.batch_size, a.block_size + 1), generator=gen)
+        x, y = tok[:, :-1].contiguous().to(DEVICE), tok[:, 1:].contiguous().to(DEVICE)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": rest, "weight_decay": 0.0}],
+                                lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=DEVICE == "cuda")
+        n_params = sum(p.numel() for p in model.parameters())
+
+        def loss():
+            logits = model(input_ids=x).logits
+            return F.cross_entropy(logits.float().view(-1, a.vocab_size), y.view(-1))
+        return model, opt, loss, n_params, True
     if a.model == "gpt":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import gpt_reference
