@@ -298,3 +298,31 @@ amp_status amp_cat(amp_tensor *const *xs, int n, int dim, amp_tensor **out) {
     *out = y;
     return AMP_OK;
 }
+
+/* Outside autograd on purpose, as amp_accumulate: a key/value cache's rows written once per new
+ * token by a no-grad forward; the cache is the caller's and outlives the step. */
+amp_status amp_tensor_write_slice(amp_tensor *dst, int dim, int64_t start, const amp_tensor *src) {
+    static const char *op = "amp_tensor_write_slice";
+    AMP_TRY(amp_check_tensor(op, "dst", dst, 0));
+    AMP_TRY(amp_tensor_check_writable(op, "dst", dst));
+    AMP_TRY(amp_check_tensor(op, "src", src, 0));
+    AMP_TRY(amp_check_same_dtype(op, dst, src));
+    if (dst->backend != src->backend)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: dst is on backend %s, src on %s", op,
+                        dst->backend->name, src->backend->name);
+    int d = dim < 0 ? dim + dst->ndim : dim;
+    char bd[96], bs[96];
+    bool fits = d >= 0 && d < dst->ndim && src->ndim == dst->ndim && start >= 0 &&
+                start + src->shape[d] <= dst->shape[d];
+    for (int k = 0; fits && k < dst->ndim; k++) fits = k == d || src->shape[k] == dst->shape[k];
+    if (!fits)
+        return amp_fail(AMP_ERR_SHAPE, "%s: src %s does not fit dst %s at %lld along dim %d", op,
+                        amp_shape_str(src, bs, sizeof bs), amp_shape_str(dst, bd, sizeof bd),
+                        (long long)start, dim);
+    if (src->numel == 0) return AMP_OK;
+    amp_strided_desc desc;
+    int64_t at = piece_desc(dst, d, start, src->shape[d], &desc, true);
+    amp_tensor_mark_written(dst);
+    return AMP_BE(dst->backend, copy_strided, &desc, src->data,
+                  (char *)dst->data + at * (int64_t)amp_dtype_size(dst->dtype));
+}

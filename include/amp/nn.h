@@ -308,6 +308,13 @@ amp_status amp_dropout(amp_tensor *x, float p, bool training, amp_tensor **out);
  * waiting for it at each step; read acc (amp_tensor_item) only when printing. acc: a tensor of
  * x's dtype (f32, f16 or bf16), shape and context, caller-owned to keep it across steps. */
 amp_status amp_accumulate(amp_tensor *acc, const amp_tensor *x);
+/* dst[..., start : start + n, ...] = src along dim (n = src's extent there, every other extent
+ * dst's): PyTorch's `cache[:, :, pos:pos + t] = k`, in place and outside autograd (nothing
+ * recorded; what read dst's old values for a backward is refused by it, as for any write), for
+ * a key/value cache a sampler fills. dst: a tensor of src's dtype and backend (the cache: one of
+ * the caller's own, amp_tensor_create, which outlives the step); refused, unchanged, when src
+ * does not fit. */
+amp_status amp_tensor_write_slice(amp_tensor *dst, int dim, int64_t start, const amp_tensor *src);
 
 /* ---- autograd ---- */
 /* Backward passes: amp_backward(loss) in amp/mixed_precision.h (d loss = 1, or the loss scale
