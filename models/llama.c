@@ -7,14 +7,15 @@
  *   logits = lm_head(norm(h)).
  * Fused where the values allow: each residual add with the RMSNorm after it (amp_norm with a
  * residual, the next layer's input_layernorm included; AMP_NORM_OUT_FOR_LINEAR, so under O1 the
- * norm's output comes out in the half type its projections read), q, k and v packed as
- * [B, T, heads + 2 kv_heads, head_dim] and rotated in one amp_rope call (v copied), read in place
- * by the grouped qkvpacked attention, and the MLP's gate and up projections with the SwiGLU
+ * norm's output comes out in the half type its projections read), q, k and v as one GEMM over
+ * the three weights joined, its output the packed [B, T, heads + 2 kv_heads, head_dim], rotated
+ * in one amp_rope call (v copied) and read in place by the grouped qkvpacked attention, and the MLP's gate and up projections with the SwiGLU
  * (amp_linear_swiglu: one GEMM, gate_proj and up_proj being consecutive parameters). Each
  * residual branch goes back to the step's memory once its add has read it (amp_tensor_drop). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "amp/models/llama.h"
 #include "amp/status.h"
@@ -91,22 +92,24 @@ static amp_status apply(const llama_linear *l, amp_tensor *x, amp_tensor **y) {
     return amp_linear(x, weight(l), bias(l), y);
 }
 
-/* y = x + ... is the caller's; this is the attention branch of x [B, T, hidden]. */
+/* The attention branch of x [B, T, hidden]: q_proj, k_proj and v_proj as one GEMM over their
+ * weights joined by rows (a copy of the weights, a fraction of the activations' size: one GEMM
+ * instead of three, whose output is already the packed [B, T, H + 2 KV, D]), one amp_rope over
+ * its q and k heads, the grouped qkvpacked attention, o_proj. */
 static amp_status llama_attention(const llama *l, const llama_layer *ly, bool training,
                                   amp_tensor *x, amp_tensor **out) {
     const amp_llama_config *c = &l->cfg;
     int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), H = c->num_attention_heads;
     int64_t KV = c->num_key_value_heads, D = c->head_dim;
-    amp_tensor *q, *k, *v, *parts[3], *qkv, *rot, *y;
-    amp_status s = apply(&ly->q, x, &q);
-    if (s == AMP_OK) s = apply(&ly->k, x, &k);
-    if (s == AMP_OK) s = apply(&ly->v, x, &v);
-    if (s == AMP_OK) s = amp_reshape(q, 4, (int64_t[]){B, T, H, D}, &parts[0]);
-    if (s == AMP_OK) s = amp_reshape(k, 4, (int64_t[]){B, T, KV, D}, &parts[1]);
-    if (s == AMP_OK) s = amp_reshape(v, 4, (int64_t[]){B, T, KV, D}, &parts[2]);
-    if (s == AMP_OK) s = amp_cat(parts, 3, 2, &qkv); /* [B, T, H + 2 KV, D] */
-    amp_tensor *done[6] = {parts[0], parts[1], parts[2], q, k, v}; /* the cat copied them */
-    for (int i = 0; i < 6 && s == AMP_OK; i++) s = amp_tensor_drop(done[i]);
+    amp_tensor *w[3] = {weight(&ly->q), weight(&ly->k), weight(&ly->v)}, *wqkv, *bqkv = NULL;
+    amp_tensor *qkv, *rot, *y;
+    amp_status s = amp_cat(w, 3, 0, &wqkv);
+    if (s == AMP_OK && c->attention_bias) {
+        amp_tensor *b[3] = {bias(&ly->q), bias(&ly->k), bias(&ly->v)};
+        s = amp_cat(b, 3, 0, &bqkv);
+    }
+    if (s == AMP_OK) s = amp_linear(x, wqkv, bqkv, &qkv);
+    if (s == AMP_OK) s = amp_reshape(qkv, 4, (int64_t[]){B, T, H + 2 * KV, D}, &qkv);
     amp_rope_opts ro = {.layout = AMP_ROPE_HALF, .heads = H + KV};
     if (s == AMP_OK) s = amp_rope(qkv, l->rope, &ro, &rot);
     if (s == AMP_OK) s = amp_tensor_drop(qkv); /* the rotation's backward reads neither */
@@ -161,6 +164,40 @@ static amp_status llama_forward(amp_model *self, amp_tensor *const *in, int n_in
     if (s == AMP_OK && l->last_only && T > 1) s = amp_narrow(x, 1, T - 1, 1, &x);
     amp_tensor *head = amp_model_param(l->lm_head ? l->lm_head : l->embed, 0);
     if (s == AMP_OK) s = amp_linear(x, head, NULL, out);
+    return s;
+}
+
+/* The attention branch of the new positions x [B, t, hidden] over the cache's keys and values
+ * and their own: the projections and one amp_rope at the cache's length, q, k and v split and
+ * permuted to [B, heads, t, head_dim], k and v appended to the cache, the grouped attention with
+ * the causal mask aligned to the end, o_proj. */
+static amp_status llama_attention_cached(const llama *l, const llama_layer *ly, int layer,
+                                         amp_lm_cache *c, amp_tensor *x, amp_tensor **out) {
+    const amp_llama_config *cf = &l->cfg;
+    int64_t B = amp_tensor_dim(x, 0), T = amp_tensor_dim(x, 1), H = cf->num_attention_heads;
+    int64_t KV = cf->num_key_value_heads, D = cf->head_dim;
+    amp_tensor *w[3] = {weight(&ly->q), weight(&ly->k), weight(&ly->v)}, *wqkv, *bqkv = NULL;
+    amp_tensor *qkv, *rot, *parts[3], *heads[3], *ka, *va, *y;
+    amp_status s = amp_cat(w, 3, 0, &wqkv);
+    if (s == AMP_OK && cf->attention_bias) {
+        amp_tensor *b[3] = {bias(&ly->q), bias(&ly->k), bias(&ly->v)};
+        s = amp_cat(b, 3, 0, &bqkv);
+    }
+    if (s == AMP_OK) s = amp_linear(x, wqkv, bqkv, &qkv);
+    if (s == AMP_OK) s = amp_reshape(qkv, 4, (int64_t[]){B, T, H + 2 * KV, D}, &qkv);
+    amp_rope_opts ro = {.layout = AMP_ROPE_HALF, .heads = H + KV, .offset = amp_lm_cache_len(c)};
+    if (s == AMP_OK) s = amp_rope(qkv, l->rope, &ro, &rot);
+    int64_t at[3] = {0, H, H + KV}, n[3] = {H, KV, KV};
+    for (int i = 0; i < 3 && s == AMP_OK; i++) {
+        s = amp_narrow(rot, 2, at[i], n[i], &parts[i]);
+        if (s == AMP_OK) s = amp_permute(parts[i], (const int[]){0, 2, 1, 3}, &heads[i]);
+    }
+    if (s == AMP_OK) s = amp_lm_cache_append(c, layer, heads[1], heads[2], &ka, &va);
+    amp_attention_options ao = {.causal = true};
+    if (s == AMP_OK) s = amp_scaled_dot_product_attention(heads[0], ka, va, &ao, &y);
+    if (s == AMP_OK) s = amp_permute(y, (const int[]){0, 2, 1, 3}, &y);
+    if (s == AMP_OK) s = amp_reshape(y, 3, (int64_t[]){B, T, H * D}, &y);
+    if (s == AMP_OK) s = apply(&ly->o, y, out);
     return s;
 }
 
@@ -325,5 +362,106 @@ amp_status amp_llama_create(amp_ctx *ctx, const amp_llama_config *cfg, amp_model
         amp_model_free(*out);
         *out = NULL;
     }
+    return s;
+}
+
+amp_status amp_llama_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                    amp_tensor **logits) {
+    static const char who[] = "amp_llama_forward_cached";
+    llama *l = llama_of(who, m);
+    if (!l) return AMP_ERR_INVALID_ARG;
+    if (!c || !idx || !logits)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the cache, idx and logits must not be NULL", who);
+    amp_ctx *ctx = amp_model_ctx(m);
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_set_grad_enabled(ctx, grad);
+    if (grad)
+        return amp_error(AMP_ERR_STATE, "%s: generation runs without gradients "
+                         "(amp_set_grad_enabled(ctx, false) first)", who);
+    if (amp_tensor_ndim(idx) != 2 || amp_tensor_dtype(idx) != AMP_I32 || amp_tensor_dim(idx, 1) < 1)
+        return amp_error(AMP_ERR_SHAPE, "%s: idx must be i32 token ids [batch, t], t >= 1", who);
+    int64_t T = amp_tensor_dim(idx, 1), len = amp_lm_cache_len(c);
+    if (len + T > l->cfg.max_position_embeddings)
+        return amp_error(AMP_ERR_SHAPE, "%s: positions %lld .. %lld are past "
+                         "max_position_embeddings = %lld", who, (long long)len,
+                         (long long)(len + T - 1), (long long)l->cfg.max_position_embeddings);
+    amp_norm_opts no;
+    amp_tensor *h, *x, *r = NULL, *a, *mm;
+    amp_status s = amp_embedding(idx, amp_model_param(l->embed, 0), &h);
+    for (int64_t i = 0; i < l->cfg.num_hidden_layers && s == AMP_OK; i++) {
+        const llama_layer *ly = &l->layers[i];
+        s = amp_norm(h, r, amp_model_param(ly->input_layernorm, 0), NULL, rms_opts(l, &no), &h, &x);
+        if (s == AMP_OK) s = llama_attention_cached(l, ly, (int)i, c, x, &a);
+        if (s == AMP_OK)
+            s = amp_norm(h, a, amp_model_param(ly->post_attention_layernorm, 0), NULL,
+                         rms_opts(l, &no), &h, &x);
+        if (s == AMP_OK) s = amp_linear_swiglu(x, weight(&ly->gate), weight(&ly->up), &mm);
+        if (s == AMP_OK) s = apply(&ly->down, mm, &r);
+    }
+    if (s == AMP_OK) s = amp_norm(h, r, amp_model_param(l->norm, 0), NULL, rms_opts(l, &no), &h, &x);
+    if (s == AMP_OK && T > 1) s = amp_narrow(x, 1, T - 1, 1, &x);
+    amp_tensor *head = amp_model_param(l->lm_head ? l->lm_head : l->embed, 0);
+    if (s == AMP_OK) s = amp_linear(x, head, NULL, logits);
+    if (s == AMP_OK) s = amp_lm_cache_advance(c, T);
+    return s;
+}
+
+/* The next token of the last position's logits [1, 1, vocab]. */
+static amp_status llama_draw(const llama *l, amp_tensor *logits, float *host,
+                             const amp_lm_sample_opts *o, uint64_t *state, int32_t *token) {
+    amp_status s = amp_tensor_to_host_f32(logits, host, (size_t)l->cfg.vocab_size * sizeof *host);
+    return s == AMP_OK ? amp_lm_draw(host, l->cfg.vocab_size, o->temperature, o->top_k, state,
+                                     token)
+                       : s;
+}
+
+amp_status amp_llama_generate(amp_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+                              const amp_lm_sample_opts *o, bool use_cache, int32_t *out) {
+    static const char who[] = "amp_llama_generate";
+    llama *l = llama_of(who, m);
+    if (!l) return AMP_ERR_INVALID_ARG;
+    if (!prompt || !o || !out || n_prompt < 1 || n < 0)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: a prompt of >= 1 tokens, options and out are "
+                         "needed, n >= 0 (got %lld prompt tokens, n %lld)", who,
+                         (long long)n_prompt, (long long)n);
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= l->cfg.vocab_size)
+            return amp_error(AMP_ERR_INVALID_ARG, "%s: prompt[%lld] = %d is outside the "
+                             "vocabulary [0, %lld)", who, (long long)i, prompt[i],
+                             (long long)l->cfg.vocab_size);
+    int64_t cap = n_prompt + n, W = l->cfg.max_position_embeddings;
+    if (use_cache && cap > W)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: %lld prompt and %lld new tokens are past "
+                         "max_position_embeddings = %lld (without the cache, full forwards slide "
+                         "the window)", who, (long long)n_prompt, (long long)n, (long long)W);
+    amp_ctx *ctx = amp_model_ctx(m);
+    bool grad = amp_set_grad_enabled(ctx, false), training = amp_model_is_training(m);
+    amp_model_train(m, false);
+    int32_t *toks = malloc((size_t)cap * sizeof *toks);
+    float *host = malloc((size_t)l->cfg.vocab_size * sizeof *host);
+    amp_lm_cache *c = NULL;
+    amp_status s = toks && host ? AMP_OK : amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
+    if (s == AMP_OK) memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
+    if (s == AMP_OK && use_cache) s = amp_lm_cache_create(ctx, (int)l->cfg.num_hidden_layers, cap, &c);
+    uint64_t state = o->seed;
+    int64_t len = n_prompt;
+    for (int64_t t = 0; t < n && s == AMP_OK; t++) {
+        /* with the cache: the prompt once, then the newest token alone; else the window */
+        int64_t from = use_cache ? (t == 0 ? 0 : len - 1) : (len > W ? len - W : 0);
+        amp_tensor *x = NULL, *logits = NULL;
+        s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, len - from}, toks + from, &x);
+        if (s == AMP_OK)
+            s = use_cache ? amp_llama_forward_cached(m, c, x, &logits)
+                          : amp_llama_forward_last(m, x, &logits);
+        if (s == AMP_OK) s = llama_draw(l, logits, host, o, &state, &toks[len]);
+        amp_tensor_free(x);
+        amp_ctx_reset_step(ctx);
+        if (s == AMP_OK) out[t] = toks[len++];
+    }
+    amp_lm_cache_free(c);
+    free(toks);
+    free(host);
+    amp_model_train(m, training);
+    amp_set_grad_enabled(ctx, grad);
     return s;
 }

@@ -63,6 +63,24 @@ amp_status amp_llama_forward_last(amp_model *m, amp_tensor *idx, amp_tensor **lo
 int64_t amp_llama_n_params(const amp_model *m);
 double amp_llama_flops_per_token(const amp_model *m, int64_t T);
 
+/* Generation. amp_llama_forward_cached runs idx [B, t] (no gradients: amp_set_grad_enabled off)
+ * at positions len .. len + t - 1 of the cache c (amp_lm_cache_create with the model's layers),
+ * appends their keys and values and gives the logits of the last new position [B, 1, vocab]:
+ * the prompt once, then one token at a time, each costing one position's forward over the
+ * cache (O(T)), where a full forward costs the window's. The attention over the cache is the
+ * fused kernel's with the causal mask aligned to the end. A position past max_position_embeddings
+ * is refused.
+ * amp_llama_generate draws n tokens after the prompt into out (amp_lm_draw from the last
+ * position's logits, opts' temperature, top_k and seed), with the cache or (use_cache false) by
+ * full forwards of the last max_position_embeddings tokens (nanoGPT's generate), the model in
+ * eval mode and gradients off for the call (restored after), the context's step ended after
+ * each token (amp_ctx_reset_step). The same seed draws the same tokens either way, up to a
+ * draw within a rounding of a boundary (the two forwards' logits agree to rounding). */
+amp_status amp_llama_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                    amp_tensor **logits);
+amp_status amp_llama_generate(amp_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+                              const amp_lm_sample_opts *opts, bool use_cache, int32_t *out);
+
 /* Hugging Face folders (models/llama_hf.c). amp_llama_config_load reads a config.json as either
  * generation of transformers writes it (4.x: rope_theta and rope_scaling {"rope_type" or "type",
  * factor, low_freq_factor, high_freq_factor, original_max_position_embeddings} at the top level;

@@ -103,3 +103,80 @@ amp_status amp_lm_draw(const float *logits, int64_t vocab, float temperature, in
     free(p);
     return AMP_OK;
 }
+
+struct amp_lm_cache {
+    amp_ctx *ctx;
+    int n_layers;
+    int64_t capacity, len;
+    amp_tensor **k, **v; /* [n_layers], NULL until the layer's first append */
+};
+
+amp_status amp_lm_cache_create(amp_ctx *ctx, int n_layers, int64_t capacity, amp_lm_cache **out) {
+    if (!out) return amp_error(AMP_ERR_INVALID_ARG, "amp_lm_cache_create: argument 'out' is NULL");
+    *out = NULL;
+    if (!ctx || n_layers < 1 || capacity < 1)
+        return amp_error(AMP_ERR_INVALID_ARG, "amp_lm_cache_create: ctx %s, %d layers, capacity "
+                         "%lld: want a context and both >= 1", ctx ? "given" : "NULL", n_layers,
+                         (long long)capacity);
+    amp_lm_cache *c = calloc(1, sizeof *c);
+    if (c) c->k = calloc((size_t)n_layers, sizeof *c->k), c->v = calloc((size_t)n_layers, sizeof *c->v);
+    if (!c || !c->k || !c->v) {
+        amp_lm_cache_free(c);
+        return amp_error(AMP_ERR_OOM, "amp_lm_cache_create: out of host memory");
+    }
+    *c = (amp_lm_cache){.ctx = ctx, .n_layers = n_layers, .capacity = capacity, .k = c->k,
+                        .v = c->v};
+    *out = c;
+    return AMP_OK;
+}
+
+void amp_lm_cache_free(amp_lm_cache *c) {
+    if (!c) return;
+    for (int l = 0; c->k && l < c->n_layers; l++) amp_tensor_free(c->k[l]);
+    for (int l = 0; c->v && l < c->n_layers; l++) amp_tensor_free(c->v[l]);
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+int64_t amp_lm_cache_len(const amp_lm_cache *c) { return c ? c->len : 0; }
+void amp_lm_cache_reset(amp_lm_cache *c) {
+    if (c) c->len = 0;
+}
+
+amp_status amp_lm_cache_append(amp_lm_cache *c, int layer, amp_tensor *k, amp_tensor *v,
+                               amp_tensor **k_all, amp_tensor **v_all) {
+    static const char who[] = "amp_lm_cache_append";
+    if (!c || !k || !v || !k_all || !v_all)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the cache, k, v and both outputs must not be "
+                         "NULL", who);
+    if (layer < 0 || layer >= c->n_layers)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: layer %d of %d", who, layer, c->n_layers);
+    if (amp_tensor_ndim(k) != 4 || amp_tensor_ndim(v) != 4)
+        return amp_error(AMP_ERR_SHAPE, "%s: k and v must be [batch, kv_heads, t, head_dim]", who);
+    int64_t t = amp_tensor_dim(k, 2);
+    if (c->len + t > c->capacity)
+        return amp_error(AMP_ERR_SHAPE, "%s: positions %lld .. %lld are past the cache's capacity "
+                         "of %lld", who, (long long)c->len, (long long)(c->len + t - 1),
+                         (long long)c->capacity);
+    amp_status s = AMP_OK;
+    for (int i = 0; i < 2 && s == AMP_OK; i++) {
+        amp_tensor **slot = i ? &c->v[layer] : &c->k[layer], *x = i ? v : k;
+        int64_t shape[4] = {amp_tensor_dim(x, 0), amp_tensor_dim(x, 1), c->capacity,
+                            amp_tensor_dim(x, 3)};
+        if (!*slot) s = amp_tensor_create(c->ctx, amp_tensor_dtype(x), 4, shape, slot);
+        if (s == AMP_OK) s = amp_tensor_write_slice(*slot, 2, c->len, x);
+    }
+    if (s == AMP_OK) s = amp_narrow(c->k[layer], 2, 0, c->len + t, k_all);
+    if (s == AMP_OK) s = amp_narrow(c->v[layer], 2, 0, c->len + t, v_all);
+    return s;
+}
+
+amp_status amp_lm_cache_advance(amp_lm_cache *c, int64_t t) {
+    if (!c || t < 0 || c->len + t > c->capacity)
+        return amp_error(AMP_ERR_INVALID_ARG, "amp_lm_cache_advance: %lld positions past %lld "
+                         "(capacity %lld)", (long long)t, (long long)(c ? c->len : 0),
+                         (long long)(c ? c->capacity : 0));
+    c->len += t;
+    return AMP_OK;
+}

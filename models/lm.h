@@ -37,6 +37,33 @@ uint64_t amp_lm_rng_next(uint64_t *state);
 amp_status amp_lm_draw(const float *logits, int64_t vocab, float temperature, int top_k,
                        uint64_t *state, int32_t *token);
 
+/* A key/value cache for generation (what Hugging Face's DynamicCache holds): per layer, the keys
+ * and values of the positions seen so far, [batch, kv_heads, capacity, head_dim] tensors of the
+ * context (made at a layer's first append, in its keys' dtype), so that each new token costs one
+ * position's forward instead of the whole window's. A model's cached forward appends each
+ * layer's new keys and values, attends over all of them, and advances the cache once. */
+typedef struct amp_lm_cache amp_lm_cache;
+amp_status amp_lm_cache_create(amp_ctx *ctx, int n_layers, int64_t capacity, amp_lm_cache **out);
+void amp_lm_cache_free(amp_lm_cache *c); /* NULL is a no-op */
+/* The positions it holds (the next token's position), and emptied for a new sequence. */
+int64_t amp_lm_cache_len(const amp_lm_cache *c);
+void amp_lm_cache_reset(amp_lm_cache *c);
+/* Layer's k and v [batch, kv_heads, t, head_dim] written at positions len .. len + t - 1, and
+ * the keys and values of positions 0 .. len + t - 1 into *k_all and *v_all (step tensors). Past
+ * the capacity, or another shape than the layer's first append, is refused, the cache
+ * unchanged. */
+amp_status amp_lm_cache_append(amp_lm_cache *c, int layer, amp_tensor *k, amp_tensor *v,
+                               amp_tensor **k_all, amp_tensor **v_all);
+/* After every layer appended t positions: len += t. */
+amp_status amp_lm_cache_advance(amp_lm_cache *c, int64_t t);
+
+/* Sampling options (nanoGPT's generate): temperature > 0, top_k (0: all), the draws' seed. */
+typedef struct amp_lm_sample_opts {
+    float temperature;
+    int top_k;
+    uint64_t seed;
+} amp_lm_sample_opts;
+
 #ifdef __cplusplus
 }
 #endif

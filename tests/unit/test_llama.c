@@ -387,6 +387,68 @@ static void test_from_pretrained(void) {
     amp_ctx_free(ctx);
 }
 
+/* Generation: the cached forward's last logits against a full forward's (prompt, then token by
+ * token), the same tokens drawn with and without the cache for a seed, and misuse refused. */
+static void test_generate(amp_device dev, const char *dn) {
+    amp_ctx *ctx = NULL;
+    amp_model *m = NULL;
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = dev, .seed = 2}, &ctx));
+    if (!ctx) return;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/llama_tiny_%s", g_dir, g_v->name);
+    CHECK_OK(amp_llama_from_pretrained(ctx, dir, &m));
+    int32_t *idx = ref_copy("idx", B * T);
+    if (!m || !idx) goto done;
+    /* logits: 12 tokens as a prompt of 9 then 3 single steps, against the full forwards */
+    amp_lm_cache *c = NULL;
+    CHECK_OK(amp_lm_cache_create(ctx, 2, 64, &c));
+    amp_tensor *x = NULL, *logits = NULL;
+    CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, 9}, idx, &x));
+    CHECK_FAILS(amp_llama_forward_cached(m, c, x, &logits), AMP_ERR_STATE, "without gradients");
+    bool grad = amp_set_grad_enabled(ctx, false);
+    double worst = 0;
+    for (int64_t len = 9; len <= 12 && c; len++) {
+        float got[V], want[V];
+        amp_tensor *xn = NULL, *full = NULL, *xf = NULL;
+        int64_t from = len == 9 ? 0 : len - 1;
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, len - from},
+                                      idx + from, &xn));
+        CHECK_OK(amp_llama_forward_cached(m, c, xn, &logits));
+        if (logits) CHECK_OK(amp_tensor_to_host_f32(logits, got, sizeof got));
+        CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, len}, idx, &xf));
+        CHECK_OK(amp_llama_forward_last(m, xf, &full));
+        if (full) CHECK_OK(amp_tensor_to_host_f32(full, want, sizeof want));
+        double top = 0, d = 0;
+        for (int i = 0; i < V; i++) top = fmax(top, fabs(want[i])), d = fmax(d, fabs(got[i] - want[i]));
+        worst = fmax(worst, d / top);
+        amp_tensor_free(xn);
+        amp_tensor_free(xf);
+        amp_ctx_reset_step(ctx);
+    }
+    CHECK_MSG(worst <= 1e-5, "%s %s: the cached forward's logits are %.3g off the full forward's",
+              dn, g_v->name, worst);
+    CHECK(amp_lm_cache_len(c) == 12);
+    amp_set_grad_enabled(ctx, grad);
+    amp_lm_cache_free(c);
+    amp_tensor_free(x);
+    /* the same tokens, with and without the cache */
+    int32_t a[24], b[24];
+    amp_lm_sample_opts so = {.temperature = 1.0f, .seed = 7};
+    CHECK_OK(amp_llama_generate(m, idx, 8, 24, &so, true, a));
+    CHECK_OK(amp_llama_generate(m, idx, 8, 24, &so, false, b));
+    CHECK_MSG(!memcmp(a, b, sizeof a), "%s %s: the cached sampler drew other tokens", dn,
+              g_v->name);
+    CHECK_FAILS(amp_llama_generate(m, idx, 60, 5, &so, true, a), AMP_ERR_INVALID_ARG,
+                "past max_position_embeddings = 64");
+    int32_t bad = 300;
+    CHECK_FAILS(amp_llama_generate(m, &bad, 1, 1, &so, true, a), AMP_ERR_INVALID_ARG,
+                "prompt[0] = 300 is outside the vocabulary");
+done:
+    free(idx);
+    amp_model_free(m);
+    amp_ctx_free(ctx);
+}
+
 int main(void) {
     const char *dir = getenv("AMP_TEST_DATA");
     snprintf(g_dir, sizeof g_dir, "%s", dir ? dir : "tests/data");
@@ -401,7 +463,11 @@ int main(void) {
             continue;
         }
         run_device(AMP_DEVICE_CPU, "cpu");
-        if (amp_backend_cuda()) run_device(AMP_DEVICE_CUDA, "cuda");
+        test_generate(AMP_DEVICE_CPU, "cpu");
+        if (amp_backend_cuda()) {
+            run_device(AMP_DEVICE_CUDA, "cuda");
+            test_generate(AMP_DEVICE_CUDA, "cuda");
+        }
         amp_st_reader_free(g_ref);
     }
     return test_summary(NAME);
