@@ -235,42 +235,24 @@ static amp_status prompt_tokens(const train_args *a, int32_t vocab, const amp_to
     return AMP_OK;
 }
 
-/* n tokens drawn after the prompt's (prompt_tokens; printed first when given), each from the
- * last position's logits / temperature over the real vocabulary (the padding never drawn), the
- * top_k most likely kept (0: all), printed as text (print_token). */
+/* n tokens drawn after the prompt's (prompt_tokens; printed first when given) by the library's
+ * generation (amp_gpt_generate: each from the last position's logits / temperature over the real
+ * vocabulary, the padding never drawn, the top_k most likely kept, 0: all), with the key/value
+ * cache when prompt and sample fit in block_size (one position's forward a token), else by full
+ * forwards of the last block_size tokens; printed as text (print_token). */
 static amp_status sample(amp_model *m, const amp_gpt_config *cfg, const amp_tokenizer *tok,
                          const int32_t *prompt, int64_t n_prompt, bool show_prompt, int64_t n,
                          float temperature, int top_k, uint64_t seed, FILE *to) {
-    amp_ctx *ctx = amp_model_ctx(m);
-    bool grad = amp_set_grad_enabled(ctx, false);
-    amp_model_train(m, false);
-    int64_t cap = n_prompt + n, len = n_prompt, V = cfg->vocab_size, Vp = amp_lm_padded_vocab(V);
-    int32_t *toks = malloc((size_t)cap * sizeof *toks);
-    float *logits = malloc((size_t)Vp * sizeof *logits);
-    amp_status s = toks && logits ? AMP_OK : amp_error(AMP_ERR_OOM, "sample: out of memory");
-    if (s == AMP_OK) memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
-    for (int64_t i = 0; s == AMP_OK && show_prompt && i < n_prompt; i++)
-        print_token(tok, V, toks[i], to);
-    uint64_t r = seed; /* amp_lm_draw's generator */
-    for (int64_t t = 0; t < n && s == AMP_OK; t++) {
-        int64_t start = len > cfg->block_size ? len - cfg->block_size : 0, T = len - start;
-        amp_tensor *x = NULL, *out = NULL;
-        s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, T}, toks + start, &x);
-        if (s == AMP_OK) s = amp_gpt_forward_last(m, x, &out);
-        if (s == AMP_OK) s = amp_tensor_to_host_f32(out, logits, (size_t)Vp * sizeof *logits);
-        amp_tensor_free(x);
-        amp_ctx_reset_step(ctx);
-        if (s != AMP_OK) break;
-        int32_t pick;
-        if ((s = amp_lm_draw(logits, V, temperature, top_k, &r, &pick)) != AMP_OK) break;
-        toks[len++] = pick;
-        print_token(tok, V, pick, to);
-    }
+    int32_t *toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
+    if (!toks) return amp_error(AMP_ERR_OOM, "sample: out of memory");
+    for (int64_t i = 0; show_prompt && i < n_prompt; i++)
+        print_token(tok, cfg->vocab_size, prompt[i], to);
+    amp_lm_sample_opts o = {.temperature = temperature, .top_k = top_k, .seed = seed};
+    amp_status s = amp_gpt_generate(m, prompt, n_prompt, n, &o, n_prompt + n <= cfg->block_size,
+                                    toks);
+    for (int64_t t = 0; s == AMP_OK && t < n; t++) print_token(tok, cfg->vocab_size, toks[t], to);
     fputc('\n', to);
     free(toks);
-    free(logits);
-    amp_model_train(m, true);
-    amp_set_grad_enabled(ctx, grad);
     return s;
 }
 

@@ -162,6 +162,29 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
     return s;
 }
 
+/* The attention branch of the new positions h [B, t, C] over the cache: c_attn's q, k and v
+ * split and permuted to [B, nh, t, hs], k and v appended, the fused attention over every key
+ * with the causal mask aligned to the end, c_proj. */
+static amp_status gpt_attention_cached(const gpt *g, const gpt_block *blk, int layer,
+                                       amp_lm_cache *c, amp_tensor *h, amp_tensor **out) {
+    int64_t B = amp_tensor_dim(h, 0), T = amp_tensor_dim(h, 1), C = g->cfg.n_embd;
+    int64_t nh = g->cfg.n_head, hs = C / nh;
+    amp_tensor *qkv, *part, *heads[3], *ka, *va, *y;
+    amp_status s = gpt_apply(&blk->c_attn, h, false, &qkv);
+    if (s == AMP_OK) s = amp_reshape(qkv, 4, (int64_t[]){B, T, 3 * nh, hs}, &qkv);
+    for (int i = 0; i < 3 && s == AMP_OK; i++) {
+        s = amp_narrow(qkv, 2, i * nh, nh, &part);
+        if (s == AMP_OK) s = amp_permute(part, (const int[]){0, 2, 1, 3}, &heads[i]);
+    }
+    if (s == AMP_OK) s = amp_lm_cache_append(c, layer, heads[1], heads[2], &ka, &va);
+    amp_attention_options ao = {.causal = true};
+    if (s == AMP_OK) s = amp_scaled_dot_product_attention(heads[0], ka, va, &ao, &y);
+    if (s == AMP_OK) s = amp_permute(y, (const int[]){0, 2, 1, 3}, &y);
+    if (s == AMP_OK) s = amp_reshape(y, 3, (int64_t[]){B, T, C}, &y);
+    if (s == AMP_OK) s = gpt_apply(&blk->attn_proj, y, false, out);
+    return s;
+}
+
 /* m's GPT, or NULL with the reason for `who`. */
 static gpt *gpt_of(const char *who, const amp_model *m) {
     if (!m || amp_model_forward_fn(m) != gpt_forward) {
@@ -280,4 +303,64 @@ amp_status amp_gpt_create(amp_ctx *ctx, const amp_gpt_config *cfg, amp_model **o
         *out = NULL;
     }
     return s;
+}
+
+amp_status amp_gpt_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                  amp_tensor **logits) {
+    static const char who[] = "amp_gpt_forward_cached";
+    gpt *g = gpt_of(who, m);
+    if (!g) return AMP_ERR_INVALID_ARG;
+    if (!c || !idx || !logits)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the cache, idx and logits must not be NULL", who);
+    amp_ctx *ctx = amp_model_ctx(m);
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_set_grad_enabled(ctx, grad);
+    if (grad)
+        return amp_error(AMP_ERR_STATE, "%s: generation runs without gradients "
+                         "(amp_set_grad_enabled(ctx, false) first)", who);
+    if (amp_tensor_ndim(idx) != 2 || amp_tensor_dtype(idx) != AMP_I32 || amp_tensor_dim(idx, 1) < 1)
+        return amp_error(AMP_ERR_SHAPE, "%s: idx must be i32 token ids [batch, t], t >= 1", who);
+    int64_t T = amp_tensor_dim(idx, 1), len = amp_lm_cache_len(c);
+    if (len + T > g->cfg.block_size)
+        return amp_error(AMP_ERR_SHAPE, "%s: positions %lld .. %lld are past block_size = %d", who,
+                         (long long)len, (long long)(len + T - 1), g->cfg.block_size);
+    amp_status s = gpt_positions(g, ctx);
+    amp_tensor *tok, *pos_ids, *pos, *x, *h, *r = NULL, *a;
+    if (s == AMP_OK) s = amp_embedding(idx, amp_model_param(g->wte, 0), &tok);
+    if (s == AMP_OK) s = amp_narrow(g->positions, 0, len, T, &pos_ids);
+    if (s == AMP_OK) s = amp_embedding(pos_ids, amp_model_param(g->wpe, 0), &pos);
+    if (s == AMP_OK) s = amp_add(tok, pos, &x);
+    for (int l = 0; l < g->cfg.n_layer && s == AMP_OK; l++) {
+        const gpt_block *blk = &g->h[l];
+        amp_tensor *w1 = amp_model_param(blk->ln_1, 0), *b1 = amp_model_param(blk->ln_1, 1);
+        amp_tensor *w2 = amp_model_param(blk->ln_2, 0), *b2 = amp_model_param(blk->ln_2, 1);
+        s = amp_norm(x, r, w1, b1, &LN_FOR_LINEAR, &x, &h);
+        if (s == AMP_OK) s = gpt_attention_cached(g, blk, l, c, h, &a);
+        if (s == AMP_OK) s = amp_norm(x, a, w2, b2, &LN_FOR_LINEAR, &x, &h);
+        if (s == AMP_OK) s = gpt_apply(&blk->c_fc, h, true, &h);
+        if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &r);
+    }
+    amp_tensor *wf = amp_model_param(g->ln_f, 0), *bf = amp_model_param(g->ln_f, 1);
+    if (s == AMP_OK) s = amp_norm(x, r, wf, bf, &LN_FOR_LINEAR, &x, &h);
+    if (s == AMP_OK && T > 1) s = amp_narrow(h, 1, T - 1, 1, &h);
+    if (s == AMP_OK) s = amp_linear(h, amp_model_param(g->wte, 0), NULL, logits);
+    if (s == AMP_OK) s = amp_lm_cache_advance(c, T);
+    return s;
+}
+
+static amp_status gpt_step_full(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                amp_tensor **logits) {
+    (void)c;
+    return amp_gpt_forward_last(m, idx, logits);
+}
+
+amp_status amp_gpt_generate(amp_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+                            const amp_lm_sample_opts *o, bool use_cache, int32_t *out) {
+    gpt *g = gpt_of(__func__, m);
+    if (!g) return AMP_ERR_INVALID_ARG;
+    amp_lm_model lm = {.name = __func__, .m = m, .n_layers = g->cfg.n_layer,
+                       .vocab = g->cfg.vocab_size, .window = g->cfg.block_size,
+                       .window_name = "block_size", .cached = amp_gpt_forward_cached,
+                       .full = gpt_step_full};
+    return amp_lm_generate(&lm, prompt, n_prompt, n, o, use_cache, out);
 }

@@ -49,6 +49,14 @@ amp_status amp_gpt_loss(amp_model *m, amp_tensor *idx, amp_tensor *targets, amp_
  * estimate_mfu writes it. -1 and 0 when m is not a GPT (amp_last_error says so). */
 int64_t amp_gpt_n_params(const amp_model *m);
 double amp_gpt_flops_per_token(const amp_model *m, int64_t T);
+/* Generation, as amp/models/llama.h's: the cached forward of the new positions (positions len ..
+ * len + t - 1 of the cache, the head on the last; no gradients; past block_size refused), and n
+ * tokens drawn after the prompt with the cache or by full forwards of the last block_size
+ * tokens (amp_lm_generate). */
+amp_status amp_gpt_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                  amp_tensor **logits);
+amp_status amp_gpt_generate(amp_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+                            const amp_lm_sample_opts *opts, bool use_cache, int32_t *out);
 
 #ifdef __cplusplus
 }

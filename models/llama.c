@@ -406,62 +406,19 @@ amp_status amp_llama_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *i
     return s;
 }
 
-/* The next token of the last position's logits [1, 1, vocab]. */
-static amp_status llama_draw(const llama *l, amp_tensor *logits, float *host,
-                             const amp_lm_sample_opts *o, uint64_t *state, int32_t *token) {
-    amp_status s = amp_tensor_to_host_f32(logits, host, (size_t)l->cfg.vocab_size * sizeof *host);
-    return s == AMP_OK ? amp_lm_draw(host, l->cfg.vocab_size, o->temperature, o->top_k, state,
-                                     token)
-                       : s;
+/* A full forward's last logits, as amp_lm_generate calls it (the cache unused). */
+static amp_status llama_step_full(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                  amp_tensor **logits) {
+    (void)c;
+    return amp_llama_forward_last(m, idx, logits);
 }
 
 amp_status amp_llama_generate(amp_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
                               const amp_lm_sample_opts *o, bool use_cache, int32_t *out) {
-    static const char who[] = "amp_llama_generate";
-    llama *l = llama_of(who, m);
+    llama *l = llama_of(__func__, m);
     if (!l) return AMP_ERR_INVALID_ARG;
-    if (!prompt || !o || !out || n_prompt < 1 || n < 0)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s: a prompt of >= 1 tokens, options and out are "
-                         "needed, n >= 0 (got %lld prompt tokens, n %lld)", who,
-                         (long long)n_prompt, (long long)n);
-    for (int64_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= l->cfg.vocab_size)
-            return amp_error(AMP_ERR_INVALID_ARG, "%s: prompt[%lld] = %d is outside the "
-                             "vocabulary [0, %lld)", who, (long long)i, prompt[i],
-                             (long long)l->cfg.vocab_size);
-    int64_t cap = n_prompt + n, W = l->cfg.max_position_embeddings;
-    if (use_cache && cap > W)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s: %lld prompt and %lld new tokens are past "
-                         "max_position_embeddings = %lld (without the cache, full forwards slide "
-                         "the window)", who, (long long)n_prompt, (long long)n, (long long)W);
-    amp_ctx *ctx = amp_model_ctx(m);
-    bool grad = amp_set_grad_enabled(ctx, false), training = amp_model_is_training(m);
-    amp_model_train(m, false);
-    int32_t *toks = malloc((size_t)cap * sizeof *toks);
-    float *host = malloc((size_t)l->cfg.vocab_size * sizeof *host);
-    amp_lm_cache *c = NULL;
-    amp_status s = toks && host ? AMP_OK : amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
-    if (s == AMP_OK) memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
-    if (s == AMP_OK && use_cache) s = amp_lm_cache_create(ctx, (int)l->cfg.num_hidden_layers, cap, &c);
-    uint64_t state = o->seed;
-    int64_t len = n_prompt;
-    for (int64_t t = 0; t < n && s == AMP_OK; t++) {
-        /* with the cache: the prompt once, then the newest token alone; else the window */
-        int64_t from = use_cache ? (t == 0 ? 0 : len - 1) : (len > W ? len - W : 0);
-        amp_tensor *x = NULL, *logits = NULL;
-        s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, len - from}, toks + from, &x);
-        if (s == AMP_OK)
-            s = use_cache ? amp_llama_forward_cached(m, c, x, &logits)
-                          : amp_llama_forward_last(m, x, &logits);
-        if (s == AMP_OK) s = llama_draw(l, logits, host, o, &state, &toks[len]);
-        amp_tensor_free(x);
-        amp_ctx_reset_step(ctx);
-        if (s == AMP_OK) out[t] = toks[len++];
-    }
-    amp_lm_cache_free(c);
-    free(toks);
-    free(host);
-    amp_model_train(m, training);
-    amp_set_grad_enabled(ctx, grad);
-    return s;
+    amp_lm_model lm = {.name = __func__, .m = m, .n_layers = (int)l->cfg.num_hidden_layers,
+                       .vocab = l->cfg.vocab_size, .window = l->cfg.max_position_embeddings,
+                       .window_name = "max_position_embeddings", .cached = amp_llama_forward_cached, .full = llama_step_full};
+    return amp_lm_generate(&lm, prompt, n_prompt, n, o, use_cache, out);
 }

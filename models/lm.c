@@ -1,6 +1,7 @@
 /* The language models' shared pieces (amp/models/lm.h). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "amp/models/lm.h"
 #include "amp/status.h"
@@ -179,4 +180,65 @@ amp_status amp_lm_cache_advance(amp_lm_cache *c, int64_t t) {
                          (long long)(c ? c->capacity : 0));
     c->len += t;
     return AMP_OK;
+}
+
+amp_status amp_lm_generate(const amp_lm_model *lm, const int32_t *prompt, int64_t n_prompt,
+                           int64_t n, const amp_lm_sample_opts *o, bool use_cache,
+                           int32_t *out) {
+    const char *who = lm && lm->name ? lm->name : "amp_lm_generate";
+    if (!lm || !lm->m || !lm->cached || !lm->full || !prompt || !o || !out || n_prompt < 1 || n < 0)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: a prompt of >= 1 tokens, options and out are "
+                         "needed, n >= 0 (got %lld prompt tokens, n %lld)", who,
+                         (long long)n_prompt, (long long)n);
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= lm->vocab)
+            return amp_error(AMP_ERR_INVALID_ARG, "%s: prompt[%lld] = %d is outside the "
+                             "vocabulary [0, %lld)", who, (long long)i, prompt[i],
+                             (long long)lm->vocab);
+    int64_t cap = n_prompt + n, W = lm->window;
+    if (use_cache && cap > W)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: %lld prompt and %lld new tokens are past "
+                         "%s = %lld (without the cache, full forwards slide the window)", who,
+                         (long long)n_prompt, (long long)n,
+                         lm->window_name ? lm->window_name : "the model's positions", (long long)W);
+    amp_ctx *ctx = amp_model_ctx(lm->m);
+    bool grad = amp_set_grad_enabled(ctx, false), training = amp_model_is_training(lm->m);
+    amp_model_train(lm->m, false);
+    int32_t *toks = malloc((size_t)cap * sizeof *toks);
+    int64_t host_n = lm->vocab;
+    float *host = malloc((size_t)host_n * sizeof *host);
+    amp_lm_cache *c = NULL;
+    amp_status s = toks && host ? AMP_OK : amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
+    if (s == AMP_OK) memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
+    if (s == AMP_OK && use_cache) s = amp_lm_cache_create(ctx, lm->n_layers, cap, &c);
+    uint64_t state = o->seed;
+    int64_t len = n_prompt;
+    for (int64_t t = 0; t < n && s == AMP_OK; t++) {
+        /* with the cache: the prompt once, then the newest token alone; else the window */
+        int64_t from = use_cache ? (t == 0 ? 0 : len - 1) : (len > W ? len - W : 0);
+        amp_tensor *x = NULL, *logits = NULL;
+        s = amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){1, len - from}, toks + from, &x);
+        if (s == AMP_OK)
+            s = use_cache ? lm->cached(lm->m, c, x, &logits) : lm->full(lm->m, NULL, x, &logits);
+        int64_t cols = s == AMP_OK ? amp_tensor_numel(logits) : 0; /* the padded vocabulary */
+        if (s == AMP_OK && cols > host_n) {
+            float *grown = realloc(host, (size_t)cols * sizeof *host);
+            if (!grown) s = amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
+            else host = grown, host_n = cols;
+        }
+        if (s == AMP_OK && cols < lm->vocab)
+            s = amp_error(AMP_ERR_SHAPE, "%s: %lld logits for a vocabulary of %lld", who,
+                          (long long)cols, (long long)lm->vocab);
+        if (s == AMP_OK) s = amp_tensor_to_host_f32(logits, host, (size_t)cols * sizeof *host);
+        if (s == AMP_OK) s = amp_lm_draw(host, lm->vocab, o->temperature, o->top_k, &state, &toks[len]);
+        amp_tensor_free(x);
+        amp_ctx_reset_step(ctx);
+        if (s == AMP_OK) out[t] = toks[len++];
+    }
+    amp_lm_cache_free(c);
+    free(toks);
+    free(host);
+    amp_model_train(lm->m, training);
+    amp_set_grad_enabled(ctx, grad);
+    return s;
 }

@@ -64,6 +64,27 @@ typedef struct amp_lm_sample_opts {
     uint64_t seed;
 } amp_lm_sample_opts;
 
+/* The generation loop the language models share (amp_gpt_generate, amp_llama_generate call it):
+ * n tokens after the prompt into out, each drawn by amp_lm_draw from the last position's logits
+ * [1, 1, vocab] that `cached` gives for the newest positions over a cache (the prompt once, then
+ * one token at a time), or that `full` gives for the last `window` tokens (nanoGPT's crop), the
+ * model in eval mode and gradients off for the call (restored after), the context's step ended
+ * after each token (amp_ctx_reset_step). With the cache, prompt and new tokens must fit in the
+ * window. */
+typedef amp_status (*amp_lm_step_fn)(amp_model *m, amp_lm_cache *c, amp_tensor *idx,
+                                     amp_tensor **logits);
+typedef struct amp_lm_model {
+    const char *name;        /* the public call, for errors */
+    amp_model *m;
+    int n_layers;
+    int64_t vocab, window;   /* window: the positions the model has */
+    const char *window_name; /* its config field's name ("block_size", ...), for errors */
+    amp_lm_step_fn cached, full;
+} amp_lm_model;
+amp_status amp_lm_generate(const amp_lm_model *lm, const int32_t *prompt, int64_t n_prompt,
+                           int64_t n, const amp_lm_sample_opts *opts, bool use_cache,
+                           int32_t *out);
+
 #ifdef __cplusplus
 }
 #endif

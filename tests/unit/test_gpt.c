@@ -206,6 +206,15 @@ static void test_padded_vocab(void) {
     CHECK_OK(amp_model_build(m));
     int32_t ids[PB * PT], next[PB * PT];
     for (int i = 0; i < PB * PT; i++) ids[i] = (i * 37 + 11) % PV, next[i] = (i * 53 + 199) % PV;
+    /* generation reads the padded logits' rows and draws from the real vocabulary, either way */
+    int32_t drawn[2][8];
+    amp_lm_sample_opts so = {.temperature = 1.0f, .seed = 3};
+    for (int cached = 0; cached < 2; cached++) {
+        CHECK_OK(amp_gpt_generate(m, ids, 4, 8, &so, cached, drawn[cached]));
+        for (int i = 0; i < 8; i++) CHECK(drawn[cached][i] >= 0 && drawn[cached][i] < PV);
+    }
+    CHECK_MSG(!memcmp(drawn[0], drawn[1], sizeof drawn[0]), "padded vocabulary: the cached "
+              "sampler drew other tokens");
     amp_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL, *wte = NULL, *g = NULL;
     CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){PB, PT}, ids, &x));
     CHECK_OK(amp_tensor_from_host(ctx, AMP_I32, 2, (const int64_t[]){PB, PT}, next, &y));
@@ -347,6 +356,52 @@ static void test_errors(void) {
 }
 
 /* Each level's 10 losses on the CPU, which CUDA's are held to step by step. */
+/* Generation: the cached forward's last logits against full forwards' (a prompt of 9, then 3
+ * single steps), and the same tokens drawn with and without the cache for a seed. */
+static void test_generate(amp_device dev, const char *dn) {
+    run r;
+    if (!run_make(&r, dev, false, NULL)) return run_free(&r);
+    int32_t *idx = ref_copy("idx", B * T);
+    amp_lm_cache *c = NULL;
+    CHECK_OK(amp_lm_cache_create(r.ctx, TINY.n_layer, TINY.block_size, &c));
+    bool grad = amp_set_grad_enabled(r.ctx, false);
+    amp_model_train(r.m, false);
+    double worst = 0;
+    for (int64_t len = 9; idx && c && len <= 12; len++) {
+        float got[V], want[V];
+        amp_tensor *xn = NULL, *xf = NULL, *lc = NULL, *lf = NULL;
+        int64_t from = len == 9 ? 0 : len - 1;
+        CHECK_OK(amp_tensor_from_host(r.ctx, AMP_I32, 2, (const int64_t[]){1, len - from},
+                                      idx + from, &xn));
+        CHECK_OK(amp_gpt_forward_cached(r.m, c, xn, &lc));
+        if (lc) CHECK_OK(amp_tensor_to_host_f32(lc, got, sizeof got));
+        CHECK_OK(amp_tensor_from_host(r.ctx, AMP_I32, 2, (const int64_t[]){1, len}, idx, &xf));
+        CHECK_OK(amp_gpt_forward_last(r.m, xf, &lf));
+        if (lf) CHECK_OK(amp_tensor_to_host_f32(lf, want, sizeof want));
+        double top = 0, d = 0;
+        for (int i = 0; i < V; i++) top = fmax(top, fabs(want[i])), d = fmax(d, fabs(got[i] - want[i]));
+        worst = fmax(worst, d / top);
+        amp_tensor_free(xn);
+        amp_tensor_free(xf);
+        amp_ctx_reset_step(r.ctx);
+    }
+    CHECK_MSG(worst <= 1e-5, "%s: the cached forward's logits are %.3g off the full forward's",
+              dn, worst);
+    amp_set_grad_enabled(r.ctx, grad);
+    amp_lm_cache_free(c);
+    int32_t a[20], b[20];
+    amp_lm_sample_opts so = {.temperature = 1.0f, .top_k = 40, .seed = 11};
+    if (idx) {
+        CHECK_OK(amp_gpt_generate(r.m, idx, 8, 20, &so, true, a));
+        CHECK_OK(amp_gpt_generate(r.m, idx, 8, 20, &so, false, b));
+        CHECK_MSG(!memcmp(a, b, sizeof a), "%s: the cached sampler drew other tokens", dn);
+        CHECK_FAILS(amp_gpt_generate(r.m, idx, 30, 5, &so, true, a), AMP_ERR_INVALID_ARG,
+                    "past block_size = 32");
+    }
+    free(idx);
+    run_free(&r);
+}
+
 static float g_cpu_losses[4][STEPS];
 
 static void run_device(amp_device dev, const char *dn) {
@@ -361,6 +416,7 @@ static void run_device(amp_device dev, const char *dn) {
         {.opt_level = AMP_O2, .half_type = AMP_HALF_BF16, .quiet = true},
     };
     test_o0_parity(dev, dn);
+    test_generate(dev, dn);
     /* the control: O0 at 1.1 times the learning rate, against the largest bound */
     float control[STEPS];
     test_steps(dev, dn, "control: O0, lr x 1.1", NULL, "losses_f32", 2e-3, 1.1f, control);
