@@ -3,7 +3,8 @@
  *    (gradcheck_run.h): the op on gu, the linear form with separate weights (two GEMMs) and with
  *    the weights one block (one GEMM of 2F outputs);
  *  - the fused op against amp_silu then amp_mul on gu's halves, bit for bit forward and in gu's
- *    gradient, in f32, bf16 and f16 (the roundings it promises to keep);
+ *    gradient, in f32, bf16 and f16 (the roundings it promises to keep), and with gates down to
+ *    -100, where the CPU's vector tiles give way to the scalar function;
  *  - the linear form with separate weights against amp_linear twice, amp_silu and amp_mul, bit
  *    for bit forward and in x's and both weights' gradients (the same GEMMs, the same order);
  *  - bad input refused, naming the call. */
@@ -115,12 +116,12 @@ static void backward_both(amp_ctx *ctx, amp_tensor *y0, amp_tensor *y1) {
 }
 
 /* amp_swiglu(gu) against amp_silu(gate) * up, gate and up narrowed out of a copy of gu. */
-static void fused_vs_unfused(amp_ctx *ctx, amp_dtype dt) {
+static void fused_vs_unfused(amp_ctx *ctx, amp_dtype dt, double scale) {
     const int64_t R = 7, F = 45;
-    char cs[48];
-    snprintf(cs, sizeof cs, "swiglu %s", amp_dtype_name(dt));
+    char cs[64];
+    snprintf(cs, sizeof cs, "swiglu %s, values up to %g", amp_dtype_name(dt), scale);
     amp_tensor *gu[2], *y[2], *gate, *up, *s;
-    for (int c = 0; c < 2; c++) gu[c] = leaf(ctx, dt, 2, (const int64_t[]){R, 2 * F}, 0.41, 4.0);
+    for (int c = 0; c < 2; c++) gu[c] = leaf(ctx, dt, 2, (const int64_t[]){R, 2 * F}, 0.41, scale);
     CHECK_OK(amp_swiglu(gu[0], &y[0]));
     CHECK_OK(amp_narrow(gu[1], 1, 0, F, &gate));
     CHECK_OK(amp_narrow(gu[1], 1, F, F, &up));
@@ -195,9 +196,11 @@ static void run_all(amp_device device) {
     }
     const amp_dtype dts[3] = {AMP_F32, AMP_BF16, AMP_F16};
     for (int i = 0; i < 3; i++) {
-        fused_vs_unfused(ctx, dts[i]);
+        fused_vs_unfused(ctx, dts[i], 4.0);
         linear_vs_unfused(ctx, dts[i]);
     }
+    /* rows with gates below -80 (amp_siluf's own range, the scalar way) beside rows without */
+    fused_vs_unfused(ctx, AMP_F32, 100.0);
     bad_input(ctx);
     amp_ctx_free(ctx);
 }
