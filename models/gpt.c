@@ -310,21 +310,11 @@ amp_status amp_gpt_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *idx
     static const char who[] = "amp_gpt_forward_cached";
     gpt *g = gpt_of(who, m);
     if (!g) return AMP_ERR_INVALID_ARG;
-    if (!c || !idx || !logits)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s: the cache, idx and logits must not be NULL", who);
+    amp_status s = amp_lm_cached_check(who, m, c, idx, logits, g->cfg.block_size, "block_size");
+    if (s != AMP_OK) return s;
     amp_ctx *ctx = amp_model_ctx(m);
-    bool grad = amp_set_grad_enabled(ctx, false);
-    amp_set_grad_enabled(ctx, grad);
-    if (grad)
-        return amp_error(AMP_ERR_STATE, "%s: generation runs without gradients "
-                         "(amp_set_grad_enabled(ctx, false) first)", who);
-    if (amp_tensor_ndim(idx) != 2 || amp_tensor_dtype(idx) != AMP_I32 || amp_tensor_dim(idx, 1) < 1)
-        return amp_error(AMP_ERR_SHAPE, "%s: idx must be i32 token ids [batch, t], t >= 1", who);
     int64_t T = amp_tensor_dim(idx, 1), len = amp_lm_cache_len(c);
-    if (len + T > g->cfg.block_size)
-        return amp_error(AMP_ERR_SHAPE, "%s: positions %lld .. %lld are past block_size = %d", who,
-                         (long long)len, (long long)(len + T - 1), g->cfg.block_size);
-    amp_status s = gpt_positions(g, ctx);
+    s = gpt_positions(g, ctx);
     amp_tensor *tok, *pos_ids, *pos, *x, *h, *r = NULL, *a;
     if (s == AMP_OK) s = amp_embedding(idx, amp_model_param(g->wte, 0), &tok);
     if (s == AMP_OK) s = amp_narrow(g->positions, 0, len, T, &pos_ids);

@@ -370,24 +370,13 @@ amp_status amp_llama_forward_cached(amp_model *m, amp_lm_cache *c, amp_tensor *i
     static const char who[] = "amp_llama_forward_cached";
     llama *l = llama_of(who, m);
     if (!l) return AMP_ERR_INVALID_ARG;
-    if (!c || !idx || !logits)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s: the cache, idx and logits must not be NULL", who);
-    amp_ctx *ctx = amp_model_ctx(m);
-    bool grad = amp_set_grad_enabled(ctx, false);
-    amp_set_grad_enabled(ctx, grad);
-    if (grad)
-        return amp_error(AMP_ERR_STATE, "%s: generation runs without gradients "
-                         "(amp_set_grad_enabled(ctx, false) first)", who);
-    if (amp_tensor_ndim(idx) != 2 || amp_tensor_dtype(idx) != AMP_I32 || amp_tensor_dim(idx, 1) < 1)
-        return amp_error(AMP_ERR_SHAPE, "%s: idx must be i32 token ids [batch, t], t >= 1", who);
-    int64_t T = amp_tensor_dim(idx, 1), len = amp_lm_cache_len(c);
-    if (len + T > l->cfg.max_position_embeddings)
-        return amp_error(AMP_ERR_SHAPE, "%s: positions %lld .. %lld are past "
-                         "max_position_embeddings = %lld", who, (long long)len,
-                         (long long)(len + T - 1), (long long)l->cfg.max_position_embeddings);
+    amp_status s = amp_lm_cached_check(who, m, c, idx, logits, l->cfg.max_position_embeddings,
+                                       "max_position_embeddings");
+    if (s != AMP_OK) return s;
+    int64_t T = amp_tensor_dim(idx, 1);
     amp_norm_opts no;
     amp_tensor *h, *x, *r = NULL, *a, *mm;
-    amp_status s = amp_embedding(idx, amp_model_param(l->embed, 0), &h);
+    s = amp_embedding(idx, amp_model_param(l->embed, 0), &h);
     for (int64_t i = 0; i < l->cfg.num_hidden_layers && s == AMP_OK; i++) {
         const llama_layer *ly = &l->layers[i];
         s = amp_norm(h, r, amp_model_param(ly->input_layernorm, 0), NULL, rms_opts(l, &no), &h, &x);

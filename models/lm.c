@@ -242,3 +242,23 @@ amp_status amp_lm_generate(const amp_lm_model *lm, const int32_t *prompt, int64_
     amp_set_grad_enabled(ctx, grad);
     return s;
 }
+
+amp_status amp_lm_cached_check(const char *who, amp_model *m, const amp_lm_cache *c,
+                               const amp_tensor *idx, amp_tensor **logits, int64_t window,
+                               const char *window_name) {
+    if (!c || !idx || !logits)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the cache, idx and logits must not be NULL", who);
+    amp_ctx *ctx = amp_model_ctx(m);
+    bool grad = amp_set_grad_enabled(ctx, false);
+    amp_set_grad_enabled(ctx, grad);
+    if (grad)
+        return amp_error(AMP_ERR_STATE, "%s: generation runs without gradients "
+                         "(amp_set_grad_enabled(ctx, false) first)", who);
+    if (amp_tensor_ndim(idx) != 2 || amp_tensor_dtype(idx) != AMP_I32 || amp_tensor_dim(idx, 1) < 1)
+        return amp_error(AMP_ERR_SHAPE, "%s: idx must be i32 token ids [batch, t], t >= 1", who);
+    int64_t T = amp_tensor_dim(idx, 1), len = amp_lm_cache_len(c);
+    if (len + T > window)
+        return amp_error(AMP_ERR_SHAPE, "%s: positions %lld .. %lld are past %s = %lld", who,
+                         (long long)len, (long long)(len + T - 1), window_name, (long long)window);
+    return AMP_OK;
+}

@@ -57,6 +57,13 @@ amp_status amp_lm_cache_append(amp_lm_cache *c, int layer, amp_tensor *k, amp_te
 /* After every layer appended t positions: len += t. */
 amp_status amp_lm_cache_advance(amp_lm_cache *c, int64_t t);
 
+/* The checks every model's cached forward makes before it runs (who: its public name): the
+ * cache, idx and logits given, gradients off, idx i32 [batch, t] with t >= 1, and positions
+ * len .. len + t - 1 inside the model's `window` positions (its config field `window_name`). */
+amp_status amp_lm_cached_check(const char *who, amp_model *m, const amp_lm_cache *c,
+                               const amp_tensor *idx, amp_tensor **logits, int64_t window,
+                               const char *window_name);
+
 /* Sampling options (nanoGPT's generate): temperature > 0, top_k (0: all), the draws' seed. */
 typedef struct amp_lm_sample_opts {
     float temperature;
