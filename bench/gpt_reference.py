@@ -5,7 +5,7 @@ The model has nanoGPT's `GPT` structure and parameter names (transformer.wte, tr
 ln_1 / attn.c_attn / attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj, transformer.ln_f, lm_head tied
 to wte), GELU in GPT-2's tanh form as models/gpt.c's (nanoGPT's nn.GELU() is the exact
 form), attention through F.scaled_dot_product_attention, GPT-2's initialisation, the vocabulary
-padded to a multiple of 64. Training is examples/train_gpt.c's: AdamW (betas 0.9 / 0.95, eps
+padded to a multiple of 64. Training is examples/train_lm.c's: AdamW (betas 0.9 / 0.95, eps
 1e-8, weight decay on the 2-D tensors only), nanoGPT's warm-up then cosine decay to --min-lr
 (optim/lr_schedule.c's formula), the gradient norm clipped at --grad-clip, batches read from
 llm.c token files in --data-order sequential's order (step s, row i: the window starting at

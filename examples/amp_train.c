@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
     train_args a;
     int rc = train_args_parse(argc, argv, &a);
     if (rc) return rc > 0 ? 0 : 2;
-    if (strcmp(a.model, "gpt") == 0) return amp_train_gpt(&a);
+    if (!strcmp(a.model, "gpt") || !strcmp(a.model, "llama")) return amp_train_lm(&a);
 
     amp_ctx *ctx = NULL;
     amp_dataset *train = NULL, *test = NULL;

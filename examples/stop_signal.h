@@ -3,7 +3,7 @@
  * the launcher passes the signal to every process, but not at the same step: stop_signal_agree,
  * called by every rank after each step, stops them all at the step where any one saw it, so the
  * final save (a collective) stays in step. The flag is static: each program file that includes
- * this installs and polls its own (amp_train.c for the image models, train_gpt.c for the GPT). */
+ * this installs and polls its own (amp_train.c for the image models, train_lm.c for the language models). */
 #ifndef EXAMPLES_STOP_SIGNAL_H
 #define EXAMPLES_STOP_SIGNAL_H
 

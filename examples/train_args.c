@@ -12,7 +12,7 @@
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: amp-train [options]\n"
-            "  --model convnet|mlp|gpt  network (default convnet); gpt: see below\n"
+            "  --model convnet|mlp|gpt|llama  network (default convnet); gpt, llama: see below\n"
             "  --epochs N               passes over the training set (default 2)\n"
             "  --batch-size B           (default 128)\n"
             "  --lr X                   learning rate (default 0.05 for sgd, 0.001 for adam)\n"
@@ -33,7 +33,9 @@ static void train_usage(FILE *f) {
             "  --resume latest|PATH     go on from DIR's latest checkpoint or a step folder;\n"
             "                           latest where no save has completed yet starts at step 0\n"
             "  --no-eval                skip the test-set evaluation (--json: accuracy null)\n"
-            "  --init-weights FILE      start from these weights (a safetensors state_dict)\n"
+            "  --init-weights FILE      start from these weights (a safetensors state_dict;\n"
+            "                           --model llama: a Hugging Face folder, config.json and\n"
+            "                           model.safetensors or its shards)\n"
             "  --device auto|cpu|cuda   where to train (default auto: CUDA when a device\n"
             "                           answers and has every op, else the CPU); --cpu = cpu\n"
             "  --log-every N            every N steps print step, loss, loss scale and whether\n"
@@ -71,7 +73,18 @@ static void train_usage(FILE *f) {
             "  --eval-only       no training: the validation loss (and --sample) of the weights\n"
             "                    from --init-weights or --resume (nanoGPT's eval_only)\n"
             "  --start TEXT      the sample's prompt, its bytes the tokens (a vocabulary of 256\n"
-            "                    without --tokenizer); --start-ids I,J,... for any vocabulary\n");
+            "                    without --tokenizer); --start-ids I,J,... for any vocabulary\n"
+            "--model llama (Hugging Face's LlamaForCausalLM and its names) trains as --model gpt\n"
+            "does, with the options above but the GPT's shape (--n-layer, --n-head, --n-embd,\n"
+            "--dropout). Its shape is a LlamaConfig: --config FILE (a config.json), or that of\n"
+            "--init-weights DIR, then these options over it, each a config.json field:\n"
+            "  --hidden-size 256 --intermediate-size 704 --num-hidden-layers 4\n"
+            "  --num-attention-heads 8 --num-key-value-heads 2 --head-dim (hidden / heads)\n"
+            "  --max-position-embeddings 1024 --rope-theta 10000 --rms-norm-eps 1e-5\n"
+            "  --tie-word-embeddings --vocab-size 256 (rope_scaling: from --config only)\n"
+            "  --block-size T  the training window (default min(256, max_position_embeddings))\n"
+            "  (the config is saved with each checkpoint, and as config.json in its folder: a\n"
+            "  step folder is a Hugging Face folder; --resume refuses options that differ)\n");
 }
 
 /* An integer option: decimal digits (a '-' first where lo < 0), nothing else, in [lo, hi].
@@ -150,17 +163,31 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"lr-decay-steps", required_argument, 0, 1016}, {"tokenizer", required_argument, 0, 1017},
         {"eval-only", no_argument, 0, 1018}, {"start", required_argument, 0, 1019},
         {"start-ids", required_argument, 0, 1020},
+        {"config", required_argument, 0, 1100}, {"hidden-size", required_argument, 0, 1101},
+        {"intermediate-size", required_argument, 0, 1102},
+        {"num-hidden-layers", required_argument, 0, 1103},
+        {"num-attention-heads", required_argument, 0, 1104},
+        {"num-key-value-heads", required_argument, 0, 1105},
+        {"head-dim", required_argument, 0, 1106},
+        {"max-position-embeddings", required_argument, 0, 1107},
+        {"rope-theta", required_argument, 0, 1108}, {"rms-norm-eps", required_argument, 0, 1109},
+        {"tie-word-embeddings", no_argument, 0, 1110},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
     int c;
     double v;
     int64_t i;
-    const char *gpt_option = NULL; /* the first option of --model gpt's own given */
+    /* the first option given of the language models' (gpt and llama), of the GPT's own and of
+       the Llama's own */
+    const char *lm_option = NULL, *gpt_option = NULL, *llama_option = NULL;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = "";
         for (const struct option *o = opts; o->name; o++)
             if (o->val == c) name = o->name;
-        if (c >= 1000 && !gpt_option) gpt_option = name;
+        if (c >= 1000 && !lm_option) lm_option = name;
+        bool gpt_own = c == 1000 || c == 1001 || c == 1002 || c == 1005;
+        if (gpt_own && !gpt_option) gpt_option = name;
+        if (c >= 1100 && !llama_option) llama_option = name;
         switch (c) {
         case 'm': a->model = optarg; break;
         case 'o': a->optimizer = optarg; break;
@@ -233,6 +260,44 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1018: a->eval_only = true; break;
         case 1019: a->start = optarg; break;
         case 1020: a->start_ids = optarg; break;
+        case 1100: a->llama_config = optarg; break;
+        case 1101:
+            if (parse_int(name, optarg, 1, 1 << 20, &i)) return -1;
+            a->llama.hidden_size = i, a->llama_given.hidden_size = true;
+            break;
+        case 1102:
+            if (parse_int(name, optarg, 1, 1 << 22, &i)) return -1;
+            a->llama.intermediate_size = i, a->llama_given.intermediate_size = true;
+            break;
+        case 1103:
+            if (parse_int(name, optarg, 1, 1024, &i)) return -1;
+            a->llama.num_hidden_layers = i, a->llama_given.num_hidden_layers = true;
+            break;
+        case 1104:
+            if (parse_int(name, optarg, 1, 1024, &i)) return -1;
+            a->llama.num_attention_heads = i, a->llama_given.num_attention_heads = true;
+            break;
+        case 1105:
+            if (parse_int(name, optarg, 1, 1024, &i)) return -1;
+            a->llama.num_key_value_heads = i, a->llama_given.num_key_value_heads = true;
+            break;
+        case 1106:
+            if (parse_int(name, optarg, 2, 1024, &i)) return -1;
+            a->llama.head_dim = i, a->llama_given.head_dim = true;
+            break;
+        case 1107:
+            if (parse_int(name, optarg, 1, 1 << 24, &i)) return -1;
+            a->llama.max_position_embeddings = i, a->llama_given.max_position_embeddings = true;
+            break;
+        case 1108:
+            if (parse_number(name, optarg, 1, 1e9, &v)) return -1;
+            a->llama.rope_theta = (float)v, a->llama_given.rope_theta = true;
+            break;
+        case 1109:
+            if (parse_number(name, optarg, 0, 1, &v)) return -1;
+            a->llama.rms_norm_eps = (float)v, a->llama_given.rms_norm_eps = true;
+            break;
+        case 1110: a->llama.tie_word_embeddings = a->llama_given.tie_word_embeddings = true; break;
         case 'O':
             if (strlen(optarg) != 2 || optarg[0] != 'O' || optarg[1] < '0' || optarg[1] > '3') {
                 fprintf(stderr, "amp-train: --opt-level '%s': want O0, O1, O2 or O3\n", optarg);
@@ -276,20 +341,33 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         fprintf(stderr, "amp-train: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    bool gpt = strcmp(a->model, "gpt") == 0;
-    if (strcmp(a->model, "convnet") && strcmp(a->model, "mlp") && !gpt) {
-        fprintf(stderr, "amp-train: --model '%s': want convnet, mlp or gpt\n", a->model);
+    bool gpt = strcmp(a->model, "gpt") == 0, llama = strcmp(a->model, "llama") == 0;
+    bool lm = gpt || llama;
+    if (strcmp(a->model, "convnet") && strcmp(a->model, "mlp") && !lm) {
+        fprintf(stderr, "amp-train: --model '%s': want convnet, mlp, gpt or llama\n", a->model);
         return -1;
     }
-    if (!gpt && gpt_option) {
-        fprintf(stderr, "amp-train: --%s is an option of --model gpt, not of --model %s\n",
-                gpt_option, a->model);
+    if (!lm && lm_option) {
+        fprintf(stderr, "amp-train: --%s is an option of --model gpt and llama, not of --model "
+                "%s\n", lm_option, a->model);
         return -1;
     }
-    if (gpt && !a->data_dir) {
-        fprintf(stderr, "amp-train: --model gpt needs --data DIR holding train.bin and val.bin "
+    if (llama && gpt_option) {
+        fprintf(stderr, "amp-train: --%s is an option of --model gpt; --model llama takes its "
+                "shape from --config FILE or Hugging Face's field names (--num-hidden-layers, "
+                "--num-attention-heads, --hidden-size, ...; dropout: attention_dropout in the "
+                "config)\n", gpt_option);
+        return -1;
+    }
+    if (gpt && llama_option) {
+        fprintf(stderr, "amp-train: --%s is an option of --model llama, not of --model gpt\n",
+                llama_option);
+        return -1;
+    }
+    if (lm && !a->data_dir) {
+        fprintf(stderr, "amp-train: --model %s needs --data DIR holding train.bin and val.bin "
                 "(amp-text-tokens DIR FILE... makes them; scripts/train.sh --model gpt does it "
-                "all on the fortunes corpus)\n");
+                "all on the fortunes corpus)\n", a->model);
         return -1;
     }
     if ((a->save_every || a->keep) && !a->checkpoint_dir) {
@@ -300,14 +378,15 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         fprintf(stderr, "amp-train: --resume latest needs --checkpoint-dir\n");
         return -1;
     }
-    if (gpt && a->optimizer && strcmp(a->optimizer, "adamw")) {
-        fprintf(stderr, "amp-train: --optimizer '%s': --model gpt trains with adamw\n", a->optimizer);
+    if (lm && a->optimizer && strcmp(a->optimizer, "adamw")) {
+        fprintf(stderr, "amp-train: --optimizer '%s': --model %s trains with adamw\n",
+                a->optimizer, a->model);
         return -1;
     }
-    if (gpt) {
+    if (lm) {
         /* A resume may take either from the checkpoint; gpt_create checks the pair then. */
         bool both = !a->resume || (a->given.n_embd && a->given.n_head);
-        if (both && a->n_embd % a->n_head) {
+        if (gpt && both && a->n_embd % a->n_head) {
             fprintf(stderr, "amp-train: --n-embd %d is not a multiple of --n-head %d\n", a->n_embd,
                     a->n_head);
             return -1;

@@ -6,10 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "amp/models/llama.h"
 #include "amp/status.h"
 
 typedef struct train_args {
-    const char *model;     /* convnet | mlp */
+    const char *model;     /* convnet | mlp | gpt | llama */
     const char *optimizer; /* sgd | adam */
     const char *data_dir;
     int epochs;
@@ -40,7 +41,8 @@ typedef struct train_args {
     bool batch_per_process; /* --batch-per-process: under mpirun, --batch-size is each process's
                                (PyTorch's DistributedSampler + DataLoader); else the global
                                batch, split over the processes */
-    /* --model gpt (examples/train_gpt.c) */
+    /* --model gpt and llama (examples/train_lm.c); block_size is the GPT's shape and the
+       Llama's training window */
     int n_layer, n_head, n_embd, block_size, vocab_size;
     struct { /* the shape options given on the command line: a resume takes the others from the
                 checkpoint's model_args and refuses these where they differ */
@@ -55,6 +57,15 @@ typedef struct train_args {
     bool eval_only;        /* --eval-only: the validation loss and sample of the loaded weights */
     const char *start;     /* --start TEXT: the sample's prompt, as bytes (a byte-level model) */
     const char *start_ids; /* --start-ids I,J,...: the sample's prompt as token ids */
+    /* --model llama (examples/train_lm_models.c): --config FILE (a Hugging Face config.json),
+       then its fields as options over it, under their names */
+    const char *llama_config;
+    amp_llama_config llama;
+    struct llama_given {
+        bool hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+            num_key_value_heads, head_dim, max_position_embeddings, rope_theta, rms_norm_eps,
+            tie_word_embeddings;
+    } llama_given;
 } train_args;
 
 /* Fills args from argv; returns 0 to go on, 1 after printing help, -1 after printing an error. */
@@ -67,7 +78,7 @@ int train_args_parse(int argc, char **argv, train_args *args);
  * directory that does not exist stays the load's error). */
 amp_status train_resume_source(const train_args *args, bool say, char *from, size_t size,
                                bool *resume);
-/* amp-train --model gpt: returns the process's exit code. */
-int amp_train_gpt(const train_args *args);
+/* amp-train --model gpt and --model llama: returns the process's exit code. */
+int amp_train_lm(const train_args *args);
 
 #endif

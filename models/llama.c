@@ -249,15 +249,19 @@ double amp_llama_flops_per_token(const amp_model *m, int64_t T) {
                (double)(c->num_attention_heads * c->head_dim);
 }
 
-/* The config with its defaults filled in, or the first field that is out of range. */
-static amp_status llama_check(const amp_llama_config *in, amp_llama_config *c) {
-    static const char who[] = "amp_llama_create";
-    *c = *in;
+void amp_llama_config_defaults(amp_llama_config *c) {
     if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->num_attention_heads > 0 && c->head_dim == 0)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     if (c->initializer_range == 0.0f) c->initializer_range = 0.02f;
     if (c->rope_theta == 0.0f) c->rope_theta = 10000.0f;
+}
+
+/* The config with its defaults filled in, or the first field that is out of range. */
+static amp_status llama_check(const amp_llama_config *in, amp_llama_config *c) {
+    static const char who[] = "amp_llama_create";
+    *c = *in;
+    amp_llama_config_defaults(c);
     const struct {
         const char *name;
         int64_t v;

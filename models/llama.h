@@ -22,6 +22,7 @@
 #define AMP_MODELS_LLAMA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "amp/models/lm.h"
@@ -45,6 +46,16 @@ typedef struct amp_llama_config {
     float attention_dropout;
     float initializer_range; /* 0: 0.02 */
 } amp_llama_config;
+
+/* The defaults amp_llama_create fills in for the fields left 0: num_key_value_heads =
+ * num_attention_heads, head_dim = hidden_size / num_attention_heads, rope_theta 10000,
+ * initializer_range 0.02. */
+void amp_llama_config_defaults(amp_llama_config *cfg);
+/* The fields where a and b (their defaults filled in) differ, as "name A vs B, ..." into out
+ * (may be NULL; cut at size), and their number: 0 when they make the same model. The Llama 3
+ * numbers count only where both are rope_type llama3. */
+int amp_llama_config_differences(const amp_llama_config *a, const amp_llama_config *b, char *out,
+                                 size_t size);
 
 /* The Llama of cfg, unbuilt (amp_model_build, or anything that needs the storage, draws Hugging
  * Face's init from the context's RNG). Its forward takes idx [B, T] (i32 token ids, 1 <= T <=
@@ -95,6 +106,26 @@ amp_status amp_llama_generate(amp_model *m, const int32_t *prompt, int64_t n_pro
  * shard the index names that is not there is refused, naming it). */
 amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg);
 amp_status amp_llama_from_pretrained(amp_ctx *ctx, const char *dir, amp_model **out);
+/* The same reading from a JSON text (a checkpoint's metadata); origin names it in errors. */
+amp_status amp_llama_config_parse(const char *json, const char *origin, amp_llama_config *cfg);
+
+/* Into a model of the caller's (built, amp_initialize'd or not): DIR's weights as
+ * amp_llama_from_pretrained reads them, the masters too after amp_initialize with masters (opt
+ * may be NULL without). DIR/config.json must describe m's config (else refused, naming every
+ * field that differs: another head count can give the same tensor shapes), as amp-train's
+ * --init-weights DIR loads. */
+amp_status amp_llama_load_pretrained(amp_model *m, amp_optimizer *opt, const char *dir);
+
+/* Hugging Face folders out: cfg (its defaults filled in) as transformers' config.json, readable by
+ * both generations (rope_parameters for 5.x, and rope_theta with rope_scaling at the top level
+ * for 4.x), reals in the shortest decimal of their f32 value, keys sorted, into out;
+ * amp_llama_config_save writes it as a file; amp_llama_save_pretrained makes DIR (if missing)
+ * with config.json and model.safetensors (m's weights, amp_model_save_weights): what
+ * LlamaForCausalLM.from_pretrained(DIR) and amp_llama_from_pretrained load. */
+#define AMP_LLAMA_CONFIG_JSON_MAX 4096
+amp_status amp_llama_config_to_json(const amp_llama_config *cfg, char *out, size_t size);
+amp_status amp_llama_config_save(const amp_llama_config *cfg, const char *path);
+amp_status amp_llama_save_pretrained(amp_model *m, const char *dir);
 
 #ifdef __cplusplus
 }

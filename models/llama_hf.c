@@ -3,6 +3,7 @@
  * the top level; 5.x: one rope_parameters object holding rope_theta and rope_type), and the
  * folder's model.safetensors, or the shards its model.safetensors.index.json names, loaded as
  * they are (the parameter names are Hugging Face's). */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "amp/checkpoint.h"
 #include "amp/models/llama.h"
 #include "amp/status.h"
+#include <sys/stat.h>
 
 #define WHO "amp_llama_config_load"
 
@@ -112,12 +114,8 @@ static amp_status check_supported(const cfg_reader *r) {
     return s;
 }
 
-amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg) {
-    if (!path || !cfg) return amp_error(AMP_ERR_INVALID_ARG, WHO ": path and cfg must not be NULL");
-    json_error_t err;
-    cfg_reader r = {.path = path, .root = json_load_file(path, 0, &err)};
-    if (!r.root)
-        return amp_error(AMP_ERR_IO, WHO ": %s: %s (line %d)", path, err.text, err.line);
+/* The fields of r.root into *cfg, all or nothing; r.root freed. */
+static amp_status config_read(cfg_reader r, amp_llama_config *cfg) {
     amp_llama_config c = {0};
     amp_status s = json_is_object(r.root) ? AMP_OK : wrong_type(&r, "(the file)", r.root, "an object");
     if (s == AMP_OK) s = check_supported(&r);
@@ -146,6 +144,100 @@ amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg) {
     if (s == AMP_OK) s = get_rope(&r, "rope_parameters", &c);
     json_decref(r.root);
     if (s == AMP_OK) *cfg = c; /* all or nothing */
+    return s;
+}
+
+amp_status amp_llama_config_load(const char *path, amp_llama_config *cfg) {
+    if (!path || !cfg) return amp_error(AMP_ERR_INVALID_ARG, WHO ": path and cfg must not be NULL");
+    json_error_t err;
+    cfg_reader r = {.path = path, .root = json_load_file(path, 0, &err)};
+    if (!r.root)
+        return amp_error(AMP_ERR_IO, WHO ": %s: %s (line %d)", path, err.text, err.line);
+    return config_read(r, cfg);
+}
+
+amp_status amp_llama_config_parse(const char *json, const char *origin, amp_llama_config *cfg) {
+    if (!json || !cfg)
+        return amp_error(AMP_ERR_INVALID_ARG, WHO ": json and cfg must not be NULL");
+    if (!origin) origin = "(text)";
+    json_error_t err;
+    cfg_reader r = {.path = origin, .root = json_loads(json, 0, &err)};
+    if (!r.root)
+        return amp_error(AMP_ERR_FORMAT, WHO ": %s: %s (line %d)", origin, err.text, err.line);
+    return config_read(r, cfg);
+}
+
+/* f as the double of its shortest decimal that reads back to it (1e-05f as 1e-05, not
+ * 9.99999975e-06), which JSON_REAL_PRECISION(9) then prints as that decimal. */
+static json_t *float_real(float f) {
+    char text[32];
+    for (int p = 6; p <= 9; p++) {
+        snprintf(text, sizeof text, "%.*g", p, (double)f);
+        if (strtof(text, NULL) == f) break;
+    }
+    return json_real(strtod(text, NULL));
+}
+
+/* The rope numbers as both generations read them: 5.x's rope_parameters, and 4.x's top-level
+ * rope_theta with rope_scaling (null for the default type), so that either loads the folder
+ * with the same frequencies. */
+static json_t *rope_object(const amp_llama_config *c, bool with_theta) {
+    json_t *o = json_object();
+    if (with_theta) json_object_set_new(o, "rope_theta", float_real(c->rope_theta));
+    json_object_set_new(o, "rope_type",
+                        json_string(c->rope_type == AMP_ROPE_LLAMA3 ? "llama3" : "default"));
+    if (c->rope_type == AMP_ROPE_LLAMA3) {
+        json_object_set_new(o, "factor", float_real(c->rope_factor));
+        json_object_set_new(o, "low_freq_factor", float_real(c->rope_low_freq_factor));
+        json_object_set_new(o, "high_freq_factor", float_real(c->rope_high_freq_factor));
+        json_object_set_new(o, "original_max_position_embeddings",
+                            json_integer(c->rope_original_max_position_embeddings));
+    }
+    return o;
+}
+
+amp_status amp_llama_config_to_json(const amp_llama_config *cfg, char *out, size_t size) {
+    static const char who[] = "amp_llama_config_to_json";
+    if (!cfg || !out || size == 0)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: cfg and out must not be NULL", who);
+    amp_llama_config filled = *cfg, *c = &filled; /* 0: the defaults, as the model has them */
+    amp_llama_config_defaults(c);
+    json_t *o = json_object();
+    json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    json_object_set_new(o, "model_type", json_string("llama"));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    const struct {
+        const char *key;
+        int64_t v;
+    } ints[] = {{"vocab_size", c->vocab_size}, {"hidden_size", c->hidden_size},
+                {"intermediate_size", c->intermediate_size},
+                {"num_hidden_layers", c->num_hidden_layers},
+                {"num_attention_heads", c->num_attention_heads},
+                {"num_key_value_heads", c->num_key_value_heads}, {"head_dim", c->head_dim},
+                {"max_position_embeddings", c->max_position_embeddings}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        json_object_set_new(o, ints[i].key, json_integer(ints[i].v));
+    json_object_set_new(o, "rms_norm_eps", float_real(c->rms_norm_eps));
+    json_object_set_new(o, "attention_dropout", float_real(c->attention_dropout));
+    json_object_set_new(o, "initializer_range", float_real(c->initializer_range));
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
+    json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
+    json_object_set_new(o, "mlp_bias", json_false());
+    json_object_set_new(o, "pretraining_tp", json_integer(1));
+    json_object_set_new(o, "rope_theta", float_real(c->rope_theta));
+    json_object_set_new(o, "rope_scaling",
+                        c->rope_type == AMP_ROPE_LLAMA3 ? rope_object(c, false) : json_null());
+    json_object_set_new(o, "rope_parameters", rope_object(c, true));
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!text) return amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
+    size_t len = strlen(text);
+    amp_status s = AMP_OK;
+    if (len + 1 > size)
+        s = amp_error(AMP_ERR_INVALID_ARG, "%s: the config's %zu bytes do not fit in %zu", who,
+                      len + 1, size);
+    else memcpy(out, text, len + 1);
+    free(text);
     return s;
 }
 
@@ -201,32 +293,154 @@ static amp_status weight_files(const char *who, const char *dir, char (*paths)[4
     return s;
 }
 
+amp_status amp_llama_config_save(const amp_llama_config *cfg, const char *path) {
+    static const char who[] = "amp_llama_config_save";
+    if (!cfg || !path) return amp_error(AMP_ERR_INVALID_ARG, "%s: cfg and path must not be NULL", who);
+    char text[AMP_LLAMA_CONFIG_JSON_MAX];
+    amp_status s = amp_llama_config_to_json(cfg, text, sizeof text);
+    if (s != AMP_OK) return s;
+    FILE *f = fopen(path, "wb");
+    if (!f) return amp_error(AMP_ERR_IO, "%s: cannot write %s: %s", who, path, strerror(errno));
+    size_t len = strlen(text);
+    bool ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+    if (fclose(f) != 0) ok = false;
+    if (!ok) return amp_error(AMP_ERR_IO, "%s: writing %s failed: %s", who, path, strerror(errno));
+    return AMP_OK;
+}
+
+static void differ_add(char *out, size_t size, size_t *len, int *n, const char *field,
+                       const char *a, const char *b) {
+    if (*len < size)
+        *len += (size_t)snprintf(out + *len, size - *len, "%s%s %s vs %s", *n ? ", " : "", field,
+                                 a, b);
+    (*n)++;
+}
+
+int amp_llama_config_differences(const amp_llama_config *a, const amp_llama_config *b, char *out,
+                                 size_t size) {
+    amp_llama_config x = *a, y = *b;
+    amp_llama_config_defaults(&x);
+    amp_llama_config_defaults(&y);
+    int n = 0;
+    size_t len = 0;
+    char u[64], v[64];
+    if (out && size) out[0] = '\0';
+    else size = 0;
+    const struct {
+        const char *name;
+        int64_t a, b;
+    } ints[] = {{"vocab_size", x.vocab_size, y.vocab_size},
+                {"hidden_size", x.hidden_size, y.hidden_size},
+                {"intermediate_size", x.intermediate_size, y.intermediate_size},
+                {"num_hidden_layers", x.num_hidden_layers, y.num_hidden_layers},
+                {"num_attention_heads", x.num_attention_heads, y.num_attention_heads},
+                {"num_key_value_heads", x.num_key_value_heads, y.num_key_value_heads},
+                {"head_dim", x.head_dim, y.head_dim},
+                {"max_position_embeddings", x.max_position_embeddings, y.max_position_embeddings},
+                {"rope_type", x.rope_type, y.rope_type},
+                {"tie_word_embeddings", x.tie_word_embeddings, y.tie_word_embeddings},
+                {"attention_bias", x.attention_bias, y.attention_bias}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].a == ints[i].b) continue;
+        snprintf(u, sizeof u, "%lld", (long long)ints[i].a);
+        snprintf(v, sizeof v, "%lld", (long long)ints[i].b);
+        differ_add(out, size, &len, &n, ints[i].name, u, v);
+    }
+    bool llama3 = x.rope_type == AMP_ROPE_LLAMA3 && y.rope_type == AMP_ROPE_LLAMA3;
+    const struct {
+        const char *name;
+        double a, b;
+        bool used;
+    } reals[] = {{"rms_norm_eps", x.rms_norm_eps, y.rms_norm_eps, true},
+                 {"rope_theta", x.rope_theta, y.rope_theta, true},
+                 {"rope factor", x.rope_factor, y.rope_factor, llama3},
+                 {"rope low_freq_factor", x.rope_low_freq_factor, y.rope_low_freq_factor, llama3},
+                 {"rope high_freq_factor", x.rope_high_freq_factor, y.rope_high_freq_factor, llama3},
+                 {"rope original_max_position_embeddings",
+                  (double)x.rope_original_max_position_embeddings,
+                  (double)y.rope_original_max_position_embeddings, llama3}};
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        if (!reals[i].used || reals[i].a == reals[i].b) continue;
+        snprintf(u, sizeof u, "%.9g", reals[i].a);
+        snprintf(v, sizeof v, "%.9g", reals[i].b);
+        differ_add(out, size, &len, &n, reals[i].name, u, v);
+    }
+    return n;
+}
+
+/* DIR's weight files (weight_files) into m, masters too through opt (may be NULL). */
+static amp_status load_folder_weights(const char *who, amp_model *m, amp_optimizer *opt,
+                                      const char *dir) {
+    char(*paths)[4096] = malloc(AMP_WEIGHT_FILES_MAX * sizeof *paths); /* 1 MiB: off the stack */
+    const char *list[AMP_WEIGHT_FILES_MAX];
+    int n = 0;
+    amp_status s = paths ? weight_files(who, dir, paths, &n)
+                         : amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
+    for (int i = 0; i < n; i++) list[i] = paths[i];
+    if (s == AMP_OK) s = amp_model_load_weights_files(m, opt, list, n);
+    free(paths);
+    return s;
+}
+
+static amp_status check_dir(const char *who, const char *dir) {
+    if (!dir) return amp_error(AMP_ERR_INVALID_ARG, "%s: dir must not be NULL", who);
+    if (strlen(dir) > 3000)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: the path '%.64s...' is too long", who, dir);
+    return AMP_OK;
+}
+
 amp_status amp_llama_from_pretrained(amp_ctx *ctx, const char *dir, amp_model **out) {
     static const char who[] = "amp_llama_from_pretrained";
     if (!out) return amp_error(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", who);
     *out = NULL;
-    if (!ctx || !dir) return amp_error(AMP_ERR_INVALID_ARG, "%s: ctx and dir must not be NULL", who);
-    if (strlen(dir) > 3000)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s: the path '%.64s...' is too long", who, dir);
+    if (!ctx) return amp_error(AMP_ERR_INVALID_ARG, "%s: ctx must not be NULL", who);
+    amp_status s = check_dir(who, dir);
+    if (s != AMP_OK) return s;
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", dir);
-    char(*paths)[4096] = malloc(AMP_WEIGHT_FILES_MAX * sizeof *paths); /* 1 MiB: off the stack */
-    const char *list[AMP_WEIGHT_FILES_MAX];
-    int n = 0;
     amp_llama_config c;
-    amp_status s = paths ? amp_llama_config_load(config, &c)
-                         : amp_error(AMP_ERR_OOM, "%s: out of host memory", who);
-    if (s == AMP_OK) s = weight_files(who, dir, paths, &n);
-    for (int i = 0; i < n; i++) list[i] = paths[i];
     amp_model *m = NULL;
+    s = amp_llama_config_load(config, &c);
     if (s == AMP_OK) s = amp_llama_create(ctx, &c, &m);
     if (s == AMP_OK) s = amp_model_build(m);
-    if (s == AMP_OK) s = amp_model_load_weights_files(m, NULL, list, n);
-    free(paths);
+    if (s == AMP_OK) s = load_folder_weights(who, m, NULL, dir);
     if (s != AMP_OK) {
         amp_model_free(m);
         return s;
     }
     *out = m;
     return AMP_OK;
+}
+
+amp_status amp_llama_load_pretrained(amp_model *m, amp_optimizer *opt, const char *dir) {
+    static const char who[] = "amp_llama_load_pretrained";
+    amp_llama_config mine, theirs;
+    amp_status s = check_dir(who, dir);
+    if (s == AMP_OK && amp_llama_config_of(m, &mine) != AMP_OK)
+        s = amp_error(AMP_ERR_INVALID_ARG, "%s: the model is not a Llama of amp_llama_create", who);
+    char config[4096];
+    if (s == AMP_OK) snprintf(config, sizeof config, "%s/config.json", dir);
+    if (s == AMP_OK) s = amp_llama_config_load(config, &theirs);
+    char differ[1024];
+    if (s == AMP_OK && amp_llama_config_differences(&theirs, &mine, differ, sizeof differ))
+        s = amp_error(AMP_ERR_INVALID_ARG, "%s: %s is another model's than this one: %s (the "
+                      "file's against the model's)", who, config, differ);
+    if (s == AMP_OK) s = load_folder_weights(who, m, opt, dir);
+    return s;
+}
+
+amp_status amp_llama_save_pretrained(amp_model *m, const char *dir) {
+    static const char who[] = "amp_llama_save_pretrained";
+    amp_llama_config c;
+    amp_status s = check_dir(who, dir);
+    if (s == AMP_OK && amp_llama_config_of(m, &c) != AMP_OK)
+        s = amp_error(AMP_ERR_INVALID_ARG, "%s: the model is not a Llama of amp_llama_create", who);
+    char path[4096];
+    if (s == AMP_OK && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        s = amp_error(AMP_ERR_IO, "%s: cannot make %s: %s", who, dir, strerror(errno));
+    if (s == AMP_OK) snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (s == AMP_OK) s = amp_model_save_weights(m, path);
+    if (s == AMP_OK) snprintf(path, sizeof path, "%s/config.json", dir);
+    if (s == AMP_OK) s = amp_llama_config_save(&c, path);
+    return s;
 }

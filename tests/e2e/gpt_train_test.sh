@@ -37,10 +37,8 @@ tiny=(--model gpt --data "$work/data" --n-layer 2 --n-head 2 --n-embd 64 --block
     --batch-size 4 --threads 2 --warmup-steps 5 --lr 3e-3 --eval-batches 2 --log-every 1 --json)
 # the same cosine whether a run stops at step 6 or 12
 sched=(--lr-decay-steps 12)
-pass=0 fail=0
-check() { # description, command...
-    if "${@:2}"; then pass=$((pass + 1)); else echo "FAIL: $1" >&2; fail=$((fail + 1)); fi
-}
+again=("${tiny[@]}")
+source "$(dirname "$0")/lm_train_lib.sh"
 
 # A byte-level tokenizer in llm.c's tokenizer format (version 2, end of text the newline) that
 # decodes 'e' as 'E' and every other byte as itself: the sample must come through its table.
@@ -90,19 +88,6 @@ check "the sample went through the tokenizer (no 'e', some 'E'): $sample_text" \
     bash -c '[[ $1 != *e* && $1 == *E* ]]' _ "$sample_text"
 
 # bit-exact resume at three levels
-resume() { # name, amp-train arguments...
-    local name=$1 dir="$work/resume-$1"
-    shift
-    "$train" "${tiny[@]}" "${sched[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/straight" >"$dir.straight" 2>&1
-    "$train" "${tiny[@]}" "${sched[@]}" "$@" --max-steps 6 --checkpoint-dir "$dir/resumed" >"$dir.first" 2>&1
-    "$train" "${tiny[@]}" "${sched[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/resumed" --resume latest \
-        >"$dir.second" 2>&1
-    for f in model.safetensors state.safetensors; do
-        check "$name: $f differs after resuming at step 6" \
-            cmp "$dir/straight/step-0000012/$f" "$dir/resumed/step-0000012/$f"
-    done
-    check "$name: the second run did not resume" grep -q "resumed from" "$dir.second"
-}
 resume O0 --opt-level O0
 resume O1_bf16 --opt-level O1 --half bf16
 resume O2_fp16 --opt-level O2 --init-scale 16777216
@@ -177,15 +162,6 @@ for f in model.safetensors state.safetensors; do
 done
 
 # bad input
-refused() { # exit code, what it is, description, wanted message, amp-train arguments...
-    local code=$1 kind=$2 what=$3 want=$4
-    shift 4
-    local rc=0
-    "$train" "$@" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
-    check "$what: exit code $rc, want $code$kind" test "$rc" -eq "$code"
-    check "$what: no '$want' in: $(head -c 300 "$work/bad.err")" grep -q -- "$want" "$work/bad.err"
-}
-bad() { refused 1 "" "$@"; } # description, wanted message, amp-train arguments...
 mkdir -p "$work/magic" "$work/trunc" "$work/negative"
 cp "$work/data/val.bin" "$work/magic/val.bin"
 cp "$work/data/val.bin" "$work/trunc/val.bin"
@@ -223,7 +199,7 @@ bad "a truncated tokenizer" "cut_tokenizer.bin' ends inside token" "${tiny[@]}" 
     --tokenizer "$work/cut_tokenizer.bin"
 bad "a token file as the tokenizer" "not a tokenizer file of llm.c's format" "${tiny[@]}" \
     --max-steps 1 --tokenizer "$work/data/val.bin"
-bad "a tokenizer of another vocabulary" "has a vocabulary of 256 tokens, the model's --vocab-size is 300" \
+bad "a tokenizer of another vocabulary" "has a vocabulary of 256 tokens, the model's vocab_size is 300" \
     "${tiny[@]}" --vocab-size 300 --max-steps 1 --tokenizer "$work/upper_e.bin"
 bad "--start and --start-ids" "give --start or --start-ids, not both" "${tiny[@]}" "${ckpt0[@]}" \
     --start x --start-ids 1
@@ -232,8 +208,7 @@ bad "--start with a tokenizer" "a tokenizer file holds no merges to encode with"
     "${ckpt0[@]}" --start x --tokenizer "$work/upper_e.bin"
 bad "an id past the vocabulary" "--start-ids '3,256': want ids in \[0, 256)" "${tiny[@]}" \
     "${ckpt0[@]}" --start-ids 3,256
-usage() { refused 2 " (a usage error)" "$@"; } # description, wanted message, arguments...
-usage "a GPT option without --model gpt" "--tokenizer is an option of --model gpt, not of --model mlp" \
+usage "a GPT option without --model gpt" "--tokenizer is an option of --model gpt and llama, not of --model mlp" \
     --model mlp --tokenizer "$work/upper_e.bin"
 one=("${tiny[@]}" --max-steps 1) # what a run that took the option anyway would cost
 usage "--n-embd 32.5" "--n-embd '32.5': want an integer in \[1, 65536\]" "${one[@]}" --n-embd 32.5

@@ -1,4 +1,5 @@
-/* amp-train --model gpt: the GPT of models/gpt.c trained on token files (llm.c's
+/* amp-train --model gpt and --model llama: the GPT of models/gpt.c or the Llama of
+ * models/llama.c (train_lm_models.c) trained on token files (llm.c's
  * format: DIR/train.bin and DIR/val.bin, amp-text-tokens makes byte-level ones) as nanoGPT and
  * llm.c train it: AdamW (betas 0.9 and 0.95, weight decay on the 2-D tensors only), a linear
  * warm-up then cosine decay to --min-lr (amp_optimizer_schedule), the gradient norm clipped on
@@ -14,8 +15,9 @@
  * processes train as one does; rank 0 prints, the losses averaged over the ranks. SIGTERM or
  * SIGINT (examples/stop_signal.h) ends the run after its step with a checkpoint (with
  * --checkpoint-dir) and exit 0, every rank at the same step; resumed, it ends as a run that
- * never stopped. Each checkpoint carries the GPT's shape (nanoGPT's model_args), which a resume
- * builds: the shape options not given come from it, one given with another value is refused. */
+ * never stopped. Each checkpoint carries the model's shape (the GPT's nanoGPT model_args, the
+ * Llama's config.json, also written beside its model.safetensors), which a resume builds: the
+ * shape options not given come from it, one given with another value is refused. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -27,6 +29,7 @@
 #include "amp/amp.h"
 #include "stop_signal.h"
 #include "train_args.h"
+#include "train_lm_models.h"
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -41,82 +44,6 @@ static double seconds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* nanoGPT's model_args: the shape of the GPT, saved with every checkpoint as the user metadata
- * "model_args" (a JSON object, as nanoGPT's checkpoint['model_args'], bias always true here;
- * vocab_size is the tokens', before padding), so that a resume builds the model it saved. */
-#define MODEL_ARGS_KEY "model_args"
-
-static void model_args_format(const amp_gpt_config *c, char *out, size_t size) {
-    snprintf(out, size, "{\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"block_size\": %d, "
-             "\"bias\": true, \"vocab_size\": %d, \"dropout\": %.9g}", c->n_layer, c->n_head,
-             c->n_embd, c->block_size, c->vocab_size, (double)c->dropout);
-}
-
-/* The integer after "key": in a flat JSON object (what model_args_format writes, or json.dumps). */
-static bool model_arg(const char *json, const char *key, long *v) {
-    char quoted[32];
-    snprintf(quoted, sizeof quoted, "\"%s\"", key);
-    const char *p = strstr(json, quoted);
-    if (!p) return false;
-    p += strlen(quoted);
-    while (*p == ' ') p++;
-    if (*p++ != ':') return false;
-    char *end;
-    errno = 0;
-    long x = strtol(p, &end, 10);
-    if (end == p || errno || (*end != ',' && *end != '}' && *end != ' ')) return false;
-    *v = x;
-    return true;
-}
-
-/* The checkpoint's shape into cfg, as nanoGPT's resume forces its model_args: an option not
- * given takes the checkpoint's value; one given that differs is refused, every such option
- * named with both values (a model with other heads or another vocabulary can have the same
- * tensor shapes, and would load and train on as a different model). Dropout is not part of
- * the shape and stays the command line's, as in nanoGPT. A checkpoint without model_args
- * (written before they were kept) leaves cfg as given, said in one line: its load still
- * refuses other tensor shapes. */
-static amp_status model_args_resume(const train_args *a, const char *from, bool say, FILE *text,
-                                    amp_gpt_config *cfg) {
-    char json[512];
-    amp_status s = amp_checkpoint_user_meta(from, MODEL_ARGS_KEY, json, sizeof json);
-    if (s == AMP_ERR_INVALID_ARG && strstr(amp_last_error(), "no user metadata")) {
-        if (say)
-            fprintf(text, "amp-train: %s holds no model_args (an older checkpoint): the model is "
-                    "the command line's\n", from);
-        return AMP_OK;
-    }
-    if (s != AMP_OK) return s;
-    struct {
-        const char *option, *key;
-        int *value;
-        bool given;
-    } f[] = {{"n-layer", "n_layer", &cfg->n_layer, a->given.n_layer},
-             {"n-head", "n_head", &cfg->n_head, a->given.n_head},
-             {"n-embd", "n_embd", &cfg->n_embd, a->given.n_embd},
-             {"block-size", "block_size", &cfg->block_size, a->given.block_size},
-             {"vocab-size", "vocab_size", &cfg->vocab_size, a->given.vocab_size}};
-    enum { N = sizeof f / sizeof f[0] };
-    long saved[N];
-    char differ[512] = "";
-    size_t len = 0;
-    for (int i = 0; i < N; i++) {
-        if (!model_arg(json, f[i].key, &saved[i]) || saved[i] < 1 || saved[i] > INT32_MAX)
-            return amp_error(AMP_ERR_FORMAT, "%s: model_args '%s' has no valid %s", from, json,
-                             f[i].key);
-        if (f[i].given && saved[i] != *f[i].value && len < sizeof differ)
-            len += (size_t)snprintf(differ + len, sizeof differ - len, "%s--%s %d (the "
-                                    "checkpoint's %s is %ld)", len ? ", " : "", f[i].option,
-                                    *f[i].value, f[i].key, saved[i]);
-    }
-    if (len)
-        return amp_error(AMP_ERR_INVALID_ARG, "%s was saved by another model: %s; resume with the "
-                         "checkpoint's values, or without those options to take them from it",
-                         from, differ);
-    for (int i = 0; i < N; i++) *f[i].value = (int)saved[i];
-    return AMP_OK;
 }
 
 /* The best GFLOP/s of three 1024^3 products in dt through amp_matmul. */
@@ -145,7 +72,8 @@ static amp_status measure_peak(amp_ctx *ctx, amp_dtype dt, double *gflops) {
 
 /* The mean loss over n global batches of val (sequential windows from its start), in eval mode:
  * this rank's rows (b of B, from row `first`) and the ranks' means averaged. */
-static amp_status evaluate(amp_model *m, amp_comm *comm, const amp_tokens *val, int64_t B,
+static amp_status evaluate(const lm_shape *sh, amp_model *m, amp_comm *comm,
+                           const amp_tokens *val, int64_t B,
                            int64_t b, int64_t first, int64_t seq, int64_t n, amp_tensor *x,
                            amp_tensor *y, int32_t *hx, int32_t *hy, double *out) {
     amp_ctx *ctx = amp_model_ctx(m);
@@ -160,7 +88,7 @@ static amp_status evaluate(amp_model *m, amp_comm *comm, const amp_tokens *val, 
         s = amp_tokens_batch(val, AMP_TOKENS_SEQUENTIAL, 0, i, B, seq, hx, hy);
         if (s == AMP_OK) s = amp_tensor_copy_from_host(x, hx + at, bytes);
         if (s == AMP_OK) s = amp_tensor_copy_from_host(y, hy + at, bytes);
-        if (s == AMP_OK) s = amp_gpt_loss(m, x, y, &loss);
+        if (s == AMP_OK) s = lm_model_loss(sh, m, x, y, &loss);
         if (s == AMP_OK) s = amp_tensor_item(loss, &v);
         sum += v;
         amp_ctx_reset_step(ctx);
@@ -236,27 +164,36 @@ static amp_status prompt_tokens(const train_args *a, int32_t vocab, const amp_to
 }
 
 /* n tokens drawn after the prompt's (prompt_tokens; printed first when given) by the library's
- * generation (amp_gpt_generate: each from the last position's logits / temperature over the real
- * vocabulary, the padding never drawn, the top_k most likely kept, 0: all), with the key/value
- * cache when prompt and sample fit in block_size (one position's forward a token), else by full
- * forwards of the last block_size tokens; printed as text (print_token). */
-static amp_status sample(amp_model *m, const amp_gpt_config *cfg, const amp_tokenizer *tok,
+ * generation (lm_model_generate: each from the last position's logits / temperature over the
+ * real vocabulary, the padding never drawn, the top_k most likely kept, 0: all), with the
+ * key/value cache when prompt and sample fit in the model's positions (one position's forward a
+ * token), else by full forwards of the last window; printed as text (print_token). */
+static amp_status sample(const lm_shape *sh, amp_model *m, const amp_tokenizer *tok,
                          const int32_t *prompt, int64_t n_prompt, bool show_prompt, int64_t n,
                          float temperature, int top_k, uint64_t seed, FILE *to) {
     int32_t *toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
     if (!toks) return amp_error(AMP_ERR_OOM, "sample: out of memory");
     for (int64_t i = 0; show_prompt && i < n_prompt; i++)
-        print_token(tok, cfg->vocab_size, prompt[i], to);
+        print_token(tok, sh->vocab, prompt[i], to);
     amp_lm_sample_opts o = {.temperature = temperature, .top_k = top_k, .seed = seed};
-    amp_status s = amp_gpt_generate(m, prompt, n_prompt, n, &o, n_prompt + n <= cfg->block_size,
-                                    toks);
-    for (int64_t t = 0; s == AMP_OK && t < n; t++) print_token(tok, cfg->vocab_size, toks[t], to);
+    amp_status s = lm_model_generate(sh, m, prompt, n_prompt, n, &o, toks);
+    for (int64_t t = 0; s == AMP_OK && t < n; t++) print_token(tok, sh->vocab, toks[t], to);
     fputc('\n', to);
     free(toks);
     return s;
 }
 
-int amp_train_gpt(const train_args *a) {
+/* A checkpoint of step into --checkpoint-dir (every rank's part under DDP), its folder into
+ * path, and the model's files beside it (lm_model_saved; rank 0). */
+static amp_status save(const train_args *a, amp_ddp *ddp, amp_model *m, amp_optimizer *opt,
+                       const amp_checkpoint_opts *ckpt, const lm_shape *sh, int rank, int64_t step,
+                       char *path, size_t size) {
+    amp_status s = ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step, ckpt, path, size)
+                       : amp_checkpoint_save(a->checkpoint_dir, step, m, opt, ckpt, path, size);
+    return s == AMP_OK && rank == 0 ? lm_model_saved(sh, path) : s;
+}
+
+int amp_train_lm(const train_args *a) {
     FILE *text = a->json ? stderr : stdout;
     amp_ctx *ctx = NULL;
     amp_model *model = NULL;
@@ -270,11 +207,9 @@ int amp_train_gpt(const train_args *a) {
     amp_comm *comm = NULL;
     amp_ddp *ddp = NULL;
     int exit_code = 1, world = 1, rank = 0;
-    amp_gpt_config cfg = {.n_layer = a->n_layer, .n_head = a->n_head, .n_embd = a->n_embd,
-                      .block_size = a->block_size, .vocab_size = a->vocab_size,
-                      .dropout = a->dropout};
+    lm_shape *sh = calloc(1, sizeof *sh);
     int64_t B = a->batch_size, T;
-    char path[4096], from[4096], model_args[512];
+    char path[4096], from[4096], describe[512];
     bool resume = false;
     static const amp_device devices[] = {AMP_DEVICE_AUTO, AMP_DEVICE_CPU, AMP_DEVICE_CUDA};
     TRY(amp_comm_create(&comm));
@@ -285,13 +220,13 @@ int amp_train_gpt(const train_args *a) {
         TRY(amp_error(AMP_ERR_INVALID_ARG, "--batch-size %lld does not split over %d processes",
                       (long long)B, world));
     int64_t b = B / world; /* this rank's rows of each global batch */
+    if (!sh) TRY(amp_error(AMP_ERR_OOM, "out of host memory"));
     TRY(train_resume_source(a, rank == 0, from, sizeof from, &resume));
     if (!resume && a->resume && a->eval_only)
         TRY(amp_error(AMP_ERR_IO, "--eval-only --resume latest: %s holds no completed checkpoint "
                       "to evaluate", a->checkpoint_dir));
-    if (resume) TRY(model_args_resume(a, from, rank == 0, text, &cfg));
-    T = cfg.block_size;
-    model_args_format(&cfg, model_args, sizeof model_args);
+    TRY(lm_shape_resolve(a, resume ? from : NULL, rank == 0, text, sh));
+    T = sh->window;
     int threads = a->threads;
     if (!threads && world > 1) { /* the machine's cores shared by its processes */
         int share = omp_get_num_procs() / amp_comm_local_size(comm);
@@ -302,28 +237,28 @@ int amp_train_gpt(const train_args *a) {
                                        .n_threads = threads, .allow_tf32 = a->allow_tf32},
                        &ctx));
     snprintf(path, sizeof path, "%s/train.bin", a->data_dir);
-    TRY(amp_tokens_open(path, cfg.vocab_size, &train));
+    TRY(amp_tokens_open(path, sh->vocab, &train));
     snprintf(path, sizeof path, "%s/val.bin", a->data_dir);
-    TRY(amp_tokens_open(path, cfg.vocab_size, &val));
+    TRY(amp_tokens_open(path, sh->vocab, &val));
     if (a->tokenizer) {
         TRY(amp_tokenizer_open(a->tokenizer, &tokenizer));
-        if (amp_tokenizer_vocab_size(tokenizer) != cfg.vocab_size)
+        if (amp_tokenizer_vocab_size(tokenizer) != sh->vocab)
             TRY(amp_error(AMP_ERR_INVALID_ARG, "--tokenizer '%s' has a vocabulary of %d tokens, "
-                          "the model's --vocab-size is %d", a->tokenizer,
-                          amp_tokenizer_vocab_size(tokenizer), cfg.vocab_size));
+                          "the model's vocab_size is %lld", a->tokenizer,
+                          amp_tokenizer_vocab_size(tokenizer), (long long)sh->vocab));
     }
-    TRY(prompt_tokens(a, cfg.vocab_size, tokenizer, &prompt, &n_prompt));
-    TRY(amp_gpt_create(ctx, &cfg, &model));
+    TRY(prompt_tokens(a, (int32_t)sh->vocab, tokenizer, &prompt, &n_prompt));
+    TRY(lm_model_create(sh, ctx, &model));
     TRY(amp_model_build(model));
     TRY(amp_lm_adamw_create(model, a->lr, a->weight_decay, &opt));
     amp_options amp_opts = {.opt_level = (amp_opt_level)a->opt_level,
                             .half_type = a->bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
                             .loss_scale = a->loss_scale, .init_scale = a->init_scale};
     TRY(amp_initialize_ex(model, opt, &amp_opts));
-    if (a->init_weights) TRY(amp_model_load_weights(model, opt, a->init_weights));
+    if (a->init_weights) TRY(lm_model_init_weights(sh, a->init_weights, model, opt));
     if (world > 1) TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm}, &ddp));
     int64_t step = 0;
-    const char *model_args_key = MODEL_ARGS_KEY, *model_args_value = model_args;
+    const char *model_args_key = LM_MODEL_ARGS_KEY, *model_args_value = sh->model_args;
     amp_checkpoint_opts ckpt = {.keep = a->keep, .user_keys = &model_args_key,
                                 .user_values = &model_args_value, .n_user = 1};
     if (resume) {
@@ -345,11 +280,10 @@ int amp_train_gpt(const train_args *a) {
     amp_lr_schedule sched = {.max_lr = a->lr, .min_lr = a->min_lr, .warmup_steps = a->warmup_steps,
                              .decay_steps = decay_steps, .decay = AMP_LR_COSINE};
     if (sched.warmup_steps > decay_steps) sched.warmup_steps = decay_steps;
-    fprintf(text, "amp-train: gpt, %d layers, %d heads, %d wide, block %d, vocab %d (padded %d), "
-            "%lld parameters; %lld + %lld tokens from %s; batch %lld x %lld x %lld accumulated; "
-            "O%d%s; backend %s%s; %s GEMM peak %.1f GFLOP/s\n", cfg.n_layer, cfg.n_head,
-            cfg.n_embd, cfg.block_size, cfg.vocab_size, (int)amp_lm_padded_vocab(cfg.vocab_size),
-            (long long)amp_gpt_n_params(model), (long long)amp_tokens_count(train),
+    lm_model_describe(sh, model, describe, sizeof describe);
+    fprintf(text, "amp-train: %s; %lld + %lld tokens from %s; batch %lld x %lld x %lld "
+            "accumulated; O%d%s; backend %s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
+            (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
@@ -360,7 +294,7 @@ int amp_train_gpt(const train_args *a) {
     bool stop = false;
     stop_signal_install();
     if (a->eval_only) { /* nanoGPT's eval_only: the loaded weights' validation loss and sample */
-        TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy, &val_loss));
+        TRY(evaluate(sh, model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy, &val_loss));
         if (a->json) printf("{\"step\": %lld, \"val_loss\": %.17g}\n", (long long)step, val_loss);
         else printf("step %5lld | val loss %.4f\n", (long long)step, val_loss);
         max_steps = step;
@@ -377,7 +311,7 @@ int amp_train_gpt(const train_args *a) {
             if (ddp) TRY(amp_ddp_set_sync(ddp, k + 1 == a->accumulate));
             TRY(amp_tensor_copy_from_host(x, hx + offset, bytes));
             TRY(amp_tensor_copy_from_host(y, hy + offset, bytes));
-            TRY(amp_gpt_loss(model, x, y, &loss));
+            TRY(lm_model_loss(sh, model, x, y, &loss));
             if (a->accumulate > 1) TRY(amp_div_scalar(loss, (float)a->accumulate, &loss));
             TRY(amp_backward(loss));
             TRY(amp_accumulate(loss_sum, loss));
@@ -424,19 +358,17 @@ int amp_train_gpt(const train_args *a) {
         TRY(stop_signal_agree(comm, &stop, NULL)); /* SIGTERM: save after this step, exit 0 */
         bool eval_now = a->eval_every && (step + 1) % a->eval_every == 0;
         if (!stop && (eval_now || step + 1 == max_steps)) {
-            TRY(evaluate(model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
+            TRY(evaluate(sh, model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
                          &val_loss));
             if (a->json) printf("{\"step\": %lld, \"val_loss\": %.17g}\n", (long long)step + 1, val_loss);
             else printf("step %5lld | val loss %.4f\n", (long long)step + 1, val_loss);
         }
         if (a->checkpoint_dir && a->save_every && (step + 1) % a->save_every == 0 && !stop)
-            TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step + 1, &ckpt, NULL, 0)
-                    : amp_checkpoint_save(a->checkpoint_dir, step + 1, model, opt, &ckpt, NULL, 0));
+            TRY(save(a, ddp, model, opt, &ckpt, sh, rank, step + 1, path, sizeof path));
         fflush(stdout);
     }
     if (a->checkpoint_dir && !a->eval_only) {
-        TRY(ddp ? amp_ddp_checkpoint_save(ddp, a->checkpoint_dir, step, &ckpt, path, sizeof path)
-                : amp_checkpoint_save(a->checkpoint_dir, step, model, opt, &ckpt, path, sizeof path));
+        TRY(save(a, ddp, model, opt, &ckpt, sh, rank, step, path, sizeof path));
         fprintf(text, "amp-train: saved %s%s\n", path, stop ? " (stopped by a signal)" : "");
     }
     if (stop) fprintf(text, "amp-train: stopped by a signal at step %lld\n", (long long)step);
@@ -445,7 +377,7 @@ int amp_train_gpt(const train_args *a) {
                 "\n", (long long)a->sample, (double)a->temperature, a->top_k,
                 (unsigned long long)a->seed, a->tokenizer ? ", decoded by " : "",
                 a->tokenizer ? a->tokenizer : "");
-        TRY(sample(model, &cfg, tokenizer, prompt, n_prompt, a->start || a->start_ids, a->sample,
+        TRY(sample(sh, model, tokenizer, prompt, n_prompt, a->start || a->start_ids, a->sample,
                    a->temperature, a->top_k, a->seed, text));
     }
     char val_json[32] = "null", train_json[32] = "null"; /* JSON has no NaN: a run stopped
@@ -453,12 +385,13 @@ int amp_train_gpt(const train_args *a) {
     if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.17g", val_loss);
     if (!isnan(loss_avg)) snprintf(train_json, sizeof train_json, "%.9g", loss_avg);
     if (a->json)
-        printf("{\"model\": \"gpt\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
+        printf("{\"model\": \"%s\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
-               "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", (long long)step, train_json, val_json,
+               "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", a->model,
+               (long long)step, train_json, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
-               (long long)amp_gpt_n_params(model), amp_ctx_backend_name(ctx), stop ? "true" : "false");
+               (long long)lm_model_n_params(sh, model), amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */
@@ -476,5 +409,6 @@ fail:
     free(prompt);
     amp_ctx_free(ctx);
     amp_comm_free(comm);
+    free(sh);
     return exit_code;
 }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# amp-train --model gpt under mpirun -np 2 (DDP, each rank half of every global batch) against
-# one process at O0. Asserted: the weights and the printed losses after steps 1 and 2 within
+# amp-train --model gpt or llama under mpirun -np 2 (DDP, each rank half of every global batch)
+# against one process at O0. Asserted: the weights and the printed losses after steps 1 and 2 within
 # the bounds derived below, a planted control beyond them, and a bit-exact resume of the
 # 2-process run. After 20 steps the difference is printed, not bounded: where a gradient element
 # is near zero, Adam's m / sqrt(v) turns its rounding difference into one of the step's own size,
 # and where that happens and what later steps make of it is the trajectory's, not the arithmetic's.
-#   gpt_mpi.sh MPIEXEC AMP_TRAIN AMP_TEXT_TOKENS ST_CLOSE WORKDIR README
+#   lm_mpi.sh MPIEXEC AMP_TRAIN AMP_TEXT_TOKENS ST_CLOSE WORKDIR README gpt|llama
 #
 # The bounds. Both runs start from the same weights (one seed; DDP broadcasts rank 0's) and take
 # the same tokens: they differ by summation order only (a rank's GEMMs have half the rows, the
@@ -26,6 +26,9 @@
 #    same softmax, so the loss does not depend on the key bias: its gradient is zero in exact
 #    arithmetic and Adam's steps there are rounding noise over eps, which two summation orders
 #    need not agree on (st_close prints the difference there).
+#    The Llama (2 layers, hidden 64, 4 heads of 16, 2 key/value heads, intermediate 176, untied
+#    head) has N = 125248 and ||w|| = 19 (five RMSNorm weights of 64 ones): the same bounds,
+#    and no bias to leave out (the RoPE'd scores have no shift-invariant slice).
 #  - Losses, absolute. Step 1 (the same weights): a token's loss moves by at most twice the
 #    largest logit difference, and the logits (|z| <= 1 at the start: the loss starts near
 #    ln 256) pass 13 sums (6 a block, the head): 2 * 13 * sqrt(256) u = 2.5e-5; the printed mean
@@ -36,16 +39,27 @@
 # the distance trained: the weights' bound must fail at steps 1 and 2, the loss's at step 2 (at
 # step 1 the weights are still the initial ones).
 set -euo pipefail
-mpiexec=$1 train=$2 tokens=$3 close=$4 work=$5 readme=$6
+mpiexec=$1 train=$2 tokens=$3 close=$4 work=$5 readme=$6 model=$7
 rm -rf "$work"
 mkdir -p "$work"
 "$tokens" "$work/data" "$readme" >/dev/null
 n_embd=64
-tiny=(--model gpt --data "$work/data" --n-layer 2 --n-head 2 --n-embd $n_embd --block-size 32
+case $model in
+gpt)
+    shape=(--n-layer 2 --n-head 2 --n-embd $n_embd)
+    skip=(c_attn.bias:$n_embd:$((2 * n_embd)))
+    ;;
+llama)
+    shape=(--num-hidden-layers 2 --num-attention-heads 4 --num-key-value-heads 2
+        --hidden-size $n_embd --intermediate-size 176 --max-position-embeddings 64)
+    skip=()
+    ;;
+*) echo "lm_mpi.sh: model '$model': want gpt or llama" >&2; exit 2 ;;
+esac
+tiny=(--model "$model" --data "$work/data" "${shape[@]}" --block-size 32
     --batch-size 4 --warmup-steps 5 --lr 1e-3 --lr-decay-steps 20 --eval-batches 2 --log-every 1
     --json)
 run2=("$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -np 2 "$train")
-key_bias=c_attn.bias:$n_embd:$((2 * n_embd))
 w_tol=1e-4 loss_tol=1e-4
 pass=0 fail=0
 check() { # description, command...
@@ -68,15 +82,15 @@ init=$(ckpt "$work/init" 1)
     --checkpoint-dir "$work/control" >"$work/control.json" 2>"$work/control.err"
 check "the 2-process run used DDP" grep -q "DDP over the processes" "$work/two.err"
 for s in 1 2; do
-    echo "gpt_mpi: 2 processes against 1 after step $s (bound $w_tol of the distance trained):"
+    echo "lm_mpi $model: 2 processes against 1 after step $s (bound $w_tol of the distance trained):"
     check "weights of 2 processes against 1 after step $s" \
-        "$close" "$(ckpt "$work/two" $s)" "$(ckpt "$work/one" $s)" $w_tol "$init" "$key_bias"
+        "$close" "$(ckpt "$work/two" $s)" "$(ckpt "$work/one" $s)" $w_tol "$init" "${skip[@]}"
     l1=$(loss_at "$work/one.json" $s) l2=$(loss_at "$work/two.json" $s)
-    echo "gpt_mpi: step $s's loss $l1 (1 process) and $l2 (2), bound $loss_tol"
+    echo "lm_mpi $model: step $s's loss $l1 (1 process) and $l2 (2), bound $loss_tol"
     check "step $s's loss $l1 and $l2" within "$l1" "$l2" $loss_tol
-    echo "gpt_mpi: control, lr 1.1e-3, after step $s:"
+    echo "lm_mpi $model: control, lr 1.1e-3, after step $s:"
     set +e
-    "$close" "$(ckpt "$work/control" $s)" "$(ckpt "$work/one" $s)" $w_tol "$init" "$key_bias"
+    "$close" "$(ckpt "$work/control" $s)" "$(ckpt "$work/one" $s)" $w_tol "$init" "${skip[@]}"
     rc=$?
     set -e
     check "control: the weights at lr 1.1e-3 after step $s within the bound (st_close $rc)" \
@@ -86,12 +100,12 @@ lc=$(loss_at "$work/control.json" 2) l1=$(loss_at "$work/one.json" 2)
 check "control: step 2's loss at lr 1.1e-3, $lc, within the bound of $l1" \
     beyond "$lc" "$l1" $loss_tol
 # The figures after 20 steps (st_close fails only on a NaN there).
-echo "gpt_mpi: figure: after 20 steps (not bounded):"
+echo "lm_mpi $model: figure: after 20 steps (not bounded):"
 check "weights after 20 steps: not finite" \
-    "$close" "$(ckpt "$work/two" 20)" "$(ckpt "$work/one" 20)" inf "$init" "$key_bias"
+    "$close" "$(ckpt "$work/two" 20)" "$(ckpt "$work/one" 20)" inf "$init" "${skip[@]}"
 v1=$(tail -n 1 "$work/one.json" | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
 v2=$(tail -n 1 "$work/two.json" | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
-echo "gpt_mpi: figure: step 20's loss $(loss_at "$work/one.json" 20) (1 process) and" \
+echo "lm_mpi $model: figure: step 20's loss $(loss_at "$work/one.json" 20) (1 process) and" \
     "$(loss_at "$work/two.json" 20) (2), validation loss $v1 and $v2"
 # Resume: 10 steps, then a new pair of processes to 20, byte-identical to the straight run.
 "${run2[@]}" "${tiny[@]}" --max-steps 10 --checkpoint-dir "$work/resumed" >/dev/null 2>&1
@@ -102,5 +116,5 @@ for f in model.safetensors state.safetensors; do
     check "$f differs after resuming the 2-process run at step 10" \
         cmp "$work/two/step-0000020/$f" "$work/resumed/step-0000020/$f"
 done
-echo "gpt_mpi: $pass passed, $fail failed"
+echo "lm_mpi $model: $pass passed, $fail failed"
 ((fail == 0))
