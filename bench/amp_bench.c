@@ -91,6 +91,8 @@ static void usage(FILE *f) {
             "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
             "                        that format to FILE, or instead of the table to stdout\n"
             "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
+            "  --torch-attn sdpa|eager  transformers' attention for the Llama's PyTorch run\n"
+            "                        (attn_implementation; default sdpa)\n"
             "  --torch-script PATH   bench/pytorch_reference.py (default: the source tree's, else\n"
             "                        the installed share/amp/pytorch_reference.py)\n");
 }
@@ -196,7 +198,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                       .llama = {.n_layer = 4, .n_head = 8, .n_embd = 256, .block_size = 256,
                                 .vocab_size = 256, .kv_heads = 2, .intermediate = 704},
                       .torch = {.script = default_torch_script(),
-                                .python = getenv("PYTHON") ? getenv("PYTHON") : "python3"}};
+                                .python = getenv("PYTHON") ? getenv("PYTHON") : "python3",
+                                .llama_attn = "sdpa"}};
     a->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -237,6 +240,11 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         else if (!strcmp(o, "--threads")) ok = parse_int(o, v, 1, &a->threads), a->threads_given = true;
         else if (!strcmp(o, "--plot")) a->plot = v;
         else if (!strcmp(o, "--torch-script")) a->torch.script = v;
+        else if (!strcmp(o, "--torch-attn")) {
+            ok = !strcmp(v, "sdpa") || !strcmp(v, "eager");
+            if (ok) a->torch.llama_attn = v;
+            else fprintf(stderr, "amp-bench: --torch-attn '%s': want sdpa or eager\n", v);
+        }
         else if (!strcmp(o, "--device")) {
             if (!strcmp(v, "cpu")) a->device = AMP_DEVICE_CPU;
             else if (!strcmp(v, "cuda")) a->device = AMP_DEVICE_CUDA;
@@ -386,9 +394,11 @@ static void note_models(const bench_args *a, bench_run_header *h) {
             len += (size_t)snprintf(h->model_note + len, sizeof h->model_note - len,
                                     "%sllama: %d layers, %d heads over %d key/value heads, %d wide, "
                                     "intermediate %d, sequences of %d tokens, vocabulary %d "
-                                    "(models/llama.c; PyTorch: transformers' LlamaForCausalLM)",
+                                    "(models/llama.c; PyTorch: transformers' LlamaForCausalLM, "
+                                    "%s attention)",
                                     len ? "; " : "", l->n_layer, l->n_head, l->kv_heads, l->n_embd,
-                                    l->intermediate, l->block_size, l->vocab_size);
+                                    l->intermediate, l->block_size, l->vocab_size,
+                                    a->torch.llama_attn);
     }
 }
 

@@ -54,12 +54,14 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
 amp_status bench_torch_run(const bench_torch_opts *o, const bench_cfg *cfg, bench_row *row,
                            char *version, size_t size) {
     bench_row_init(row);
-    char cmd[2048], shape[200] = "";
+    char cmd[2048], shape[240] = "";
     const bench_lm_shape *l = &cfg->lm;
-    if (!strcmp(cfg->model, "gpt") || !strcmp(cfg->model, "llama"))
+    bool llama = !strcmp(cfg->model, "llama");
+    if (!strcmp(cfg->model, "gpt") || llama)
         snprintf(shape, sizeof shape, " --n-layer %d --n-head %d --n-embd %d --block-size %d "
-                 "--vocab-size %d --kv-heads %d --intermediate %d", l->n_layer, l->n_head,
-                 l->n_embd, l->block_size, l->vocab_size, l->kv_heads, l->intermediate);
+                 "--vocab-size %d --kv-heads %d --intermediate %d%s%s", l->n_layer, l->n_head,
+                 l->n_embd, l->block_size, l->vocab_size, l->kv_heads, l->intermediate,
+                 llama ? " --attn " : "", llama && o->llama_attn ? o->llama_attn : llama ? "sdpa" : "");
     snprintf(cmd, sizeof cmd,
              "'%s' '%s' --bench --model %s --precision %s --batch-size %d --steps %d --warmup %d "
              "--threads %d --device %s%s 2>&1",

@@ -5,10 +5,12 @@
 
 #include "bench/bench_libamp.h"
 
-/* Where the script is and which Python runs it ($PYTHON, else python3). */
+/* Where the script is and which Python runs it ($PYTHON, else python3); the Llama's
+ * transformers attention ("sdpa" or "eager", attn_implementation). */
 typedef struct bench_torch_opts {
     const char *script;
     const char *python;
+    const char *llama_attn;
 } bench_torch_opts;
 
 /* PyTorch's precision for a libamp level: "fp32" at O0, else torch.autocast with the half type
