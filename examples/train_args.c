@@ -179,6 +179,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
     /* the first option given of the language models' (gpt and llama), of the GPT's own and of
        the Llama's own */
     const char *lm_option = NULL, *gpt_option = NULL, *llama_option = NULL;
+    const char *image_option = NULL; /* the first given of the MNIST models' own */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = "";
@@ -188,6 +189,8 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         bool gpt_own = c == 1000 || c == 1001 || c == 1002 || c == 1005;
         if (gpt_own && !gpt_option) gpt_option = name;
         if (c >= 1100 && !llama_option) llama_option = name;
+        bool image_own = c == 'e' || c == 'M' || c == 'V' || c == 'B';
+        if (image_own && !image_option) image_option = name;
         switch (c) {
         case 'm': a->model = optarg; break;
         case 'o': a->optimizer = optarg; break;
@@ -350,6 +353,15 @@ int train_args_parse(int argc, char **argv, train_args *a) {
     if (!lm && lm_option) {
         fprintf(stderr, "amp-train: --%s is an option of --model gpt and llama, not of --model "
                 "%s\n", lm_option, a->model);
+        return -1;
+    }
+    if (lm && image_option) {
+        fprintf(stderr, "amp-train: --%s is an option of --model convnet and mlp, not of --model "
+                "%s (%s)\n", image_option, a->model,
+                !strcmp(image_option, "sync-bn") ? "it has no batch norm"
+                : !strcmp(image_option, "epochs") ? "it trains --max-steps steps"
+                : !strcmp(image_option, "momentum") ? "it trains with AdamW"
+                                                    : "--eval-every and --eval-batches set its evaluation");
         return -1;
     }
     if (llama && gpt_option) {

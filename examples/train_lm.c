@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "amp/amp.h"
@@ -216,6 +217,7 @@ int amp_train_lm(const train_args *a) {
     world = amp_comm_size(comm), rank = amp_comm_rank(comm);
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) goto fail; /* rank 0 prints */
     if (rank != 0) text = stdout;
+    if (a->batch_per_process) B *= world; /* --batch-size is each process's */
     if (B % world)
         TRY(amp_error(AMP_ERR_INVALID_ARG, "--batch-size %lld does not split over %d processes",
                       (long long)B, world));
@@ -234,7 +236,8 @@ int amp_train_lm(const train_args *a) {
     }
     if (world > 1) TRY(amp_comm_select_device(comm));
     TRY(amp_ctx_create(&(amp_ctx_opts){.device = devices[a->device], .seed = a->seed,
-                                       .n_threads = threads, .allow_tf32 = a->allow_tf32},
+                                       .n_threads = threads, .allow_tf32 = a->allow_tf32,
+                                       .allow_nondeterministic = a->nondeterministic},
                        &ctx));
     snprintf(path, sizeof path, "%s/train.bin", a->data_dir);
     TRY(amp_tokens_open(path, sh->vocab, &train));
@@ -253,10 +256,17 @@ int amp_train_lm(const train_args *a) {
     TRY(amp_lm_adamw_create(model, a->lr, a->weight_decay, &opt));
     amp_options amp_opts = {.opt_level = (amp_opt_level)a->opt_level,
                             .half_type = a->bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
-                            .loss_scale = a->loss_scale, .init_scale = a->init_scale};
+                            .loss_scale = a->loss_scale, .init_scale = a->init_scale,
+                            .skip_nonfinite = a->skip_nonfinite > 0   ? AMP_OPT_TRUE
+                                              : a->skip_nonfinite < 0 ? AMP_OPT_FALSE
+                                                                      : AMP_OPT_DEFAULT};
     TRY(amp_initialize_ex(model, opt, &amp_opts));
+    amp_ctx_memory_reset_peak(ctx); /* peak_backend_mb: what training holds, not the cast */
     if (a->init_weights) TRY(lm_model_init_weights(sh, a->init_weights, model, opt));
-    if (world > 1) TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm}, &ddp));
+    if (world > 1)
+        TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm,
+                                                       .allreduce_always_fp32 = a->allreduce_fp32},
+                           &ddp));
     int64_t step = 0;
     const char *model_args_key = LM_MODEL_ARGS_KEY, *model_args_value = sh->model_args;
     amp_checkpoint_opts ckpt = {.keep = a->keep, .user_keys = &model_args_key,
@@ -282,12 +292,12 @@ int amp_train_lm(const train_args *a) {
     if (sched.warmup_steps > decay_steps) sched.warmup_steps = decay_steps;
     lm_model_describe(sh, model, describe, sizeof describe);
     fprintf(text, "amp-train: %s; %lld + %lld tokens from %s; batch %lld x %lld x %lld "
-            "accumulated; O%d%s; backend %s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
+            "accumulated; O%d%s; backend %s%s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
             (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
-            amp_dtype_name(compute), peak);
+            world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "", amp_dtype_name(compute), peak);
     size_t bytes = (size_t)(b * T) * sizeof *hx, offset = (size_t)(rank * b * T);
     double loss_avg = NAN, val_loss = NAN, total_s = 0, total_tok = 0;
     amp_token_order order = a->data_order_sequential ? AMP_TOKENS_SEQUENTIAL : AMP_TOKENS_RANDOM;
@@ -384,14 +394,22 @@ int amp_train_lm(const train_args *a) {
                                                              before its evaluation, or no step */
     if (!isnan(val_loss)) snprintf(val_json, sizeof val_json, "%.17g", val_loss);
     if (!isnan(loss_avg)) snprintf(train_json, sizeof train_json, "%.9g", loss_avg);
+    size_t peak_backend = 0;
+    (void)amp_ctx_memory(ctx, NULL, &peak_backend);
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage); /* ru_maxrss: KiB on Linux */
     if (a->json)
         printf("{\"model\": \"%s\", \"steps\": %lld, \"train_loss\": %s, \"val_loss\": %s, "
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
-               "\"parameters\": %lld, \"backend\": \"%s\", \"stopped\": %s}\n", a->model,
+               "\"parameters\": %lld, \"peak_backend_mb\": %.1f, \"peak_rss_mb\": %.1f, "
+               "\"world_size\": %d, \"batch_size\": %lld, \"accumulate\": %lld, "
+               "\"backend\": \"%s\", \"stopped\": %s}\n", a->model,
                (long long)step, train_json, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
-               (long long)lm_model_n_params(sh, model), amp_ctx_backend_name(ctx), stop ? "true" : "false");
+               (long long)lm_model_n_params(sh, model), (double)peak_backend / 1048576.0,
+               (double)usage.ru_maxrss / 1024.0, world, (long long)B, (long long)a->accumulate,
+               amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */

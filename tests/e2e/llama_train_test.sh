@@ -7,6 +7,7 @@
 #    final checkpoints byte-identical, at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so
 #    that a step is skipped before the save), and under --accumulate 2 with clipping;
 #  - the other levels and half types train (O1-fp16, O2-bf16, O3-bf16: the loss falls);
+#  - --skip-nonfinite off reaches amp_initialize; the summary's peak memory figures;
 #  - a step folder is a Hugging Face folder: --eval-only --init-weights FOLDER (config.json and
 #    model.safetensors, amp_llama_load_pretrained) gives the run's validation loss, and so does
 #    --eval-only --resume without any shape option (the checkpoint's config);
@@ -16,7 +17,7 @@
 #    num_attention_heads, --init-weights of another model's folder, a window past
 #    max_position_embeddings, a config.json field of the wrong type, heads that the key/value
 #    heads do not divide; usage errors, exit code 2: a GPT option given to the Llama, a Llama
-#    option given to the GPT or to the MNIST models.
+#    option given to the GPT or to the MNIST models, an MNIST model's option to the Llama.
 #   llama_train_test.sh AMP_TRAIN AMP_TEXT_TOKENS WORKDIR README
 set -euo pipefail
 train=$1 tokens=$2 work=$3 readme=$4
@@ -58,6 +59,17 @@ resume O1_bf16 --opt-level O1 --half bf16
 resume O2_fp16 --opt-level O2 --init-scale 16777216
 check "O2_fp16: no skipped step before the save" grep -q '"skipped": true' "$work/resume-O2_fp16.first"
 resume accumulate --opt-level O1 --half bf16 --accumulate 2 --grad-clip 0.5
+
+# --skip-nonfinite off reaches the options (the language models ignored it); the summary
+# carries the memory figures
+"$train" "${tiny[@]}" --opt-level O1 --half bf16 --skip-nonfinite off --max-steps 1 \
+    >"$work/noskip.json" 2>&1
+check "--skip-nonfinite off: $(grep 'skip_nonfinite  ' "$work/noskip.json")" \
+    grep -q "skip_nonfinite *: False" "$work/noskip.json"
+check "O1 without --skip-nonfinite: the level's on" grep -q "skip_nonfinite *: True" \
+    "$work/resume-O1_bf16.straight"
+check "the summary's memory: $(tail -n 1 "$work/run.json")" \
+    grep -Eq '"peak_backend_mb": [1-9][0-9.]*, "peak_rss_mb": [1-9][0-9.]*' <(tail -n 1 "$work/run.json")
 
 for level in "O1 fp16" "O2 bf16" "O3 bf16"; do
     set -- $level
@@ -105,6 +117,10 @@ bad "key/value heads that do not divide the heads" \
 usage "a GPT option to the Llama" "--n-layer is an option of --model gpt" "${tiny[@]}" --n-layer 2
 usage "a Llama option to the GPT" "--hidden-size is an option of --model llama, not of --model gpt" \
     --model gpt --data "$work/data" --hidden-size 64
+usage "an image model's option to the Llama" "--epochs is an option of --model convnet and mlp" \
+    "${tiny[@]}" --epochs 2
+usage "--sync-bn to the Llama" "--sync-bn is an option of --model convnet and mlp, not of --model llama (it has no batch norm)" \
+    "${tiny[@]}" --sync-bn
 usage "a Llama option to the MLP" "--hidden-size is an option of --model gpt and llama" \
     --model mlp --hidden-size 64
 

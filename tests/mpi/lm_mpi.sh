@@ -107,6 +107,14 @@ v1=$(tail -n 1 "$work/one.json" | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
 v2=$(tail -n 1 "$work/two.json" | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
 echo "lm_mpi $model: figure: step 20's loss $(loss_at "$work/one.json" 20) (1 process) and" \
     "$(loss_at "$work/two.json" 20) (2), validation loss $v1 and $v2"
+# --batch-per-process: 2 rows a process is the global batch of 4, the same run bit for bit
+# (the option was ignored by the language models); --allreduce-fp32 is taken.
+"${run2[@]}" "${tiny[@]}" --batch-size 2 --batch-per-process --allreduce-fp32 --max-steps 2 \
+    --checkpoint-dir "$work/per_process" >/dev/null 2>"$work/per_process.err"
+check "--batch-per-process 2 on 2 processes: not the run of --batch-size 4" \
+    cmp "$work/two/step-0000002/model.safetensors" "$work/per_process/step-0000002/model.safetensors"
+check "--allreduce-fp32 not taken: $(grep -m1 'amp-train: ' "$work/per_process.err")" \
+    grep -q "f32 all-reduce" "$work/per_process.err"
 # Resume: 10 steps, then a new pair of processes to 20, byte-identical to the straight run.
 "${run2[@]}" "${tiny[@]}" --max-steps 10 --checkpoint-dir "$work/resumed" >/dev/null 2>&1
 "${run2[@]}" "${tiny[@]}" --max-steps 20 --checkpoint-dir "$work/resumed" --resume latest \
