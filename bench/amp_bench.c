@@ -57,7 +57,7 @@ typedef struct bench_args {
     int n_batches;
     amp_device device;
     int threads, steps, warmup, repeat;
-    bool compare_torch, profile, threads_given, batch_given;
+    bool compare_torch, profile, threads_given, batch_given, quick_peak;
     bench_lm_shape gpt, llama; /* the shape options set both; --kv-heads, --intermediate the Llama's */
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
     const char *plot;
@@ -88,6 +88,9 @@ static void usage(FILE *f) {
             "  --threads T           CPU threads (default: all cores)\n"
             "  --compare-torch       run each configuration in PyTorch too, and give the ratio\n"
             "  --profile             time the step's op categories (extra steps)\n"
+            "  --quick-peak          measure the GEMM peaks on 512^3 and 1024^3 products, twice\n"
+            "                        each (default 1024^3 and 2048^3, 5 times): seconds instead\n"
+            "                        of tens on a slow CPU, a peak that may read low (MFU high)\n"
             "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
             "                        that format to FILE, or instead of the table to stdout\n"
             "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
@@ -209,6 +212,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             return 0;
         } else if (!strcmp(o, "--compare-torch")) a->compare_torch = true, takes = false;
         else if (!strcmp(o, "--profile")) a->profile = true, takes = false;
+        else if (!strcmp(o, "--quick-peak")) a->quick_peak = true, takes = false;
         else if (parse_format(o, a)) takes = false;
         else if (!v) {
             fprintf(stderr, "amp-bench: %s: unknown option or missing value (--help)\n", o);
@@ -273,8 +277,8 @@ typedef enum child_job { JOB_PEAKS, JOB_LIBAMP, JOB_TORCH } child_job;
 static void child_run(child_job job, const bench_args *a, const bench_cfg *cfg, child_result *r) {
     memset(r, 0, sizeof *r);
     if (job == JOB_PEAKS)
-        r->status = bench_measure_peaks(a->device, a->threads, &r->peaks[0], &r->peaks[1],
-                                        &r->peaks[2]);
+        r->status = bench_measure_peaks(a->device, a->threads, a->quick_peak, &r->peaks[0],
+                                        &r->peaks[1], &r->peaks[2]);
     else if (job == JOB_LIBAMP) r->status = bench_libamp_run(cfg, &r->row);
     else r->status = bench_torch_run(&a->torch, cfg, &r->row, r->torch_version,
                                      sizeof r->torch_version);
@@ -468,8 +472,8 @@ static int run_distributed(bench_args *a, amp_comm *comm) {
     note_models(a, &h);
     amp_status s = AMP_OK; /* the peaks of one rank's share of the cores, measured by rank 0 alone */
     if (rank == 0)
-        s = bench_measure_peaks(a->device, a->threads, &h.peak_gflops_f32, &h.peak_gflops_bf16,
-                                &h.peak_gflops_f16);
+        s = bench_measure_peaks(a->device, a->threads, a->quick_peak, &h.peak_gflops_f32,
+                                &h.peak_gflops_bf16, &h.peak_gflops_f16);
     if (any_rank_failed(comm, s != AMP_OK)) {
         if (rank == 0) fprintf(stderr, "amp-bench: measuring the GEMM peaks: %s\n", bench_last_error());
         return 1;

@@ -308,18 +308,20 @@ static double best_gflops(const amp_backend *be, amp_dtype dt, const int64_t *si
     return best;
 }
 
-amp_status bench_measure_peaks(amp_device device, int threads, double *f32, double *bf16,
-                               double *f16) {
+amp_status bench_measure_peaks(amp_device device, int threads, bool quick, double *f32,
+                               double *bf16, double *f16) {
     amp_ctx *ctx;
     BENCH_TRY(amp_ctx_create(&(amp_ctx_opts){.device = device, .n_threads = threads}, &ctx));
     const amp_backend *be = ctx->backend;
     /* Large enough to reach the plateau, small enough to take seconds: 2 and 17 GFLOP per CPU
      * call, 1 and 2.2 TFLOP per GPU call. */
     const int64_t cpu[2] = {1024, 2048}, gpu[2] = {8192, 10240};
-    const int64_t *sizes = device == AMP_DEVICE_CUDA ? gpu : cpu;
+    const int64_t quick_cpu[2] = {512, 1024}, quick_gpu[2] = {2048, 4096};
+    const int64_t *sizes = device == AMP_DEVICE_CUDA ? (quick ? quick_gpu : gpu)
+                                                     : (quick ? quick_cpu : cpu);
     /* The best of several calls, so that a busy moment on a shared CPU does not lower the peak
      * (with 2 calls one run measured 94 GFLOP/s and reported an MFU of 132 %). */
-    int reps = device == AMP_DEVICE_CUDA ? 10 : 5;
+    int reps = quick ? 2 : device == AMP_DEVICE_CUDA ? 10 : 5;
     *f32 = best_gflops(be, AMP_F32, sizes, reps);
     *bf16 = best_gflops(be, AMP_BF16, sizes, reps);
     *f16 = best_gflops(be, AMP_F16, sizes, reps);

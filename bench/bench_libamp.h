@@ -42,8 +42,9 @@ amp_status bench_libamp_run(const bench_cfg *cfg, bench_row *row);
 
 /* The best GFLOP/s of square GEMMs (f32, bf16, f16 inputs, f32 accumulation, output in the
  * input's dtype) through the backend of `device` with `threads` threads: the roofline amp-bench
- * computes MFU against. A dtype the backend cannot multiply gives NaN. */
-amp_status bench_measure_peaks(amp_device device, int threads, double *f32, double *bf16,
-                               double *f16);
+ * computes MFU against. A dtype the backend cannot multiply gives NaN. quick: smaller products,
+ * fewer calls (amp-bench --quick-peak: a tenth of the time, a peak that may be low). */
+amp_status bench_measure_peaks(amp_device device, int threads, bool quick, double *f32,
+                               double *bf16, double *f16);
 
 #endif

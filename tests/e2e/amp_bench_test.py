@@ -23,7 +23,7 @@ def check(cond, what):
 
 
 def run(args, env=None):
-    p = subprocess.run([bench] + args, capture_output=True, text=True, env=env, timeout=900)
+    p = subprocess.run([bench, "--quick-peak"] + args, capture_output=True, text=True, env=env, timeout=900)
     return p.returncode, p.stdout, p.stderr
 
 

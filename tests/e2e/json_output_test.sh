@@ -46,7 +46,7 @@ check "a stopped run's summary lacks its loss, throughput or steps ($(cat "$work
            .samples_per_sec > 0 and .test_accuracy == null' "$work/stop.json"
 
 # amp-bench: one JSON document on stdout.
-"$bench" --model mlp --opt-level O0,O1 --batch 8 --steps 2 --warmup 1 --threads 2 --json \
+"$bench" --quick-peak --model mlp --opt-level O0,O1 --batch 8 --steps 2 --warmup 1 --threads 2 --json \
     >"$work/bench.json" 2>"$work/bench.txt"
 check "amp-bench's stdout is not JSON alone" jq -e '.rows | length == 2' "$work/bench.json"
 echo "json_output_test: $pass passed, $fail failed"

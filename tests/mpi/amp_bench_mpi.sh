@@ -8,7 +8,8 @@ mpiexec=$1 bench=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "amp_bench_mpi: FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
 mpi() { "$mpiexec" --oversubscribe --allow-run-as-root --bind-to none ${ASAN_OPTIONS:+-x ASAN_OPTIONS} -np 2 "$@"; }
-mpi "$bench" --model mlp,convnet --opt-level O0,O2 --half bf16 --batch 8 --steps 2 --warmup 1 \
+mpi "$bench" --quick-peak --model mlp,convnet --opt-level O0,O2 --half bf16 --batch 8 --steps 2 \
+    --warmup 1 \
     --json="$work/r.json" >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "amp-bench failed"; }
 cat "$work/out.txt"
 [[ $(grep -c '^scaling (DDP)' "$work/out.txt") -eq 1 ]] || fail "not one scaling table (one rank prints)"
