@@ -470,6 +470,7 @@ static int run_distributed(bench_args *a, amp_comm *comm) {
     bench_run_header_init(&h);
     bench_machine_describe(&h, a->threads, a->device == AMP_DEVICE_CUDA);
     note_models(a, &h);
+    h.peak_quick = a->quick_peak;
     amp_status s = AMP_OK; /* the peaks of one rank's share of the cores, measured by rank 0 alone */
     if (rank == 0)
         s = bench_measure_peaks(a->device, a->threads, a->quick_peak, &h.peak_gflops_f32,
@@ -537,6 +538,7 @@ int main(int argc, char **argv) {
     bench_run_header_init(&h);
     bench_machine_describe(&h, a.threads, a.device == AMP_DEVICE_CUDA);
     note_models(&a, &h);
+    h.peak_quick = a.quick_peak;
     child_result r;
     if (in_child(JOB_PEAKS, &a, NULL, &r) != AMP_OK) {
         fprintf(stderr, "amp-bench: measuring the GEMM peaks: %s\n", bench_last_error());

@@ -159,8 +159,9 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
                              int n_rows) {
     amp_status s = bench_check_args(__func__, f, run, true, rows, n_rows);
     if (s != AMP_OK) return s;
-    fprintf(f, "%s  %s  [%s]  %d threads%s%s\n", run->date, run->cpu_model, run->isa,
-            run->threads, run->gpu_model[0] ? "  GPU: " : "", run->gpu_model);
+    fprintf(f, "%s  %s  [%s]  %d threads%s%s%s\n", run->date, run->cpu_model, run->isa,
+            run->threads, run->gpu_model[0] ? "  GPU: " : "", run->gpu_model,
+            run->peak_quick ? "  (peaks by --quick-peak: MFU may read high)" : "");
     if (run->model_note[0]) fprintf(f, "%s\n", run->model_note);
     fprintf(f,
             "%-7s %-7s %-13s %-4s %5s %-4s %3s %2s %8s %7s %7s %9s %7s %5s %8s %7s %4s %5s %5s\n",
@@ -238,10 +239,11 @@ static json_t *bench_json_run(const bench_run_header *run) {
     json_t *peaks = json_pack("{s:o, s:o, s:o}", "f32", bench_json_real(run->peak_gflops_f32),
                               "bf16", bench_json_real(run->peak_gflops_bf16), "f16",
                               bench_json_real(run->peak_gflops_f16));
-    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:s, s:s}", "date", run->date, "cpu_model",
-                     run->cpu_model, "isa", run->isa, "gpu_model", run->gpu_model, "threads",
-                     run->threads, "peak_gflops", peaks, "lib_version", run->lib_version,
-                     "torch_version", run->torch_version);
+    return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:b, s:s, s:s}", "date", run->date,
+                     "cpu_model", run->cpu_model, "isa", run->isa, "gpu_model", run->gpu_model,
+                     "threads", run->threads, "peak_gflops", peaks, "peak_quick",
+                     (int)run->peak_quick, "lib_version", run->lib_version, "torch_version",
+                     run->torch_version);
 }
 
 static json_t *bench_json_row_fields(const bench_row *r);
@@ -448,10 +450,11 @@ amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const benc
                                 int n_rows) {
     amp_status s = bench_check_args(__func__, f, run, true, rows, n_rows);
     if (s != AMP_OK) return s;
-    fprintf(f, "%s — CPU: %s; ISA: %s; %d threads%s%s; measured peak GFLOP/s: f32 %s, bf16 %s, "
+    fprintf(f, "%s — CPU: %s; ISA: %s; %d threads%s%s; measured peak GFLOP/s%s: f32 %s, bf16 %s, "
                "f16 %s; libamp %s%s%s\n\n",
             run->date, run->cpu_model, run->isa, run->threads, run->gpu_model[0] ? "; GPU: " : "",
-            run->gpu_model, bench_num(run->peak_gflops_f32, "%.1f").s,
+            run->gpu_model, run->peak_quick ? " (--quick-peak: small products, may read low)" : "",
+            bench_num(run->peak_gflops_f32, "%.1f").s,
             bench_num(run->peak_gflops_bf16, "%.1f").s, bench_num(run->peak_gflops_f16, "%.1f").s,
             run->lib_version, run->torch_version[0] ? ", PyTorch " : "", run->torch_version);
     if (run->model_note[0]) fprintf(f, "%s\n\n", run->model_note);

@@ -12,6 +12,7 @@
 #ifndef AMP_BENCH_REPORT_H
 #define AMP_BENCH_REPORT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -87,6 +88,7 @@ typedef struct bench_run_header {
     double peak_gflops_f32; /* measured peaks (GEMM), NaN when not measured */
     double peak_gflops_bf16;
     double peak_gflops_f16;
+    bool peak_quick;        /* measured by amp-bench --quick-peak: small products, may read low */
     char lib_version[32];   /* libamp's version */
     char torch_version[32]; /* "" when PyTorch was not run */
     char model_note[400];   /* the shapes of models that take them (a GPT's, a Llama's), "" when none */

@@ -108,6 +108,7 @@ def main():
     check(len(rows) == 6, "6 rows (got %d)" % len(rows))
     check(d["run"]["cpu_model"] and d["run"]["isa"] is not None, "the run names the CPU and ISA")
     check(d["run"]["peak_gflops"]["f32"] > 0, "a measured f32 peak")
+    check(d["run"]["peak_quick"] is True, "the run says its peaks were --quick-peak's")
     by = {(r["model"], r["opt_level"]): r for r in rows}
     for r in rows:
         name = "%s %s" % (r["model"], r["opt_level"])
