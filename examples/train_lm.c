@@ -297,14 +297,16 @@ int amp_train_lm(const train_args *a) {
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
-            world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "", amp_dtype_name(compute), peak);
+            world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "", amp_dtype_name(compute),
+            peak);
     size_t bytes = (size_t)(b * T) * sizeof *hx, offset = (size_t)(rank * b * T);
     double loss_avg = NAN, val_loss = NAN, total_s = 0, total_tok = 0;
     amp_token_order order = a->data_order_sequential ? AMP_TOKENS_SEQUENTIAL : AMP_TOKENS_RANDOM;
     bool stop = false;
     stop_signal_install();
     if (a->eval_only) { /* nanoGPT's eval_only: the loaded weights' validation loss and sample */
-        TRY(evaluate(sh, model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy, &val_loss));
+        TRY(evaluate(sh, model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
+                     &val_loss));
         if (a->json) printf("{\"step\": %lld, \"val_loss\": %.17g}\n", (long long)step, val_loss);
         else printf("step %5lld | val loss %.4f\n", (long long)step, val_loss);
         max_steps = step;

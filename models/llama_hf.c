@@ -295,7 +295,8 @@ static amp_status weight_files(const char *who, const char *dir, char (*paths)[4
 
 amp_status amp_llama_config_save(const amp_llama_config *cfg, const char *path) {
     static const char who[] = "amp_llama_config_save";
-    if (!cfg || !path) return amp_error(AMP_ERR_INVALID_ARG, "%s: cfg and path must not be NULL", who);
+    if (!cfg || !path)
+        return amp_error(AMP_ERR_INVALID_ARG, "%s: cfg and path must not be NULL", who);
     char text[AMP_LLAMA_CONFIG_JSON_MAX];
     amp_status s = amp_llama_config_to_json(cfg, text, sizeof text);
     if (s != AMP_OK) return s;
