@@ -5,6 +5,7 @@
  * they are (the parameter names are Hugging Face's). */
 #include <errno.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,34 @@
 #include <sys/stat.h>
 
 #define WHO "amp_llama_config_load"
+
+/* config.json's integer and real fields of amp_llama_config, under their names: read, written and
+ * compared from this one list (`shape`: a real that makes another model, compared by
+ * amp_llama_config_differences; dropout and the init's range do not). */
+#define INT_FIELD(name) {#name, offsetof(amp_llama_config, name)}
+static const struct {
+    const char *key;
+    size_t at;
+} INT_FIELDS[] = {INT_FIELD(vocab_size), INT_FIELD(hidden_size), INT_FIELD(intermediate_size),
+                  INT_FIELD(num_hidden_layers), INT_FIELD(num_attention_heads),
+                  INT_FIELD(num_key_value_heads), INT_FIELD(head_dim),
+                  INT_FIELD(max_position_embeddings)};
+#define REAL_FIELD(name, shape) {#name, offsetof(amp_llama_config, name), shape}
+static const struct {
+    const char *key;
+    size_t at;
+    bool shape;
+} REAL_FIELDS[] = {REAL_FIELD(rms_norm_eps, true), REAL_FIELD(rope_theta, true),
+                   REAL_FIELD(attention_dropout, false), REAL_FIELD(initializer_range, false)};
+#define N_INT_FIELDS (sizeof INT_FIELDS / sizeof INT_FIELDS[0])
+#define N_REAL_FIELDS (sizeof REAL_FIELDS / sizeof REAL_FIELDS[0])
+
+static int64_t *int_field(amp_llama_config *c, size_t i) {
+    return (int64_t *)((char *)c + INT_FIELDS[i].at);
+}
+static float *real_field(amp_llama_config *c, size_t i) {
+    return (float *)((char *)c + REAL_FIELDS[i].at);
+}
 
 typedef struct cfg_reader {
     const char *path;
@@ -119,25 +148,10 @@ static amp_status config_read(cfg_reader r, amp_llama_config *cfg) {
     amp_llama_config c = {0};
     amp_status s = json_is_object(r.root) ? AMP_OK : wrong_type(&r, "(the file)", r.root, "an object");
     if (s == AMP_OK) s = check_supported(&r);
-    const struct {
-        const char *key;
-        int64_t *v;
-    } ints[] = {{"vocab_size", &c.vocab_size}, {"hidden_size", &c.hidden_size},
-                {"intermediate_size", &c.intermediate_size},
-                {"num_hidden_layers", &c.num_hidden_layers},
-                {"num_attention_heads", &c.num_attention_heads},
-                {"num_key_value_heads", &c.num_key_value_heads}, {"head_dim", &c.head_dim},
-                {"max_position_embeddings", &c.max_position_embeddings}};
-    for (size_t i = 0; s == AMP_OK && i < sizeof ints / sizeof ints[0]; i++)
-        s = get_int(&r, r.root, ints[i].key, ints[i].v);
-    const struct {
-        const char *key;
-        float *v;
-    } floats[] = {{"rms_norm_eps", &c.rms_norm_eps}, {"rope_theta", &c.rope_theta},
-                  {"attention_dropout", &c.attention_dropout},
-                  {"initializer_range", &c.initializer_range}};
-    for (size_t i = 0; s == AMP_OK && i < sizeof floats / sizeof floats[0]; i++)
-        s = get_float(&r, r.root, floats[i].key, floats[i].v);
+    for (size_t i = 0; s == AMP_OK && i < N_INT_FIELDS; i++)
+        s = get_int(&r, r.root, INT_FIELDS[i].key, int_field(&c, i));
+    for (size_t i = 0; s == AMP_OK && i < N_REAL_FIELDS; i++)
+        s = get_float(&r, r.root, REAL_FIELDS[i].key, real_field(&c, i));
     if (s == AMP_OK) s = get_bool(&r, r.root, "tie_word_embeddings", &c.tie_word_embeddings);
     if (s == AMP_OK) s = get_bool(&r, r.root, "attention_bias", &c.attention_bias);
     if (s == AMP_OK) s = get_rope(&r, "rope_scaling", &c);
@@ -206,25 +220,14 @@ amp_status amp_llama_config_to_json(const amp_llama_config *cfg, char *out, size
     json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
     json_object_set_new(o, "model_type", json_string("llama"));
     json_object_set_new(o, "hidden_act", json_string("silu"));
-    const struct {
-        const char *key;
-        int64_t v;
-    } ints[] = {{"vocab_size", c->vocab_size}, {"hidden_size", c->hidden_size},
-                {"intermediate_size", c->intermediate_size},
-                {"num_hidden_layers", c->num_hidden_layers},
-                {"num_attention_heads", c->num_attention_heads},
-                {"num_key_value_heads", c->num_key_value_heads}, {"head_dim", c->head_dim},
-                {"max_position_embeddings", c->max_position_embeddings}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        json_object_set_new(o, ints[i].key, json_integer(ints[i].v));
-    json_object_set_new(o, "rms_norm_eps", float_real(c->rms_norm_eps));
-    json_object_set_new(o, "attention_dropout", float_real(c->attention_dropout));
-    json_object_set_new(o, "initializer_range", float_real(c->initializer_range));
+    for (size_t i = 0; i < N_INT_FIELDS; i++)
+        json_object_set_new(o, INT_FIELDS[i].key, json_integer(*int_field(c, i)));
+    for (size_t i = 0; i < N_REAL_FIELDS; i++)
+        json_object_set_new(o, REAL_FIELDS[i].key, float_real(*real_field(c, i)));
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
     json_object_set_new(o, "mlp_bias", json_false());
     json_object_set_new(o, "pretraining_tp", json_integer(1));
-    json_object_set_new(o, "rope_theta", float_real(c->rope_theta));
     json_object_set_new(o, "rope_scaling",
                         c->rope_type == AMP_ROPE_LLAMA3 ? rope_object(c, false) : json_null());
     json_object_set_new(o, "rope_parameters", rope_object(c, true));
@@ -327,34 +330,38 @@ int amp_llama_config_differences(const amp_llama_config *a, const amp_llama_conf
     char u[64], v[64];
     if (out && size) out[0] = '\0';
     else size = 0;
+    for (size_t i = 0; i < N_INT_FIELDS; i++) {
+        int64_t p = *int_field(&x, i), q = *int_field(&y, i);
+        if (p == q) continue;
+        snprintf(u, sizeof u, "%lld", (long long)p);
+        snprintf(v, sizeof v, "%lld", (long long)q);
+        differ_add(out, size, &len, &n, INT_FIELDS[i].key, u, v);
+    }
+    for (size_t i = 0; i < N_REAL_FIELDS; i++) {
+        float p = *real_field(&x, i), q = *real_field(&y, i);
+        if (!REAL_FIELDS[i].shape || p == q) continue;
+        snprintf(u, sizeof u, "%.9g", (double)p);
+        snprintf(v, sizeof v, "%.9g", (double)q);
+        differ_add(out, size, &len, &n, REAL_FIELDS[i].key, u, v);
+    }
     const struct {
         const char *name;
         int64_t a, b;
-    } ints[] = {{"vocab_size", x.vocab_size, y.vocab_size},
-                {"hidden_size", x.hidden_size, y.hidden_size},
-                {"intermediate_size", x.intermediate_size, y.intermediate_size},
-                {"num_hidden_layers", x.num_hidden_layers, y.num_hidden_layers},
-                {"num_attention_heads", x.num_attention_heads, y.num_attention_heads},
-                {"num_key_value_heads", x.num_key_value_heads, y.num_key_value_heads},
-                {"head_dim", x.head_dim, y.head_dim},
-                {"max_position_embeddings", x.max_position_embeddings, y.max_position_embeddings},
-                {"rope_type", x.rope_type, y.rope_type},
-                {"tie_word_embeddings", x.tie_word_embeddings, y.tie_word_embeddings},
-                {"attention_bias", x.attention_bias, y.attention_bias}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (ints[i].a == ints[i].b) continue;
-        snprintf(u, sizeof u, "%lld", (long long)ints[i].a);
-        snprintf(v, sizeof v, "%lld", (long long)ints[i].b);
-        differ_add(out, size, &len, &n, ints[i].name, u, v);
+    } flags[] = {{"rope_type", x.rope_type, y.rope_type},
+                 {"tie_word_embeddings", x.tie_word_embeddings, y.tie_word_embeddings},
+                 {"attention_bias", x.attention_bias, y.attention_bias}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (flags[i].a == flags[i].b) continue;
+        snprintf(u, sizeof u, "%lld", (long long)flags[i].a);
+        snprintf(v, sizeof v, "%lld", (long long)flags[i].b);
+        differ_add(out, size, &len, &n, flags[i].name, u, v);
     }
     bool llama3 = x.rope_type == AMP_ROPE_LLAMA3 && y.rope_type == AMP_ROPE_LLAMA3;
     const struct {
         const char *name;
         double a, b;
         bool used;
-    } reals[] = {{"rms_norm_eps", x.rms_norm_eps, y.rms_norm_eps, true},
-                 {"rope_theta", x.rope_theta, y.rope_theta, true},
-                 {"rope factor", x.rope_factor, y.rope_factor, llama3},
+    } reals[] = {{"rope factor", x.rope_factor, y.rope_factor, llama3},
                  {"rope low_freq_factor", x.rope_low_freq_factor, y.rope_low_freq_factor, llama3},
                  {"rope high_freq_factor", x.rope_high_freq_factor, y.rope_high_freq_factor, llama3},
                  {"rope original_max_position_embeddings",
