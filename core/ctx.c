@@ -149,6 +149,7 @@ amp_status amp_ctx_memory_trim(amp_ctx *ctx) {
     amp_arena_release(&ctx->carry_arenas[0]);
     amp_arena_release(&ctx->carry_arenas[1]);
     amp_arena_release(&ctx->sink_arena);
+    amp_arena_release(&ctx->recompute_arena);
     ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
     if (ctx->backend->memory_trim) ctx->backend->memory_trim(ctx->backend->dev);
     return AMP_OK;

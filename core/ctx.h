@@ -23,6 +23,7 @@ typedef struct amp_autocast_state {
      * weight cache); emptied by amp_ctx_reset_step and by backward. */
     amp_cast_cache_entry *cache;
     int n_cache, cap_cache;
+    int cache_from; /* lookups start here: a recomputation sees only its own casts */
     /* The casts of parameters kept from step to step (core/cast_shadow.h), as many as the
      * parameters autocast casts (each table grows once, in the first steps). */
     amp_cast_shadow *shadows;
@@ -85,6 +86,13 @@ struct amp_ctx {
     /* Set during a backward that releases its graph (no retain_graph): gradients may be handed
      * from an output to an input instead of copied (amp_grad_pass, nn/autograd.c). */
     bool bw_releases;
+    /* Activation recomputation (nn/recompute.c): the arena a recomputed child's forward makes its
+     * data in, swapped for data_arena while it runs and reset after; how many such runs are
+     * under way (a child set to recompute inside one runs as a part of it); set while a
+     * backward runs a forward again (batch norms then leave their running statistics alone). */
+    amp_arena recompute_arena;
+    int recompute_depth;
+    bool recompute_replay;
     /* Collectives among the ranks of a job for ops that need them in the middle of a pass (sync
      * batch norm's statistics, nn/ops_sync_batchnorm.c), set by parallel/ (amp_model_convert_sync_
      * batchnorm); NULL: a world of one, the op's local path. */

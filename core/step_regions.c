@@ -35,11 +35,14 @@ void amp_ctx_regions_init(amp_ctx *ctx) {
     }
     amp_arena_init_user(&ctx->sink_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
     ctx->sink_arena.min_chunk = AMP_KEPT_MIN_CHUNK;
+    amp_arena_init_user(&ctx->recompute_arena, amp_ledger_arena_alloc, amp_ledger_arena_free,
+                        ctx);
     ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
 }
 
 void amp_ctx_regions_destroy(amp_ctx *ctx) {
     amp_arena_destroy(&ctx->sink_arena);
+    amp_arena_destroy(&ctx->recompute_arena);
     amp_arena_destroy(&ctx->kept_arena);
     amp_arena_destroy(&ctx->carry_arenas[0]);
     amp_arena_destroy(&ctx->carry_arenas[1]);
@@ -51,6 +54,7 @@ void amp_ctx_regions_destroy(amp_ctx *ctx) {
 void amp_ctx_regions_step_end(amp_ctx *ctx) {
     amp_arena_reset(&ctx->sink_arena);
     ctx->n_open_sinks = 0;
+    amp_arena_reset(&ctx->recompute_arena);
     amp_arena_reset(&ctx->kept_arena);
     amp_arena_reset(&ctx->carry_arenas[0]);
     amp_arena_reset(&ctx->carry_arenas[1]);

@@ -132,8 +132,14 @@ amp_status amp_tensor_step(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *
 
 void amp_tensor_step_release(amp_tensor *t) {
     if (!t || !(t->flags & AMP_TENSOR_BW_TEMP)) return;
+    /* While a recomputation runs, data_arena is its own (nn/recompute.c): what the rest of the
+     * backward made goes back after it, to the arena it came from. */
+    amp_ctx *ctx = t->ctx;
+    if (ctx->recompute_depth > 0 && !amp_arena_holds_since(&ctx->data_arena, AMP_ARENA_START,
+                                                           t->data))
+        return;
     t->flags &= (uint16_t)~(AMP_TENSOR_BW_TEMP | AMP_TENSOR_ARENA_DATA); /* given back once */
-    amp_arena_give_back(&t->ctx->data_arena, t->data, amp_tensor_nbytes(t));
+    amp_arena_give_back(&ctx->data_arena, t->data, amp_tensor_nbytes(t));
 }
 
 amp_status amp_tensor_step_like(const amp_tensor *like, amp_dtype dt, amp_tensor **out) {

@@ -1,9 +1,10 @@
-/* GPT-2 over the public API (amp/models/gpt.h). The forward fuses what nanoGPT runs as separate
- * ops, with the same values: each residual add with the LayerNorm after it (amp_norm with a
- * residual, the next block's ln_1 included; AMP_NORM_OUT_FOR_LINEAR, so under O1 the LayerNorm's
- * output comes out in the half type its linear reads and the half branch joins the f32 stream
- * without an f32 copy), c_fc with its GELU (amp_linear_gelu), and q, k, v read where c_attn wrote
- * them (the qkvpacked attention). Each residual branch's output and the two embeddings go back
+/* GPT-2 over the public API (amp/models/gpt.h). Each block is a child with its own forward (it
+ * can be recomputed: amp_model_set_recompute). The forward fuses what nanoGPT runs as separate
+ * ops, with the same values: the attention's residual add with the LayerNorm after it (amp_norm
+ * with a residual; AMP_NORM_OUT_FOR_LINEAR, so under O1 the LayerNorm's output comes out in the
+ * half type its linear reads and the half branch joins the f32 stream without an f32 copy),
+ * c_fc with its GELU (amp_linear_gelu), and q, k, v read where c_attn wrote them (the
+ * qkvpacked attention). Each residual branch's output and the two embeddings go back
  * to the step's memory once their add has read them (amp_tensor_drop), as PyTorch frees them
  * with their last reference. */
 #include <math.h>
@@ -19,7 +20,12 @@ typedef struct gpt_linear {
     int w, b;
 } gpt_linear;
 
+struct gpt;
+/* A block "transformer.h.<l>": a child with a forward of its own, so that it can be recomputed
+ * (amp_model_set_recompute). */
 typedef struct gpt_block {
+    const struct gpt *g;
+    amp_model *m;
     amp_model *ln_1, *ln_2;
     gpt_linear c_attn, attn_proj, c_fc, mlp_proj;
 } gpt_block;
@@ -108,6 +114,31 @@ static amp_status gpt_attention(const gpt *g, const gpt_block *blk, bool trainin
     return s;
 }
 
+/* nanoGPT's Block of x [B, T, C]: x + attn(ln_1(x)), then that + mlp(ln_2(that)), the first
+ * residual add fused with ln_2. */
+static amp_status gpt_block_forward(amp_model *self, amp_tensor *const *in, int n_in,
+                                    amp_tensor **out) {
+    const gpt_block *blk = amp_model_user(self);
+    const gpt *g = blk->g;
+    if (n_in != 1 || !in[0])
+        return amp_error(AMP_ERR_INVALID_ARG, "GPT block forward (amp_model_forward): one input, "
+                         "the residual stream [batch, seq, n_embd]");
+    bool training = amp_model_is_training(self);
+    amp_tensor *w1 = amp_model_param(blk->ln_1, 0), *b1 = amp_model_param(blk->ln_1, 1);
+    amp_tensor *w2 = amp_model_param(blk->ln_2, 0), *b2 = amp_model_param(blk->ln_2, 1);
+    amp_tensor *x = in[0], *h, *a, *r;
+    amp_status s = amp_norm(x, NULL, w1, b1, &LN_FOR_LINEAR, NULL, &h);
+    if (s == AMP_OK) s = gpt_attention(g, blk, training, h, &a);
+    if (s == AMP_OK) s = amp_norm(x, a, w2, b2, &LN_FOR_LINEAR, &x, &h);
+    if (s == AMP_OK) s = amp_tensor_drop(a);
+    if (s == AMP_OK) s = gpt_apply(&blk->c_fc, h, true, &h);
+    if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &h);
+    if (s == AMP_OK) s = gpt_dropout(g, training, h, &r);
+    if (s == AMP_OK) s = amp_add(x, r, out);
+    if (s == AMP_OK) s = amp_tensor_drop(r); /* the add's backward reads neither */
+    return s;
+}
+
 static amp_status gpt_positions(gpt *g, amp_ctx *ctx) {
     if (g->positions) return AMP_OK;
     int32_t *pos = malloc((size_t)g->cfg.block_size * sizeof *pos);
@@ -132,7 +163,7 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
                          "is outside [1, block_size = %d]", (long long)T, g->cfg.block_size);
     bool training = amp_model_is_training(self);
     amp_status s = gpt_positions(g, amp_model_ctx(self));
-    amp_tensor *tok, *pos_ids, *pos, *x, *h, *r = NULL, *a;
+    amp_tensor *tok, *pos_ids, *pos, *x, *h;
     if (s == AMP_OK) s = amp_embedding(idx, amp_model_param(g->wte, 0), &tok);
     if (s == AMP_OK) s = amp_narrow(g->positions, 0, 0, T, &pos_ids);
     if (s == AMP_OK) s = amp_embedding(pos_ids, amp_model_param(g->wpe, 0), &pos);
@@ -141,22 +172,12 @@ static amp_status gpt_forward(amp_model *self, amp_tensor *const *in, int n_in, 
     if (s == AMP_OK) s = amp_tensor_drop(pos);
     if (s == AMP_OK) s = gpt_dropout(g, training, x, &x);
     for (int l = 0; l < g->cfg.n_layer && s == AMP_OK; l++) {
-        const gpt_block *blk = &g->h[l];
-        amp_tensor *w1 = amp_model_param(blk->ln_1, 0), *b1 = amp_model_param(blk->ln_1, 1);
-        amp_tensor *w2 = amp_model_param(blk->ln_2, 0), *b2 = amp_model_param(blk->ln_2, 1);
-        /* x = x + mlp(...) of the block before, fused with this block's ln_1 */
-        s = amp_norm(x, r, w1, b1, &LN_FOR_LINEAR, &x, &h);
-        if (s == AMP_OK && r) s = amp_tensor_drop(r);
-        if (s == AMP_OK) s = gpt_attention(g, blk, training, h, &a);
-        if (s == AMP_OK) s = amp_norm(x, a, w2, b2, &LN_FOR_LINEAR, &x, &h);
-        if (s == AMP_OK) s = amp_tensor_drop(a);
-        if (s == AMP_OK) s = gpt_apply(&blk->c_fc, h, true, &h);
-        if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &h);
-        if (s == AMP_OK) s = gpt_dropout(g, training, h, &r);
+        amp_tensor *x_in = x;
+        s = amp_model_forward(g->h[l].m, x_in, &x);
+        if (s == AMP_OK) s = amp_tensor_drop(x_in); /* read by the block's nodes only */
     }
     amp_tensor *wf = amp_model_param(g->ln_f, 0), *bf = amp_model_param(g->ln_f, 1);
-    if (s == AMP_OK) s = amp_norm(x, r, wf, bf, &LN_FOR_LINEAR, &x, &h);
-    if (s == AMP_OK && r) s = amp_tensor_drop(r);
+    if (s == AMP_OK) s = amp_norm(x, NULL, wf, bf, &LN_FOR_LINEAR, NULL, &h);
     if (s == AMP_OK && g->last_only && T > 1) s = amp_narrow(h, 1, T - 1, 1, &h);
     if (s == AMP_OK) s = amp_linear(h, amp_model_param(g->wte, 0), NULL, out); /* the tied head */
     return s;
@@ -264,7 +285,13 @@ static amp_status gpt_make_tree(gpt *g, amp_model *root) {
         gpt_block *b = &g->h[l];
         char name[16];
         snprintf(name, sizeof name, "%d", l);
-        s = gpt_node(hs, name, &blk);
+        b->g = g;
+        s = amp_model_create(amp_model_ctx(hs), gpt_block_forward, b, NULL, &blk);
+        if (s == AMP_OK) {
+            s = amp_model_add_child(hs, name, blk);
+            if (s != AMP_OK) amp_model_free(blk);
+        }
+        b->m = blk;
         if (s == AMP_OK) s = gpt_norm(blk, "ln_1", C, &b->ln_1);
         if (s == AMP_OK) s = gpt_node(blk, "attn", &attn);
         if (s == AMP_OK) s = gpt_linear_make(attn, "c_attn", 3 * C, C, 0.02f, &b->c_attn);
@@ -302,6 +329,15 @@ amp_status amp_gpt_create(amp_ctx *ctx, const amp_gpt_config *cfg, amp_model **o
         amp_model_free(*out);
         *out = NULL;
     }
+    return s;
+}
+
+amp_status amp_gpt_set_recompute(amp_model *m, amp_recompute mode) {
+    gpt *g = gpt_of(__func__, m);
+    if (!g) return AMP_ERR_INVALID_ARG;
+    amp_status s = AMP_OK;
+    for (int l = 0; l < g->cfg.n_layer && s == AMP_OK; l++)
+        s = amp_model_set_recompute(g->h[l].m, mode);
     return s;
 }
 

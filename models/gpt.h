@@ -43,6 +43,10 @@ amp_status amp_gpt_config_of(const amp_model *m, amp_gpt_config *cfg);
 amp_status amp_gpt_forward_last(amp_model *m, amp_tensor *idx, amp_tensor **logits);
 /* The mean next-token cross-entropy of idx [B, T] against targets [B, T] (amp_lm_loss). */
 amp_status amp_gpt_loss(amp_model *m, amp_tensor *idx, amp_tensor *targets, amp_tensor **loss);
+/* Activation recomputation of every block (amp_model_set_recompute on "transformer.h.<l>"):
+ * AMP_RECOMPUTE_FULL keeps each block's input and output only, and runs the block's forward
+ * again in backward, with the same bits. Between steps only. */
+amp_status amp_gpt_set_recompute(amp_model *m, amp_recompute mode);
 /* Parameters without the position embedding (nanoGPT's get_num_params), and the model FLOPs of
  * one token's forward and backward at sequence length T: 6 N for the GEMMs plus the attention's
  * 6 L T C (12 L T C non-causal, halved by the mask), PaLM's accounting as nanoGPT's

@@ -5,9 +5,10 @@
  *              h = h + a; x = post_attention_layernorm(h);
  *              h = h + down_proj(silu(gate_proj(x)) * up_proj(x))
  *   logits = lm_head(norm(h)).
- * Fused where the values allow: each residual add with the RMSNorm after it (amp_norm with a
- * residual, the next layer's input_layernorm included; AMP_NORM_OUT_FOR_LINEAR, so under O1 the
- * norm's output comes out in the half type its projections read), q, k and v as one GEMM over
+ * Each decoder layer is a child with its own forward (it can be recomputed: amp_model_set_
+ * recompute). Fused where the values allow: the attention's residual add with the RMSNorm after
+ * it (amp_norm with a residual; AMP_NORM_OUT_FOR_LINEAR, so under O1 the norm's output comes
+ * out in the half type its projections read), q, k and v as one GEMM over
  * the three weights joined, its output the packed [B, T, heads + 2 kv_heads, head_dim], rotated
  * in one amp_rope call (v copied) and read in place by the grouped qkvpacked attention, and the MLP's gate and up projections with the SwiGLU
  * (amp_linear_swiglu: one GEMM, gate_proj and up_proj being consecutive parameters). Each
@@ -26,7 +27,12 @@ typedef struct llama_linear {
     int w, b; /* b -1: no bias */
 } llama_linear;
 
+struct llama;
+/* A decoder layer "model.layers.<i>": a child with a forward of its own, so that it can be
+ * recomputed (amp_model_set_recompute). */
 typedef struct llama_layer {
+    const struct llama *l;
+    amp_model *m;
     amp_model *input_layernorm, *post_attention_layernorm;
     llama_linear q, k, v, o, gate, up, down;
 } llama_layer;
@@ -131,6 +137,32 @@ static amp_status llama_rope_table(llama *l, amp_ctx *ctx) {
     return amp_rope_table_create(ctx, &rc, &l->rope);
 }
 
+/* HF's LlamaDecoderLayer of h [B, T, hidden]: h + attn(input_layernorm(h)), then that +
+ * mlp(post_attention_layernorm(that)), the first residual add fused with the second norm. */
+static amp_status llama_layer_forward(amp_model *self, amp_tensor *const *in, int n_in,
+                                      amp_tensor **out) {
+    const llama_layer *ly = amp_model_user(self);
+    const llama *l = ly->l;
+    if (n_in != 1 || !in[0])
+        return amp_error(AMP_ERR_INVALID_ARG, "Llama layer forward (amp_model_forward): one "
+                         "input, the residual stream [batch, seq, hidden_size]");
+    bool training = amp_model_is_training(self);
+    amp_norm_opts no;
+    amp_tensor *h = in[0], *x, *a, *m, *r;
+    amp_status s = amp_norm(h, NULL, amp_model_param(ly->input_layernorm, 0), NULL,
+                            rms_opts(l, &no), NULL, &x);
+    if (s == AMP_OK) s = llama_attention(l, ly, training, x, &a);
+    if (s == AMP_OK)
+        s = amp_norm(h, a, amp_model_param(ly->post_attention_layernorm, 0), NULL,
+                     rms_opts(l, &no), &h, &x);
+    if (s == AMP_OK) s = amp_tensor_drop(a);
+    if (s == AMP_OK) s = amp_linear_swiglu(x, weight(&ly->gate), weight(&ly->up), &m);
+    if (s == AMP_OK) s = apply(&ly->down, m, &r);
+    if (s == AMP_OK) s = amp_add(h, r, out);
+    if (s == AMP_OK) s = amp_tensor_drop(r); /* the add's backward reads neither */
+    return s;
+}
+
 /* logits [B, T, vocab] of idx [B, T]. */
 static amp_status llama_forward(amp_model *self, amp_tensor *const *in, int n_in, amp_tensor **out) {
     llama *l = amp_model_user(self);
@@ -142,25 +174,16 @@ static amp_status llama_forward(amp_model *self, amp_tensor *const *in, int n_in
         return amp_error(AMP_ERR_SHAPE, "Llama forward (amp_model_forward): sequence length %lld "
                          "is outside [1, max_position_embeddings = %lld]", (long long)T,
                          (long long)l->cfg.max_position_embeddings);
-    bool training = amp_model_is_training(self);
     amp_norm_opts no;
-    amp_tensor *h, *x, *r = NULL, *a, *m;
+    amp_tensor *h, *x;
     amp_status s = amp_embedding(in[0], amp_model_param(l->embed, 0), &h);
     for (int64_t i = 0; i < l->cfg.num_hidden_layers && s == AMP_OK; i++) {
-        const llama_layer *ly = &l->layers[i];
-        /* h = h + mlp(...) of the layer before, fused with this layer's input_layernorm */
-        s = amp_norm(h, r, amp_model_param(ly->input_layernorm, 0), NULL, rms_opts(l, &no), &h, &x);
-        if (s == AMP_OK && r) s = amp_tensor_drop(r);
-        if (s == AMP_OK) s = llama_attention(l, ly, training, x, &a);
-        if (s == AMP_OK)
-            s = amp_norm(h, a, amp_model_param(ly->post_attention_layernorm, 0), NULL,
-                         rms_opts(l, &no), &h, &x);
-        if (s == AMP_OK) s = amp_tensor_drop(a);
-        if (s == AMP_OK) s = amp_linear_swiglu(x, weight(&ly->gate), weight(&ly->up), &m);
-        if (s == AMP_OK) s = apply(&ly->down, m, &r);
+        amp_tensor *h_in = h;
+        s = amp_model_forward(l->layers[i].m, h_in, &h);
+        if (s == AMP_OK) s = amp_tensor_drop(h_in); /* read by the layer's nodes only */
     }
-    if (s == AMP_OK) s = amp_norm(h, r, amp_model_param(l->norm, 0), NULL, rms_opts(l, &no), &h, &x);
-    if (s == AMP_OK && r) s = amp_tensor_drop(r);
+    if (s == AMP_OK)
+        s = amp_norm(h, NULL, amp_model_param(l->norm, 0), NULL, rms_opts(l, &no), NULL, &x);
     if (s == AMP_OK && l->last_only && T > 1) s = amp_narrow(x, 1, T - 1, 1, &x);
     amp_tensor *head = amp_model_param(l->lm_head ? l->lm_head : l->embed, 0);
     if (s == AMP_OK) s = amp_linear(x, head, NULL, out);
@@ -317,7 +340,11 @@ static amp_status llama_make_tree(llama *l, amp_model *root) {
         llama_layer *ly = &l->layers[i];
         char name[24];
         snprintf(name, sizeof name, "%lld", (long long)i);
-        s = llama_node(layers, name, &layer);
+        ly->l = l;
+        s = amp_model_create(amp_model_ctx(layers), llama_layer_forward, ly, NULL, &layer);
+        if (s == AMP_OK && (s = amp_model_add_child(layers, name, layer)) != AMP_OK)
+            amp_model_free(layer);
+        ly->m = layer;
         if (s == AMP_OK) s = llama_node(layer, "self_attn", &attn);
         if (s == AMP_OK) s = llama_linear_make(attn, "q_proj", H * D, C, qb, std, &ly->q);
         if (s == AMP_OK) s = llama_linear_make(attn, "k_proj", KV * D, C, qb, std, &ly->k);
@@ -366,6 +393,15 @@ amp_status amp_llama_create(amp_ctx *ctx, const amp_llama_config *cfg, amp_model
         amp_model_free(*out);
         *out = NULL;
     }
+    return s;
+}
+
+amp_status amp_llama_set_recompute(amp_model *m, amp_recompute mode) {
+    llama *l = llama_of(__func__, m);
+    if (!l) return AMP_ERR_INVALID_ARG;
+    amp_status s = AMP_OK;
+    for (int64_t i = 0; i < l->cfg.num_hidden_layers && s == AMP_OK; i++)
+        s = amp_model_set_recompute(l->layers[i].m, mode);
     return s;
 }
 

@@ -22,7 +22,7 @@ amp_tensor *amp_cast_f32_source(const amp_tensor *t) {
 /* Parameters (leaves that require grad) are cast once per step while autocast is on. */
 static amp_tensor **amp_cast_cache_find(amp_ctx *ctx, const amp_tensor *x, amp_dtype dt) {
     amp_autocast_state *ac = &ctx->autocast;
-    for (int i = 0; i < ac->n_cache; i++)
+    for (int i = ac->cache_from; i < ac->n_cache; i++)
         if (ac->cache[i].src == x && ac->cache[i].cast->dtype == dt &&
             ac->cache[i].version == *x->version)
             return &ac->cache[i].cast;

@@ -34,8 +34,12 @@ amp_status amp_autocast(amp_cast_category cat, amp_tensor **in, int n);
 amp_tensor *amp_cast_f32_source(const amp_tensor *t);
 
 /* Whether autocast's cache may hold a cast of x for the ops after this one: a leaf that requires
- * grad (a parameter). Any other cast is its op's alone. */
-static inline bool amp_cast_cacheable(const amp_tensor *x) { return x->requires_grad && !x->node; }
+ * grad and is no step tensor (a parameter, a caller's tensor). Any other cast is its op's alone:
+ * also a recomputation's leaf over an intermediate (nn/recompute.c), whose casts must be as many
+ * as without recomputation for the gradients to add up the same. */
+static inline bool amp_cast_cacheable(const amp_tensor *x) {
+    return x->requires_grad && !x->node && !(x->flags & AMP_TENSOR_STEP);
+}
 
 /* Casts a float tensor to f32 when it is not (bias and batch-norm parameters of a half model). */
 amp_status amp_cast_to_f32(amp_tensor **t);

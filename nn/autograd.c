@@ -15,6 +15,15 @@ amp_status amp_record(amp_tensor *out, const char *op, const char *args, amp_bac
     bool any = false;
     for (int i = 0; i < n_in; i++) any |= in[i] && in[i]->requires_grad;
     if (!any) return AMP_OK;
+    return amp_record_always(out, op, args, backward, n_in, in, aux_size, node);
+}
+
+amp_status amp_record_always(amp_tensor *out, const char *op, const char *args,
+                             amp_backward_fn backward, int n_in, amp_tensor *const *in,
+                             size_t aux_size, amp_tape_node **node) {
+    *node = NULL;
+    amp_ctx *ctx = out->ctx;
+    if (!ctx->grad_enabled) return AMP_OK;
     amp_tape_node *n;
     AMP_TRY(amp_ctx_step_alloc(ctx, sizeof *n, (void **)&n));
     n->op = op;
@@ -161,6 +170,29 @@ amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t) {
     return amp_grad_accumulate(t, dy, 1.0f);
 }
 
+amp_status amp_autograd_walk(amp_ctx *ctx, int from, const char *where, bool observed) {
+    const amp_backward_observer *obs = observed ? ctx->bw_observer : NULL;
+    void *user = ctx->bw_observer_user;
+    amp_status s = AMP_OK;
+    for (int i = ctx->n_tape - 1; i >= from && s == AMP_OK; i--) {
+        amp_tape_node *n = ctx->tape[i];
+        if (n->out->grad_written) { /* else its output did not reach the loss */
+            s = n->backward(n, n->out->grad);
+            if (s != AMP_OK) { /* the kernel's name gives way to the op's */
+                char who[160];
+                snprintf(who, sizeof who, "%s%sbackward of %s", where ? where : "",
+                         where ? ": " : "", n->op);
+                s = amp_fail_as(s, who);
+            }
+        }
+        if (s == AMP_OK && obs) s = obs->node_done(user, n);
+        /* Every reader of out's gradient is done (its consumers came later on the tape): a
+         * gradient this backward made goes back to the arena for the nodes still to run. */
+        if (s == AMP_OK) amp_tensor_step_release(n->out->grad);
+    }
+    return s;
+}
+
 amp_status amp_autograd_backward(amp_tensor *loss, float seed_value, bool retain_graph) {
     return amp_autograd_backward_seeded(loss, seed_value, NULL, retain_graph);
 }
@@ -203,21 +235,7 @@ amp_status amp_autograd_backward_seeded(amp_tensor *loss, float seed_value,
     void *user = ctx->bw_observer_user;
     amp_status s = obs ? obs->begin(user, ctx->tape, ctx->n_tape) : AMP_OK;
     ctx->bw_releases = !retain_graph;
-    for (int i = ctx->n_tape - 1; i >= 0 && s == AMP_OK; i--) {
-        amp_tape_node *n = ctx->tape[i];
-        if (n->out->grad_written) { /* else its output did not reach the loss */
-            s = n->backward(n, n->out->grad);
-            if (s != AMP_OK) { /* the kernel's name gives way to the op's */
-                char who[96];
-                snprintf(who, sizeof who, "backward of %s", n->op);
-                s = amp_fail_as(s, who);
-            }
-        }
-        if (s == AMP_OK && obs) s = obs->node_done(user, n);
-        /* Every reader of out's gradient is done (its consumers came later on the tape): a
-         * gradient this backward made goes back to the arena for the nodes still to run. */
-        if (s == AMP_OK) amp_tensor_step_release(n->out->grad);
-    }
+    if (s == AMP_OK) s = amp_autograd_walk(ctx, 0, NULL, true);
     ctx->bw_releases = false;
     if (obs) {
         amp_status e = obs->end(user, s);

@@ -39,6 +39,12 @@ struct amp_tape_node {
     const char *saved_name[AMP_NODE_MAX_SAVED];
     uint64_t saved_version[AMP_NODE_MAX_SAVED];
     void *aux; /* op-specific descriptor copy (step memory) */
+    /* Leaves whose gradients the backward writes without their being inputs (a recomputed
+     * child's parameters, nn/recompute.c), with their write versions when recorded: checked as
+     * the inputs', and counted by DDP as read by this node. */
+    amp_tensor **params;
+    uint64_t *param_version;
+    int n_params;
 };
 
 /* node->saved[slot] = t (NULL: none) under `name` (errors say it), with its write version now. */
@@ -54,6 +60,16 @@ static inline void amp_node_save(amp_tape_node *node, int slot, amp_tensor *t, c
  * the op has written out. aux_size bytes of zeroed step memory are reserved at node->aux. */
 amp_status amp_record(amp_tensor *out, const char *op, const char *args, amp_backward_fn backward,
                       int n_in, amp_tensor *const *in, size_t aux_size, amp_tape_node **node);
+
+/* amp_record without its conditions: records the node whenever grads are enabled, whether or
+ * not an input requires grad (a recomputed child whose parameters do). */
+amp_status amp_record_always(amp_tensor *out, const char *op, const char *args,
+                             amp_backward_fn backward, int n_in, amp_tensor *const *in,
+                             size_t aux_size, amp_tape_node **node);
+/* The reverse walk over tape[from, n_tape): each node whose output's gradient was written runs
+ * its backward (errors name the op, after `where` when set), then its output's gradient goes
+ * back to the arena; observed tells the backward observer (DDP) of every node. */
+amp_status amp_autograd_walk(amp_ctx *ctx, int from, const char *where, bool observed);
 
 /* What a loss must be before any backward of it (checked first, so that the amp layer's own
  * checks never speak for a loss that is not one): live, one element, with a graph. */

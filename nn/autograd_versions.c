@@ -36,12 +36,16 @@ static const char *amp_node_arg_name(const amp_tape_node *n, int i, char *buf, s
 
 /* Which tensor of a node amp_version_moved names: input i >= 0, saved[k] as -1 - k, or out. */
 #define AMP_VERSION_OUT (-1 - AMP_NODE_MAX_SAVED)
+#define AMP_VERSION_PARAM (AMP_VERSION_OUT - 1) /* params[k] as AMP_VERSION_PARAM - k */
 
 /* The refusal: which tensor of which op, its versions then and now, and what to do. */
 static amp_status amp_version_moved(const amp_tape_node *n, int i, const amp_tensor *t,
                                     uint64_t was) {
     char what[128], name[48];
-    if (i == AMP_VERSION_OUT)
+    if (i <= AMP_VERSION_PARAM)
+        snprintf(what, sizeof what, "parameter %d of the child %s runs again",
+                 AMP_VERSION_PARAM - i, n->op);
+    else if (i == AMP_VERSION_OUT)
         snprintf(what, sizeof what, "the output of %s", n->op);
     else if (i < 0)
         snprintf(what, sizeof what, "the %s saved by %s", n->saved_name[-1 - i], n->op);
@@ -71,6 +75,9 @@ static amp_status amp_node_check_versions(const amp_tape_node *n) {
         if (t && *t->version != n->saved_version[k])
             return amp_version_moved(n, -1 - k, t, n->saved_version[k]);
     }
+    for (int k = 0; k < n->n_params; k++)
+        if (*n->params[k]->version != n->param_version[k])
+            return amp_version_moved(n, AMP_VERSION_PARAM - k, n->params[k], n->param_version[k]);
     return AMP_OK;
 }
 

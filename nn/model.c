@@ -210,6 +210,33 @@ amp_status amp_model_set_norm(amp_model *m, bool norm) {
     return AMP_OK;
 }
 
+amp_status amp_model_set_recompute(amp_model *child, amp_recompute mode) {
+    static const char who[] = "amp_model_set_recompute";
+    if (!child) return amp_fail(AMP_ERR_INVALID_ARG, "%s: the model is NULL", who);
+    if (mode != AMP_RECOMPUTE_NONE && mode != AMP_RECOMPUTE_FULL)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: mode %d is not an amp_recompute (NONE or FULL)",
+                        who, (int)mode);
+    if (!child->parent)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: '%s' is a root model: its inputs and output are "
+                        "all it would keep, and its backward comes at once; set it on the "
+                        "children (blocks) whose intermediates should not be kept", who,
+                        child->name[0] ? child->name : "the model");
+    if (!child->forward)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: '%s' has no forward function (a container its "
+                        "parent runs part by part): there is no forward to run again", who,
+                        child->name);
+    if (child->ctx->n_tape > 0)
+        return amp_fail(AMP_ERR_STATE, "%s: a graph is pending (a forward whose backward has not "
+                        "run): set recomputation between steps, before the forward", who);
+    child->recompute = mode;
+    return AMP_OK;
+}
+
+amp_recompute amp_model_get_recompute(const amp_model *m) {
+    AMP_CHECK_ARG_OR(m, AMP_RECOMPUTE_NONE);
+    return m->recompute;
+}
+
 static void amp_model_free_node(amp_model *m) {
     for (int i = 0; i < m->n_children; i++) amp_model_free_node(m->children[i]);
     if (m->free_user) m->free_user(m->user);
@@ -371,7 +398,12 @@ amp_status amp_model_forward_n(amp_model *m, amp_tensor *const *inputs, int n_in
         return amp_fail(AMP_ERR_STATE, "%s: model '%s' has no forward function (a container its "
                         "parent runs child by child)", who, m->name);
     AMP_TRY(amp_model_build(m));
-    if (m->parent) return m->forward(m, inputs, n_inputs, out); /* inside its root's forward */
+    if (m->parent) { /* inside its root's forward */
+        amp_ctx *ctx = m->ctx;
+        if (m->recompute == AMP_RECOMPUTE_FULL && ctx->grad_enabled && ctx->recompute_depth == 0)
+            return amp_recompute_forward(m, inputs, n_inputs, out);
+        return m->forward(m, inputs, n_inputs, out);
+    }
 
     /* The root: the boundary casts of O2/O3 around the user's forward. */
     amp_tensor *cast_in[8];

@@ -88,6 +88,7 @@ struct amp_model {
     int n_counters;
     void *param_block, *grad_block, *buffer_block; /* root only: backend memory */
     bool built, training;
+    amp_recompute recompute; /* amp_model_set_recompute: a child's, run by nn/recompute.c */
     /* Casts at the model boundary (Apex O2/O3): float inputs to in_dtype, the output to
      * out_dtype; AMP_I32 means none. Root only. */
     amp_dtype in_dtype, out_dtype;
@@ -112,6 +113,11 @@ void amp_model_walk(amp_model *m, void (*fn)(amp_model *node, void *arg), void *
 amp_status amp_model_flatten(amp_model *root);
 /* Draws every parameter's and buffer's initial value (nn/init.c). */
 amp_status amp_model_init_params(amp_model *m);
+
+/* The forward of a child set to recompute while gradients are recorded (nn/recompute.c): the
+ * first run without its intermediates, and the tape node whose backward runs it again. */
+amp_status amp_recompute_forward(amp_model *m, amp_tensor *const *inputs, int n_inputs,
+                                 amp_tensor **out);
 
 /* Converts parameters and buffers to `half` (f16/bf16), except normalisation modules' when
  * keep_norm_f32, re-carving the blocks (nn/model_cast.c). Gradients follow their parameters'

@@ -37,14 +37,32 @@ static amp_status amp_conv2d_forward(amp_model *m, amp_tensor *const *in, int n,
                       y);
 }
 
+/* A recomputation's second run (nn/recompute.c) must leave the running statistics as the first
+ * run updated them (PyTorch's checkpoint updates them twice): they are copied before and back
+ * after, and the count stays. */
+static amp_status amp_bn_stats_copy(amp_model *m, amp_tensor **saved, bool back) {
+    for (int i = 0; i < 2; i++) {
+        amp_tensor *t = m->buffers[i].t;
+        if (!back) AMP_TRY(amp_tensor_step_like(t, t->dtype, &saved[i]));
+        void *dst = back ? t->data : saved[i]->data, *src = back ? saved[i]->data : t->data;
+        AMP_TRY(AMP_DEV(t->backend, copy, dst, src, amp_tensor_nbytes(t)));
+        if (back) amp_tensor_mark_written(t);
+    }
+    return AMP_OK;
+}
+
 amp_status amp_module_batchnorm_run(amp_model *m, bool relu, amp_tensor *x, amp_tensor **y) {
     typedef amp_status (*bn_fn)(amp_tensor *, amp_tensor *, amp_tensor *, amp_tensor *,
                                 amp_tensor *, bool, float, float, amp_tensor **);
     static const bn_fn fns[2][2] = {{amp_batchnorm2d, amp_batchnorm2d_relu},
                                     {amp_sync_batchnorm2d, amp_sync_batchnorm2d_relu}};
+    bool replay = m->ctx->recompute_replay && m->training;
+    amp_tensor *saved[2];
+    if (replay) AMP_TRY(amp_bn_stats_copy(m, saved, false));
     amp_status s = fns[m->cfg.sync][relu](x, m->params[0].t, m->params[1].t, m->buffers[0].t,
                                           m->buffers[1].t, m->training, AMP_BN_MOMENTUM,
                                           AMP_BN_EPS, y);
+    if (s == AMP_OK && replay) return amp_bn_stats_copy(m, saved, true);
     if (s == AMP_OK && m->training) m->cfg.num_batches_tracked++;
     return s;
 }

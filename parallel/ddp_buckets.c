@@ -198,11 +198,16 @@ static amp_status amp_ddp_begin(void *user, struct amp_tape_node *const *tape, i
                         "(amp_initialize or amp_deinitialize re-cast it); call amp_initialize "
                         "before amp_ddp_create, and make a new DDP after amp_deinitialize");
     memset(d->uses, 0, (size_t)d->n_params * sizeof *d->uses);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         for (int j = 0; j < tape[i]->n_in; j++) {
             int k = tape[i]->in[j] ? amp_ddp_param_index(d, tape[i]->in[j]) : -1;
             if (k >= 0) d->uses[k]++;
         }
+        for (int j = 0; j < tape[i]->n_params; j++) { /* a recomputed child's */
+            int k = amp_ddp_param_index(d, tape[i]->params[j]);
+            if (k >= 0) d->uses[k]++;
+        }
+    }
     for (int k = 0; k < d->n_buckets; k++) {
         amp_ddp_bucket *b = &d->buckets[k];
         b->pending = 0;
@@ -221,8 +226,9 @@ static amp_status amp_ddp_node_done(void *user, const struct amp_tape_node *node
     if (!d->active) return AMP_OK;
     d->nodes_left--;
     bool any = false;
-    for (int j = 0; j < node->n_in; j++) {
-        int k = node->in[j] ? amp_ddp_param_index(d, node->in[j]) : -1;
+    for (int j = 0; j < node->n_in + node->n_params; j++) {
+        amp_tensor *t = j < node->n_in ? node->in[j] : node->params[j - node->n_in];
+        int k = t ? amp_ddp_param_index(d, t) : -1;
         if (k < 0 || --d->uses[k] > 0) continue;
         d->buckets[d->bucket_of[k]].pending--;
         any = true;

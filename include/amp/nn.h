@@ -400,6 +400,29 @@ const char *amp_model_name(const amp_model *m); /* its name under its parent (""
 /* Marks m as a normalisation module (BatchNorm, LayerNorm, RMSNorm): its parameters and buffers
  * stay f32 where keep_batchnorm_fp32 holds (O2, O3), as the library's batch norm does. */
 amp_status amp_model_set_norm(amp_model *m, bool norm);
+/* Activation recomputation (torch.utils.checkpoint, Megatron's full recompute) of a child with a
+ * forward of its own. AMP_RECOMPUTE_FULL: while gradients are recorded, the child's forward runs
+ * without keeping its intermediates (their memory is reused at once); only its inputs and its
+ * output stay for the backward. When backward reaches it, its forward runs again with the
+ * autocast state, the training flags and the RNG counter of the first run (so the same dtypes
+ * and dropout masks), then its backward: gradients are the same bits as without recomputation.
+ * Batch norms inside update their running statistics once, in the first run. Under no-grad
+ * (evaluation) the child runs as usual. What is refused, and why (the error says which):
+ *  - the root model (nothing would be saved), and a container without a forward;
+ *  - a change while a graph is pending (between a forward and its backward);
+ *  - a forward that writes its inputs, its parameters or a buffer other than a library batch
+ *    norm's running statistics in place: the recomputation would read or write them again;
+ *  - a recomputation that draws another amount of random numbers, or gives an output of another
+ *    shape or dtype, than the first run (a forward that depends on state outside its inputs).
+ * Tensors the forward made other than its output are gone once it returns: a forward must not
+ * hand them out by another way (its user data). A child set to recompute inside one that is runs
+ * as a part of it. Nothing of this is saved in checkpoints: it is a choice of how to run. */
+typedef enum amp_recompute {
+    AMP_RECOMPUTE_NONE = 0,
+    AMP_RECOMPUTE_FULL = 1,
+} amp_recompute;
+amp_status amp_model_set_recompute(amp_model *child, amp_recompute mode);
+amp_recompute amp_model_get_recompute(const amp_model *m);
 
 /* The library's modules, each a model of the API above (torch.nn's names and defaults). */
 amp_status amp_module_linear(amp_ctx *ctx, int64_t in, int64_t out, bool bias, amp_model **m);
