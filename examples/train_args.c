@@ -74,6 +74,9 @@ static void train_usage(FILE *f) {
             "                    from --init-weights or --resume (nanoGPT's eval_only)\n"
             "  --start TEXT      the sample's prompt, its bytes the tokens (a vocabulary of 256\n"
             "                    without --tokenizer); --start-ids I,J,... for any vocabulary\n"
+            "  --recompute none|full  full: every block's activations recomputed in backward\n"
+            "                    (its input and output kept only; the same bits, less memory,\n"
+            "                    one more forward); not saved in checkpoints\n"
             "--model llama (Hugging Face's LlamaForCausalLM and its names) trains as --model gpt\n"
             "does, with the options above but the GPT's shape (--n-layer, --n-head, --n-embd,\n"
             "--dropout). Its shape is a LlamaConfig: --config FILE (a config.json), or that of\n"
@@ -162,7 +165,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"temperature", required_argument, 0, 1014}, {"top-k", required_argument, 0, 1015},
         {"lr-decay-steps", required_argument, 0, 1016}, {"tokenizer", required_argument, 0, 1017},
         {"eval-only", no_argument, 0, 1018}, {"start", required_argument, 0, 1019},
-        {"start-ids", required_argument, 0, 1020},
+        {"start-ids", required_argument, 0, 1020}, {"recompute", required_argument, 0, 1021},
         {"config", required_argument, 0, 1100}, {"hidden-size", required_argument, 0, 1101},
         {"intermediate-size", required_argument, 0, 1102},
         {"num-hidden-layers", required_argument, 0, 1103},
@@ -263,6 +266,13 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1018: a->eval_only = true; break;
         case 1019: a->start = optarg; break;
         case 1020: a->start_ids = optarg; break;
+        case 1021:
+            if (strcmp(optarg, "none") && strcmp(optarg, "full")) {
+                fprintf(stderr, "amp-train: --recompute '%s': want none or full\n", optarg);
+                return -1;
+            }
+            a->recompute = strcmp(optarg, "full") ? AMP_RECOMPUTE_NONE : AMP_RECOMPUTE_FULL;
+            break;
         case 1100: a->llama_config = optarg; break;
         case 1101:
             if (parse_int(name, optarg, 1, 1 << 20, &i)) return -1;

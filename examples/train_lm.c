@@ -253,6 +253,7 @@ int amp_train_lm(const train_args *a) {
     TRY(prompt_tokens(a, (int32_t)sh->vocab, tokenizer, &prompt, &n_prompt));
     TRY(lm_model_create(sh, ctx, &model));
     TRY(amp_model_build(model));
+    TRY(lm_model_set_recompute(sh, model, (amp_recompute)a->recompute));
     TRY(amp_lm_adamw_create(model, a->lr, a->weight_decay, &opt));
     amp_options amp_opts = {.opt_level = (amp_opt_level)a->opt_level,
                             .half_type = a->bf16 ? AMP_HALF_BF16 : AMP_HALF_F16,
@@ -292,10 +293,11 @@ int amp_train_lm(const train_args *a) {
     if (sched.warmup_steps > decay_steps) sched.warmup_steps = decay_steps;
     lm_model_describe(sh, model, describe, sizeof describe);
     fprintf(text, "amp-train: %s; %lld + %lld tokens from %s; batch %lld x %lld x %lld "
-            "accumulated; O%d%s; backend %s%s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
+            "accumulated; O%d%s%s; backend %s%s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
             (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
+            a->recompute ? ", every block recomputed" : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
             world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "", amp_dtype_name(compute),
             peak);
@@ -405,13 +407,13 @@ int amp_train_lm(const train_args *a) {
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
                "\"parameters\": %lld, \"peak_backend_mb\": %.1f, \"peak_rss_mb\": %.1f, "
                "\"world_size\": %d, \"batch_size\": %lld, \"accumulate\": %lld, "
-               "\"backend\": \"%s\", \"stopped\": %s}\n", a->model,
+               "\"recompute\": \"%s\", \"backend\": \"%s\", \"stopped\": %s}\n", a->model,
                (long long)step, train_json, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
                (long long)lm_model_n_params(sh, model), (double)peak_backend / 1048576.0,
                (double)usage.ru_maxrss / 1024.0, world, (long long)B, (long long)a->accumulate,
-               amp_ctx_backend_name(ctx), stop ? "true" : "false");
+               a->recompute ? "full" : "none", amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */

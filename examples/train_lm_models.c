@@ -196,6 +196,10 @@ amp_status lm_model_create(const lm_shape *sh, amp_ctx *ctx, amp_model **out) {
                      : amp_gpt_create(ctx, &sh->gpt, out);
 }
 
+amp_status lm_model_set_recompute(const lm_shape *sh, amp_model *m, amp_recompute mode) {
+    return sh->llama ? amp_llama_set_recompute(m, mode) : amp_gpt_set_recompute(m, mode);
+}
+
 amp_status lm_model_init_weights(const lm_shape *sh, const char *init, amp_model *m,
                                  amp_optimizer *opt) {
     return sh->llama ? amp_llama_load_pretrained(m, opt, init)

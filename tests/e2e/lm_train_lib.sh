@@ -3,6 +3,9 @@
 #   check DESCRIPTION COMMAND...   counts a pass, or prints FAIL and counts a failure
 #   resume NAME ARGS...            12 steps straight against 6 and a resume to 12 by a new
 #                                  process: the final step folders' files byte-identical
+#   recompute NAME ARGS...         after resume NAME: its first 6 steps with --recompute full,
+#                                  resumed to 12 without, and its 6 without resumed to 12 with:
+#                                  both final step folders byte-identical to NAME's straight run
 #   bad / usage DESCRIPTION MESSAGE ARGS...   amp-train refuses ARGS with exit code 1 / 2 and
 #                                  MESSAGE on stderr
 pass=0 fail=0
@@ -21,6 +24,25 @@ resume() {
             cmp "$f" "$dir/resumed/step-0000012/${f##*/}"
     done
     check "$name: the second run did not resume" grep -q "resumed from" "$dir.second"
+}
+recompute() {
+    local name=$1 dir="$work/recompute-$1" f
+    shift
+    "$train" "${tiny[@]}" "${sched[@]}" "$@" --recompute full --max-steps 6 \
+        --checkpoint-dir "$dir/first" >"$dir.first" 2>&1
+    "$train" "${again[@]}" "${sched[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/first" \
+        --resume latest >"$dir.second" 2>&1
+    "$train" "${again[@]}" "${sched[@]}" "$@" --recompute full --max-steps 12 \
+        --checkpoint-dir "$dir/then" --resume "$work/resume-$name/resumed/step-0000006" \
+        >"$dir.then" 2>&1
+    check "$name: --recompute full not in the start line" grep -q "every block recomputed" "$dir.first"
+    check "$name: --json's recompute" grep -q '"recompute": "full"' "$dir.then"
+    for f in "$work/resume-$name"/straight/step-0000012/*; do
+        check "$name: ${f##*/} differs with the first 6 steps recomputed" \
+            cmp "$f" "$dir/first/step-0000012/${f##*/}"
+        check "$name: ${f##*/} differs with the last 6 steps recomputed" \
+            cmp "$f" "$dir/then/step-0000012/${f##*/}"
+    done
 }
 refused() { # exit code, what it is, description, wanted message, amp-train arguments...
     local code=$1 kind=$2 what=$3 want=$4 rc=0

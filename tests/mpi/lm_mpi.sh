@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # amp-train --model gpt or llama under mpirun -np 2 (DDP, each rank half of every global batch)
-# against one process at O0. Asserted: the weights and the printed losses after steps 1 and 2 within
-# the bounds derived below, a planted control beyond them, and a bit-exact resume of the
-# 2-process run. After 20 steps the difference is printed, not bounded: where a gradient element
-# is near zero, Adam's m / sqrt(v) turns its rounding difference into one of the step's own size,
-# and where that happens and what later steps make of it is the trajectory's, not the arithmetic's.
+# against one process at O0. Asserted: the weights and the printed losses after steps 1 and 2
+# within the bounds derived below, a planted control beyond them, a bit-exact resume of the
+# 2-process run, and --recompute full giving its bits. After 20 steps the difference is printed,
+# not bounded: where a gradient element is near zero, Adam's m / sqrt(v) turns its rounding
+# difference into one of the step's own size, and where that happens and what later steps make
+# of it is the trajectory's, not the arithmetic's.
 #   lm_mpi.sh MPIEXEC AMP_TRAIN AMP_TEXT_TOKENS ST_CLOSE WORKDIR README gpt|llama
 #
 # The bounds. Both runs start from the same weights (one seed; DDP broadcasts rank 0's) and take
@@ -115,6 +116,13 @@ check "--batch-per-process 2 on 2 processes: not the run of --batch-size 4" \
     cmp "$work/two/step-0000002/model.safetensors" "$work/per_process/step-0000002/model.safetensors"
 check "--allreduce-fp32 not taken: $(grep -m1 'amp-train: ' "$work/per_process.err")" \
     grep -q "f32 all-reduce" "$work/per_process.err"
+# --recompute full under DDP: a bucket still waits for its last gradient, which the recomputed
+# block's node writes (a parameter counted unread would be reduced before it is written): the
+# same run bit for bit.
+"${run2[@]}" "${tiny[@]}" --recompute full --max-steps 2 --checkpoint-dir "$work/recompute" \
+    >/dev/null 2>"$work/recompute.err"
+check "--recompute full on 2 processes: not the run without it" \
+    cmp "$work/two/step-0000002/model.safetensors" "$work/recompute/step-0000002/model.safetensors"
 # Resume: 10 steps, then a new pair of processes to 20, byte-identical to the straight run.
 "${run2[@]}" "${tiny[@]}" --max-steps 10 --checkpoint-dir "$work/resumed" >/dev/null 2>&1
 "${run2[@]}" "${tiny[@]}" --max-steps 20 --checkpoint-dir "$work/resumed" --resume latest \
