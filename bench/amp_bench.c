@@ -58,6 +58,8 @@ typedef struct bench_args {
     amp_device device;
     int threads, steps, warmup, repeat;
     bool compare_torch, profile, threads_given, batch_given, quick_peak;
+    amp_recompute recomputes[2]; /* --recompute LIST: the language models' */
+    int n_recomputes;
     bench_lm_shape gpt, llama; /* the shape options set both; --kv-heads, --intermediate the Llama's */
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
     const char *plot;
@@ -94,6 +96,9 @@ static void usage(FILE *f) {
             "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
             "                        that format to FILE, or instead of the table to stdout\n"
             "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
+            "  --recompute LIST      none,full: the language models with every block's\n"
+            "                        activations recomputed in backward, or not (default\n"
+            "                        none; PyTorch: torch.utils.checkpoint per block)\n"
             "  --torch-attn sdpa|eager  transformers' attention for the Llama's PyTorch run\n"
             "                        (attn_implementation; default sdpa)\n"
             "  --torch-script PATH   bench/pytorch_reference.py (default: the source tree's, else\n"
@@ -138,6 +143,13 @@ static bool one_half(const char *s, void *out, int i) {
     else if (!strcmp(s, "fp16") || !strcmp(s, "f16")) ((amp_half_type *)out)[i] = AMP_HALF_F16;
     else return false;
     return true;
+}
+
+static bool one_recompute(const char *s, void *out, int i) {
+    if (!strcmp(s, "none")) ((amp_recompute *)out)[i] = AMP_RECOMPUTE_NONE;
+    else if (!strcmp(s, "full")) ((amp_recompute *)out)[i] = AMP_RECOMPUTE_FULL;
+    else return false;
+    return i < 2;
 }
 
 static bool one_batch(const char *s, void *out, int i) {
@@ -194,6 +206,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.models = {"mlp"}, .n_models = 1, .levels = {AMP_O0, AMP_O1, AMP_O2, AMP_O3},
                       .n_levels = 4, .halves = {AMP_HALF_BF16}, .n_halves = 1, .batches = {128},
                       .n_batches = 1, .device = AMP_DEVICE_CPU, .steps = 20, .warmup = 5, .repeat = 1,
+                      .n_recomputes = 1,
                       .gpt = {.n_layer = 4, .n_head = 4, .n_embd = 256, .block_size = 128,
                               .vocab_size = 256},
                       /* the README's default Llama: 8 heads over 2 key/value heads, T 256, an
@@ -220,6 +233,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(o, "--model")) ok = parse_list(o, v, &a->n_models, one_model, a->models);
         else if (!strcmp(o, "--opt-level")) ok = parse_list(o, v, &a->n_levels, one_level, a->levels);
         else if (!strcmp(o, "--half")) ok = parse_list(o, v, &a->n_halves, one_half, a->halves);
+        else if (!strcmp(o, "--recompute"))
+            ok = parse_list(o, v, &a->n_recomputes, one_recompute, a->recomputes);
         else if (!strcmp(o, "--batch"))
             ok = parse_list(o, v, &a->n_batches, one_batch, a->batches), a->batch_given = true;
         else if (!strcmp(o, "--n-layer"))
@@ -357,23 +372,28 @@ static int expand_configs(const bench_args *a, bench_cfg *cfgs) {
          * images */
         bool llama = !strcmp(a->models[m], "llama");
         bool gpt_default = !a->batch_given && (llama || !strcmp(a->models[m], "gpt"));
+        bool lm = llama || !strcmp(a->models[m], "gpt");
         for (int b = 0; b < (gpt_default ? 1 : a->n_batches); b++)
             for (int l = 0; l < a->n_levels; l++)
                 for (int h = 0; h < (a->levels[l] == AMP_O0 ? 1 : a->n_halves); h++)
-                    if (n < MAX_ROWS / 2)
-                        cfgs[n++] = (bench_cfg){
-                            .model = a->models[m], .level = a->levels[l], .half = a->halves[h],
-                            .batch = gpt_default ? (llama ? 8 : 16) : a->batches[b],
-                            .lm = llama ? a->llama : a->gpt,
-                            .device = a->device, .threads = a->threads, .steps = a->steps,
-                            .warmup = a->warmup, .profile = a->profile};
+                    for (int r = 0; r < (lm ? a->n_recomputes : 1); r++)
+                        if (n < MAX_ROWS / 2)
+                            cfgs[n++] = (bench_cfg){
+                                .model = a->models[m], .level = a->levels[l],
+                                .half = a->halves[h],
+                                .batch = gpt_default ? (llama ? 8 : 16) : a->batches[b],
+                                .lm = llama ? a->llama : a->gpt, .device = a->device,
+                                .threads = a->threads, .steps = a->steps, .warmup = a->warmup,
+                                .profile = a->profile,
+                                .recompute = lm ? a->recomputes[r] : AMP_RECOMPUTE_NONE};
     }
     return n;
 }
 
 static const char *cfg_name(const bench_cfg *c, char *buf, size_t size) {
-    snprintf(buf, size, "%s O%d %s batch %d", c->model, (int)c->level,
-             c->level == AMP_O0 ? "f32" : c->half == AMP_HALF_BF16 ? "bf16" : "fp16", c->batch);
+    snprintf(buf, size, "%s%s O%d %s batch %d", c->model, c->recompute ? "/full" : "",
+             (int)c->level, c->level == AMP_O0 ? "f32" : c->half == AMP_HALF_BF16 ? "bf16" : "fp16",
+             c->batch);
     return buf;
 }
 
@@ -559,10 +579,13 @@ int main(int argc, char **argv) {
         char what[96], twhat[128];
         cfg_name(c, what, sizeof what);
         snprintf(twhat, sizeof twhat, "%s (pytorch)", what);
-        /* PyTorch's run of the same precision, once per model, batch and precision. */
+        /* PyTorch's run of the same precision, once per model, recomputation, batch and
+         * precision. */
         bool want_torch = torch_ok;
+        const char *recompute = c->recompute ? "full" : "none";
         for (int k = 0; k < n_rows && want_torch; k++)
             if (!strcmp(rows[k].impl, "pytorch") && !strcmp(rows[k].model, c->model) &&
+                (rows[k].seq_len == 0 || !strcmp(rows[k].recompute, recompute)) &&
                 rows[k].batch == c->batch && !strcmp(rows[k].half, c->level == AMP_O0 ? "-"
                                                                    : bench_torch_precision(c)))
                 want_torch = false;

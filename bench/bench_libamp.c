@@ -126,11 +126,19 @@ static amp_status image_batch(const bench_cfg *c, bench_state *b) {
     return s == AMP_OK ? AMP_OK : bench_fail(s, "the batch: %s", amp_last_error());
 }
 
+static amp_status set_recompute(const bench_cfg *c, bench_state *b, amp_recompute mode) {
+    if (!is_lm(c)) return AMP_OK;
+    BENCH_TRY(!strcmp(c->model, "llama") ? amp_llama_set_recompute(b->model, mode)
+                                         : amp_gpt_set_recompute(b->model, mode));
+    return AMP_OK;
+}
+
 static amp_status state_make(const bench_cfg *c, bench_state *b) {
     *b = (bench_state){.lm = is_lm(c)};
     BENCH_TRY(amp_ctx_create(&(amp_ctx_opts){.device = c->device, .seed = 0,
                                              .n_threads = c->threads}, &b->ctx));
     amp_status s = model_make(c, b);
+    if (s == AMP_OK) s = set_recompute(c, b, c->recompute);
     if (s != AMP_OK) return s;
     BENCH_TRY(amp_initialize_ex(b->model, b->opt, &(amp_options){.opt_level = c->level,
                                                                  .half_type = c->half,
@@ -179,6 +187,7 @@ static void fill_config(const bench_cfg *c, bench_row *row) {
     row->threads = c->threads;
     row->world_size = world_of(c);
     row->seq_len = is_lm(c) ? c->lm.block_size : 0;
+    if (is_lm(c)) snprintf(row->recompute, sizeof row->recompute, "%s", c->recompute ? "full" : "none");
 }
 
 static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
@@ -215,12 +224,15 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     row->mem_peak_total_nbytes = (int64_t)peak.total;
 
     /* One step counted: its FLOPs and how often the host waited (the loss's read after the
-     * count is amp-bench's, not the step's). */
+     * count is amp-bench's, not the step's). The model's FLOPs, PaLM's MFU: a recomputation's
+     * second forward is work the model does not need, so that step runs without it. */
     amp_op_profile p;
+    if (c->recompute) BENCH_TRY(set_recompute(c, b, AMP_RECOMPUTE_NONE));
     amp_profile_begin(false);
     s = train_step(c, b);
     amp_profile_end(&p);
     if (s == AMP_OK) s = end_step(b);
+    if (s == AMP_OK && c->recompute) s = set_recompute(c, b, c->recompute);
     if (s != AMP_OK) return s;
     row->gflop_per_step = p.flops[AMP_OPCAT_GEMM_CONV] * 1e-9 * world_of(c); /* every rank's */
     row->gflop_per_s = row->gflop_per_step * row->samples_per_s / ((double)c->batch * world_of(c));

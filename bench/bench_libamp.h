@@ -26,6 +26,7 @@ typedef struct bench_cfg {
     int threads;
     int steps, warmup;      /* timed steps, and untimed ones before them */
     bool profile;           /* also time the step's op categories (extra steps, after) */
+    amp_recompute recompute; /* "gpt", "llama": every block's (amp_model_set_recompute) */
     amp_comm *comm;         /* several ranks: DDP over them (amp/parallel.h); NULL: one process */
 } bench_cfg;
 

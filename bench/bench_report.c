@@ -40,6 +40,7 @@ const char *bench_prof_cat_name(int cat) {
 void bench_row_init(bench_row *row) {
     memset(row, 0, sizeof *row);
     strcpy(row->half, "-");
+    strcpy(row->recompute, "-");
     row->world_size = 1;
     row->step_ms_median = row->step_ms_p10 = row->step_ms_p90 = NAN;
     row->samples_per_s = row->gflop_per_step = row->gflop_per_s = row->mfu = NAN;
@@ -73,7 +74,8 @@ int bench_find_pytorch_match(const bench_row *rows, int n_rows, int i) {
     for (int j = 0; j < n_rows; j++) {
         const bench_row *a = &rows[i], *b = &rows[j];
         if (!strcmp(b->impl, "pytorch") && !strcmp(b->opt_level, want) &&
-            !strcmp(b->model, a->model) && !strcmp(b->device, a->device) &&
+            !strcmp(b->model, a->model) && !strcmp(b->recompute, a->recompute) &&
+            !strcmp(b->device, a->device) &&
             b->batch == a->batch && b->threads == a->threads && b->world_size == a->world_size)
             return j;
     }
@@ -105,6 +107,14 @@ static bench_cell bench_num(double v, const char *fmt) {
 
 static bench_cell bench_mib(int64_t nbytes) {
     return bench_num(nbytes < 0 ? NAN : (double)nbytes / BENCH_MIB, "%.1f");
+}
+
+/* The model as the tables name it: "gpt", or "gpt/full" when its blocks are recomputed. */
+static bench_cell bench_model(const bench_row *r) {
+    bench_cell c;
+    if (!strcmp(r->recompute, "full")) snprintf(c.s, sizeof c.s, "%.20s/full", r->model);
+    else snprintf(c.s, sizeof c.s, "%s", r->model);
+    return c;
 }
 
 static bench_cell bench_int(int64_t v) { return bench_num(v < 0 ? NAN : (double)v, "%.0f"); }
@@ -142,13 +152,13 @@ static void bench_tokens_table(FILE *f, const bench_row *rows, int n_rows, bool 
         double pt = match >= 0 ? bench_tokens_per_s(&rows[match]) : NAN;
         double ratio = bench_ratio(rows, n_rows, i, match);
         if (markdown)
-            fprintf(f, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", r->impl, r->model,
+            fprintf(f, "| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", r->impl, bench_model(r).s,
                     r->batch, r->seq_len, r->opt_level, r->half,
                     bench_num(bench_tokens_per_s(r), "%.0f").s,
                     bench_num(100.0 * r->mfu, "%.1f %%").s, bench_num(pt, "%.0f").s,
                     bench_num(ratio, "%.2f").s);
         else
-            fprintf(f, "%-7s %-7s %-13s %-4s %5d %5d %10s %5s %10s %5s\n", r->impl, r->model,
+            fprintf(f, "%-7s %-7s %-13s %-4s %5d %5d %10s %5s %10s %5s\n", r->impl, bench_model(r).s,
                     r->opt_level, r->half, r->batch, r->seq_len,
                     bench_num(bench_tokens_per_s(r), "%.0f").s, bench_num(100.0 * r->mfu, "%.1f").s,
                     bench_num(pt, "%.0f").s, bench_num(ratio, "%.2f").s);
@@ -174,7 +184,7 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
         fprintf(f,
                 "%-7s %-7s %-13s %-4s %5d %-4s %3d %2d %8s %7s %7s %9s %7s %5s %8s %7s %4s %5s "
                 "%5s\n",
-                r->impl, r->model, r->opt_level, r->half, r->batch, r->device, r->threads,
+                r->impl, bench_model(r).s, r->opt_level, r->half, r->batch, r->device, r->threads,
                 r->world_size, bench_num(r->step_ms_median, "%.2f").s,
                 bench_num(r->step_ms_p10, "%.2f").s, bench_num(r->step_ms_p90, "%.2f").s,
                 bench_num(r->samples_per_s, "%.0f").s, bench_num(r->gflop_per_s, "%.1f").s,
@@ -188,7 +198,7 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
     fprintf(f, " %9s %8s\n", "total", "RSS");
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, r->model, r->opt_level, r->half, r->batch);
+        fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, bench_model(r).s, r->opt_level, r->half, r->batch);
         for (int k = 0; k < BENCH_MEM_N_KINDS; k++)
             fprintf(f, " %11s", bench_mib(r->mem_peak_nbytes[k]).s);
         fprintf(f, " %9s %8s\n", bench_mib(r->mem_peak_total_nbytes).s,
@@ -204,7 +214,7 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
         fputc('\n', f);
         for (int i = 0; i < n_rows; i++) {
             const bench_row *r = &rows[i];
-            fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, r->model, r->opt_level, r->half,
+            fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, bench_model(r).s, r->opt_level, r->half,
                     r->batch);
             for (int c = 0; c < BENCH_PROF_N_CATS; c++)
                 fprintf(f, " %11s", bench_num(1e3 * r->prof_s_per_step[c], "%.3f").s);
@@ -219,7 +229,7 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
         for (int i = 0; i < n_rows; i++) {
             const bench_row *r = &rows[i];
             if (isnan(r->scaling_efficiency)) continue;
-            fprintf(f, "%-7s %-13s %-4s %5d %5d %10.1f %10.1f %9.1f%%\n", r->model, r->opt_level,
+            fprintf(f, "%-7s %-13s %-4s %5d %5d %10.1f %10.1f %9.1f%%\n", bench_model(r).s, r->opt_level,
                     r->half, r->batch, r->world_size, r->samples_per_s,
                     r->samples_per_s / r->world_size, 100.0 * r->scaling_efficiency);
         }
@@ -267,9 +277,9 @@ static json_t *bench_json_row_fields(const bench_row *r) {
     for (int c = 0; prof && c < BENCH_PROF_N_CATS; c++)
         json_object_set_new(prof, bench_prof_names[c], bench_json_real(r->prof_s_per_step[c]));
     return json_pack(
-        "{s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o, s:o, s:o, s:o, s:o}",
-        "impl", r->impl, "model", r->model, "opt_level", r->opt_level, "half", r->half, "batch",
+        "{s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o, s:o, s:o, s:o, s:o}",
+        "impl", r->impl, "model", r->model, "recompute", r->recompute, "opt_level", r->opt_level, "half", r->half, "batch",
         r->batch, "device", r->device, "threads", r->threads, "world_size", r->world_size,
         "n_steps", r->n_steps, "step_ms_median", bench_json_real(r->step_ms_median), "step_ms_p10",
         bench_json_real(r->step_ms_p10), "step_ms_p90", bench_json_real(r->step_ms_p90),
@@ -344,7 +354,7 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
           f);
     for (int c = 0; c < BENCH_PROF_N_CATS; c++)
         fprintf(f, ",prof_%s_s_per_step", bench_prof_names[c]);
-    fputs(",scaling_efficiency,seq_len,tokens_per_s\n", f);
+    fputs(",scaling_efficiency,seq_len,tokens_per_s,recompute\n", f);
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         bench_csv_str(f, r->impl, false);
@@ -374,7 +384,8 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
         bench_csv_real(f, r->scaling_efficiency);
         fprintf(f, "%d,", r->seq_len);
         if (r->seq_len > 0) fprintf(f, "%.10g", bench_tokens_per_s(r));
-        fputc('\n', f);
+        fputc(',', f);
+        bench_csv_str(f, r->recompute, true);
     }
     return bench_check_stream(__func__, f);
 }
@@ -389,7 +400,7 @@ static void bench_md_throughput_row(FILE *f, const bench_row *r, const char *lev
                  bench_num(r->step_ms_p10, "%.2f").s, bench_num(r->step_ms_p90, "%.2f").s);
     fprintf(f,
             "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-            r->model, r->device, r->threads, r->world_size, r->batch, level, half, step,
+            bench_model(r).s, r->device, r->threads, r->world_size, r->batch, level, half, step,
             bench_num(r->samples_per_s, "%.1f").s, bench_num(r->gflop_per_s, "%.1f").s,
             bench_num(100.0 * r->mfu, "%.1f %%").s,
             bench_int(r->skipped_steps).s, bench_num(r->host_syncs_per_step, "%.2f").s,
@@ -422,7 +433,7 @@ static void bench_md_profile(FILE *f, const bench_row *rows, int n_rows) {
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         if (isnan(r->prof_s_per_step[BENCH_PROF_GEMM_CONV])) continue;
-        fprintf(f, "| %s | %d | %s | %s |", r->model, r->batch, r->opt_level, r->half);
+        fprintf(f, "| %s | %d | %s | %s |", bench_model(r).s, r->batch, r->opt_level, r->half);
         for (int c = 0; c < BENCH_PROF_N_CATS; c++)
             fprintf(f, " %s |", bench_num(1e3 * r->prof_s_per_step[c], "%.2f").s);
         fputc('\n', f);
@@ -438,7 +449,7 @@ static void bench_md_scaling(FILE *f, const bench_row *rows, int n_rows) {
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         if (isnan(r->scaling_efficiency)) continue;
-        fprintf(f, "| %s | %d | %s | %s | %d | %d | %s | %s | %s |\n", r->model, r->batch,
+        fprintf(f, "| %s | %d | %s | %s | %d | %d | %s | %s | %s |\n", bench_model(r).s, r->batch,
                 r->opt_level, r->half, r->world_size, r->threads,
                 bench_num(r->samples_per_s, "%.1f").s,
                 bench_num(r->samples_per_s / r->world_size, "%.1f").s,
@@ -490,7 +501,7 @@ amp_status bench_write_markdown(FILE *f, const bench_run_header *run, const benc
     fputc('\n', f);
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        fprintf(f, "| %s | %s | %s | %d | %s | %s |", r->impl, r->model, r->device, r->batch,
+        fprintf(f, "| %s | %s | %s | %d | %s | %s |", r->impl, bench_model(r).s, r->device, r->batch,
                 r->opt_level, r->half);
         for (int k = 0; k < BENCH_MEM_N_KINDS; k++)
             fprintf(f, " %s |", bench_mib(r->mem_peak_nbytes[k]).s);

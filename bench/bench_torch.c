@@ -38,8 +38,9 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
     row->batch = cfg->batch;
     row->threads = (int)json_integer_value(json_object_get(j, "threads"));
     row->world_size = 1;
-    row->seq_len = !strcmp(cfg->model, "gpt") || !strcmp(cfg->model, "llama") ? cfg->lm.block_size
-                                                                               : 0;
+    bool lm = !strcmp(cfg->model, "gpt") || !strcmp(cfg->model, "llama");
+    row->seq_len = lm ? cfg->lm.block_size : 0;
+    if (lm) snprintf(row->recompute, sizeof row->recompute, "%s", cfg->recompute ? "full" : "none");
     row->n_steps = (int)n;
     row->step_ms_median = sum.median;
     row->step_ms_p10 = sum.p10;
@@ -59,9 +60,10 @@ amp_status bench_torch_run(const bench_torch_opts *o, const bench_cfg *cfg, benc
     bool llama = !strcmp(cfg->model, "llama");
     if (!strcmp(cfg->model, "gpt") || llama)
         snprintf(shape, sizeof shape, " --n-layer %d --n-head %d --n-embd %d --block-size %d "
-                 "--vocab-size %d --kv-heads %d --intermediate %d%s%s", l->n_layer, l->n_head,
+                 "--vocab-size %d --kv-heads %d --intermediate %d%s%s%s", l->n_layer, l->n_head,
                  l->n_embd, l->block_size, l->vocab_size, l->kv_heads, l->intermediate,
-                 llama ? " --attn " : "", llama && o->llama_attn ? o->llama_attn : llama ? "sdpa" : "");
+                 llama ? " --attn " : "", llama && o->llama_attn ? o->llama_attn : llama ? "sdpa" : "",
+                 cfg->recompute ? " --recompute full" : "");
     snprintf(cmd, sizeof cmd,
              "'%s' '%s' --bench --model %s --precision %s --batch-size %d --steps %d --warmup %d "
              "--threads %d --device %s%s 2>&1",

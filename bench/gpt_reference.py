@@ -30,6 +30,7 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
 TOKENS_MAGIC, TOKENS_VERSION, TOKENS_HEADER = 20240520, 1, 256  # llm.c's token files
@@ -94,6 +95,7 @@ class GPT(nn.Module):
             ln_f=nn.LayerNorm(c.n_embd)))
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # tied
+        self.recompute = False  # each block under torch.utils.checkpoint (amp-bench --recompute)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -111,7 +113,10 @@ class GPT(nn.Module):
         pos = torch.arange(T, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
-            x = block(x)
+            if self.recompute and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = self.lm_head(self.transformer.ln_f(x))
         if targets is None:
             return logits, None

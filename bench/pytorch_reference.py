@@ -176,6 +176,8 @@ def parse_args(argv):
     p.add_argument("--intermediate", type=int, default=704, help="--model llama's MLP width")
     p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
                    help="--model llama: transformers' attn_implementation")
+    p.add_argument("--recompute", choices=("none", "full"), default="none",
+                   help="--model gpt's and llama's blocks under torch.utils.checkpoint")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", "--batch", dest="batch_size", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.05)
@@ -236,6 +238,9 @@ def bench_setup(a):
                           max_position_embeddings=a.block_size, rms_norm_eps=1e-5,
                           rope_theta=10000.0, tie_word_embeddings=False, attn_implementation=a.attn)
         model = LlamaForCausalLM(cfg).to(DEVICE)
+        if a.recompute == "full":
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         tok = torch.randint(0, a.vocab_size, (a.batch_size, a.block_size + 1), generator=gen)
         x, y = tok[:, :-1].contiguous().to(DEVICE), tok[:, 1:].contiguous().to(DEVICE)
         decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -254,6 +259,7 @@ def bench_setup(a):
         import gpt_reference
         model = gpt_reference.GPT(gpt_reference.Config(a.n_layer, a.n_head, a.n_embd,
                                                        a.block_size, a.vocab_size)).to(DEVICE)
+        model.recompute = a.recompute == "full"
         tok = torch.randint(0, a.vocab_size, (a.batch_size, a.block_size + 1), generator=gen)
         x, y = tok[:, :-1].contiguous().to(DEVICE), tok[:, 1:].contiguous().to(DEVICE)
         opt = gpt_reference.adamw(model, 6e-4, 0.1, DEVICE)
