@@ -81,7 +81,7 @@ static int bench_plot_write_throughput(FILE *f, const bench_row *rows, int n_row
     return n;
 }
 
-/* One line per row with memory figures: label, the 7 kinds, unsplit, host RSS (all MiB). Unknown
+/* One line per row with memory figures: label, the kinds, unsplit, host RSS (all MiB). Unknown
  * kinds stack as 0. Returns the count. */
 static int bench_plot_write_memory(FILE *f, const bench_row *rows, int n_rows) {
     int n = 0;
@@ -170,7 +170,8 @@ static void bench_plot_write_script(FILE *f, const bench_plot_files *files, cons
     }
     if (n_memory > 0) {
         static const char *const colours[BENCH_MEM_N_KINDS + 1] = {
-            "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#7f7f7f", "#bcbd22"};
+            "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#7f7f7f",
+            "#17becf", "#bcbd22"};
         fputs("set style histogram rowstacked\nset title 'peak memory by kind'\n"
               "set ylabel 'MiB'\nplot ",
               f);
@@ -179,10 +180,11 @@ static void bench_plot_write_script(FILE *f, const bench_plot_files *files, cons
             fprintf(f, "%s using %d%s title '%s' lc rgb '%s'", k ? ", \\\n    ''" : "", k + 2,
                     k ? "" : ":xtic(1)", k < BENCH_MEM_N_KINDS ? bench_mem_kind_name(k) : "unsplit",
                     colours[k]);
-        fputs(c->any_rss ? ", \\\n    '' using 0:10 with points pt 7 ps 1.2 lc rgb 'black' "
-                           "title 'host peak RSS'\n"
-                         : "\n",
-              f);
+        if (c->any_rss) /* the column after the kinds and the unsplit total */
+            fprintf(f, ", \\\n    '' using 0:%d with points pt 7 ps 1.2 lc rgb 'black' "
+                    "title 'host peak RSS'\n", BENCH_MEM_N_KINDS + 3);
+        else
+            fputs("\n", f);
     }
     fputs("unset multiplot\nunset output\n", f);
 }

@@ -25,7 +25,7 @@ amp_status bench_fail(amp_status s, const char *fmt, ...) {
 }
 
 static const char *const bench_mem_names[BENCH_MEM_N_KINDS] = {
-    "params", "grads", "masters", "optimizer", "activations", "workspace", "other"};
+    "params", "grads", "masters", "optimizer", "activations", "workspace", "other", "recompute"};
 static const char *const bench_prof_names[BENCH_PROF_N_CATS] = {
     "gemm_conv", "norm", "elementwise", "cast", "optimizer", "overhead"};
 
@@ -194,12 +194,16 @@ amp_status bench_write_table(FILE *f, const bench_run_header *run, const bench_r
     }
     fprintf(f, "\npeak memory by kind, MiB\n%-7s %-7s %-13s %-4s %5s", "impl", "model", "level",
             "half", "batch");
-    for (int k = 0; k < BENCH_MEM_N_KINDS; k++) fprintf(f, " %11s", bench_mem_names[k]);
+    /* The recomputation arena's column only where a run recomputed (the table stays narrow). */
+    int n_kinds = BENCH_MEM_RECOMPUTE;
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].mem_peak_nbytes[BENCH_MEM_RECOMPUTE] > 0) n_kinds = BENCH_MEM_N_KINDS;
+    for (int k = 0; k < n_kinds; k++) fprintf(f, " %11s", bench_mem_names[k]);
     fprintf(f, " %9s %8s\n", "total", "RSS");
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         fprintf(f, "%-7s %-7s %-13s %-4s %5d", r->impl, bench_model(r).s, r->opt_level, r->half, r->batch);
-        for (int k = 0; k < BENCH_MEM_N_KINDS; k++)
+        for (int k = 0; k < n_kinds; k++)
             fprintf(f, " %11s", bench_mib(r->mem_peak_nbytes[k]).s);
         fprintf(f, " %9s %8s\n", bench_mib(r->mem_peak_total_nbytes).s,
                 bench_mib(r->host_peak_rss_nbytes).s);

@@ -27,6 +27,7 @@ typedef enum bench_mem_kind {
     BENCH_MEM_ACTIVATIONS,
     BENCH_MEM_WORKSPACE,
     BENCH_MEM_OTHER,
+    BENCH_MEM_RECOMPUTE,
     BENCH_MEM_N_KINDS
 } bench_mem_kind;
 
@@ -41,8 +42,8 @@ typedef enum bench_prof_cat {
     BENCH_PROF_N_CATS
 } bench_prof_cat;
 
-/* "params", "grads", "masters", "optimizer", "activations", "workspace", "other"; "?" if out of
- * range. The JSON keys and CSV column suffixes. */
+/* "params", "grads", "masters", "optimizer", "activations", "workspace", "other", "recompute";
+ * "?" if out of range. The JSON keys and CSV column suffixes. */
 const char *bench_mem_kind_name(int kind);
 /* "gemm_conv", "norm", "elementwise", "cast", "optimizer", "overhead"; "?" if out of range. */
 const char *bench_prof_cat_name(int cat);

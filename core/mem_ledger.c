@@ -136,6 +136,10 @@ amp_status amp_ledger_arena_alloc(void *ctx, size_t nbytes, void **out) {
 
 void amp_ledger_arena_free(void *ctx, void *p) { amp_ledger_free(ctx, p); }
 
+amp_status amp_ledger_recompute_alloc(void *ctx, size_t nbytes, void **out) {
+    return amp_ledger_alloc(ctx, AMP_MEM_RECOMPUTE, nbytes, out);
+}
+
 /* ---- public ---- */
 
 const char *amp_mem_kind_name(amp_mem_kind k) {
@@ -143,7 +147,7 @@ const char *amp_mem_kind_name(amp_mem_kind k) {
         [AMP_MEM_PARAMS] = "params",           [AMP_MEM_GRADS] = "grads",
         [AMP_MEM_MASTERS] = "masters",         [AMP_MEM_OPTIM_STATE] = "optimizer",
         [AMP_MEM_ACTIVATIONS] = "activations", [AMP_MEM_WORKSPACE] = "workspace",
-        [AMP_MEM_OTHER] = "other",
+        [AMP_MEM_OTHER] = "other",             [AMP_MEM_RECOMPUTE] = "recompute",
     };
     return (unsigned)k < AMP_MEM_N_KINDS ? names[k] : "unknown";
 }

@@ -46,5 +46,7 @@ void amp_ledger_destroy(amp_ctx *ctx);
  * AMP_MEM_ACTIVATIONS. */
 amp_status amp_ledger_arena_alloc(void *ctx, size_t nbytes, void **out);
 void amp_ledger_arena_free(void *ctx, void *p);
+/* The recomputation arena's (ctx->recompute_arena): AMP_MEM_RECOMPUTE; freed by the above. */
+amp_status amp_ledger_recompute_alloc(void *ctx, size_t nbytes, void **out);
 
 #endif

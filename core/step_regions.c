@@ -35,7 +35,7 @@ void amp_ctx_regions_init(amp_ctx *ctx) {
     }
     amp_arena_init_user(&ctx->sink_arena, amp_ledger_arena_alloc, amp_ledger_arena_free, ctx);
     ctx->sink_arena.min_chunk = AMP_KEPT_MIN_CHUNK;
-    amp_arena_init_user(&ctx->recompute_arena, amp_ledger_arena_alloc, amp_ledger_arena_free,
+    amp_arena_init_user(&ctx->recompute_arena, amp_ledger_recompute_alloc, amp_ledger_arena_free,
                         ctx);
     ctx->region_mark = amp_arena_get_mark(&ctx->data_arena);
 }

@@ -237,6 +237,14 @@ amp_recompute amp_model_get_recompute(const amp_model *m) {
     return m->recompute;
 }
 
+amp_status amp_model_recompute_memory(const amp_model *child, amp_recompute_memory *out) {
+    AMP_CHECK_ARG(child);
+    AMP_CHECK_ARG(out);
+    bool now = child->recompute_step == child->ctx->step_gen;
+    *out = now ? child->recompute_memory : (amp_recompute_memory){0};
+    return AMP_OK;
+}
+
 static void amp_model_free_node(amp_model *m) {
     for (int i = 0; i < m->n_children; i++) amp_model_free_node(m->children[i]);
     if (m->free_user) m->free_user(m->user);

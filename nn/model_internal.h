@@ -89,6 +89,8 @@ struct amp_model {
     void *param_block, *grad_block, *buffer_block; /* root only: backend memory */
     bool built, training;
     amp_recompute recompute; /* amp_model_set_recompute: a child's, run by nn/recompute.c */
+    amp_recompute_memory recompute_memory; /* this step's (amp_model_recompute_memory) */
+    uint32_t recompute_step;                /* the step it counts */
     /* Casts at the model boundary (Apex O2/O3): float inputs to in_dtype, the output to
      * out_dtype; AMP_I32 means none. Root only. */
     amp_dtype in_dtype, out_dtype;

@@ -56,7 +56,16 @@ static void amp_recompute_arena_out(amp_ctx *ctx, const amp_arena_swap *s) {
     ctx->recompute_depth--;
 }
 
-static void amp_recompute_arena_reset(amp_ctx *ctx) {
+/* The run's intermediates go; what they took at most is m's transient of this step (a bump
+ * arena from its start: its extent is its peak). */
+static void amp_recompute_arena_reset(amp_model *m) {
+    amp_ctx *ctx = m->ctx;
+    if (m->recompute_step != ctx->step_gen) {
+        m->recompute_step = ctx->step_gen;
+        m->recompute_memory = (amp_recompute_memory){0};
+    }
+    size_t used = ctx->recompute_arena.in_use;
+    if (used > m->recompute_memory.transient_bytes) m->recompute_memory.transient_bytes = used;
     amp_arena_reset_to(&ctx->recompute_arena, AMP_ARENA_START);
 }
 
@@ -262,7 +271,7 @@ static amp_status amp_recompute_bwd(amp_tape_node *node, const amp_tensor *dy) {
         for (int j = 0; j < i && first; j++) first = leaves[j] != leaves[i];
         if (first) s = amp_fold_input_grad(node->in[i], leaves[i]);
     }
-    amp_recompute_arena_reset(ctx);
+    amp_recompute_arena_reset(a->m);
     return s;
 }
 
@@ -312,7 +321,8 @@ static amp_status amp_recompute_first_run(amp_model *m, amp_tensor *const *in, i
     if (s == AMP_OK) s = amp_tensor_step_like(h, h->dtype, y);
     if (s == AMP_OK)
         s = AMP_DEV(h->backend, copy, (*y)->data, h->data, amp_tensor_nbytes(h));
-    amp_recompute_arena_reset(ctx);
+    amp_recompute_arena_reset(m);
+    if (s == AMP_OK) m->recompute_memory.kept_bytes = amp_tensor_nbytes(*y);
     return s;
 }
 

@@ -35,6 +35,11 @@
  *    mark of a step, not 0; amp_ctx_memory_trim returns it to the backend.
  *  - AMP_MEM_WORKSPACE: DDP's f32 bucket buffers (allreduce_always_fp32 with a half model), and
  *    backend memory outside every ledger (see below).
+ *  - AMP_MEM_RECOMPUTE: the arena a child set to recompute (amp_model_set_recompute) runs its
+ *    forward in, the first time and again in backward: the intermediates of one block at a time,
+ *    given back as the run ends (kept from step to step as the step arena's chunks are).
+ *    amp_model_recompute_memory gives each child's share. What a recomputed child keeps for its
+ *    backward, its output, is ACTIVATIONS.
  *  - AMP_MEM_OTHER: tensors the caller creates (amp_tensor_create, amp_tensor_from_host, a data
  *    stager's batches) with the gradients autograd gives such leaves, and the amp layer's device
  *    scalars (found-inf flags, the device scaler's state).
@@ -67,7 +72,8 @@ typedef enum amp_mem_kind {
     AMP_MEM_ACTIVATIONS = 4,
     AMP_MEM_WORKSPACE = 5,
     AMP_MEM_OTHER = 6,
-    AMP_MEM_N_KINDS = 7
+    AMP_MEM_RECOMPUTE = 7,
+    AMP_MEM_N_KINDS = 8
 } amp_mem_kind;
 
 typedef struct amp_mem_usage {
@@ -75,8 +81,8 @@ typedef struct amp_mem_usage {
     size_t total; /* the sum of bytes[] */
 } amp_mem_usage;
 
-/* "params", "grads", "masters", "optimizer", "activations", "workspace", "other"; "unknown" for
- * a value out of range. */
+/* "params", "grads", "masters", "optimizer", "activations", "workspace", "other", "recompute";
+ * "unknown" for a value out of range. */
 const char *amp_mem_kind_name(amp_mem_kind k);
 
 /* now: what the context holds at this moment. at_peak: the split at the moment the ledger's

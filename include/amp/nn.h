@@ -423,6 +423,15 @@ typedef enum amp_recompute {
 } amp_recompute;
 amp_status amp_model_set_recompute(amp_model *child, amp_recompute mode);
 amp_recompute amp_model_get_recompute(const amp_model *m);
+/* What recomputation did for a child in its last forward and backward of the step: kept_bytes,
+ * what its forward kept for the backward (the copy of its output; its inputs are its caller's
+ * tensors), and transient_bytes, the most the recomputation arena (AMP_MEM_RECOMPUTE,
+ * amp/memory.h) held for it, in its first run or its replay: the peak of the intermediates it
+ * did not keep. Both 0 for a child not recomputed (or not run) since the step began. */
+typedef struct amp_recompute_memory {
+    size_t kept_bytes, transient_bytes;
+} amp_recompute_memory;
+amp_status amp_model_recompute_memory(const amp_model *child, amp_recompute_memory *out);
 
 /* The library's modules, each a model of the API above (torch.nn's names and defaults). */
 amp_status amp_module_linear(amp_ctx *ctx, int64_t in, int64_t out, bool bias, amp_model **m);

@@ -64,6 +64,7 @@ static void fill_rows(bench_run_header *run, bench_row rows[4]) {
         if (i != 2) {
             r->mfu = 0.25 + 0.01 * i;
             for (int k = 0; k < BENCH_MEM_N_KINDS; k++) r->mem_peak_nbytes[k] = (k + 1) * 1048576;
+            r->mem_peak_nbytes[BENCH_MEM_RECOMPUTE] = 0; /* an MLP recomputes nothing */
             r->mem_peak_total_nbytes = 30ll << 20;
             r->skipped_steps = i;
             r->host_syncs_per_step = 0.0;
@@ -286,7 +287,14 @@ static void test_table(const bench_run_header *run, const bench_row *rows) {
         line += len + (line[len] == '\n');
     }
     CHECK_MSG(widest <= 150, "widest line %zu characters", widest);
+    CHECK(strstr(text, " recompute") == NULL); /* no row recomputed: no column */
     fputs(text, stdout);
+    free(text);
+    bench_row again[4];
+    memcpy(again, rows, sizeof again);
+    again[1].mem_peak_nbytes[BENCH_MEM_RECOMPUTE] = 3 * 1048576;
+    text = bench_capture(bench_write_table, run, again, 4, &s);
+    CHECK(s == AMP_OK && text && strstr(text, " recompute") != NULL && strstr(text, "3.0"));
     free(text);
 }
 

@@ -309,7 +309,7 @@ static void test_bad_input(void) {
     CHECK_FAILS(amp_ctx_memory_usage(NULL, &u, &u), AMP_ERR_INVALID_ARG, "ctx");
     CHECK_FAILS(amp_ctx_memory_trim(NULL), AMP_ERR_INVALID_ARG, "ctx");
     const char *names[AMP_MEM_N_KINDS] = {"params", "grads", "masters", "optimizer",
-                                          "activations", "workspace", "other"};
+                                          "activations", "workspace", "other", "recompute"};
     for (int k = 0; k < AMP_MEM_N_KINDS; k++)
         CHECK(strcmp(amp_mem_kind_name((amp_mem_kind)k), names[k]) == 0);
     CHECK(strcmp(amp_mem_kind_name(AMP_MEM_N_KINDS), "unknown") == 0);

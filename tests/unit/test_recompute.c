@@ -10,6 +10,8 @@
  *  - a hand-written model whose recomputed child holds a batch norm: its running statistics and
  *    count are updated once, as without recomputation, and the gradients are the same;
  *  - evaluation (no-grad) gives the same logits with and without;
+ *  - the tape holds one node per block; each block keeps its output only, and its transient is
+ *    the recomputation arena's (amp_model_recompute_memory, AMP_MEM_RECOMPUTE);
  *  - misuse is refused, naming the call and why: the root, a container, a pending graph, a bad
  *    mode, a forward that writes its input or a buffer, a forward that draws another amount of
  *    random numbers when run again, a parameter written between the forward and the backward.
@@ -275,6 +277,24 @@ static void check_tape(model_kind kind) {
                 children[k] += strncmp(r.ctx->tape[i]->op, "recomputed child", 16) == 0;
             peak[k] = r.ctx->data_arena.step_peak;
             if (loss) CHECK_OK(amp_backward(loss));
+            /* What the ledger says of it: each block kept its f32 output [B, T, C] and ran in
+             * the recomputation arena, which holds more than that at its peak. */
+            amp_model *blk = amp_model_child(amp_model_child(amp_model_child(r.m, 0),
+                                                             kind == KIND_GPT ? 2 : 1), 0);
+            amp_recompute_memory rm = {1, 1};
+            CHECK_OK(amp_model_recompute_memory(blk, &rm));
+            size_t out_bytes = (size_t)B * T * 32 * sizeof(float);
+            amp_mem_usage at_peak;
+            CHECK_OK(amp_ctx_memory_usage(r.ctx, NULL, &at_peak));
+            if (k) {
+                CHECK_MSG(rm.kept_bytes == out_bytes && rm.transient_bytes > out_bytes,
+                          "kept %zu (want %zu), transient %zu", rm.kept_bytes, out_bytes,
+                          rm.transient_bytes);
+                CHECK(at_peak.bytes[AMP_MEM_RECOMPUTE] >= rm.transient_bytes);
+            } else {
+                CHECK(rm.kept_bytes == 0 && rm.transient_bytes == 0);
+                CHECK(at_peak.bytes[AMP_MEM_RECOMPUTE] == 0);
+            }
         }
         run_free(&r);
     }
