@@ -12,7 +12,8 @@
  *
  * What the replay must not see: casts of the outer graph in autocast's cache (a cast the outer
  * graph made would be read as an input the node does not know: lookups start past them), and
- * the outer gradients' memory (released into the arena it came from, core/tensor.c). */
+ * the outer gradients' memory (released into the arena it came from, core/tensor.c). What it
+ * costs and saves: bench/results/2026-12-04.md. */
 #include <stdio.h>
 #include <string.h>
 
