@@ -58,7 +58,7 @@ typedef struct bench_args {
     amp_device device;
     int threads, steps, warmup, repeat;
     bool compare_torch, profile, threads_given, batch_given, quick_peak;
-    amp_recompute recomputes[2]; /* --recompute LIST: the language models' */
+    amp_recompute recomputes[3]; /* --recompute LIST: the language models' */
     int n_recomputes;
     bench_lm_shape gpt, llama; /* the shape options set both; --kv-heads, --intermediate the Llama's */
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
@@ -96,9 +96,10 @@ static void usage(FILE *f) {
             "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
             "                        that format to FILE, or instead of the table to stdout\n"
             "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
-            "  --recompute LIST      none,full: the language models with every block's\n"
-            "                        activations recomputed in backward, or not (default\n"
-            "                        none; PyTorch: torch.utils.checkpoint per block)\n"
+            "  --recompute LIST      none,selective,full: the language models with every\n"
+            "                        block's activations recomputed in backward (full), the\n"
+            "                        norms' outputs (selective), or none (default); PyTorch:\n"
+            "                        torch.utils.checkpoint per block for full, no selective run\n"
             "  --torch-attn sdpa|eager  transformers' attention for the Llama's PyTorch run\n"
             "                        (attn_implementation; default sdpa)\n"
             "  --torch-script PATH   bench/pytorch_reference.py (default: the source tree's, else\n"
@@ -146,10 +147,12 @@ static bool one_half(const char *s, void *out, int i) {
 }
 
 static bool one_recompute(const char *s, void *out, int i) {
+    if (i >= 3) return false;
     if (!strcmp(s, "none")) ((amp_recompute *)out)[i] = AMP_RECOMPUTE_NONE;
+    else if (!strcmp(s, "selective")) ((amp_recompute *)out)[i] = AMP_RECOMPUTE_SELECTIVE;
     else if (!strcmp(s, "full")) ((amp_recompute *)out)[i] = AMP_RECOMPUTE_FULL;
     else return false;
-    return i < 2;
+    return true;
 }
 
 static bool one_batch(const char *s, void *out, int i) {
@@ -391,7 +394,8 @@ static int expand_configs(const bench_args *a, bench_cfg *cfgs) {
 }
 
 static const char *cfg_name(const bench_cfg *c, char *buf, size_t size) {
-    snprintf(buf, size, "%s%s O%d %s batch %d", c->model, c->recompute ? "/full" : "",
+    snprintf(buf, size, "%s%s%s O%d %s batch %d", c->model, c->recompute ? "/" : "",
+             c->recompute ? bench_recompute_name(c->recompute) : "",
              (int)c->level, c->level == AMP_O0 ? "f32" : c->half == AMP_HALF_BF16 ? "bf16" : "fp16",
              c->batch);
     return buf;
@@ -581,8 +585,8 @@ int main(int argc, char **argv) {
         snprintf(twhat, sizeof twhat, "%s (pytorch)", what);
         /* PyTorch's run of the same precision, once per model, recomputation, batch and
          * precision. */
-        bool want_torch = torch_ok;
-        const char *recompute = c->recompute ? "full" : "none";
+        bool want_torch = torch_ok && c->recompute != AMP_RECOMPUTE_SELECTIVE;
+        const char *recompute = bench_recompute_name(c->recompute);
         for (int k = 0; k < n_rows && want_torch; k++)
             if (!strcmp(rows[k].impl, "pytorch") && !strcmp(rows[k].model, c->model) &&
                 (rows[k].seq_len == 0 || !strcmp(rows[k].recompute, recompute)) &&

@@ -176,6 +176,11 @@ static amp_status end_step(bench_state *b) {
     return AMP_OK;
 }
 
+const char *bench_recompute_name(amp_recompute mode) {
+    return mode == AMP_RECOMPUTE_FULL ? "full" : mode == AMP_RECOMPUTE_SELECTIVE ? "selective"
+                                                                                : "none";
+}
+
 static void fill_config(const bench_cfg *c, bench_row *row) {
     snprintf(row->impl, sizeof row->impl, "libamp");
     snprintf(row->model, sizeof row->model, "%s", c->model);
@@ -187,7 +192,8 @@ static void fill_config(const bench_cfg *c, bench_row *row) {
     row->threads = c->threads;
     row->world_size = world_of(c);
     row->seq_len = is_lm(c) ? c->lm.block_size : 0;
-    if (is_lm(c)) snprintf(row->recompute, sizeof row->recompute, "%s", c->recompute ? "full" : "none");
+    if (is_lm(c))
+        snprintf(row->recompute, sizeof row->recompute, "%s", bench_recompute_name(c->recompute));
 }
 
 static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {

@@ -40,6 +40,8 @@ typedef struct bench_cfg {
  * samples: samples/s and GFLOP are the world's (the sum over the ranks), step times, memory and
  * RSS this rank's. */
 amp_status bench_libamp_run(const bench_cfg *cfg, bench_row *row);
+/* "none", "selective", "full": a row's recompute. */
+const char *bench_recompute_name(amp_recompute mode);
 
 /* The best GFLOP/s of square GEMMs (f32, bf16, f16 inputs, f32 accumulation, output in the
  * input's dtype) through the backend of `device` with `threads` threads: the roofline amp-bench

@@ -109,10 +109,11 @@ static bench_cell bench_mib(int64_t nbytes) {
     return bench_num(nbytes < 0 ? NAN : (double)nbytes / BENCH_MIB, "%.1f");
 }
 
-/* The model as the tables name it: "gpt", or "gpt/full" when its blocks are recomputed. */
+/* The model as the tables name it: "gpt", "gpt/full" (every block recomputed), "gpt/sel". */
 static bench_cell bench_model(const bench_row *r) {
     bench_cell c;
     if (!strcmp(r->recompute, "full")) snprintf(c.s, sizeof c.s, "%.20s/full", r->model);
+    else if (!strcmp(r->recompute, "selective")) snprintf(c.s, sizeof c.s, "%.20s/sel", r->model);
     else snprintf(c.s, sizeof c.s, "%s", r->model);
     return c;
 }

@@ -53,7 +53,7 @@ typedef struct bench_row {
     /* configuration */
     char impl[16];      /* "libamp" or "pytorch" */
     char model[32];     /* "mlp", "convnet" */
-    char recompute[8];  /* a language model's blocks: "none" or "full"; "-" otherwise */
+    char recompute[12]; /* a language model's: "none", "selective", "full"; "-" otherwise */
     char opt_level[16]; /* "O0".."O3"; PyTorch: "fp32", "autocast-bf16", "autocast-fp16" */
     char half[8];       /* "fp16", "bf16", or "-" (PyTorch rows, fp32) */
     int batch;          /* samples per step (per rank) */

@@ -40,7 +40,8 @@ static amp_status read_result(json_t *j, const bench_cfg *cfg, bench_row *row) {
     row->world_size = 1;
     bool lm = !strcmp(cfg->model, "gpt") || !strcmp(cfg->model, "llama");
     row->seq_len = lm ? cfg->lm.block_size : 0;
-    if (lm) snprintf(row->recompute, sizeof row->recompute, "%s", cfg->recompute ? "full" : "none");
+    if (lm)
+        snprintf(row->recompute, sizeof row->recompute, "%s", bench_recompute_name(cfg->recompute));
     row->n_steps = (int)n;
     row->step_ms_median = sum.median;
     row->step_ms_p10 = sum.p10;

@@ -74,9 +74,10 @@ static void train_usage(FILE *f) {
             "                    from --init-weights or --resume (nanoGPT's eval_only)\n"
             "  --start TEXT      the sample's prompt, its bytes the tokens (a vocabulary of 256\n"
             "                    without --tokenizer); --start-ids I,J,... for any vocabulary\n"
-            "  --recompute none|full  full: every block's activations recomputed in backward\n"
-            "                    (its input and output kept only; the same bits, less memory,\n"
-            "                    one more forward); not saved in checkpoints\n"
+            "  --recompute none|selective|full  full: every block's activations recomputed in\n"
+            "                    backward (its output kept only: one more forward); selective:\n"
+            "                    the norms' outputs written again from their inputs; the same\n"
+            "                    bits either way, less memory; not saved in checkpoints\n"
             "--model llama (Hugging Face's LlamaForCausalLM and its names) trains as --model gpt\n"
             "does, with the options above but the GPT's shape (--n-layer, --n-head, --n-embd,\n"
             "--dropout). Its shape is a LlamaConfig: --config FILE (a config.json), or that of\n"
@@ -267,11 +268,14 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1019: a->start = optarg; break;
         case 1020: a->start_ids = optarg; break;
         case 1021:
-            if (strcmp(optarg, "none") && strcmp(optarg, "full")) {
-                fprintf(stderr, "amp-train: --recompute '%s': want none or full\n", optarg);
+            if (!strcmp(optarg, "none")) a->recompute = AMP_RECOMPUTE_NONE;
+            else if (!strcmp(optarg, "selective")) a->recompute = AMP_RECOMPUTE_SELECTIVE;
+            else if (!strcmp(optarg, "full")) a->recompute = AMP_RECOMPUTE_FULL;
+            else {
+                fprintf(stderr, "amp-train: --recompute '%s': want none, selective or full\n",
+                        optarg);
                 return -1;
             }
-            a->recompute = strcmp(optarg, "full") ? AMP_RECOMPUTE_NONE : AMP_RECOMPUTE_FULL;
             break;
         case 1100: a->llama_config = optarg; break;
         case 1101:

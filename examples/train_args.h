@@ -57,7 +57,7 @@ typedef struct train_args {
     bool eval_only;        /* --eval-only: the validation loss and sample of the loaded weights */
     const char *start;     /* --start TEXT: the sample's prompt, as bytes (a byte-level model) */
     const char *start_ids; /* --start-ids I,J,...: the sample's prompt as token ids */
-    int recompute;         /* --recompute: AMP_RECOMPUTE_NONE or _FULL (every block) */
+    int recompute;         /* --recompute: AMP_RECOMPUTE_NONE, _SELECTIVE or _FULL */
     /* --model llama (examples/train_lm_models.c): --config FILE (a Hugging Face config.json),
        then its fields as options over it, under their names */
     const char *llama_config;

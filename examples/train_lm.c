@@ -297,7 +297,9 @@ int amp_train_lm(const train_args *a) {
             (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
-            a->recompute ? ", every block recomputed" : "",
+            a->recompute == AMP_RECOMPUTE_FULL        ? ", every block recomputed"
+            : a->recompute == AMP_RECOMPUTE_SELECTIVE ? ", the norms' outputs recomputed"
+                                                      : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
             world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "", amp_dtype_name(compute),
             peak);
@@ -413,7 +415,10 @@ int amp_train_lm(const train_args *a) {
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
                (long long)lm_model_n_params(sh, model), (double)peak_backend / 1048576.0,
                (double)usage.ru_maxrss / 1024.0, world, (long long)B, (long long)a->accumulate,
-               a->recompute ? "full" : "none", amp_ctx_backend_name(ctx), stop ? "true" : "false");
+               a->recompute == AMP_RECOMPUTE_FULL        ? "full"
+               : a->recompute == AMP_RECOMPUTE_SELECTIVE ? "selective"
+                                                         : "none",
+               amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */

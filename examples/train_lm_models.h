@@ -31,7 +31,7 @@ amp_status lm_shape_resolve(const train_args *a, const char *from, bool say, FIL
                             lm_shape *shape);
 /* The model of the shape, unbuilt. */
 amp_status lm_model_create(const lm_shape *shape, amp_ctx *ctx, amp_model **out);
-/* --recompute: every block's (amp_gpt_set_recompute, amp_llama_set_recompute). */
+/* --recompute: amp_gpt_set_recompute's or amp_llama_set_recompute's. */
 amp_status lm_model_set_recompute(const lm_shape *shape, amp_model *m, amp_recompute mode);
 /* --init-weights into m after amp_initialize (the masters too): the GPT's safetensors file, the
  * Llama's Hugging Face folder. */

@@ -35,6 +35,7 @@ typedef struct gpt {
     amp_model *wte, *wpe, *ln_f;
     gpt_block *h;          /* [n_layer] */
     amp_tensor *positions; /* i32 [block_size]: 0, 1, ..., made at the first forward */
+    bool selective;        /* AMP_RECOMPUTE_SELECTIVE: the LayerNorms' outputs written again */
     bool last_only;        /* the forward's logits for the last position only */
 } gpt;
 
@@ -96,6 +97,18 @@ static amp_status gpt_apply(const gpt_linear *l, amp_tensor *x, bool gelu, amp_t
     return gelu ? amp_linear_gelu(x, w, b, true, y) : amp_linear(x, w, b, y);
 }
 
+/* A linear layer reading a LayerNorm's output h, which goes back to the step's memory after it:
+ * under selective recomputation the linear does not keep h (its backward writes it again from
+ * the LayerNorm's input and statistics), so h's memory is free at once. */
+static amp_status gpt_apply_norm_out(const gpt *g, const gpt_linear *l, amp_tensor *h, bool gelu,
+                                     amp_tensor **y) {
+    amp_linear_opts o = {.activation = gelu ? AMP_LINEAR_GELU_TANH : AMP_LINEAR_NONE,
+                         .recompute_input = g->selective};
+    amp_status s = amp_linear_ex(h, amp_model_param(l->m, l->w), amp_model_param(l->m, l->b), &o,
+                                 y);
+    return s == AMP_OK ? amp_tensor_drop(h) : s;
+}
+
 /* Causal self-attention of h [B, T, C]: c_attn's output [B, T, 3C] read in place as q, k and v
  * ([B, T, 3, nh, hs], the qkvpacked attention), y [B, T, nh, hs] read as [B, T, C] by c_proj:
  * nanoGPT's split, view and transposes without their copies. */
@@ -104,7 +117,7 @@ static amp_status gpt_attention(const gpt *g, const gpt_block *blk, bool trainin
     int64_t B = amp_tensor_dim(h, 0), T = amp_tensor_dim(h, 1), C = g->cfg.n_embd;
     int64_t nh = g->cfg.n_head, hs = C / nh;
     amp_tensor *qkv, *y;
-    amp_status s = gpt_apply(&blk->c_attn, h, false, &qkv);
+    amp_status s = gpt_apply_norm_out(g, &blk->c_attn, h, false, &qkv);
     if (s == AMP_OK) s = amp_reshape(qkv, 5, (int64_t[]){B, T, 3, nh, hs}, &qkv);
     amp_attention_options ao = {.causal = true, .dropout_p = g->cfg.dropout, .training = training};
     if (s == AMP_OK) s = amp_scaled_dot_product_attention_qkvpacked(qkv, &ao, &y);
@@ -131,7 +144,7 @@ static amp_status gpt_block_forward(amp_model *self, amp_tensor *const *in, int 
     if (s == AMP_OK) s = gpt_attention(g, blk, training, h, &a);
     if (s == AMP_OK) s = amp_norm(x, a, w2, b2, &LN_FOR_LINEAR, &x, &h);
     if (s == AMP_OK) s = amp_tensor_drop(a);
-    if (s == AMP_OK) s = gpt_apply(&blk->c_fc, h, true, &h);
+    if (s == AMP_OK) s = gpt_apply_norm_out(g, &blk->c_fc, h, true, &h);
     if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &h);
     if (s == AMP_OK) s = gpt_dropout(g, training, h, &r);
     if (s == AMP_OK) s = amp_add(x, r, out);
@@ -335,9 +348,17 @@ amp_status amp_gpt_create(amp_ctx *ctx, const amp_gpt_config *cfg, amp_model **o
 amp_status amp_gpt_set_recompute(amp_model *m, amp_recompute mode) {
     gpt *g = gpt_of(__func__, m);
     if (!g) return AMP_ERR_INVALID_ARG;
+    if (mode == AMP_RECOMPUTE_SELECTIVE) {
+        amp_status s = AMP_OK; /* the blocks' own checks (a pending graph) first */
+        for (int l = 0; l < g->cfg.n_layer && s == AMP_OK; l++)
+            s = amp_model_set_recompute(g->h[l].m, AMP_RECOMPUTE_NONE);
+        if (s == AMP_OK) g->selective = true;
+        return s;
+    }
     amp_status s = AMP_OK;
     for (int l = 0; l < g->cfg.n_layer && s == AMP_OK; l++)
         s = amp_model_set_recompute(g->h[l].m, mode);
+    if (s == AMP_OK) g->selective = false;
     return s;
 }
 

@@ -42,6 +42,7 @@ typedef struct llama {
     amp_model *embed, *norm, *lm_head; /* lm_head NULL when tied */
     llama_layer *layers;               /* [num_hidden_layers] */
     amp_tensor *rope;                  /* the cos/sin table of max_position_embeddings */
+    bool selective; /* AMP_RECOMPUTE_SELECTIVE: input_layernorm's output written again */
     bool last_only;
 } llama;
 
@@ -114,7 +115,11 @@ static amp_status llama_attention(const llama *l, const llama_layer *ly, bool tr
         amp_tensor *b[3] = {bias(&ly->q), bias(&ly->k), bias(&ly->v)};
         s = amp_cat(b, 3, 0, &bqkv);
     }
-    if (s == AMP_OK) s = amp_linear(x, wqkv, bqkv, &qkv);
+    /* x, input_layernorm's output, goes at once; under selective recomputation the projection
+     * does not keep it (written again from the norm's input for its weight gradient). */
+    amp_linear_opts lo = {.recompute_input = l->selective};
+    if (s == AMP_OK) s = amp_linear_ex(x, wqkv, bqkv, &lo, &qkv);
+    if (s == AMP_OK) s = amp_tensor_drop(x);
     if (s == AMP_OK) s = amp_reshape(qkv, 4, (int64_t[]){B, T, H + 2 * KV, D}, &qkv);
     amp_rope_opts ro = {.layout = AMP_ROPE_HALF, .heads = H + KV};
     if (s == AMP_OK) s = amp_rope(qkv, l->rope, &ro, &rot);
@@ -399,9 +404,11 @@ amp_status amp_llama_create(amp_ctx *ctx, const amp_llama_config *cfg, amp_model
 amp_status amp_llama_set_recompute(amp_model *m, amp_recompute mode) {
     llama *l = llama_of(__func__, m);
     if (!l) return AMP_ERR_INVALID_ARG;
-    amp_status s = AMP_OK;
+    bool selective = mode == AMP_RECOMPUTE_SELECTIVE;
+    amp_status s = AMP_OK; /* the layers' own checks (a pending graph) first */
     for (int64_t i = 0; i < l->cfg.num_hidden_layers && s == AMP_OK; i++)
-        s = amp_model_set_recompute(l->layers[i].m, mode);
+        s = amp_model_set_recompute(l->layers[i].m, selective ? AMP_RECOMPUTE_NONE : mode);
+    if (s == AMP_OK) l->selective = selective;
     return s;
 }
 

@@ -14,6 +14,10 @@
 
 typedef struct amp_tape_node amp_tape_node;
 typedef amp_status (*amp_backward_fn)(amp_tape_node *n, const amp_tensor *dy);
+/* Writes the node's output again into `into` (its shape and dtype) from what the node keeps for
+ * its own backward: selective recomputation, a consumer that did not keep it (amp_linear_ex's
+ * recompute_input) calls it in its backward. The same bits as the forward wrote. */
+typedef amp_status (*amp_regenerate_fn)(const amp_tape_node *n, amp_tensor *into);
 
 /* Bit of amp_tape_node.unread for the output (bits 0..AMP_NODE_MAX_IN-1 are the inputs'). */
 #define AMP_NODE_UNREAD_OUT (1u << AMP_NODE_MAX_IN)
@@ -45,6 +49,7 @@ struct amp_tape_node {
     amp_tensor **params;
     uint64_t *param_version;
     int n_params;
+    amp_regenerate_fn regenerate; /* NULL: the output cannot be written again */
 };
 
 /* node->saved[slot] = t (NULL: none) under `name` (errors say it), with its write version now. */

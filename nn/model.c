@@ -213,6 +213,11 @@ amp_status amp_model_set_norm(amp_model *m, bool norm) {
 amp_status amp_model_set_recompute(amp_model *child, amp_recompute mode) {
     static const char who[] = "amp_model_set_recompute";
     if (!child) return amp_fail(AMP_ERR_INVALID_ARG, "%s: the model is NULL", who);
+    if (mode == AMP_RECOMPUTE_SELECTIVE)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: AMP_RECOMPUTE_SELECTIVE is a choice of ops "
+                        "inside a forward (amp_linear_ex's recompute_input), which a model makes "
+                        "(amp_gpt_set_recompute, amp_llama_set_recompute); a child takes NONE or "
+                        "FULL", who);
     if (mode != AMP_RECOMPUTE_NONE && mode != AMP_RECOMPUTE_FULL)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: mode %d is not an amp_recompute (NONE or FULL)",
                         who, (int)mode);

@@ -43,6 +43,26 @@ static amp_status ln_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_grad_end(&sb);
 }
 
+/* y again from the node's input (the sum when the residual add was fused: the kernel's
+ * statistics are those of the rounded sum, so the unfused pass gives the same bits), its
+ * parameters, and statistics written to temporaries (the same as the saved ones). */
+static amp_status ln_regenerate(const amp_tape_node *node, amp_tensor *into) {
+    amp_ln_desc d = ((const ln_aux *)node->aux)->d;
+    d.r_dt = d.dt;
+    amp_tensor *x = node->in[0], *gamma = node->in[1], *beta = node->in[2];
+    int64_t rows[1] = {d.rows};
+    amp_tensor *mean = NULL, *rstd;
+    if (!d.rms) AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &mean));
+    AMP_TRY(amp_tensor_step(x->ctx, AMP_F32, 1, rows, &rstd));
+    AMP_TRY(AMP_BE(x->backend, layernorm_fwd, &d, x->data, NULL, NULL,
+                   gamma ? (const float *)gamma->data : NULL,
+                   beta ? (const float *)beta->data : NULL, into->data,
+                   mean ? (float *)mean->data : NULL, (float *)rstd->data));
+    amp_tensor_step_release(mean);
+    amp_tensor_step_release(rstd);
+    return AMP_OK;
+}
+
 /* The parameters' checks: f32 (cast if not), [cols]. */
 static amp_status check_param(const char *op, const char *arg, amp_tensor **p, int64_t cols) {
     if (!*p) return AMP_OK;
@@ -126,6 +146,7 @@ static amp_status ln_run(const char *op, bool rms, bool for_linear, amp_tensor *
     if (node) {
         amp_node_unread(node, 4u, true); /* it reads x, gamma and its statistics */
         ((ln_aux *)node->aux)->d = d;
+        node->regenerate = ln_regenerate;
         amp_node_save(node, 0, mean, "mean");
         amp_node_save(node, 1, rstd, "rstd");
     }

@@ -7,11 +7,29 @@
 #include "nn/autocast.h"
 #include "nn/gemm_internal.h"
 
-/* The backward of z = x @ w^T + b from dz: dx = dz @ w, dw = dz^T @ x, db = column sums of dz.
- * When both dw and db are wanted, db comes out of dw's GEMM (its bias_grad: dz^T is that GEMM's
- * op(A)), so dz is read once for both; db alone is sum_rows. */
-static amp_status amp_linear_bwd_dz(amp_tensor *x, amp_tensor *w, amp_tensor *b,
-                                    const amp_tensor *dz) {
+/* What a linear node keeps besides its inputs: a GELU's epilogue, and whether x was not kept
+ * (amp_linear_ex's recompute_input: its producer writes it again for w's gradient). */
+typedef struct linear_aux {
+    amp_gemm_epilogue epilogue;
+    bool recompute_x;
+} linear_aux;
+
+/* x's values for w's gradient: x, or its producer's output written again into a temporary. */
+static amp_status linear_x_values(const amp_tape_node *node, amp_tensor **xv) {
+    amp_tensor *x = node->in[0];
+    const linear_aux *a = node->aux;
+    *xv = x;
+    if (!a || !a->recompute_x) return AMP_OK;
+    AMP_TRY(amp_tensor_step_like(x, x->dtype, xv));
+    return x->node->regenerate(x->node, *xv);
+}
+
+/* The backward of z = x @ w^T + b from dz: dx = dz @ w, dw = dz^T @ x, db = column sums of dz
+ * (x's values from xv, which is x unless they were not kept). When both dw and db are wanted,
+ * db comes out of dw's GEMM (its bias_grad: dz^T is that GEMM's op(A)), so dz is read once for
+ * both; db alone is sum_rows. */
+static amp_status amp_linear_bwd_dz(amp_tensor *x, const amp_tensor *xv, amp_tensor *w,
+                                    amp_tensor *b, const amp_tensor *dz) {
     const amp_backend *be = dz->backend;
     int64_t n = x->shape[0], in = x->shape[1], out = w->shape[0];
     bool wrote;
@@ -19,7 +37,7 @@ static amp_status amp_linear_bwd_dz(amp_tensor *x, amp_tensor *w, amp_tensor *b,
                           &wrote));
     amp_grad_sink sb;
     AMP_TRY(amp_grad_begin(b, &sb));
-    amp_gemm_desc dw = amp_gemm_desc_of(true, false, out, in, n, dz, out, x, in, w);
+    amp_gemm_desc dw = amp_gemm_desc_of(true, false, out, in, n, dz, out, xv, in, w);
     dw.bias_grad = sb.buf ? (float *)sb.buf->data : NULL;
     AMP_TRY(amp_gemm_grad(be, dw, w, &wrote));
     if (!wrote && sb.buf)
@@ -27,9 +45,18 @@ static amp_status amp_linear_bwd_dz(amp_tensor *x, amp_tensor *w, amp_tensor *b,
     return amp_grad_end(&sb);
 }
 
+/* linear's backward from dz, x's values written again first where they were not kept. */
+static amp_status amp_linear_bwd_from(amp_tape_node *node, const amp_tensor *dz) {
+    amp_tensor *xv;
+    AMP_TRY(linear_x_values(node, &xv));
+    AMP_TRY(amp_linear_bwd_dz(node->in[0], xv, node->in[1], node->in[2], dz));
+    if (xv != node->in[0]) amp_tensor_step_release(xv);
+    return AMP_OK;
+}
+
 /* y[n,out] = x[n,in] @ w[out,in]^T + b. */
 static amp_status amp_linear_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    return amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dy);
+    return amp_linear_bwd_from(node, dy);
 }
 
 /* Where dz = f(z, dy) goes: dy's own memory when dy is this backward's gradient of the output
@@ -51,7 +78,7 @@ static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy)
     AMP_TRY(dz_buffer(node, dy, &dz));
     AMP_TRY(AMP_BE(dy->backend, binary, AMP_BINARY_RELU_BWD, dy->dtype, dy->numel,
                    node->out->data, dy->data, dz->data));
-    AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
+    AMP_TRY(amp_linear_bwd_from(node, dz));
     amp_tensor_step_release(dz);
     return AMP_OK;
 }
@@ -60,13 +87,13 @@ static amp_status amp_linear_relu_bwd(amp_tape_node *node, const amp_tensor *dy)
  * binary GELU_BWD kernel (amp_gelu's backward bits), then linear's backward. */
 static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy) {
     const amp_tensor *z = node->saved[0];
-    bool tanh_form = *(const amp_gemm_epilogue *)node->aux == AMP_GEMM_EPILOGUE_GELU_TANH;
+    bool tanh_form = ((const linear_aux *)node->aux)->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH;
     amp_tensor *dz;
     AMP_TRY(dz_buffer(node, dy, &dz));
     AMP_TRY(AMP_BE(dy->backend, binary,
                    tanh_form ? AMP_BINARY_GELU_TANH_BWD : AMP_BINARY_GELU_ERF_BWD, dy->dtype,
                    dy->numel, z->data, dy->data, dz->data));
-    AMP_TRY(amp_linear_bwd_dz(node->in[0], node->in[1], node->in[2], dz));
+    AMP_TRY(amp_linear_bwd_from(node, dz));
     amp_tensor_step_release(dz);
     return AMP_OK;
 }
@@ -75,8 +102,8 @@ static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy)
  * bias f32), the checks naming `op`, one GEMM with the epilogue (a GELU's pre-activation into a
  * step tensor the node saves), and the tape node. */
 static amp_status amp_linear_run(const char *op, const char *node_name, amp_backward_fn bwd,
-                                 amp_gemm_epilogue epilogue, amp_tensor *x, amp_tensor *w,
-                                 amp_tensor *b, amp_tensor **out) {
+                                 amp_gemm_epilogue epilogue, bool recompute_x, amp_tensor *x,
+                                 amp_tensor *w, amp_tensor *b, amp_tensor **out) {
     AMP_TRY(amp_check_tensor(op, "x", x, 2));
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
     amp_tensor *io[2] = {x, w};
@@ -99,6 +126,13 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
         if (b->dtype != AMP_F32)
             return amp_fail(AMP_ERR_DTYPE, "%s: b has dtype %s, want f32", op, amp_dtype_name(b->dtype));
     }
+    bool records = x->ctx->grad_enabled &&
+                   (x->requires_grad || w->requires_grad || (b && b->requires_grad));
+    if (recompute_x && records && !(x->node && x->node->regenerate))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.recompute_input: x is not the output of an "
+                        "op that can write it again in backward (amp_norm's, directly or through "
+                        "amp_reshape, in the dtype the linear reads: no autocast cast between)",
+                        op);
     int64_t shape[2] = {x->shape[0], w->shape[0]};
     amp_tensor *y;
     AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 2, shape, &y));
@@ -114,13 +148,14 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     AMP_TRY(AMP_BE(x->backend, gemm, &d));
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, node_name, "x w b", bwd, 3, in, z ? sizeof epilogue : 0, &node));
-    /* The bias gradient comes from dy alone; only the ReLU's backward reads the output. */
-    amp_node_unread(node, 4u, epilogue != AMP_GEMM_EPILOGUE_RELU);
-    if (node && z) {
-        amp_node_save(node, 0, z, "pre-activation");
-        *(amp_gemm_epilogue *)node->aux = epilogue;
-    }
+    AMP_TRY(amp_record(y, node_name, "x w b", bwd, 3, in,
+                       z || recompute_x ? sizeof(linear_aux) : 0, &node));
+    /* The bias gradient comes from dy alone; only the ReLU's backward reads the output; x is
+     * not kept when its producer writes it again. */
+    amp_node_unread(node, 4u | (recompute_x ? 1u : 0u), epilogue != AMP_GEMM_EPILOGUE_RELU);
+    if (node && (z || recompute_x))
+        *(linear_aux *)node->aux = (linear_aux){.epilogue = epilogue, .recompute_x = recompute_x};
+    if (node && z) amp_node_save(node, 0, z, "pre-activation");
     *out = y;
     return AMP_OK;
 }
@@ -128,11 +163,12 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
 /* x [..., in] with more than two dims: run as [N, in] (a free reshape each way, recorded, so the
  * gradient comes back in x's shape), as PyTorch's linear over [B, T, C]. */
 static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backward_fn bwd,
-                                amp_gemm_epilogue epilogue, amp_tensor *x, amp_tensor *w,
-                                amp_tensor *b, amp_tensor **out) {
+                                amp_gemm_epilogue epilogue, bool recompute_x, amp_tensor *x,
+                                amp_tensor *w, amp_tensor *b, amp_tensor **out) {
     if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", op);
     AMP_TRY(amp_check_tensor(op, "x", x, 0));
-    if (x->ndim <= 2) return amp_linear_run(op, node_name, bwd, epilogue, x, w, b, out);
+    if (x->ndim <= 2)
+        return amp_linear_run(op, node_name, bwd, epilogue, recompute_x, x, w, b, out);
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
     if (x->shape[x->ndim - 1] != w->shape[1]) {
         char bx[96], bw[96];
@@ -143,7 +179,8 @@ static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backw
     int64_t flat[2] = {x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
     amp_tensor *x2, *y2;
     AMP_TRY(amp_reshape(x, 2, flat, &x2));
-    AMP_TRY(amp_linear_run(op, node_name, bwd, epilogue, x2, w, b, &y2));
+    AMP_TRY(amp_linear_run(op, node_name, bwd, epilogue, recompute_x, x2, w, b, &y2));
+    if (recompute_x) amp_tensor_step_drop(x2); /* no reader left: x's data may go with x */
     int64_t shape[AMP_MAX_DIMS];
     for (int k = 0; k < x->ndim - 1; k++) shape[k] = x->shape[k];
     shape[x->ndim - 1] = w->shape[0];
@@ -152,14 +189,32 @@ static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backw
     return AMP_OK;
 }
 
+amp_status amp_linear_ex(amp_tensor *x, amp_tensor *w, amp_tensor *b, const amp_linear_opts *o,
+                         amp_tensor **out) {
+    static const char op[] = "amp_linear_ex";
+    if (!o) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'opts' is NULL", op);
+    static const amp_backward_fn bwds[] = {amp_linear_bwd, amp_linear_relu_bwd, amp_linear_gelu_bwd,
+                                           amp_linear_gelu_bwd};
+    static const amp_gemm_epilogue epilogues[] = {AMP_GEMM_EPILOGUE_NONE, AMP_GEMM_EPILOGUE_RELU,
+                                                  AMP_GEMM_EPILOGUE_GELU_ERF,
+                                                  AMP_GEMM_EPILOGUE_GELU_TANH};
+    static const char *const names[] = {"linear", "linear_relu", "linear_gelu",
+                                        "linear_gelu_tanh"};
+    int a = (int)o->activation;
+    if (a < AMP_LINEAR_NONE || a > AMP_LINEAR_GELU_TANH)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.activation = %d, want an amp_linear_act",
+                        op, a);
+    return amp_linear_nd(op, names[a], bwds[a], epilogues[a], o->recompute_input, x, w, b, out);
+}
+
 amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
-    return amp_linear_nd("amp_linear", "linear", amp_linear_bwd, AMP_GEMM_EPILOGUE_NONE, x, w, b,
-                         out);
+    return amp_linear_nd("amp_linear", "linear", amp_linear_bwd, AMP_GEMM_EPILOGUE_NONE, false, x,
+                         w, b, out);
 }
 
 amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
     return amp_linear_nd("amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
-                         AMP_GEMM_EPILOGUE_RELU, x, w, b, out);
+                         AMP_GEMM_EPILOGUE_RELU, false, x, w, b, out);
 }
 
 amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tanh_approximation,
@@ -167,5 +222,5 @@ amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tan
     return amp_linear_nd("amp_linear_gelu", tanh_approximation ? "linear_gelu_tanh" : "linear_gelu",
                          amp_linear_gelu_bwd,
                          tanh_approximation ? AMP_GEMM_EPILOGUE_GELU_TANH : AMP_GEMM_EPILOGUE_GELU_ERF,
-                         x, w, b, out);
+                         false, x, w, b, out);
 }

@@ -35,6 +35,12 @@ static amp_status amp_reshape_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return amp_grad_pass(node, node->in[0]);
 }
 
+/* A view's data are its base's: written again by the base's producer (into has the numel). */
+static amp_status amp_reshape_regenerate(const amp_tape_node *n, amp_tensor *into) {
+    const amp_tape_node *base = n->in[0]->node;
+    return base->regenerate(base, into);
+}
+
 amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor **out) {
     static const char *op = "amp_reshape";
     AMP_CHECK_ARG(out);
@@ -51,6 +57,7 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "reshape", "x", amp_reshape_bwd, 1, &x, 0, &node));
     amp_node_unread(node, 1u, true); /* the view itself reads x */
+    if (node && x->node && x->node->regenerate) node->regenerate = amp_reshape_regenerate;
     *out = y;
     return AMP_OK;
 }

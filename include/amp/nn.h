@@ -35,6 +35,24 @@ amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tens
  * are computed from z). Backward: dz = GELU'(z) dy, then linear's backward. Autocast as linear. */
 amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tanh_approximation,
                            amp_tensor **out);
+/* The three above as one op with options: the activation, and recompute_input (selective
+ * recomputation, llm.c's -r): x is not kept for the backward, which writes it again from its
+ * producer when w's gradient needs it. x must be amp_norm's output (directly or through
+ * amp_reshape) in the dtype the GEMM reads (AMP_NORM_OUT_FOR_LINEAR under O1), else
+ * AMP_ERR_INVALID_ARG; drop x after the call (amp_tensor_drop) for its memory to go back at once.
+ * The same values and gradients, bit for bit, one more norm pass in backward. */
+typedef enum amp_linear_act {
+    AMP_LINEAR_NONE = 0,
+    AMP_LINEAR_RELU,
+    AMP_LINEAR_GELU,      /* exact erf */
+    AMP_LINEAR_GELU_TANH, /* the tanh approximation (GPT-2's) */
+} amp_linear_act;
+typedef struct amp_linear_opts {
+    amp_linear_act activation;
+    bool recompute_input;
+} amp_linear_opts;
+amp_status amp_linear_ex(amp_tensor *x, amp_tensor *w, amp_tensor *b, const amp_linear_opts *opts,
+                         amp_tensor **out);
 /* SwiGLU, the Llama family's MLP activation: y = silu(gate) * up (Shazeer's GLU variant; Hugging
  * Face's LlamaMLP computes down_proj(act_fn(gate_proj(x)) * up_proj(x))).
  * amp_swiglu takes both halves in one tensor, gu [..., 2F] (the gate's F, then the up
@@ -420,6 +438,10 @@ amp_status amp_model_set_norm(amp_model *m, bool norm);
 typedef enum amp_recompute {
     AMP_RECOMPUTE_NONE = 0,
     AMP_RECOMPUTE_FULL = 1,
+    /* Selective (llm.c's -r): which op outputs are written again instead of kept is a model's
+     * choice of ops (amp_linear_ex's recompute_input), so only models take it (models/:
+     * amp_gpt_set_recompute, amp_llama_set_recompute); amp_model_set_recompute refuses it. */
+    AMP_RECOMPUTE_SELECTIVE = 2,
 } amp_recompute;
 amp_status amp_model_set_recompute(amp_model *child, amp_recompute mode);
 amp_recompute amp_model_get_recompute(const amp_model *m);

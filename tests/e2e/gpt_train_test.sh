@@ -7,7 +7,7 @@
 #    checkpoint to N: the final checkpoints are byte-identical (the batches are a function of the
 #    step), at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so that a step is skipped before
 #    the save); --recompute full over the first or the last 6 of O2-fp16's steps changes no
-#    byte (nothing of it in the checkpoint);
+#    byte (nothing of it in the checkpoint), nor does --recompute selective at O1-bf16;
 #  - a sample of the asked length is printed, decoded by a tokenizer file of llm.c's format;
 #  - --eval-only on a checkpoint: no step and no save, the validation loss the run ended with;
 #  - a prompt: --start's text (or the same --start-ids) printed first, then the sample;
@@ -92,7 +92,8 @@ check "the sample went through the tokenizer (no 'e', some 'E'): $sample_text" \
 resume O0 --opt-level O0
 resume O1_bf16 --opt-level O1 --half bf16
 resume O2_fp16 --opt-level O2 --init-scale 16777216
-recompute O2_fp16 --opt-level O2 --init-scale 16777216
+recompute O2_fp16 full --opt-level O2 --init-scale 16777216
+recompute O1_bf16 selective --opt-level O1 --half bf16
 check "O2_fp16: no skipped step before the save" grep -q '"skipped": true' "$work/resume-O2_fp16.first"
 
 # --eval-only on a checkpoint: no step, no save, the validation loss the run ended with
@@ -213,8 +214,8 @@ bad "an id past the vocabulary" "--start-ids '3,256': want ids in \[0, 256)" "${
 usage "a GPT option without --model gpt" "--tokenizer is an option of --model gpt and llama, not of --model mlp" \
     --model mlp --tokenizer "$work/upper_e.bin"
 one=("${tiny[@]}" --max-steps 1) # what a run that took the option anyway would cost
-usage "--recompute selective" "--recompute 'selective': want none or full" "${tiny[@]}" \
-    --recompute selective
+usage "--recompute partial" "--recompute 'partial': want none, selective or full" "${tiny[@]}" \
+    --recompute partial
 usage "--recompute for the MLP" "--recompute is an option of --model gpt and llama" --model mlp \
     --recompute full
 usage "--n-embd 32.5" "--n-embd '32.5': want an integer in \[1, 65536\]" "${one[@]}" --n-embd 32.5

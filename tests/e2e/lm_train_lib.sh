@@ -3,7 +3,7 @@
 #   check DESCRIPTION COMMAND...   counts a pass, or prints FAIL and counts a failure
 #   resume NAME ARGS...            12 steps straight against 6 and a resume to 12 by a new
 #                                  process: the final step folders' files byte-identical
-#   recompute NAME ARGS...         after resume NAME: its first 6 steps with --recompute full,
+#   recompute NAME MODE ARGS...    after resume NAME: its first 6 steps with --recompute MODE,
 #                                  resumed to 12 without, and its 6 without resumed to 12 with:
 #                                  both final step folders byte-identical to NAME's straight run
 #   bad / usage DESCRIPTION MESSAGE ARGS...   amp-train refuses ARGS with exit code 1 / 2 and
@@ -26,21 +26,21 @@ resume() {
     check "$name: the second run did not resume" grep -q "resumed from" "$dir.second"
 }
 recompute() {
-    local name=$1 dir="$work/recompute-$1" f
-    shift
-    "$train" "${tiny[@]}" "${sched[@]}" "$@" --recompute full --max-steps 6 \
+    local name=$1 mode=$2 dir="$work/recompute-$1-$2" f
+    shift 2
+    "$train" "${tiny[@]}" "${sched[@]}" "$@" --recompute "$mode" --max-steps 6 \
         --checkpoint-dir "$dir/first" >"$dir.first" 2>&1
     "$train" "${again[@]}" "${sched[@]}" "$@" --max-steps 12 --checkpoint-dir "$dir/first" \
         --resume latest >"$dir.second" 2>&1
-    "$train" "${again[@]}" "${sched[@]}" "$@" --recompute full --max-steps 12 \
+    "$train" "${again[@]}" "${sched[@]}" "$@" --recompute "$mode" --max-steps 12 \
         --checkpoint-dir "$dir/then" --resume "$work/resume-$name/resumed/step-0000006" \
         >"$dir.then" 2>&1
-    check "$name: --recompute full not in the start line" grep -q "every block recomputed" "$dir.first"
-    check "$name: --json's recompute" grep -q '"recompute": "full"' "$dir.then"
+    check "$name: --recompute $mode not in the start line" grep -q " recomputed" "$dir.first"
+    check "$name: --json's recompute" grep -q "\"recompute\": \"$mode\"" "$dir.then"
     for f in "$work/resume-$name"/straight/step-0000012/*; do
-        check "$name: ${f##*/} differs with the first 6 steps recomputed" \
+        check "$name: ${f##*/} differs with the first 6 steps recomputed ($mode)" \
             cmp "$f" "$dir/first/step-0000012/${f##*/}"
-        check "$name: ${f##*/} differs with the last 6 steps recomputed" \
+        check "$name: ${f##*/} differs with the last 6 steps recomputed ($mode)" \
             cmp "$f" "$dir/then/step-0000012/${f##*/}"
     done
 }

@@ -2,7 +2,8 @@
  *  - the GPT (3 blocks) and the Llama (2 layers), dropout 0.1 (the Llama's attention dropout),
  *    at O0, O1-bf16, O1-fp16 with a first step that overflows (the scale starts at 2^40: the
  *    step is skipped, the scale backs off) and O2-bf16: 5 AdamW steps with every block
- *    recomputed equal 5 steps without, bit for bit, in every loss, every gradient of every
+ *    recomputed, and with selective recomputation (the norms' outputs written again), equal 5
+ *    steps without, bit for bit, in every loss, every gradient of every
  *    step, every weight after them and the loss scaler's state; also with 2 micro-batches
  *    accumulated per step, and with a second backward through a retained graph;
  *  - the replay runs in the forward's dtype: autocast switched to f16 between the forward and
@@ -120,9 +121,10 @@ static bool run_make(run *r, model_kind kind, const level *lv, amp_recompute mod
     if (!r->opt) return false;
     if (lv->amp) CHECK_OK(amp_initialize_ex(r->m, r->opt, &lv->o));
     CHECK_OK(set_recompute(r, mode));
+    amp_recompute blk_mode = mode == AMP_RECOMPUTE_FULL ? mode : AMP_RECOMPUTE_NONE;
     CHECK(amp_model_get_recompute(amp_model_child(amp_model_child(amp_model_child(r->m, 0),
                                                                   kind == KIND_GPT ? 2 : 1),
-                                                  0)) == mode);
+                                                  0)) == blk_mode);
     uint32_t x = 12345;
     for (int k = 0; k < MICRO; k++) {
         int32_t ids[B * T], next[B * T];
@@ -213,14 +215,16 @@ static void traces_equal(const char *label, const run *r, const trace *a, const 
 
 static amp_device g_dev;
 
-static void check_identity(model_kind kind, const level *lv, int micro, bool twice) {
-    char label[96];
-    snprintf(label, sizeof label, "%s %s%s%s", kind == KIND_GPT ? "GPT" : "Llama", lv->name,
+static void check_identity(model_kind kind, amp_recompute mode, const level *lv, int micro,
+                           bool twice) {
+    char label[128];
+    snprintf(label, sizeof label, "%s %s, %s%s%s", kind == KIND_GPT ? "GPT" : "Llama", lv->name,
+             mode == AMP_RECOMPUTE_FULL ? "full" : "selective",
              micro > 1 ? ", 2 micro-batches" : "", twice ? ", retained graph" : "");
     static trace plain, full;
     run a, b;
     if (run_make(&a, kind, lv, AMP_RECOMPUTE_NONE, g_dev)) run_steps(&a, lv, micro, twice, &plain);
-    if (run_make(&b, kind, lv, AMP_RECOMPUTE_FULL, g_dev)) run_steps(&b, lv, micro, twice, &full);
+    if (run_make(&b, kind, lv, mode, g_dev)) run_steps(&b, lv, micro, twice, &full);
     if (a.m && b.m) traces_equal(label, &a, &plain, &full, micro);
     if (lv->overflow) /* the premise: a step skipped, the others taken */
         CHECK_MSG(full.scaler.skipped_steps >= 1 && full.scaler.skipped_steps < STEPS,
@@ -305,6 +309,28 @@ static void check_tape(model_kind kind) {
               "%zu bytes", nodes[1], nodes[0], peak[1], peak[0]);
     printf("%s: forward tape %d -> %d nodes, data %zu -> %zu bytes\n",
            kind == KIND_GPT ? "GPT" : "Llama", nodes[0], nodes[1], peak[0], peak[1]);
+}
+
+/* Selective recomputation keeps less (the norms' outputs go at once), with the same tape. */
+static void check_selective_memory(model_kind kind) {
+    int nodes[2] = {0, 0};
+    size_t peak[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        run r;
+        if (run_make(&r, kind, &levels[1], k ? AMP_RECOMPUTE_SELECTIVE : AMP_RECOMPUTE_NONE,
+                     g_dev)) {
+            amp_tensor *loss = NULL;
+            CHECK_OK(loss_of(&r, 0, &loss));
+            nodes[k] = r.ctx->n_tape;
+            peak[k] = r.ctx->data_arena.step_peak;
+            if (loss) CHECK_OK(amp_backward(loss));
+        }
+        run_free(&r);
+    }
+    CHECK_MSG(nodes[1] == nodes[0] && peak[1] < peak[0], "selective: tape %d vs %d nodes, "
+              "forward data %zu vs %zu bytes", nodes[1], nodes[0], peak[1], peak[0]);
+    printf("%s selective: forward data %zu -> %zu bytes\n", kind == KIND_GPT ? "GPT" : "Llama",
+           peak[0], peak[1]);
 }
 
 static void check_eval(void) {
@@ -463,6 +489,17 @@ static void check_misuse(void) {
         amp_model *blk = amp_model_child(amp_model_child(tr, 2), 0);
         CHECK_FAILS(amp_model_set_recompute(blk, (amp_recompute)7), AMP_ERR_INVALID_ARG,
                     "is not an amp_recompute");
+        CHECK_FAILS(amp_model_set_recompute(blk, AMP_RECOMPUTE_SELECTIVE), AMP_ERR_INVALID_ARG,
+                    "a choice of ops");
+        /* recompute_input on a tensor no op can write again: a leaf */
+        amp_tensor *x = NULL, *y = NULL, *w = amp_model_param(blk, 2);
+        CHECK_OK(amp_tensor_create(r.ctx, AMP_F32, 2, (const int64_t[]){3, 32}, &x));
+        amp_linear_opts lo = {.recompute_input = true};
+        CHECK_FAILS(amp_linear_ex(x, w, NULL, &lo, &y), AMP_ERR_INVALID_ARG,
+                    "x is not the output of an op that can write it again");
+        lo.activation = (amp_linear_act)9;
+        CHECK_FAILS(amp_linear_ex(x, w, NULL, &lo, &y), AMP_ERR_INVALID_ARG, "opts.activation");
+        amp_tensor_free(x);
         amp_tensor *loss = NULL;
         CHECK_OK(loss_of(&r, 0, &loss));
         CHECK_FAILS(amp_gpt_set_recompute(r.m, AMP_RECOMPUTE_FULL), AMP_ERR_STATE,
@@ -480,11 +517,16 @@ static void check_misuse(void) {
 
 static void body(amp_device dev) {
     g_dev = dev;
-    for (int k = 0; k < 2; k++)
-        for (int l = 0; l < 4; l++) check_identity((model_kind)k, &levels[l], 1, false);
-    check_identity(KIND_GPT, &levels[1], MICRO, false);
-    check_identity(KIND_LLAMA, &levels[2], MICRO, false);
-    check_identity(KIND_GPT, &levels[1], 1, true);
+    const amp_recompute modes[2] = {AMP_RECOMPUTE_FULL, AMP_RECOMPUTE_SELECTIVE};
+    for (int m = 0; m < 2; m++) {
+        for (int k = 0; k < 2; k++)
+            for (int l = 0; l < 4; l++) check_identity((model_kind)k, modes[m], &levels[l], 1, false);
+        check_identity(KIND_GPT, modes[m], &levels[1], MICRO, false);
+        check_identity(KIND_LLAMA, modes[m], &levels[2], MICRO, false);
+        check_identity(KIND_GPT, modes[m], &levels[1], 1, true);
+    }
+    check_selective_memory(KIND_GPT);
+    check_selective_memory(KIND_LLAMA);
     check_tape(KIND_GPT);
     check_tape(KIND_LLAMA);
     check_autocast_replayed();
