@@ -6,7 +6,8 @@
 #  - bit-exact resume: 12 steps in one run against 6, then a new process resuming to 12: the
 #    final checkpoints byte-identical, at O0, O1-bf16 and O2-fp16 (a first scale of 2^24 so
 #    that a step is skipped before the save), and under --accumulate 2 with clipping, where
-#    --recompute full or selective over the first or the last 6 steps changes no byte;
+#    --recompute full over the first or the last 6 steps changes no byte (selective: the
+#    GPT's e2e and tests/unit/test_recompute.c);
 #  - the other levels and half types train (O1-fp16, O2-bf16, O3-bf16: the loss falls);
 #  - --skip-nonfinite off reaches amp_initialize; the summary's peak memory figures;
 #  - a step folder is a Hugging Face folder: --eval-only --init-weights FOLDER (config.json and
@@ -61,7 +62,6 @@ resume O2_fp16 --opt-level O2 --init-scale 16777216
 check "O2_fp16: no skipped step before the save" grep -q '"skipped": true' "$work/resume-O2_fp16.first"
 resume accumulate --opt-level O1 --half bf16 --accumulate 2 --grad-clip 0.5
 recompute accumulate full --opt-level O1 --half bf16 --accumulate 2 --grad-clip 0.5
-recompute accumulate selective --opt-level O1 --half bf16 --accumulate 2 --grad-clip 0.5
 
 # --skip-nonfinite off reaches the options (the language models ignored it); the summary
 # carries the memory figures
