@@ -162,7 +162,11 @@ static amp_status llama_layer_forward(amp_model *self, amp_tensor *const *in, in
                      rms_opts(l, &no), &h, &x);
     if (s == AMP_OK) s = amp_tensor_drop(a);
     if (s == AMP_OK) s = amp_linear_swiglu(x, weight(&ly->gate), weight(&ly->up), &m);
-    if (s == AMP_OK) s = apply(&ly->down, m, &r);
+    /* m, the SwiGLU product, goes at once; under selective recomputation down_proj does not
+     * keep it (written again from the gate and up projections for its weight gradient). */
+    amp_linear_opts lo = {.recompute_input = l->selective};
+    if (s == AMP_OK) s = amp_linear_ex(m, weight(&ly->down), bias(&ly->down), &lo, &r);
+    if (s == AMP_OK) s = amp_tensor_drop(m);
     if (s == AMP_OK) s = amp_add(h, r, out);
     if (s == AMP_OK) s = amp_tensor_drop(r); /* the add's backward reads neither */
     return s;

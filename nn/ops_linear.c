@@ -130,8 +130,9 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
                    (x->requires_grad || w->requires_grad || (b && b->requires_grad));
     if (recompute_x && records && !(x->node && x->node->regenerate))
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.recompute_input: x is not the output of an "
-                        "op that can write it again in backward (amp_norm's, directly or through "
-                        "amp_reshape, in the dtype the linear reads: no autocast cast between)",
+                        "op that can write it again in backward (amp_norm's or "
+                        "amp_linear_swiglu's, directly or through amp_reshape, in the dtype the "
+                        "linear reads: no autocast cast between)",
                         op);
     int64_t shape[2] = {x->shape[0], w->shape[0]};
     amp_tensor *y;

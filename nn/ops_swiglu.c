@@ -89,6 +89,16 @@ static amp_status linear_swiglu_bwd(amp_tape_node *node, const amp_tensor *dy) {
     return AMP_OK;
 }
 
+/* y again from the projections the node keeps: the same kernel on the same rounded gate and
+ * up, so the same bits (selective recomputation: down_proj's amp_linear_ex recompute_input). */
+static amp_status linear_swiglu_regenerate(const amp_tape_node *node, amp_tensor *into) {
+    const amp_tensor *g = node->saved[0], *u = node->saved[1];
+    int64_t n = into->numel / node->in[1]->shape[0], f = node->in[1]->shape[0];
+    const void *ub = u ? u->data : (const char *)g->data + (size_t)f * amp_dtype_size(g->dtype);
+    return AMP_BE(into->backend, swiglu_fwd, g->dtype, n, f, g->data, ub, u ? f : 2 * f,
+                  into->data);
+}
+
 /* x [n, in] (checked, autocast applied): the projections, y = silu(gate) * up, the node. */
 static amp_status linear_swiglu_run(const char *op, amp_tensor *x, amp_tensor *wg, amp_tensor *wu,
                                     amp_tensor **out) {
@@ -116,6 +126,7 @@ static amp_status linear_swiglu_run(const char *op, amp_tensor *x, amp_tensor *w
     if (node) {
         amp_node_save(node, 0, g, joined ? "gate and up" : "gate");
         amp_node_save(node, 1, u, "up");
+        node->regenerate = linear_swiglu_regenerate;
     }
     *out = y;
     return AMP_OK;

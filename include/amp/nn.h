@@ -37,9 +37,9 @@ amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tan
                            amp_tensor **out);
 /* The three above as one op with options: the activation, and recompute_input (selective
  * recomputation, llm.c's -r): x is not kept for the backward, which writes it again from its
- * producer when w's gradient needs it. x must be amp_norm's output (directly or through
- * amp_reshape) in the dtype the GEMM reads (AMP_NORM_OUT_FOR_LINEAR under O1), else
- * AMP_ERR_INVALID_ARG; drop x after the call (amp_tensor_drop) for its memory to go back at once.
+ * producer when w's gradient needs it. x must be amp_norm's or amp_linear_swiglu's output
+ * (directly or through amp_reshape) in the dtype the GEMM reads (AMP_NORM_OUT_FOR_LINEAR under
+ * O1), else AMP_ERR_INVALID_ARG; drop x after the call (amp_tensor_drop) for its memory to go back at once.
  * The same values and gradients, bit for bit, one more norm pass in backward. */
 typedef enum amp_linear_act {
     AMP_LINEAR_NONE = 0,
