@@ -101,6 +101,10 @@ typedef struct amp_gemm_desc {
     int64_t batch;
     int64_t stride_a, stride_b, stride_c;
     void *aux;
+    /* A GELU epilogue's C exactly the unary GELU of aux, on every backend (the CUDA backend then
+     * never takes cuBLASLt's GELU_AUX_BIAS): what amp_linear_ex asks, so that C can be written
+     * again from aux bit for bit (selective recomputation, nn/ops_linear.c). */
+    bool gelu_exact;
 } amp_gemm_desc;
 
 /* 2-D convolution, NCHW x OIHW, groups 1, dilation 1, symmetric zero padding. x, w, y share

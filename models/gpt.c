@@ -35,7 +35,7 @@ typedef struct gpt {
     amp_model *wte, *wpe, *ln_f;
     gpt_block *h;          /* [n_layer] */
     amp_tensor *positions; /* i32 [block_size]: 0, 1, ..., made at the first forward */
-    bool selective;        /* AMP_RECOMPUTE_SELECTIVE: the LayerNorms' outputs written again */
+    bool selective;        /* AMP_RECOMPUTE_SELECTIVE: LayerNorm and GELU outputs again */
     bool last_only;        /* the forward's logits for the last position only */
 } gpt;
 
@@ -97,9 +97,10 @@ static amp_status gpt_apply(const gpt_linear *l, amp_tensor *x, bool gelu, amp_t
     return gelu ? amp_linear_gelu(x, w, b, true, y) : amp_linear(x, w, b, y);
 }
 
-/* A linear layer reading a LayerNorm's output h, which goes back to the step's memory after it:
- * under selective recomputation the linear does not keep h (its backward writes it again from
- * the LayerNorm's input and statistics), so h's memory is free at once. */
+/* A linear layer reading h, a LayerNorm's output or c_fc's GELU output, which goes back to the
+ * step's memory after it: under selective recomputation the linear does not keep h (its
+ * backward writes it again from the LayerNorm's input and statistics, or from c_fc's
+ * pre-activation: llm.c's -r 2 and -r 1), so h's memory is free at once. */
 static amp_status gpt_apply_norm_out(const gpt *g, const gpt_linear *l, amp_tensor *h, bool gelu,
                                      amp_tensor **y) {
     amp_linear_opts o = {.activation = gelu ? AMP_LINEAR_GELU_TANH : AMP_LINEAR_NONE,
@@ -145,7 +146,7 @@ static amp_status gpt_block_forward(amp_model *self, amp_tensor *const *in, int 
     if (s == AMP_OK) s = amp_norm(x, a, w2, b2, &LN_FOR_LINEAR, &x, &h);
     if (s == AMP_OK) s = amp_tensor_drop(a);
     if (s == AMP_OK) s = gpt_apply_norm_out(g, &blk->c_fc, h, true, &h);
-    if (s == AMP_OK) s = gpt_apply(&blk->mlp_proj, h, false, &h);
+    if (s == AMP_OK) s = gpt_apply_norm_out(g, &blk->mlp_proj, h, false, &h);
     if (s == AMP_OK) s = gpt_dropout(g, training, h, &r);
     if (s == AMP_OK) s = amp_add(x, r, out);
     if (s == AMP_OK) s = amp_tensor_drop(r); /* the add's backward reads neither */

@@ -45,9 +45,10 @@ amp_status amp_gpt_forward_last(amp_model *m, amp_tensor *idx, amp_tensor **logi
 amp_status amp_gpt_loss(amp_model *m, amp_tensor *idx, amp_tensor *targets, amp_tensor **loss);
 /* Activation recomputation of every block (amp_model_set_recompute on "transformer.h.<l>"):
  * AMP_RECOMPUTE_FULL keeps each block's input and output only, and runs the block's forward
- * again in backward; AMP_RECOMPUTE_SELECTIVE keeps neither LayerNorm's output (ln_1's, ln_2's:
- * written again from their inputs and statistics when c_attn's and c_fc's weight gradients need
- * them, amp_linear_ex's recompute_input). The same bits either way. Between steps only. */
+ * again in backward; AMP_RECOMPUTE_SELECTIVE keeps neither LayerNorm's output (ln_1's, ln_2's)
+ * nor the GELU's (c_fc's): written again from their inputs and statistics, and from c_fc's
+ * pre-activation, when c_attn's, c_fc's and c_proj's weight gradients need them (amp_linear_ex's
+ * recompute_input; llm.c's -r 2). The same bits either way. Between steps only. */
 amp_status amp_gpt_set_recompute(amp_model *m, amp_recompute mode);
 /* Parameters without the position embedding (nanoGPT's get_num_params), and the model FLOPs of
  * one token's forward and backward at sequence length T: 6 N for the GEMMs plus the attention's

@@ -42,7 +42,7 @@ typedef struct llama {
     amp_model *embed, *norm, *lm_head; /* lm_head NULL when tied */
     llama_layer *layers;               /* [num_hidden_layers] */
     amp_tensor *rope;                  /* the cos/sin table of max_position_embeddings */
-    bool selective; /* AMP_RECOMPUTE_SELECTIVE: input_layernorm's output written again */
+    bool selective; /* AMP_RECOMPUTE_SELECTIVE: both norms' outputs and the SwiGLU's again */
     bool last_only;
 } llama;
 
@@ -161,10 +161,12 @@ static amp_status llama_layer_forward(amp_model *self, amp_tensor *const *in, in
         s = amp_norm(h, a, amp_model_param(ly->post_attention_layernorm, 0), NULL,
                      rms_opts(l, &no), &h, &x);
     if (s == AMP_OK) s = amp_tensor_drop(a);
-    if (s == AMP_OK) s = amp_linear_swiglu(x, weight(&ly->gate), weight(&ly->up), &m);
-    /* m, the SwiGLU product, goes at once; under selective recomputation down_proj does not
-     * keep it (written again from the gate and up projections for its weight gradient). */
+    /* x, post_attention_layernorm's output, and m, the SwiGLU product, go at once; under
+     * selective recomputation the projections do not keep them (written again from the norm's
+     * input and statistics, and from the gate and up projections, for the weight gradients). */
     amp_linear_opts lo = {.recompute_input = l->selective};
+    if (s == AMP_OK) s = amp_linear_swiglu_ex(x, weight(&ly->gate), weight(&ly->up), &lo, &m);
+    if (s == AMP_OK) s = amp_tensor_drop(x);
     if (s == AMP_OK) s = amp_linear_ex(m, weight(&ly->down), bias(&ly->down), &lo, &r);
     if (s == AMP_OK) s = amp_tensor_drop(m);
     if (s == AMP_OK) s = amp_add(h, r, out);

@@ -75,10 +75,10 @@ int64_t amp_llama_n_params(const amp_model *m);
 double amp_llama_flops_per_token(const amp_model *m, int64_t T);
 
 /* Activation recomputation of every decoder layer (amp_model_set_recompute on
- * "model.layers.<i>"), as amp_gpt_set_recompute; AMP_RECOMPUTE_SELECTIVE keeps neither the
- * input_layernorm's output nor the SwiGLU product (written again, from the norm's input and
- * from the gate and up projections, for the q/k/v and down projections' weight gradients).
- * Between steps only. */
+ * "model.layers.<i>"), as amp_gpt_set_recompute; AMP_RECOMPUTE_SELECTIVE keeps neither norm's
+ * output (input_layernorm's, post_attention_layernorm's) nor the SwiGLU product (written
+ * again, from the norms' inputs and from the gate and up projections, for the q/k/v, gate/up
+ * and down projections' weight gradients). Between steps only. */
 amp_status amp_llama_set_recompute(amp_model *m, amp_recompute mode);
 /* Generation. amp_llama_forward_cached runs idx [B, t] (no gradients: amp_set_grad_enabled off)
  * at positions len .. len + t - 1 of the cache c (amp_lm_cache_create with the model's layers),

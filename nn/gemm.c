@@ -1,5 +1,6 @@
-/* The GEMM helpers of the ops (nn/gemm_internal.h): descriptors of row-major tensors, and the
- * gradient GEMM that writes an f32 weight's gradient in place. */
+/* The GEMM helpers of the ops (nn/gemm_internal.h): descriptors of row-major tensors, the
+ * gradient GEMM that writes an f32 weight's gradient in place, and a GEMM input written again
+ * in backward (selective recomputation). */
 #include "core/error.h"
 #include "nn/autocast.h"
 #include "nn/gemm_internal.h"
@@ -58,4 +59,27 @@ amp_status amp_gemm_grad(const amp_backend *be, amp_gemm_desc d, amp_tensor *t, 
         *wrote = true;
     }
     return amp_grad_end(&s);
+}
+
+amp_status amp_check_recompute_input(const char *op, const amp_tensor *x) {
+    if (!(x->node && x->node->regenerate))
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.recompute_input: x is not the output of an "
+                        "op that can write it again in backward (amp_norm's, "
+                        "amp_linear_swiglu's or amp_linear_ex's with a GELU, directly or through "
+                        "amp_reshape, in the dtype the op reads: no autocast cast between)",
+                        op);
+    /* Written in place since its producer ran: the producer would write the old values. */
+    if (*x->version != x->node->out_version)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.recompute_input: x was written in place "
+                        "after the %s that made it (write version %llu, made at %llu), so its "
+                        "producer cannot write these values again; keep x (recompute_input "
+                        "false) or write a copy",
+                        op, x->node->op, (unsigned long long)*x->version,
+                        (unsigned long long)x->node->out_version);
+    return AMP_OK;
+}
+
+amp_status amp_regenerate_input(amp_tensor *x, amp_tensor **xv) {
+    AMP_TRY(amp_tensor_step_like(x, x->dtype, xv));
+    return x->node->regenerate(x->node, *xv);
 }

@@ -19,9 +19,7 @@ static amp_status linear_x_values(const amp_tape_node *node, amp_tensor **xv) {
     amp_tensor *x = node->in[0];
     const linear_aux *a = node->aux;
     *xv = x;
-    if (!a || !a->recompute_x) return AMP_OK;
-    AMP_TRY(amp_tensor_step_like(x, x->dtype, xv));
-    return x->node->regenerate(x->node, *xv);
+    return a && a->recompute_x ? amp_regenerate_input(x, xv) : AMP_OK;
 }
 
 /* The backward of z = x @ w^T + b from dz: dx = dz @ w, dw = dz^T @ x, db = column sums of dz
@@ -43,6 +41,16 @@ static amp_status amp_linear_bwd_dz(amp_tensor *x, const amp_tensor *xv, amp_ten
     if (!wrote && sb.buf)
         AMP_TRY(AMP_BE(be, sum_rows, dz->dtype, n, out, dz->data, (float *)sb.buf->data));
     return amp_grad_end(&sb);
+}
+
+/* y = GELU(z) again from the pre-activation the node keeps: the unary kernel the forward's
+ * epilogue ran (gelu_exact: amp_linear_ex), so the same bits, for a reader whose
+ * recompute_input did not keep y (the GPT MLP's c_proj, llm.c's -r 1). */
+static amp_status linear_gelu_regenerate(const amp_tape_node *node, amp_tensor *into) {
+    const amp_tensor *z = node->saved[0];
+    bool tanh_form = ((const linear_aux *)node->aux)->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH;
+    return AMP_BE(z->backend, unary, tanh_form ? AMP_UNARY_GELU_TANH : AMP_UNARY_GELU_ERF,
+                  z->dtype, z->numel, z->data, 1.0f, into->data);
 }
 
 /* linear's backward from dz, x's values written again first where they were not kept. */
@@ -98,12 +106,23 @@ static amp_status amp_linear_gelu_bwd(amp_tape_node *node, const amp_tensor *dy)
     return AMP_OK;
 }
 
+/* Which linear: the public op's name, the node's, its backward and epilogue, and amp_linear_ex's
+ * choices (x not kept; a GELU output exactly GELU(z), so that it can be written again). */
+typedef struct linear_call {
+    const char *op, *node_name;
+    amp_backward_fn bwd;
+    amp_gemm_epilogue epilogue;
+    bool recompute_x, exact;
+} linear_call;
+
 /* linear, linear_relu and linear_gelu: autocast (HALF: x and w in the half type under O1; the
  * bias f32), the checks naming `op`, one GEMM with the epilogue (a GELU's pre-activation into a
  * step tensor the node saves), and the tape node. */
-static amp_status amp_linear_run(const char *op, const char *node_name, amp_backward_fn bwd,
-                                 amp_gemm_epilogue epilogue, bool recompute_x, amp_tensor *x,
-                                 amp_tensor *w, amp_tensor *b, amp_tensor **out) {
+static amp_status amp_linear_run(const linear_call *c, amp_tensor *x, amp_tensor *w,
+                                 amp_tensor *b, amp_tensor **out) {
+    const char *op = c->op;
+    amp_gemm_epilogue epilogue = c->epilogue;
+    bool recompute_x = c->recompute_x;
     AMP_TRY(amp_check_tensor(op, "x", x, 2));
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
     amp_tensor *io[2] = {x, w};
@@ -128,12 +147,7 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     }
     bool records = x->ctx->grad_enabled &&
                    (x->requires_grad || w->requires_grad || (b && b->requires_grad));
-    if (recompute_x && records && !(x->node && x->node->regenerate))
-        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.recompute_input: x is not the output of an "
-                        "op that can write it again in backward (amp_norm's or "
-                        "amp_linear_swiglu's, directly or through amp_reshape, in the dtype the "
-                        "linear reads: no autocast cast between)",
-                        op);
+    if (recompute_x && records) AMP_TRY(amp_check_recompute_input(op, x));
     int64_t shape[2] = {x->shape[0], w->shape[0]};
     amp_tensor *y;
     AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 2, shape, &y));
@@ -141,6 +155,7 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
                                        x->shape[1], w, w->shape[1], y);
     d.bias = b ? (const float *)b->data : NULL;
     d.epilogue = epilogue;
+    d.gelu_exact = c->exact;
     amp_tensor *z = NULL;
     if (amp_gemm_epilogue_is_gelu(epilogue)) {
         AMP_TRY(amp_tensor_step(x->ctx, x->dtype, 2, shape, &z));
@@ -149,7 +164,7 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     AMP_TRY(AMP_BE(x->backend, gemm, &d));
     amp_tensor *in[3] = {x, w, b};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, node_name, "x w b", bwd, 3, in,
+    AMP_TRY(amp_record(y, c->node_name, "x w b", c->bwd, 3, in,
                        z || recompute_x ? sizeof(linear_aux) : 0, &node));
     /* The bias gradient comes from dy alone; only the ReLU's backward reads the output; x is
      * not kept when its producer writes it again. */
@@ -157,19 +172,20 @@ static amp_status amp_linear_run(const char *op, const char *node_name, amp_back
     if (node && (z || recompute_x))
         *(linear_aux *)node->aux = (linear_aux){.epilogue = epilogue, .recompute_x = recompute_x};
     if (node && z) amp_node_save(node, 0, z, "pre-activation");
+    if (node && z && c->exact) node->regenerate = linear_gelu_regenerate;
     *out = y;
     return AMP_OK;
 }
 
 /* x [..., in] with more than two dims: run as [N, in] (a free reshape each way, recorded, so the
  * gradient comes back in x's shape), as PyTorch's linear over [B, T, C]. */
-static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backward_fn bwd,
-                                amp_gemm_epilogue epilogue, bool recompute_x, amp_tensor *x,
-                                amp_tensor *w, amp_tensor *b, amp_tensor **out) {
+static amp_status amp_linear_nd(const linear_call *c, amp_tensor *x, amp_tensor *w,
+                                amp_tensor *b, amp_tensor **out) {
+    const char *op = c->op;
     if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", op);
     AMP_TRY(amp_check_tensor(op, "x", x, 0));
     if (x->ndim <= 2)
-        return amp_linear_run(op, node_name, bwd, epilogue, recompute_x, x, w, b, out);
+        return amp_linear_run(c, x, w, b, out);
     AMP_TRY(amp_check_tensor(op, "w", w, 2));
     if (x->shape[x->ndim - 1] != w->shape[1]) {
         char bx[96], bw[96];
@@ -177,11 +193,15 @@ static amp_status amp_linear_nd(const char *op, const char *node_name, amp_backw
                         amp_shape_str(x, bx, sizeof bx), amp_shape_str(w, bw, sizeof bw),
                         (long long)x->shape[x->ndim - 1], (long long)w->shape[1]);
     }
+    /* A write in place since x was made is named on x itself: the flat view made after it
+     * could only say that it cannot be written again. */
+    if (c->recompute_x && x->ctx->grad_enabled && x->node && x->node->regenerate)
+        AMP_TRY(amp_check_recompute_input(op, x));
     int64_t flat[2] = {x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
     amp_tensor *x2, *y2;
     AMP_TRY(amp_reshape(x, 2, flat, &x2));
-    AMP_TRY(amp_linear_run(op, node_name, bwd, epilogue, recompute_x, x2, w, b, &y2));
-    if (recompute_x) amp_tensor_step_drop(x2); /* no reader left: x's data may go with x */
+    AMP_TRY(amp_linear_run(c, x2, w, b, &y2));
+    if (c->recompute_x) amp_tensor_step_drop(x2); /* no reader left: x's data may go with x */
     int64_t shape[AMP_MAX_DIMS];
     for (int k = 0; k < x->ndim - 1; k++) shape[k] = x->shape[k];
     shape[x->ndim - 1] = w->shape[0];
@@ -205,23 +225,27 @@ amp_status amp_linear_ex(amp_tensor *x, amp_tensor *w, amp_tensor *b, const amp_
     if (a < AMP_LINEAR_NONE || a > AMP_LINEAR_GELU_TANH)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.activation = %d, want an amp_linear_act",
                         op, a);
-    return amp_linear_nd(op, names[a], bwds[a], epilogues[a], o->recompute_input, x, w, b, out);
+    linear_call c = {op, names[a], bwds[a], epilogues[a], o->recompute_input, true};
+    return amp_linear_nd(&c, x, w, b, out);
 }
 
 amp_status amp_linear(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
-    return amp_linear_nd("amp_linear", "linear", amp_linear_bwd, AMP_GEMM_EPILOGUE_NONE, false, x,
-                         w, b, out);
+    static const linear_call c = {"amp_linear", "linear", amp_linear_bwd,
+                                  AMP_GEMM_EPILOGUE_NONE, false, false};
+    return amp_linear_nd(&c, x, w, b, out);
 }
 
 amp_status amp_linear_relu(amp_tensor *x, amp_tensor *w, amp_tensor *b, amp_tensor **out) {
-    return amp_linear_nd("amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
-                         AMP_GEMM_EPILOGUE_RELU, false, x, w, b, out);
+    static const linear_call c = {"amp_linear_relu", "linear_relu", amp_linear_relu_bwd,
+                                  AMP_GEMM_EPILOGUE_RELU, false, false};
+    return amp_linear_nd(&c, x, w, b, out);
 }
 
 amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tanh_approximation,
                            amp_tensor **out) {
-    return amp_linear_nd("amp_linear_gelu", tanh_approximation ? "linear_gelu_tanh" : "linear_gelu",
-                         amp_linear_gelu_bwd,
-                         tanh_approximation ? AMP_GEMM_EPILOGUE_GELU_TANH : AMP_GEMM_EPILOGUE_GELU_ERF,
-                         false, x, w, b, out);
+    linear_call c = {"amp_linear_gelu", tanh_approximation ? "linear_gelu_tanh" : "linear_gelu",
+                     amp_linear_gelu_bwd,
+                     tanh_approximation ? AMP_GEMM_EPILOGUE_GELU_TANH : AMP_GEMM_EPILOGUE_GELU_ERF,
+                     false, false};
+    return amp_linear_nd(&c, x, w, b, out);
 }

@@ -57,7 +57,9 @@ amp_status amp_reshape(amp_tensor *x, int ndim, const int64_t *shape, amp_tensor
     amp_tape_node *node;
     AMP_TRY(amp_record(y, "reshape", "x", amp_reshape_bwd, 1, &x, 0, &node));
     amp_node_unread(node, 1u, true); /* the view itself reads x */
-    if (node && x->node && x->node->regenerate) node->regenerate = amp_reshape_regenerate;
+    /* A view of data written since its producer ran cannot be written again by it. */
+    if (node && x->node && x->node->regenerate && *x->version == x->node->out_version)
+        node->regenerate = amp_reshape_regenerate;
     *out = y;
     return AMP_OK;
 }

@@ -56,7 +56,7 @@ amp_status amp_swiglu(amp_tensor *gu, amp_tensor **out) {
  * recorded last): dx and dW of up, then of gate, each reading its part of the projections'
  * gradient; joined, dx is one GEMM over both halves. */
 static amp_status linear_swiglu_bwd(amp_tape_node *node, const amp_tensor *dy) {
-    amp_tensor *x = node->in[0], *wg = node->in[1], *wu = node->in[2];
+    amp_tensor *x = node->in[0], *wg = node->in[1], *wu = node->in[2], *xv = x;
     amp_tensor *g = node->saved[0], *u = node->saved[1]; /* u NULL: g holds both halves */
     const amp_backend *be = dy->backend;
     int64_t n = x->shape[0], in = x->shape[1], f = wg->shape[0], ld = u ? f : 2 * f;
@@ -67,6 +67,8 @@ static amp_status linear_swiglu_bwd(amp_tape_node *node, const amp_tensor *dy) {
     const void *ub = u ? u->data : (const char *)g->data + half;
     void *dub = du ? du->data : (char *)dg->data + half;
     AMP_TRY(AMP_BE(be, swiglu_bwd, g->dtype, n, f, g->data, ub, ld, dy->data, dg->data, dub));
+    /* x's values for the weight gradients: written again where the forward did not keep them */
+    if (*(const bool *)node->aux) AMP_TRY(amp_regenerate_input(x, &xv));
     bool wrote;
     amp_gemm_desc d;
     if (!u) { /* dx = [dG, dU] @ [w_gate; w_up]: one GEMM */
@@ -76,14 +78,15 @@ static amp_status linear_swiglu_bwd(amp_tape_node *node, const amp_tensor *dy) {
         AMP_TRY(amp_gemm_grad(be, amp_gemm_desc_of(false, false, n, in, f, du, f, wu, in, x), x,
                               &wrote));
     }
-    d = amp_gemm_desc_of(true, false, f, in, n, dg, ld, x, in, wu);
+    d = amp_gemm_desc_of(true, false, f, in, n, dg, ld, xv, in, wu);
     d.a = dub;
     AMP_TRY(amp_gemm_grad(be, d, wu, &wrote));
     if (u)
         AMP_TRY(amp_gemm_grad(be, amp_gemm_desc_of(false, false, n, in, f, dg, f, wg, in, x), x,
                               &wrote));
-    AMP_TRY(amp_gemm_grad(be, amp_gemm_desc_of(true, false, f, in, n, dg, ld, x, in, wg), wg,
+    AMP_TRY(amp_gemm_grad(be, amp_gemm_desc_of(true, false, f, in, n, dg, ld, xv, in, wg), wg,
                           &wrote));
+    if (xv != x) amp_tensor_step_release(xv);
     if (du) amp_tensor_step_release(du);
     amp_tensor_step_release(dg);
     return AMP_OK;
@@ -99,9 +102,10 @@ static amp_status linear_swiglu_regenerate(const amp_tape_node *node, amp_tensor
                   into->data);
 }
 
-/* x [n, in] (checked, autocast applied): the projections, y = silu(gate) * up, the node. */
+/* x [n, in] (checked, autocast applied): the projections, y = silu(gate) * up, the node, which
+ * keeps x unless recompute_x (its producer writes it again for the weight gradients). */
 static amp_status linear_swiglu_run(const char *op, amp_tensor *x, amp_tensor *wg, amp_tensor *wu,
-                                    amp_tensor **out) {
+                                    bool recompute_x, amp_tensor **out) {
     int64_t n = x->shape[0], in = x->shape[1], f = wg->shape[0];
     size_t half = (size_t)f * amp_dtype_size(x->dtype);
     /* [w_gate; w_up] one [2F, in] matrix (consecutive parameters): one GEMM into [n, 2F] */
@@ -120,10 +124,12 @@ static amp_status linear_swiglu_run(const char *op, amp_tensor *x, amp_tensor *w
                         op));
     amp_tensor *inputs[3] = {x, wg, wu};
     amp_tape_node *node;
-    AMP_TRY(amp_record(y, "linear_swiglu", "x w_gate w_up", linear_swiglu_bwd, 3, inputs, 0,
-                       &node));
-    amp_node_unread(node, 0u, true); /* its GEMMs read x and both weights, never y */
+    AMP_TRY(amp_record(y, "linear_swiglu", "x w_gate w_up", linear_swiglu_bwd, 3, inputs,
+                       sizeof(bool), &node));
+    /* its GEMMs read x (unless written again) and both weights, never y */
+    amp_node_unread(node, recompute_x ? 1u : 0u, true);
     if (node) {
+        *(bool *)node->aux = recompute_x;
         amp_node_save(node, 0, g, joined ? "gate and up" : "gate");
         amp_node_save(node, 1, u, "up");
         node->regenerate = linear_swiglu_regenerate;
@@ -132,10 +138,9 @@ static amp_status linear_swiglu_run(const char *op, amp_tensor *x, amp_tensor *w
     return AMP_OK;
 }
 
-amp_status amp_linear_swiglu(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up,
-                             amp_tensor **out) {
-    static const char op[] = "amp_linear_swiglu";
-    AMP_CHECK_ARG(out);
+static amp_status linear_swiglu(const char *op, amp_tensor *x, amp_tensor *w_gate,
+                                amp_tensor *w_up, bool recompute_x, amp_tensor **out) {
+    if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", op);
     AMP_TRY(amp_check_tensor(op, "x", x, 0));
     AMP_TRY(amp_check_tensor(op, "w_gate", w_gate, 2));
     AMP_TRY(amp_check_tensor(op, "w_up", w_up, 2));
@@ -152,9 +157,14 @@ amp_status amp_linear_swiglu(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up
     AMP_TRY(amp_check_same_dtype(op, io[0], io[2]));
     x = io[0];
     int64_t in = x->shape[x->ndim - 1], rows = x->numel / in;
+    bool records = x->ctx->grad_enabled &&
+                   (x->requires_grad || io[1]->requires_grad || io[2]->requires_grad);
+    /* x itself, not the flat view: a view made after a write in place could not tell */
+    if (recompute_x && records) AMP_TRY(amp_check_recompute_input(op, x));
     amp_tensor *x2 = x, *y2;
     if (x->ndim != 2) AMP_TRY(amp_reshape(x, 2, (const int64_t[]){rows, in}, &x2));
-    AMP_TRY(linear_swiglu_run(op, x2, io[1], io[2], &y2));
+    AMP_TRY(linear_swiglu_run(op, x2, io[1], io[2], recompute_x, &y2));
+    if (recompute_x && x2 != x) amp_tensor_step_drop(x2); /* no reader left: x's data may go */
     if (x->ndim == 2) {
         *out = y2;
         return AMP_OK;
@@ -165,4 +175,19 @@ amp_status amp_linear_swiglu(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up
     AMP_TRY(amp_reshape(y2, x->ndim, shape, out));
     amp_tensor_step_drop(y2); /* the view reads it: it goes when the caller drops the view */
     return AMP_OK;
+}
+
+amp_status amp_linear_swiglu(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up,
+                             amp_tensor **out) {
+    return linear_swiglu("amp_linear_swiglu", x, w_gate, w_up, false, out);
+}
+
+amp_status amp_linear_swiglu_ex(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up,
+                                const amp_linear_opts *o, amp_tensor **out) {
+    static const char op[] = "amp_linear_swiglu_ex";
+    if (!o) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'opts' is NULL", op);
+    if (o->activation != AMP_LINEAR_NONE)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: opts.activation = %d: the SwiGLU is this op's "
+                        "activation, want AMP_LINEAR_NONE", op, (int)o->activation);
+    return linear_swiglu(op, x, w_gate, w_up, o->recompute_input, out);
 }

@@ -37,10 +37,15 @@ amp_status amp_linear_gelu(amp_tensor *x, amp_tensor *w, amp_tensor *b, bool tan
                            amp_tensor **out);
 /* The three above as one op with options: the activation, and recompute_input (selective
  * recomputation, llm.c's -r): x is not kept for the backward, which writes it again from its
- * producer when w's gradient needs it. x must be amp_norm's or amp_linear_swiglu's output
- * (directly or through amp_reshape) in the dtype the GEMM reads (AMP_NORM_OUT_FOR_LINEAR under
- * O1), else AMP_ERR_INVALID_ARG; drop x after the call (amp_tensor_drop) for its memory to go back at once.
- * The same values and gradients, bit for bit, one more norm pass in backward. */
+ * producer when w's gradient needs it. x must be the output of amp_norm, of amp_linear_swiglu
+ * or of amp_linear_ex with a GELU (directly or through amp_reshape), in the dtype the GEMM
+ * reads (AMP_NORM_OUT_FOR_LINEAR under O1), and not written in place since it was made, else
+ * AMP_ERR_INVALID_ARG; drop x after the call (amp_tensor_drop) for its memory to go back at
+ * once. The same values and gradients, bit for bit, one more norm, SwiGLU or GELU pass in
+ * backward. A GELU here is always GELU(z) of the rounded z, the unary kernel's bits (on CUDA
+ * never cuBLASLt's fused GELU_AUX_BIAS, which amp_linear_gelu may take: 2 m n s more bytes of
+ * traffic than it), so that a reader can write it again exactly and a model gives the same bits
+ * with and without recomputation on either backend. */
 typedef enum amp_linear_act {
     AMP_LINEAR_NONE = 0,
     AMP_LINEAR_RELU,
@@ -69,6 +74,11 @@ amp_status amp_linear_ex(amp_tensor *x, amp_tensor *w, amp_tensor *b, const amp_
 amp_status amp_swiglu(amp_tensor *gu, amp_tensor **out);
 amp_status amp_linear_swiglu(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up,
                              amp_tensor **out);
+/* amp_linear_swiglu with amp_linear_ex's options: recompute_input as there (x not kept, written
+ * again by its producer, amp_norm's under the Llama, for the weight gradients); activation
+ * must be AMP_LINEAR_NONE (the SwiGLU is the activation). */
+amp_status amp_linear_swiglu_ex(amp_tensor *x, amp_tensor *w_gate, amp_tensor *w_up,
+                                const amp_linear_opts *opts, amp_tensor **out);
 /* y = a @ b: a [m, k], b [k, n]. */
 amp_status amp_matmul(amp_tensor *a, amp_tensor *b, amp_tensor **out);
 /* x [n, c_in, h, w], w [c_out, c_in, kh, kw], b [c_out] or NULL. */

@@ -26,16 +26,16 @@
  *    cuBLASLt does not take: its half operand is widened to f32 first, exactly). The product and
  *    bias (its rounded values in f32) go into an f32 scratch [m, n] (beta != 0 first widens C
  *    into it), which is rounded into C once, with the ReLU, in one pass.
- * A GELU epilogue (tanh form, direct route, one product, aux ld a multiple of 8) is cuBLASLt's
- * GELU_AUX_BIAS (GELU_AUX without a bias): aux gets the pre-activation, the same bits as the
- * bias epilogue writes, and C cuBLASLt's GELU of the unrounded value in one pass over the
- * output, within a few units of C's last place of amp_gelu(aux) (core/backend.h), which a GPU
- * run should confirm for the real library. The erf form, the other routes and a heuristic that
- * offers no algorithm run the GEMM into aux with the bias epilogue and then the unary GELU
- * kernel from aux into C (amp_gelu's bits): 2 m n s more bytes of traffic and a launch. The
- * backward's GELU derivative is the binary GELU_BWD kernel in nn/ on both routes, not cuBLASLt's
- * DGELU: DGELU belongs to the next layer's input-gradient GEMM, a fusion across two tape nodes
- * that holds only when the GELU output has that one consumer.
+ * A GELU epilogue (tanh form, not gelu_exact, direct route, one product, aux ld a multiple of 8) is
+ * cuBLASLt's GELU_AUX_BIAS (GELU_AUX without a bias): aux gets the pre-activation, the same bits as
+ * the bias epilogue writes, and C cuBLASLt's GELU of the unrounded value in one pass over the
+ * output, within a few units of C's last place of amp_gelu(aux) (core/backend.h), which a GPU run
+ * should confirm for the real library. The erf form, the other routes and a heuristic that offers
+ * no algorithm run the GEMM into aux with the bias epilogue and then the unary GELU kernel from aux
+ * into C (amp_gelu's bits): 2 m n s more bytes of traffic and a launch. The backward's GELU
+ * derivative is the binary GELU_BWD kernel in nn/ on both routes, not cuBLASLt's DGELU: DGELU
+ * belongs to the next layer's input-gradient GEMM, a fusion across two tape nodes that holds only
+ * when the GELU output has that one consumer.
  * When no algorithm takes the bias epilogue, an f32 result gets the bias (and ReLU) from a
  * separate pass (for an f32 C in place, a second f32 rounding), and a half C takes the scratch
  * route, so it is still rounded once.
@@ -469,13 +469,14 @@ static amp_status gemm_run(const amp_gemm_desc *d, void *scratch[SCR_N], amp_dev
 
 static amp_status gemm_empty(const amp_gemm_desc *d, void *scratch[SCR_N], amp_device_ctx *dev);
 
-/* cuBLASLt's GELU_AUX[_BIAS] can run d: the tanh form, C written directly (f32 or the inputs'
- * dtype), one product, an aux leading dimension that is a multiple of 8 and an aux aligned to
- * 16 bytes (cuBLASLt's requirements for the pre-activation). */
+/* cuBLASLt's GELU_AUX[_BIAS] can run d: the tanh form, not gelu_exact, C written directly (f32
+ * or the inputs' dtype), one product, an aux leading dimension that is a multiple of 8 and an
+ * aux aligned to 16 bytes (cuBLASLt's requirements for the pre-activation). */
 static bool gemm_gelu_eligible(const amp_gemm_desc *d) {
     bool direct = d->a_dtype == d->b_dtype && (d->c_dtype == AMP_F32 || d->c_dtype == d->a_dtype);
-    return d->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH && direct && d->batch <= 1 &&
-           d->ldc % 8 == 0 && ((uintptr_t)d->aux & 15u) == 0 && d->n > 0 && d->k > 0;
+    return d->epilogue == AMP_GEMM_EPILOGUE_GELU_TANH && !d->gelu_exact && direct &&
+           d->batch <= 1 && d->ldc % 8 == 0 && ((uintptr_t)d->aux & 15u) == 0 && d->n > 0 &&
+           d->k > 0;
 }
 
 /* C = GELU(aux) with the unary entry's kernel (the same bits as amp_gelu), dense rows at once
