@@ -257,7 +257,9 @@ amp_status amp_llama_loss(amp_model *m, amp_tensor *idx, amp_tensor *targets, am
     if (!l) return AMP_ERR_INVALID_ARG;
     amp_tensor *logits;
     amp_status s = amp_model_forward(m, idx, &logits);
-    return s == AMP_OK ? amp_lm_loss(logits, targets, l->cfg.vocab_size, loss) : s;
+    if (s == AMP_OK) s = amp_lm_loss(logits, targets, l->cfg.vocab_size, loss);
+    /* nobody reads the logits again: the backward writes their gradient in their place */
+    return s == AMP_OK ? amp_tensor_drop(logits) : s;
 }
 
 amp_status amp_llama_forward_last(amp_model *m, amp_tensor *idx, amp_tensor **logits) {

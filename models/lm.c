@@ -24,7 +24,10 @@ amp_status amp_lm_loss(amp_tensor *logits, amp_tensor *targets, int64_t vocab, a
     if (s == AMP_OK) s = amp_reshape(targets, 1, (int64_t[]){rows}, &flat_t);
     amp_xent_options o = amp_xent_defaults();
     o.classes = vocab;
-    return s == AMP_OK ? amp_cross_entropy_ex(flat_l, flat_t, &o, loss) : s;
+    if (s == AMP_OK) s = amp_cross_entropy_ex(flat_l, flat_t, &o, loss);
+    /* The flat view is this call's: when the caller drops the logits too, the backward writes
+     * their gradient over them (nn/autograd.h: amp_grad_over_input). */
+    return s == AMP_OK ? amp_tensor_drop(flat_l) : s;
 }
 
 static bool below_2d(const char *name, const amp_tensor *p, void *user) {

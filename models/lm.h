@@ -19,7 +19,10 @@ int64_t amp_lm_padded_vocab(int64_t vocab);
 
 /* The mean cross-entropy of the next tokens: logits [B, T, V_padded] against targets [B, T]
  * (i32; -100 ignored, as PyTorch's), over the first `vocab` columns only (llm.c's classifier:
- * the padded columns are never scored and get no gradient; amp_xent_options.classes). */
+ * the padded columns are never scored and get no gradient; amp_xent_options.classes). Drop
+ * the logits after it (amp_tensor_drop) when nothing reads them again, as amp_gpt_loss and
+ * amp_llama_loss do: the backward then writes their gradient in their place, one [B, T,
+ * V_padded] tensor less at its peak (llm.c's classifier). */
 amp_status amp_lm_loss(amp_tensor *logits, amp_tensor *targets, int64_t vocab, amp_tensor **loss);
 
 /* nanoGPT's configure_optimizers (Llama trainers use the same): AdamW, betas 0.9 and 0.95, eps

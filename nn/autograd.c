@@ -170,6 +170,44 @@ amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t) {
     return amp_grad_accumulate(t, dy, 1.0f);
 }
 
+/* Whether t's data can become t's gradient: t and every tensor whose data it views were
+ * dropped by their callers (amp_tensor_drop: nobody reads them again), each is read by one
+ * thing only (t by the node now running, each base by the view below it), the data is the base's
+ * own in this region, all of it (no narrower view), and the graph goes with this backward. */
+static amp_tensor *amp_grad_over_owner(const amp_tensor *t) {
+    amp_ctx *ctx = t->ctx;
+    if (!ctx->bw_releases || ctx->recompute_depth > 0 || !t->requires_grad || t->grad_written)
+        return NULL;
+    amp_tensor *o = (amp_tensor *)t;
+    for (;;) {
+        if ((o->flags & (AMP_TENSOR_STEP | AMP_TENSOR_KEPT | AMP_TENSOR_DROPPED)) !=
+                (AMP_TENSOR_STEP | AMP_TENSOR_DROPPED) ||
+            o->data_readers != 1 || o->data != t->data ||
+            amp_tensor_nbytes(o) != amp_tensor_nbytes(t))
+            return NULL;
+        if (!o->view_of) break;
+        o = o->view_of;
+    }
+    if (!(o->flags & AMP_TENSOR_ARENA_DATA) ||
+        !amp_arena_holds_since(&ctx->data_arena, ctx->region_mark, o->data))
+        return NULL;
+    return o;
+}
+
+amp_status amp_grad_over_input(amp_tensor *t, amp_tensor **grad) {
+    *grad = NULL;
+    amp_tensor *owner = amp_grad_over_owner(t);
+    if (!owner) return AMP_OK;
+    AMP_TRY(amp_tensor_step_over(t, t->dtype, t->data, &t->grad));
+    /* The data is the gradient's now: given back when the gradient's last reader is done (as a
+     * backward's temporary), never by its first owner. */
+    owner->flags &= (uint16_t)~AMP_TENSOR_ARENA_DATA;
+    t->grad->flags |= AMP_TENSOR_BW_TEMP | AMP_TENSOR_ARENA_DATA;
+    t->grad_written = true;
+    *grad = t->grad;
+    return AMP_OK;
+}
+
 amp_status amp_autograd_walk(amp_ctx *ctx, int from, const char *where, bool observed) {
     const amp_backward_observer *obs = observed ? ctx->bw_observer : NULL;
     void *user = ctx->bw_observer_user;

@@ -120,6 +120,14 @@ amp_status amp_grad_accumulate_cast(amp_tensor *t, const amp_tensor *src);
  * instead of copying it, as PyTorch hands a view's gradient back; otherwise as accumulate. */
 amp_status amp_grad_pass(amp_tape_node *node, amp_tensor *t);
 
+/* For a backward that reads each element of its input t once, before writing t's gradient in
+ * its place (cross-entropy's, as llm.c's fused classifier writes dlogits over the logits):
+ * *grad is t's gradient over t's own data when nothing can read t again (t and the tensors it
+ * views dropped by their callers, read by this node alone, the graph not retained, t's first
+ * contribution), else NULL (write the gradient as usual, amp_grad_begin). The same values
+ * either way; one [rows, classes] tensor less at the backward's peak. */
+amp_status amp_grad_over_input(amp_tensor *t, amp_tensor **grad);
+
 /* A view of x (nn/ops_shape.c): a step struct over x's data from element `at`, of another shape
  * (numel from it), sharing x's version counter; not recorded (the caller records it). */
 amp_status amp_view_step(amp_tensor *x, int ndim, const int64_t *shape, int64_t at,

@@ -33,6 +33,11 @@ amp_status amp_mean(amp_tensor *x, amp_tensor **out) {
 static amp_status amp_xent_bwd(amp_tape_node *node, const amp_tensor *dy) {
     amp_tensor *logits = node->in[0], *labels = node->in[1];
     const amp_xent_desc *d = node->aux;
+    amp_tensor *over;
+    AMP_TRY(amp_grad_over_input(logits, &over));
+    if (over) /* dlogits over the logits: the kernel reads each element before writing it */
+        return AMP_BE(dy->backend, xent_bwd, d, logits->data, labels->data,
+                      node->saved[0]->data, dy->data, over->data);
     amp_grad_sink s;
     AMP_TRY(amp_grad_begin(logits, &s));
     if (s.buf)

@@ -5,7 +5,9 @@
  *    stats; then the losses' total over 256 double lanes and their tree, in one thread (rows
  *    terms, nothing next to the rows * classes exps).
  *  - Backward: rows in parallel, the softmax recomputed from the logits and the saved
- *    logsumexp in vector loops; nothing of size rows * classes is kept between the two.
+ *    logsumexp in vector loops; nothing of size rows * classes is kept between the two. A half
+ *    row is widened whole before anything is written and an f32 one is written element by
+ *    element after its read, so dlogits may be the logits.
  * A row's padding columns (after its classes) are not read by the forward; the backward writes
  * their gradient 0. A label outside [0, classes) other than ignore_index fails naming its row,
  * checked before anything is written. */

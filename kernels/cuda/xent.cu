@@ -116,6 +116,8 @@ static __global__ void xent_total_kernel(amp_xent_desc d, const int32_t *labels,
     }
 }
 
+/* Each thread reads an element's logit before writing its gradient there: dlogits may be the
+ * logits (core/backend_kernels.def). */
 template <amp_dtype D>
 static __global__ void xent_bwd_kernel(amp_xent_desc d, const void *logits, const int32_t *labels,
                                        const float *stats, const float *dloss, void *dlogits,
