@@ -228,6 +228,10 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     for (int k = 0; k < AMP_MEM_N_KINDS && k < BENCH_MEM_N_KINDS; k++)
         row->mem_peak_nbytes[k] = (int64_t)peak.bytes[k];
     row->mem_peak_total_nbytes = (int64_t)peak.total;
+    /* The host's peak so far, before the counted step below, which runs without recomputation
+     * and would otherwise give a recomputed row the peak of a row without it. */
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) row->host_peak_rss_nbytes = (int64_t)ru.ru_maxrss * 1024;
 
     /* One step counted: its FLOPs and how often the host waited (the loss's read after the
      * count is amp-bench's, not the step's). The model's FLOPs, PaLM's MFU: a recomputation's
@@ -265,8 +269,6 @@ static amp_status measure(const bench_cfg *c, bench_state *b, bench_row *row) {
     }
     amp_scaler_state st;
     row->skipped_steps = amp_scaler_get_state(b->opt, 0, &st) == AMP_OK ? st.skipped_steps : 0;
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) == 0) row->host_peak_rss_nbytes = (int64_t)ru.ru_maxrss * 1024;
     return AMP_OK;
 }
 
