@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "amp/amp.h"
-#include "core/half.h"
 #include "gradcheck_run.h"
 #include "test_devices.h"
+#include "test_tensors.h"
 
 /* y [b, h, t, d] of q [b, h, t, d] over k, v [b, kvh, s, d] in float64: query head hh reads
  * key/value head hh / (h / kvh); causal aligned to the end; len[b] valid keys (NULL: s). */
@@ -101,21 +101,7 @@ static gc_case cases[] = {
 
 /* A leaf of dt [n] with values sin(a i) * 1.5, requiring grad. */
 static amp_tensor *leaf(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, double a) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *f = malloc((size_t)n * sizeof *f);
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    if (!f || !h) abort();
-    for (int64_t i = 0; i < n; i++) {
-        f[i] = (float)(sin(a * (double)(i + 1)) * 1.5);
-        h[i] = amp_f32_to_bf16_bits(f[i]);
-    }
-    amp_tensor *t = NULL;
-    CHECK_OK(amp_tensor_from_host(ctx, dt, ndim, shape, dt == AMP_F32 ? (void *)f : (void *)h, &t));
-    CHECK_OK(amp_tensor_set_requires_grad(t, true));
-    free(f);
-    free(h);
-    return t;
+    return test_sin_leaf(ctx, dt, ndim, shape, a, 1.5, 0.0);
 }
 
 static bool same(amp_tensor *a, amp_tensor *b, const char *what, const char *cs) {

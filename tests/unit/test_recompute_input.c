@@ -15,44 +15,14 @@
 
 #include "amp/amp.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "test_devices.h"
+#include "test_tensors.h"
 #include "test_util.h"
 
 #define NAME "test_recompute_input"
 enum { B = 3, T = 5, C = 24, F = 40, N_LEAVES = 8 };
 
-static amp_tensor *leaf(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, double a,
-                        double scale, double offset) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *f = malloc((size_t)n * sizeof *f);
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    if (!f || !h) abort();
-    for (int64_t i = 0; i < n; i++) {
-        f[i] = (float)(sin(a * (double)(i + 1)) * scale + offset);
-        h[i] = amp_f32_to_bf16_bits(f[i]);
-    }
-    amp_tensor *t = NULL;
-    CHECK_OK(amp_tensor_from_host(ctx, dt, ndim, shape, dt == AMP_F32 ? (void *)f : (void *)h, &t));
-    CHECK_OK(amp_tensor_set_requires_grad(t, true));
-    free(f);
-    free(h);
-    return t;
-}
 
-/* FNV-1a of a tensor's bytes; 0 for none. */
-static uint64_t hash_of(const amp_tensor *t) {
-    if (!t) return 0;
-    size_t n = (size_t)amp_tensor_numel(t) * amp_dtype_size(amp_tensor_dtype(t));
-    unsigned char *h = malloc(n);
-    if (!h) abort();
-    CHECK_OK(amp_tensor_to_host(t, h, n));
-    uint64_t v = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) v = (v ^ h[i]) * 0x100000001b3ull;
-    free(h);
-    return v;
-}
 
 typedef enum mlp_kind { MLP_GPT, MLP_GPT_TANH, MLP_LLAMA, MLP_LLAMA_SPLIT } mlp_kind;
 static const char *const mlp_names[] = {"GPT MLP (erf GELU)", "GPT MLP (tanh GELU)",
@@ -68,18 +38,18 @@ static amp_tensor *add_leaf(mlp *m, amp_tensor *t) { return m->leaf[m->n_leaves+
 
 static void mlp_make(amp_ctx *ctx, mlp_kind kind, amp_dtype dt, mlp *m) {
     memset(m, 0, sizeof *m);
-    add_leaf(m, leaf(ctx, dt, 3, (const int64_t[]){B, T, C}, 0.31, 1.5, 0.2));
-    add_leaf(m, leaf(ctx, AMP_F32, 1, (const int64_t[]){C}, 0.7, 0.2, 1.0));
+    add_leaf(m, test_sin_leaf(ctx, dt, 3, (const int64_t[]){B, T, C}, 0.31, 1.5, 0.2));
+    add_leaf(m, test_sin_leaf(ctx, AMP_F32, 1, (const int64_t[]){C}, 0.7, 0.2, 1.0));
     if (kind == MLP_GPT || kind == MLP_GPT_TANH) {
-        add_leaf(m, leaf(ctx, AMP_F32, 1, (const int64_t[]){C}, 0.9, 0.1, 0.0));
-        add_leaf(m, leaf(ctx, dt, 2, (const int64_t[]){F, C}, 0.17, 0.4, 0.0));
-        add_leaf(m, leaf(ctx, dt, 1, (const int64_t[]){F}, 0.23, 0.3, 0.0));
-        add_leaf(m, leaf(ctx, dt, 2, (const int64_t[]){C, F}, 0.19, 0.3, 0.0));
-        add_leaf(m, leaf(ctx, dt, 1, (const int64_t[]){C}, 0.29, 0.1, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, AMP_F32, 1, (const int64_t[]){C}, 0.9, 0.1, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, dt, 2, (const int64_t[]){F, C}, 0.17, 0.4, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, dt, 1, (const int64_t[]){F}, 0.23, 0.3, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, dt, 2, (const int64_t[]){C, F}, 0.19, 0.3, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, dt, 1, (const int64_t[]){C}, 0.29, 0.1, 0.0));
     } else {
         /* gate rows 0..F-1, up rows F.. (one GEMM) or F+1.. (never adjacent: two GEMMs) */
-        add_leaf(m, leaf(ctx, dt, 2, (const int64_t[]){2 * F + 1, C}, 0.17, 0.4, 0.0));
-        add_leaf(m, leaf(ctx, dt, 2, (const int64_t[]){C, F}, 0.19, 0.3, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, dt, 2, (const int64_t[]){2 * F + 1, C}, 0.17, 0.4, 0.0));
+        add_leaf(m, test_sin_leaf(ctx, dt, 2, (const int64_t[]){C, F}, 0.19, 0.3, 0.0));
     }
 }
 
@@ -140,7 +110,7 @@ static void check_bits(amp_ctx *ctx, mlp_kind kind, amp_dtype dt) {
         amp_tensor *y = NULL;
         CHECK_OK(mlp_forward(kind, &m, r == 1, &y));
         if (y) {
-            out[r] = hash_of(y);
+            out[r] = test_tensor_hash(y);
             backward_of(ctx, y);
         }
         n_leaves = m.n_leaves;
@@ -149,7 +119,7 @@ static void check_bits(amp_ctx *ctx, mlp_kind kind, amp_dtype dt) {
             CHECK_OK(amp_tensor_get_grad(m.leaf[i], &g));
             CHECK_MSG(g != NULL, "%s %s: leaf %d has no gradient", mlp_names[kind],
                       amp_dtype_name(dt), i);
-            grad[r][i] = hash_of(g);
+            grad[r][i] = test_tensor_hash(g);
         }
         amp_ctx_reset_step(ctx);
         mlp_free(&m);

@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "amp/amp.h"
-#include "core/half.h"
 #include "gradcheck_run.h"
 #include "test_devices.h"
+#include "test_tensors.h"
 
 static double silu(double a) { return a / (1.0 + exp(-a)); }
 
@@ -63,21 +63,7 @@ static gc_case cases[] = {
 
 static amp_tensor *leaf(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, double a,
                         double scale) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *f = malloc((size_t)n * sizeof *f);
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    if (!f || !h) abort();
-    for (int64_t i = 0; i < n; i++) {
-        f[i] = (float)(sin(a * (double)(i + 1)) * scale);
-        h[i] = dt == AMP_F16 ? amp_f32_to_f16_bits(f[i]) : amp_f32_to_bf16_bits(f[i]);
-    }
-    amp_tensor *t = NULL;
-    CHECK_OK(amp_tensor_from_host(ctx, dt, ndim, shape, dt == AMP_F32 ? (void *)f : (void *)h, &t));
-    CHECK_OK(amp_tensor_set_requires_grad(t, true));
-    free(f);
-    free(h);
-    return t;
+    return test_sin_leaf(ctx, dt, ndim, shape, a, scale, 0.0);
 }
 
 static void same(amp_tensor *a, amp_tensor *b, const char *what, const char *cs) {

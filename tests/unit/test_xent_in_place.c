@@ -16,8 +16,8 @@
 #include "amp/amp.h"
 #include "amp/models/lm.h"
 #include "core/ctx.h"
-#include "core/half.h"
 #include "test_devices.h"
+#include "test_tensors.h"
 #include "test_util.h"
 
 #define NAME "test_xent_in_place"
@@ -30,35 +30,7 @@ typedef struct mode {
     bool drop, keep, retain, other;
 } mode;
 
-static amp_tensor *leaf(amp_ctx *ctx, amp_dtype dt, int ndim, const int64_t *shape, double a,
-                        double scale) {
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *f = malloc((size_t)n * sizeof *f);
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    if (!f || !h) abort();
-    for (int64_t i = 0; i < n; i++) {
-        f[i] = (float)(sin(a * (double)(i + 1)) * scale);
-        h[i] = amp_f32_to_bf16_bits(f[i]);
-    }
-    amp_tensor *t = NULL;
-    CHECK_OK(amp_tensor_from_host(ctx, dt, ndim, shape, dt == AMP_F32 ? (void *)f : (void *)h, &t));
-    CHECK_OK(amp_tensor_set_requires_grad(t, true));
-    free(f);
-    free(h);
-    return t;
-}
 
-static uint64_t hash_of(const amp_tensor *t) {
-    size_t n = (size_t)amp_tensor_numel(t) * amp_dtype_size(amp_tensor_dtype(t));
-    unsigned char *h = malloc(n);
-    if (!h) abort();
-    CHECK_OK(amp_tensor_to_host(t, h, n));
-    uint64_t v = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) v = (v ^ h[i]) * 0x100000001b3ull;
-    free(h);
-    return v;
-}
 
 /* The gradient of a leaf, and twice it (an f32 leaf: doubling is exact). */
 static void grad_hashes(amp_tensor *t, uint64_t *once, uint64_t *twice) {
@@ -96,8 +68,8 @@ static void run(amp_device dev, amp_dtype dt, mode m, result *r) {
     amp_ctx *ctx = NULL;
     CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = dev, .seed = 1}, &ctx));
     int64_t padded = amp_lm_padded_vocab(VOCAB);
-    amp_tensor *x = leaf(ctx, AMP_F32, 3, (const int64_t[]){B, T, C}, 0.37, 1.0);
-    amp_tensor *w = leaf(ctx, AMP_F32, 2, (const int64_t[]){padded, C}, 0.11, 0.5);
+    amp_tensor *x = test_sin_leaf(ctx, AMP_F32, 3, (const int64_t[]){B, T, C}, 0.37, 1.0, 0.0);
+    amp_tensor *w = test_sin_leaf(ctx, AMP_F32, 2, (const int64_t[]){padded, C}, 0.11, 0.5, 0.0);
     int32_t labels[B * T];
     for (int i = 0; i < B * T; i++) labels[i] = (i * 37) % VOCAB;
     labels[5] = -100; /* an ignored position */
@@ -107,7 +79,7 @@ static void run(amp_device dev, amp_dtype dt, mode m, result *r) {
     CHECK_OK(amp_cast(w, dt, &wh));
     CHECK_OK(amp_linear(xh, wh, NULL, &logits));
     r->logits_bytes = (size_t)amp_tensor_numel(logits) * amp_dtype_size(dt);
-    uint64_t forward_bits = hash_of(logits);
+    uint64_t forward_bits = test_tensor_hash(logits);
     if (m.other) CHECK_OK(amp_mul(logits, logits, &sq));
     CHECK_OK(amp_lm_loss(logits, targets, VOCAB, &loss));
     if (m.other) {
@@ -118,14 +90,14 @@ static void run(amp_device dev, amp_dtype dt, mode m, result *r) {
     }
     if (m.drop) CHECK_OK(amp_tensor_drop(logits));
     if (m.keep) CHECK_OK(amp_tensor_keep(logits));
-    r->loss = hash_of(loss);
+    r->loss = test_tensor_hash(loss);
     amp_backward_opts bo = {.retain_graph = m.retain};
     CHECK_OK(amp_backward_with(loss, &bo));
     r->peak = ctx->data_arena.step_peak;
     grad_hashes(x, &r->dx, &r->dx2);
     grad_hashes(w, &r->dw, &r->dw2);
     if (m.keep)
-        CHECK_MSG(hash_of(logits) == forward_bits, "%s: logits the caller kept changed in the "
+        CHECK_MSG(test_tensor_hash(logits) == forward_bits, "%s: logits the caller kept changed in the "
                   "backward", amp_dtype_name(dt));
     if (m.retain) { /* the second backward must find the logits as the forward left them */
         bo.retain_graph = false;
