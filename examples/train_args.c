@@ -66,7 +66,8 @@ static void train_usage(FILE *f) {
             "  --lr-decay-steps N (where the cosine reaches --min-lr; default --max-steps: a run\n"
             "  stopped early and resumed keeps its schedule only when N stays the same)\n"
             "  --grad-clip 1.0 (0: none) --max-steps 2000 --eval-every 0 (and at the end)\n"
-            "  --eval-batches 20 --sample N (tokens printed at the end) --temperature 1 --top-k 0\n"
+            "  --eval-batches 20 (0: no evaluation) --sample N (tokens printed at the end)\n"
+            "  --temperature 1 --top-k 0\n"
             "  --tokenizer FILE  llm.c's tokenizer .bin (gpt2_tokenizer.bin for GPT-2's BPE): the\n"
             "                    sample starts at its end-of-text token and prints as text; without\n"
             "                    one a vocabulary of 256 prints as bytes, a larger one as ids\n"
@@ -258,7 +259,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         case 1009: if (parse_number(name, optarg, 0, 1e3, &v)) return -1; a->weight_decay = (float)v; break;
         case 1010: if (parse_number(name, optarg, 0, 1e6, &v)) return -1; a->grad_clip = (float)v; break;
         case 1011: if (parse_int(name, optarg, 0, 1000000000000, &i)) return -1; a->eval_every = i; break;
-        case 1012: if (parse_int(name, optarg, 1, 1000000, &i)) return -1; a->eval_batches = i; break;
+        case 1012: if (parse_int(name, optarg, 0, 1000000, &i)) return -1; a->eval_batches = i; break;
         case 1013: if (parse_int(name, optarg, 0, 10000000, &i)) return -1; a->sample = i; break;
         case 1014: if (parse_number(name, optarg, 1e-3, 1e3, &v)) return -1; a->temperature = (float)v; break;
         case 1015: if (parse_int(name, optarg, 0, 65536, &i)) return -1; a->top_k = (int)i; break;
@@ -367,6 +368,10 @@ int train_args_parse(int argc, char **argv, train_args *a) {
     if (!lm && lm_option) {
         fprintf(stderr, "amp-train: --%s is an option of --model gpt and llama, not of --model "
                 "%s\n", lm_option, a->model);
+        return -1;
+    }
+    if (a->eval_only && a->eval_batches == 0) {
+        fprintf(stderr, "amp-train: --eval-only evaluates: give --eval-batches 1 or more\n");
         return -1;
     }
     if (lm && image_option) {

@@ -373,7 +373,7 @@ int amp_train_lm(const train_args *a) {
                    stepped ? "" : " (skipped)", dt * 1e3, tokens / dt, 100 * mfu);
         TRY(stop_signal_agree(comm, &stop, NULL)); /* SIGTERM: save after this step, exit 0 */
         bool eval_now = a->eval_every && (step + 1) % a->eval_every == 0;
-        if (!stop && (eval_now || step + 1 == max_steps)) {
+        if (!stop && a->eval_batches > 0 && (eval_now || step + 1 == max_steps)) {
             TRY(evaluate(sh, model, comm, val, B, b, rank * b, T, a->eval_batches, x, y, hx, hy,
                          &val_loss));
             if (a->json) printf("{\"step\": %lld, \"val_loss\": %.17g}\n", (long long)step + 1, val_loss);

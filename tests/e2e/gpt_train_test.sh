@@ -104,6 +104,16 @@ evaluated=$(tail -n 1 "$work/eval_only.json")
 check "--eval-only: $evaluated, want steps 12 and val_loss $trained" \
     grep -q "\"steps\": 12, \"train_loss\": null, \"val_loss\": $trained," <<<"$evaluated"
 check "--eval-only saved a checkpoint" test "$(ls "$work/resume-O0/straight" | grep -c step-)" -eq 1
+# --eval-batches 0: the steps without an evaluation (val_loss null); --eval-only refuses it
+"$train" "${tiny[@]}" "${sched[@]}" --opt-level O0 --max-steps 2 --eval-batches 0 \
+    >"$work/no_eval.json" 2>&1
+check "--eval-batches 0: $(tail -n 1 "$work/no_eval.json" | head -c 300)" \
+    grep -q '"steps": 2, "train_loss": [0-9.]*, "val_loss": null,' <(tail -n 1 "$work/no_eval.json")
+check "--eval-batches 0 printed a validation loss" \
+    bash -c '! grep -q "\"step\": 2, \"val_loss\"" "$1"' _ "$work/no_eval.json"
+"$train" "${tiny[@]}" --eval-only --eval-batches 0 >/dev/null 2>"$work/no_eval_only.err" || true
+check "--eval-only --eval-batches 0: $(head -c 200 "$work/no_eval_only.err")" \
+    grep -q "eval-only evaluates: give --eval-batches 1 or more" "$work/no_eval_only.err"
 # a resume without the shape options: the checkpoint's model_args give them
 "$train" --model gpt --data "$work/data" --batch-size 4 --threads 2 --eval-batches 2 --json \
     --opt-level O0 --eval-only --checkpoint-dir "$work/resume-O0/straight" --resume latest \
