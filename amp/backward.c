@@ -46,6 +46,12 @@ amp_status amp_found_inf_agree(amp_state *st, int loss_id) {
     return obs->agree_found_inf(st->ctx->bw_observer_user, st->found_inf + loss_id, 1);
 }
 
+amp_status amp_sum_over_ranks(amp_state *st, float *hi, const float *lo, int n) {
+    const amp_backward_observer *obs = st->ctx->bw_observer;
+    if (!obs || !obs->sum_over_ranks) return AMP_OK;
+    return obs->sum_over_ranks(st->ctx->bw_observer_user, hi, lo, n);
+}
+
 /* Parameter i's gradient, unscaled with 1/scale, into dst (f32), flagging inf/NaN. */
 static amp_status amp_unscale_into(amp_state *st, const amp_tensor *p, float scale, float *dst,
                                    int loss_id) {

@@ -87,9 +87,10 @@ void amp_opt_state_reset(amp_state *st, amp_opt_state *os);
  * a half gradient (O3) that still needs multiplying by `factor`, the step's half_grad_scale
  * (host mode; the device mode keeps it on the device). */
 typedef struct amp_grad_view {
-    void *data;
+    void *data;   /* under ZeRO: the start of this rank's piece */
     amp_dtype dtype;
     float factor; /* what the stored values still need multiplying by */
+    int64_t numel; /* the piece's elements (the parameter's, unless sharded) */
 } amp_grad_view;
 amp_grad_view amp_grad_view_of(amp_opt_state *os, int i);
 
@@ -98,6 +99,10 @@ amp_status amp_found_inf_peek(const amp_state *st, int loss_id, bool *found);
 amp_status amp_found_inf_take(amp_state *st, int loss_id, bool *found);
 /* Makes loss_id's flag the same on every rank (the maximum) when a DDP watches the context. */
 amp_status amp_found_inf_agree(amp_state *st, int loss_id);
+/* hi[j] = the sum over the ranks of hi[j] + lo[j] (n backend f32 pairs: ZeRO's shards' sums of
+ * squares and what their rounding dropped), added in f64 and rounded once, the same bits on
+ * every rank, when a DDP watches the context; else nothing. */
+amp_status amp_sum_over_ranks(amp_state *st, float *hi, const float *lo, int n);
 /* Whether an inf/NaN skips the step for loss_id: its scaler checks overflow, or skip_nonfinite. */
 bool amp_loss_checks(const amp_state *st, int loss_id);
 

@@ -45,14 +45,18 @@ static amp_status amp_unscale_deferred(amp_state *st, amp_opt_state *os) {
         amp_tensor *p = opt->params[i];
         if (!p->grad || !p->grad_written) continue;
         amp_dtype g_dt = p->grad->dtype;
-        if (st->masters)
-            s = amp_grad_lists_add(&unscale, g_dt, p->numel, p->grad->data,
-                                   amp_optimizer_master_grad(opt, i));
-        else if (g_dt == AMP_F32 && !scale_one)
-            s = amp_grad_lists_add(&unscale, g_dt, p->numel, p->grad->data, p->grad->data);
-        else if (check)
-            s = amp_grad_lists_add(&nonfinite, g_dt, p->numel, p->grad->data, NULL);
+        /* Under ZeRO only this rank's piece: the ranks' flags are agreed after the pass. */
+        int64_t n = amp_optimizer_piece_numel(opt, i);
+        void *g = (char *)p->grad->data +
+                  (size_t)amp_optimizer_piece_lo(opt, i) * amp_dtype_size(g_dt);
         if (!st->masters && amp_is_half(g_dt)) os->in.half_grad_scale = inv;
+        if (n == 0) continue;
+        if (st->masters)
+            s = amp_grad_lists_add(&unscale, g_dt, n, g, amp_optimizer_master_grad(opt, i));
+        else if (g_dt == AMP_F32 && !scale_one)
+            s = amp_grad_lists_add(&unscale, g_dt, n, g, g);
+        else if (check)
+            s = amp_grad_lists_add(&nonfinite, g_dt, n, g, NULL);
     }
     for (int k = 0; s == AMP_OK && k < 3; k++) {
         const amp_grad_list *u = &unscale.list[k], *c = &nonfinite.list[k];
@@ -93,29 +97,39 @@ static amp_status amp_clip_device(amp_state *st, amp_opt_state *os, float max_no
     const amp_backend *be = st->ctx->backend;
     amp_scaler_dev *dev = &st->scaler_dev[0];
     amp_tensor *sq;
-    int64_t three = 3;
-    AMP_TRY(amp_tensor_step(st->ctx, AMP_F32, 1, &three, &sq));
-    float *parts = sq->data; /* [0] f32 sum of squares, [1] half, [2] scratch overflow flag */
+    int64_t five = 5;
+    AMP_TRY(amp_tensor_step(st->ctx, AMP_F32, 1, &five, &sq));
+    /* [0] f32 sum of squares, [1] half, [2] scratch overflow flag, [3] and [4] what the
+     * roundings of [0] and [1] to f32 dropped (ZeRO's sum over the ranks adds it back) */
+    float *parts = sq->data;
     amp_grad_lists lists;
     AMP_TRY(amp_grad_lists_init(&lists, opt->n_params));
     amp_status s = AMP_OK;
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
         if (!amp_optimizer_param_stepped(opt, &os->in, i)) continue;
         amp_grad_view g = amp_grad_view_of(os, i);
-        s = amp_grad_lists_add(&lists, g.dtype, opt->params[i]->numel, g.data, (float *)g.data);
+        if (g.numel) s = amp_grad_lists_add(&lists, g.dtype, g.numel, g.data, (float *)g.data);
     }
     const amp_grad_list *f32 = &lists.list[0], *f16 = &lists.list[1], *bf16 = &lists.list[2];
     if (s == AMP_OK && f16->n && bf16->n)
         s = amp_fail(AMP_ERR_UNSUPPORTED, "amp_clip_grad_norm: f16 and bf16 gradients in one step "
                      "(amp casts a model to one half type)");
     const amp_grad_list *half = f16->n ? f16 : bf16;
+    /* Under ZeRO each rank sums the squares of its pieces, and the norm is taken of the sum
+     * over the ranks (never of one shard's): both sums always exist then, as zeros where a rank
+     * holds no gradient of that dtype, so every rank makes the same call below. */
+    bool sharded = amp_optimizer_sharded(opt);
+    if (s == AMP_OK && sharded) s = be->memset_zero(be->dev, parts, 5 * sizeof(float));
     if (s == AMP_OK && f32->n)
-        s = AMP_BE(be, sum_squares_multi, AMP_F32, f32->n, f32->numel, f32->src, parts);
+        s = AMP_BE(be, sum_squares_multi, AMP_F32, f32->n, f32->numel, f32->src, parts,
+                   sharded ? parts + 3 : NULL);
     if (s == AMP_OK && half->n)
-        s = AMP_BE(be, sum_squares_multi, half->dtype, half->n, half->numel, half->src, parts + 1);
+        s = AMP_BE(be, sum_squares_multi, half->dtype, half->n, half->numel, half->src, parts + 1,
+                   sharded ? parts + 4 : NULL);
+    if (s == AMP_OK && sharded) s = amp_sum_over_ranks(st, parts, parts + 3, 2);
     if (s == AMP_OK)
-        s = AMP_BE(be, scaler_clip, dev, f32->n ? parts : NULL, half->n ? parts + 1 : NULL,
-                   max_norm);
+        s = AMP_BE(be, scaler_clip, dev, f32->n || sharded ? parts : NULL,
+                   half->n || sharded ? parts + 1 : NULL, max_norm);
     amp_step_scalars coef = {.grad_scale = &dev->clip_coef};
     if (s == AMP_OK && f32->n) {
         s = be->memset_zero(be->dev, parts + 2, sizeof(float));
@@ -138,6 +152,8 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
                         "> 0", (double)max_norm);
     AMP_TRY(amp_unscale(opt));
     if (st->device_scaler) return amp_clip_device(st, os, max_norm, norm_out);
+    AMP_TRY(amp_optimizer_check_unsharded(__func__, opt, "the host's clip (several losses or "
+                                          "optimizers)"));
     const amp_backend *be = st->ctx->backend;
     amp_tensor *sq;
     int64_t one = 1;
@@ -159,7 +175,7 @@ amp_status amp_clip_grad_norm(amp_optimizer *opt, float max_norm, float *norm_ou
         const amp_grad_list *l = &lists.list[k];
         if (!l->n) continue;
         float part;
-        s = AMP_BE(be, sum_squares_multi, l->dtype, l->n, l->numel, l->src, sq->data);
+        s = AMP_BE(be, sum_squares_multi, l->dtype, l->n, l->numel, l->src, sq->data, NULL);
         if (s == AMP_OK) s = be->copy_to_host(be->dev, &part, sq->data, sizeof part);
         double f = l->dtype == AMP_F32 ? 1.0 : (double)half_factor;
         total += (double)part * f * f;

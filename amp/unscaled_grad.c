@@ -18,12 +18,15 @@ static bool amp_is_half(amp_dtype dt) { return dt == AMP_F16 || dt == AMP_BF16; 
 amp_grad_view amp_grad_view_of(amp_opt_state *os, int i) {
     amp_optimizer *opt = os->opt;
     amp_tensor *p = opt->params[i];
+    int64_t n = amp_optimizer_piece_numel(opt, i);
     if (amp_optimizer_has_masters(opt))
-        return (amp_grad_view){amp_optimizer_master_grad(opt, i), AMP_F32, 1.0f};
-    if (os->in.grad_source && os->in.grad_source[i])
-        return (amp_grad_view){os->in.grad_source[i], AMP_F32, 1.0f};
+        return (amp_grad_view){amp_optimizer_master_grad(opt, i), AMP_F32, 1.0f, n};
+    if (os->in.grad_source && os->in.grad_source[i]) /* never sharded (amp_ddp_create) */
+        return (amp_grad_view){os->in.grad_source[i], AMP_F32, 1.0f, n};
     amp_dtype dt = p->grad->dtype;
-    return (amp_grad_view){p->grad->data, dt, amp_is_half(dt) ? os->in.half_grad_scale : 1.0f};
+    char *piece = (char *)p->grad->data +
+                  (size_t)amp_optimizer_piece_lo(opt, i) * amp_dtype_size(dt);
+    return (amp_grad_view){piece, dt, amp_is_half(dt) ? os->in.half_grad_scale : 1.0f, n};
 }
 
 amp_status amp_unscaled_grad_to_host(amp_optimizer *opt, const amp_tensor *param, float *host,
@@ -33,6 +36,7 @@ amp_status amp_unscaled_grad_to_host(amp_optimizer *opt, const amp_tensor *param
     AMP_TRY(amp_state_of(__func__, opt, &st, &os));
     AMP_CHECK_ARG(param);
     AMP_CHECK_ARG(host);
+    AMP_TRY(amp_optimizer_check_unsharded(__func__, opt, "a whole unscaled gradient"));
     int i = 0;
     while (i < opt->n_params && opt->params[i] != param) i++;
     if (i == opt->n_params)

@@ -58,6 +58,9 @@ amp_status amp_checkpoint_save(const char *dir, int64_t step, amp_model *m, amp_
     AMP_CHECK_ARG(m);
     AMP_TRY(amp_model_check_root("amp_checkpoint_save", m));
     if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_save", opt));
+    if (opt)
+        AMP_TRY(amp_optimizer_check_unsharded("amp_checkpoint_save", opt,
+                                              "a checkpoint (amp_ddp_checkpoint_save gathers it)"));
     const amp_checkpoint_opts *o = opts ? opts : &amp_ckpt_no_opts;
     if (opt && opt->model != m)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_checkpoint_save: the optimizer was not created "
@@ -167,6 +170,9 @@ amp_status amp_checkpoint_load(const char *path, amp_model *m, amp_optimizer *op
     AMP_CHECK_ARG(m);
     AMP_TRY(amp_model_check_root("amp_checkpoint_load", m));
     if (opt) AMP_TRY(amp_optimizer_check_usable("amp_checkpoint_load", opt));
+    if (opt)
+        AMP_TRY(amp_optimizer_check_unsharded("amp_checkpoint_load", opt,
+                                              "a checkpoint (amp_ddp_checkpoint_load shards it)"));
     /* Between a backward and its step the load would change the weights under gradients made
      * for the old ones and then be refused at the scaler: refused first, nothing changed. */
     if (opt) AMP_TRY(amp_scaler_state_settable("amp_checkpoint_load", opt));

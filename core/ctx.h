@@ -139,6 +139,10 @@ typedef struct amp_backward_observer {
      * known, before anything is decided from them: DDP makes every rank's flags their maximum,
      * so that all ranks skip the same steps. NULL: nothing to agree with. */
     amp_status (*agree_found_inf)(void *user, float *found_inf, int n);
+    /* hi[j] = the sum over the ranks of hi[j] + lo[j] (n backend f32 pairs), in f64 with one
+     * rounding, the same bits on every rank: ZeRO's partial sums of squares for the clipping
+     * norm. NULL: one rank. */
+    amp_status (*sum_over_ranks)(void *user, float *hi, const float *lo, int n);
 } amp_backward_observer;
 
 /* How nn/ all-reduces without knowing parallel/ (ctx->collective). Both calls are collective:

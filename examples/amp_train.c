@@ -202,7 +202,8 @@ int main(int argc, char **argv) {
     /* After amp_initialize (Apex's order); a world of one needs no DDP. */
     if (world > 1)
         TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm,
-                                                       .allreduce_always_fp32 = a.allreduce_fp32},
+                                                       .allreduce_always_fp32 = a.allreduce_fp32,
+                                                       .zero_stage = a.zero_stage},
                            &ddp));
     TRY(amp_get_options(opt, &amp_opts));
     /* A level that uses no half type (O0) names none, as amp_initialize's options block. */
@@ -214,10 +215,11 @@ int main(int argc, char **argv) {
            (long long)a.batch_size, a.opt_level, half ? " " : "", half ? half : "",
            amp_ctx_backend_name(ctx));
     if (world > 1)
-        fprintf(g_text, "amp-train: %d processes (DDP, %d bucket(s)%s%s), %d thread(s) each, a "
+        fprintf(g_text, "amp-train: %d processes (DDP, %d bucket(s)%s%s%s), %d thread(s) each, a "
                "global batch of %lld (%lld each)\n", world, amp_ddp_n_buckets(ddp),
                a.sync_bn ? ", SyncBatchNorm" : "", a.allreduce_fp32 ? ", f32 all-reduce" : "",
-               threads, (long long)(batch * world * a.accumulate), (long long)batch);
+               amp_ddp_zero_stage(ddp) ? ", ZeRO-1: the optimizer sharded" : "", threads,
+               (long long)(batch * world * a.accumulate), (long long)batch);
 
     int64_t steps = 0, samples = 0, saved_at = -1;
     uint64_t allocs_warm = 0, allocs_end = 0; /* system allocations after the first 3 steps, end */
@@ -356,7 +358,7 @@ int main(int argc, char **argv) {
                "\"skipped_steps\": %lld, \"peak_step_bytes\": %zu, \"peak_rss_mb\": %.1f, "
                "\"peak_backend_mb\": %.1f, \"skip_nonfinite\": %s, \"backend\": \"%s\", "
                "\"system_allocs_steady\": %lld, \"world_size\": %d, \"accumulate\": %lld, "
-               "\"sync_bn\": %s, \"stopped\": %s}\n",
+               "\"sync_bn\": %s, \"zero_stage\": %d, \"stopped\": %s}\n",
                a.model, a.optimizer, epochs_run, (long long)steps, (long long)a.batch_size,
                (double)a.lr, (unsigned long long)a.seed, epoch_loss, acc,
                train_seconds > 0 ? global_samples / train_seconds : 0.0, a.opt_level,
@@ -365,7 +367,8 @@ int main(int argc, char **argv) {
                amp_opts.skip_nonfinite == AMP_OPT_TRUE ? "true" : "false",
                amp_ctx_backend_name(ctx),
                steps > 3 ? (long long)(allocs_end - allocs_warm) : -1LL, world,
-               (long long)a.accumulate, a.sync_bn ? "true" : "false", g_stop ? "true" : "false");
+               (long long)a.accumulate, a.sync_bn ? "true" : "false", amp_ddp_zero_stage(ddp),
+               g_stop ? "true" : "false");
     }
     exit_code = 0;
 fail:

@@ -44,6 +44,8 @@ static void train_usage(FILE *f) {
             "                           losses divided by K (under mpirun: all-reduced once)\n"
             "  --sync-bn                under mpirun: batch norm statistics over every rank's batch\n"
             "  --allreduce-fp32         under mpirun: half gradients all-reduced in f32\n"
+            "  --zero 1                 under mpirun: each process keeps and steps only its shard\n"
+            "                           of the optimizer state and masters (ZeRO stage 1)\n"
             "  --batch-per-process      under mpirun: --batch-size is each process's batch (the\n"
             "                           global batch grows with the processes) instead of the\n"
             "                           global batch split over them\n"
@@ -155,6 +157,7 @@ int train_args_parse(int argc, char **argv, train_args *a) {
         {"init-weights", required_argument, 0, 'W'}, {"device", required_argument, 0, 'D'},
         {"log-every", required_argument, 0, 'L'}, {"accumulate", required_argument, 0, 'A'},
         {"sync-bn", no_argument, 0, 'B'},          {"allreduce-fp32", no_argument, 0, 'F'},
+        {"zero", required_argument, 0, 1022},
         {"batch-per-process", no_argument, 0, 'G'}, {"allow-tf32", no_argument, 0, 'T'},
         {"nondeterministic", no_argument, 0, 'Z'},
         {"n-layer", required_argument, 0, 1000},  {"n-head", required_argument, 0, 1001},
@@ -277,6 +280,13 @@ int train_args_parse(int argc, char **argv, train_args *a) {
                         optarg);
                 return -1;
             }
+            break;
+        case 1022:
+            if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "2")) {
+                fprintf(stderr, "amp-train: --zero '%s': want 0, 1 or 2\n", optarg);
+                return -1;
+            }
+            a->zero_stage = atoi(optarg); /* the library says which stages it has */
             break;
         case 1100: a->llama_config = optarg; break;
         case 1101:

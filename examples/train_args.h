@@ -35,6 +35,7 @@ typedef struct train_args {
     const char *init_weights; /* a safetensors file of weights to start from (PyTorch's, ...) */
     bool sync_bn;          /* --sync-bn: batch norm statistics over every rank's batch (DDP) */
     bool allreduce_fp32;   /* --allreduce-fp32: half gradients all-reduced in f32 */
+    int zero_stage;        /* --zero N: ZeRO's stage under mpirun (0: DDP) */
     int64_t accumulate;    /* --accumulate K: micro-batches per optimizer step (default 1) */
     bool allow_tf32;       /* --allow-tf32: f32 GEMMs and convolutions in TF32 on CUDA */
     bool nondeterministic; /* --nondeterministic: cuDNN may pick non-deterministic algorithms */

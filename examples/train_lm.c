@@ -266,7 +266,8 @@ int amp_train_lm(const train_args *a) {
     if (a->init_weights) TRY(lm_model_init_weights(sh, a->init_weights, model, opt));
     if (world > 1)
         TRY(amp_ddp_create(model, opt, &(amp_ddp_opts){.comm = comm,
-                                                       .allreduce_always_fp32 = a->allreduce_fp32},
+                                                       .allreduce_always_fp32 = a->allreduce_fp32,
+                                                       .zero_stage = a->zero_stage},
                            &ddp));
     int64_t step = 0;
     const char *model_args_key = LM_MODEL_ARGS_KEY, *model_args_value = sh->model_args;
@@ -293,7 +294,7 @@ int amp_train_lm(const train_args *a) {
     if (sched.warmup_steps > decay_steps) sched.warmup_steps = decay_steps;
     lm_model_describe(sh, model, describe, sizeof describe);
     fprintf(text, "amp-train: %s; %lld + %lld tokens from %s; batch %lld x %lld x %lld "
-            "accumulated; O%d%s%s; backend %s%s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
+            "accumulated; O%d%s%s; backend %s%s%s%s; %s GEMM peak %.1f GFLOP/s\n", describe,
             (long long)amp_tokens_count(train),
             (long long)amp_tokens_count(val), a->data_dir, (long long)B, (long long)T,
             (long long)a->accumulate, a->opt_level, a->opt_level ? (a->bf16 ? " bf16" : " fp16") : "",
@@ -301,7 +302,8 @@ int amp_train_lm(const train_args *a) {
             : a->recompute == AMP_RECOMPUTE_SELECTIVE ? ", the norms' outputs recomputed"
                                                       : "",
             amp_ctx_backend_name(ctx), world > 1 ? ", DDP over the processes" : "",
-            world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "", amp_dtype_name(compute),
+            world > 1 && a->allreduce_fp32 ? ", f32 all-reduce" : "",
+            amp_ddp_zero_stage(ddp) ? ", ZeRO-1" : "", amp_dtype_name(compute),
             peak);
     size_t bytes = (size_t)(b * T) * sizeof *hx, offset = (size_t)(rank * b * T);
     double loss_avg = NAN, val_loss = NAN, total_s = 0, total_tok = 0;
@@ -409,7 +411,8 @@ int amp_train_lm(const train_args *a) {
                "\"tokens_per_sec\": %.1f, \"opt_level\": \"O%d\", \"half_type\": \"%s\", "
                "\"parameters\": %lld, \"peak_backend_mb\": %.1f, \"peak_rss_mb\": %.1f, "
                "\"world_size\": %d, \"batch_size\": %lld, \"accumulate\": %lld, "
-               "\"recompute\": \"%s\", \"backend\": \"%s\", \"stopped\": %s}\n", a->model,
+               "\"recompute\": \"%s\", \"zero_stage\": %d, \"backend\": \"%s\", \"stopped\": %s}\n",
+               a->model,
                (long long)step, train_json, val_json,
                total_s > 0 ? total_tok / total_s : 0.0, a->opt_level,
                a->opt_level ? (a->bf16 ? "bf16" : "fp16") : "none",
@@ -418,7 +421,7 @@ int amp_train_lm(const train_args *a) {
                a->recompute == AMP_RECOMPUTE_FULL        ? "full"
                : a->recompute == AMP_RECOMPUTE_SELECTIVE ? "selective"
                                                          : "none",
-               amp_ctx_backend_name(ctx), stop ? "true" : "false");
+               amp_ddp_zero_stage(ddp), amp_ctx_backend_name(ctx), stop ? "true" : "false");
     exit_code = 0;
 fail:
     if (exit_code && amp_comm_is_distributed(comm)) amp_comm_abort(comm, exit_code); /* peers wait */

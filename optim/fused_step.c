@@ -138,7 +138,7 @@ static void amp_fused_fill(const amp_optimizer *opt, const amp_fused_key *k,
         amp_fused_key ki = amp_fused_key_of(opt, i, &target[i]);
         bool member = !skip[i] && amp_fused_key_eq(k, &ki);
         const amp_optim_target *t = &target[i];
-        l->numel[i] = member ? opt->params[i]->numel : 0;
+        l->numel[i] = member ? amp_optimizer_piece_numel(opt, i) : 0;
         l->grad[i] = member ? (void *)t->grad : NULL;
         l->f32[i] = member ? t->param : NULL;
         l->half[i] = member ? t->half_copy : NULL;
@@ -187,6 +187,10 @@ static amp_status amp_fused_check(const amp_optimizer *opt, const amp_fused_key 
 amp_status amp_optimizer_apply(amp_optimizer *opt, const amp_optim_inputs *in) {
     AMP_CHECK_ARG(opt);
     AMP_CHECK_ARG(in);
+    if (amp_optimizer_sharded(opt) && !opt->shard_gather)
+        return amp_fail(AMP_ERR_STATE, "amp_optimizer_step: the optimizer is sharded (ZeRO) and "
+                        "the DDP that gathers its ranks' updates was freed; free the optimizer "
+                        "too, or make it anew");
     int n = opt->n_params;
     for (int i = 0; i < n; i++)
         if (amp_optimizer_param_stepped(opt, in, i)) AMP_TRY(amp_optimizer_check_grad(opt, in, i));
@@ -200,7 +204,9 @@ amp_status amp_optimizer_apply(amp_optimizer *opt, const amp_optim_inputs *in) {
                                                      "host memory for %d parameters", n);
     int stepped = 0, n_calls = 0;
     for (int i = 0; s == AMP_OK && i < n; i++) {
-        skip[i] = !amp_optimizer_param_stepped(opt, in, i);
+        /* Under ZeRO a parameter none of whose elements are this rank's is not stepped here. */
+        skip[i] = !amp_optimizer_param_stepped(opt, in, i) ||
+                  amp_optimizer_piece_numel(opt, i) == 0;
         if (skip[i]) continue;
         s = amp_optimizer_update_begin(opt, in, i, &target[i]);
         stepped++;
@@ -247,6 +253,9 @@ amp_status amp_optimizer_apply(amp_optimizer *opt, const amp_optim_inputs *in) {
     free(target);
     free(skip);
     free(lead);
+    /* ZeRO: every rank gathers the others' pieces, also where this rank stepped none (the
+     * gather is collective). */
+    if (s == AMP_OK && opt->shard_gather) s = opt->shard_gather(opt->shard_gather_user, opt);
     if (s == AMP_OK && !in->outcome_on_device) opt->n_steps++;
     return s;
 }

@@ -85,7 +85,7 @@ amp_tensor *amp_optimizer_master(const amp_optimizer *opt, int i) {
 
 float *amp_optimizer_master_grad(amp_optimizer *opt, int i) {
     if (!amp_optimizer_has_masters(opt) || i < 0 || i >= opt->n_params) return NULL;
-    return opt->master_grads[i]->data;
+    return opt->master_grads[i] ? opt->master_grads[i]->data : NULL; /* an empty piece has none */
 }
 
 /* Parameter i's data from its master; the checks of amp_optimizer_masters_check passed. */
@@ -102,6 +102,7 @@ amp_status amp_optimizer_masters_to_params(amp_optimizer *opt) {
     AMP_CHECK_ARG(opt);
     if (opt->masters != AMP_OPTIM_MASTERS_PERSISTENT)
         return amp_fail(AMP_ERR_STATE, "%s: the optimizer keeps no master weights", __func__);
+    AMP_TRY(amp_optimizer_check_unsharded(__func__, opt, "writing every weight from its master"));
     for (int i = 0; i < opt->n_params; i++) {
         char label[160];
         amp_optimizer_param_label(opt, i, label, sizeof label);
@@ -118,7 +119,13 @@ amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const ch
         return amp_fail(AMP_ERR_DTYPE, "parameter %s is %s; master weights update f32, f16 or "
                                        "bf16 parameters",
                         label, amp_dtype_name(p->dtype));
-    if (p->numel != m->numel || !amp_same_shape(p, m)) {
+    if (amp_optimizer_sharded(opt)) { /* a piece: a flat run of the parameter's elements */
+        int64_t piece = amp_optimizer_piece_numel(opt, i);
+        if ((m ? m->numel : 0) != piece || opt->shard_hi[i] > p->numel)
+            return amp_fail(AMP_ERR_SHAPE, "parameter %s has %lld elements, its master piece "
+                            "[%lld, %lld)", label, (long long)p->numel,
+                            (long long)opt->shard_lo[i], (long long)opt->shard_hi[i]);
+    } else if (p->numel != m->numel || !amp_same_shape(p, m)) {
         char ps[64], ms[64];
         return amp_fail(AMP_ERR_SHAPE, "parameter %s is %s, its master %s", label,
                         amp_shape_str(p, ps, sizeof ps), amp_shape_str(m, ms, sizeof ms));
@@ -140,6 +147,8 @@ amp_status amp_optimizer_masters_check(const amp_optimizer *opt, int i, const ch
 static void amp_optim_keep_cast_current(const amp_optimizer *opt, const amp_tensor *p,
                                         amp_optim_target *t) {
     amp_ctx *ctx = p->ctx;
+    /* A sharded step writes only its piece of the copy; the rest would be stale. */
+    if (amp_optimizer_sharded(opt)) return;
     amp_cast_shadow *sh = amp_cast_shadow_find(ctx, p, ctx->autocast.half);
     amp_dtype other = ctx->autocast.half == AMP_F16 ? AMP_BF16 : AMP_F16;
     (void)other; /* a copy in the other half dtype goes stale with the write's version */
@@ -159,12 +168,15 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs
                                       amp_optim_target *t) {
     amp_tensor *p = opt->params[i];
     *t = (amp_optim_target){.half_dtype = AMP_F32, .grad_scale = 1.0f};
+    /* Under ZeRO the update starts at this rank's piece (the state and masters hold only it). */
+    int64_t lo = amp_optimizer_piece_lo(opt, i);
+    size_t p_off = (size_t)lo * amp_dtype_size(p->dtype);
     if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT) {
         t->grad = opt->master_grads[i]->data;
         t->grad_dtype = AMP_F32;
         t->param = opt->master_views[i]->data; /* an f32 parameter gets it in update_end */
         if (amp_optim_is_half(p->dtype)) {
-            t->half_copy = p->data;
+            t->half_copy = (char *)p->data + p_off;
             t->half_dtype = p->dtype;
         }
         return AMP_OK;
@@ -173,7 +185,7 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs
         t->grad = in->grad_source[i];
         t->grad_dtype = AMP_F32;
     } else {
-        t->grad = p->grad->data;
+        t->grad = (char *)p->grad->data + (size_t)lo * amp_dtype_size(p->grad->dtype);
         t->grad_dtype = p->grad->dtype;
         if (amp_optim_is_half(t->grad_dtype)) {
             t->grad_scale = in->half_grad_scale;
@@ -181,11 +193,11 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs
         }
     }
     if (amp_optim_is_half(p->dtype)) { /* O3: the half parameter is the only copy */
-        t->half_copy = p->data;
+        t->half_copy = (char *)p->data + p_off;
         t->half_dtype = p->dtype;
         return AMP_OK;
     }
-    t->param = p->data;
+    t->param = (float *)p->data + lo;
     amp_optim_keep_cast_current(opt, p, t);
     return AMP_OK;
 }
@@ -194,8 +206,9 @@ amp_status amp_optimizer_update_end(amp_optimizer *opt, int i, const amp_optim_t
     amp_tensor *p = opt->params[i];
     if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT && p->dtype == AMP_F32) {
         amp_tensor_mark_written(p);
-        return opt->backend->copy(opt->backend->dev, p->data, opt->master_views[i]->data,
-                                  amp_tensor_nbytes(p));
+        float *piece = (float *)p->data + amp_optimizer_piece_lo(opt, i);
+        return opt->backend->copy(opt->backend->dev, piece, opt->master_views[i]->data,
+                                  (size_t)amp_optimizer_piece_numel(opt, i) * sizeof(float));
     }
     /* The kept copy the update wrote in the same pass holds the new values as well. */
     amp_cast_shadow *sh = t->half_copy && opt->masters == AMP_OPTIM_MASTERS_NONE && p->dtype == AMP_F32

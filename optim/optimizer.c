@@ -75,7 +75,8 @@ amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, am
     *block = NULL;
     *views = NULL;
     int64_t total = 0;
-    for (int i = 0; i < opt->n_params; i++) total += amp_optim_padded(opt->params[i]->numel);
+    for (int i = 0; i < opt->n_params; i++)
+        total += amp_optim_padded(amp_optimizer_piece_numel(opt, i));
     total *= per_param;
     if (total == 0) return AMP_OK;
     size_t nbytes = (size_t)total * sizeof(float);
@@ -89,11 +90,17 @@ amp_status amp_optimizer_alloc_views(const amp_optimizer *opt, int per_param, am
     int64_t offset = 0;
     for (int i = 0; s == AMP_OK && i < opt->n_params; i++) {
         const amp_tensor *p = opt->params[i];
+        int64_t piece = amp_optimizer_piece_numel(opt, i);
         for (int j = 0; s == AMP_OK && j < per_param; j++) {
             amp_tensor **view = &v[i * per_param + j];
-            s = amp_tensor_view(p->ctx, AMP_F32, p->ndim, p->shape, base + offset, view);
+            /* A shard's piece is a flat run of the parameter's elements; an empty one has no
+             * view. */
+            if (amp_optimizer_sharded(opt) && piece == 0) continue;
+            s = amp_optimizer_sharded(opt)
+                    ? amp_tensor_view(p->ctx, AMP_F32, 1, &piece, base + offset, view)
+                    : amp_tensor_view(p->ctx, AMP_F32, p->ndim, p->shape, base + offset, view);
             if (s == AMP_OK) (*view)->backend = opt->backend;
-            offset += amp_optim_padded(p->numel);
+            offset += amp_optim_padded(piece);
         }
     }
     if (s != AMP_OK) {
@@ -197,6 +204,8 @@ void amp_optimizer_free(amp_optimizer *opt) {
     free(opt->has_state);
     free(opt->param_steps);
     free(opt->group_of);
+    free(opt->shard_lo);
+    free(opt->shard_hi);
     amp_ledger_free(ctx, opt->dev_steps);
     free(opt);
     amp_ctx_drop(ctx);

@@ -86,10 +86,51 @@ struct amp_optimizer {
     int n_groups;
     amp_param_group_opts groups[AMP_OPTIM_MAX_GROUPS];
     int *group_of;
+    /* ZeRO (optim/shard.c): this rank steps elements [shard_lo[i], shard_hi[i]) of parameter
+     * i, and its state, masters and master gradients hold only those (NULL: every parameter
+     * whole). After each update, shard_gather (set by the sharding layer) gives every rank the
+     * others' updated elements. */
+    int64_t *shard_lo, *shard_hi;
+    amp_status (*shard_gather)(void *user, amp_optimizer *opt);
+    void *shard_gather_user;
     /* What it held was freed under it ("its model", "a parameter tensor"): every later call is
      * refused (amp_optimizer_check_usable), nothing reads the freed memory. */
     const char *lost;
 };
+
+/* The elements of parameter i this rank steps: [lo, lo + numel) of it (all of it unless
+ * sharded). */
+int64_t amp_optimizer_piece_lo(const amp_optimizer *opt, int i);
+int64_t amp_optimizer_piece_numel(const amp_optimizer *opt, int i);
+bool amp_optimizer_sharded(const amp_optimizer *opt);
+
+/* ZeRO (optim/shard.c): from now on this rank steps only elements [lo[i], hi[i]) of each
+ * parameter i (lo[i] == hi[i]: none), and keeps only those of the optimizer state, the masters
+ * and the master gradients, copied from the whole ones; gather (user) runs after each update.
+ * Piece starts are multiples of 32 elements (an empty piece's may be anything), so every pointer
+ * into a piece stays 64-byte aligned. Refused for LAMB (its trust ratios need whole-tensor
+ * norms), for an optimizer that is sharded already, and for bounds outside a parameter; on
+ * failure nothing changed. */
+amp_status amp_optimizer_shard(amp_optimizer *opt, const int64_t *lo, const int64_t *hi,
+                               amp_status (*gather)(void *user, amp_optimizer *opt), void *user);
+/* For a checkpoint of a sharded optimizer: unshard_begin sets the pieces aside and gives the
+ * optimizer whole state and master views (zeros; the master gradients stay pieces), so that it
+ * reads as unsharded (a save fills them first, a load fills them); unshard_end puts the pieces
+ * back, after copying this rank's elements out of the whole views when take_whole (a load), and
+ * frees the whole views; it puts them back also when that copy fails (a device fault), and says
+ * so. Between the two no step may run. */
+typedef struct amp_optimizer_pieces {
+    int64_t *shard_lo, *shard_hi;
+    void *state_data, *master_data;
+    amp_tensor **state, **master_views;
+} amp_optimizer_pieces;
+amp_status amp_optimizer_unshard_begin(amp_optimizer *opt, amp_optimizer_pieces *kept);
+amp_status amp_optimizer_unshard_end(amp_optimizer *opt, amp_optimizer_pieces *kept,
+                                     bool take_whole);
+/* What a message says of a sharded optimizer that a call cannot serve: AMP_OK when not sharded,
+ * else AMP_ERR_UNSUPPORTED naming `who` and `what` cannot be done on one rank's shard. */
+amp_status amp_optimizer_check_unsharded(const char *who, const amp_optimizer *opt,
+                                         const char *what);
 
 /* AMP_OK when opt is there and holds nothing that was freed; else the error for `who`. */
 amp_status amp_optimizer_check_usable(const char *who, const amp_optimizer *opt);
@@ -151,8 +192,9 @@ bool amp_optimizer_has_masters(const amp_optimizer *opt);
  * into it, then calls amp_optimizer_masters_to_params). NULL without persistent masters or for
  * an index out of range. */
 amp_tensor *amp_optimizer_master(const amp_optimizer *opt, int i);
-/* Parameter i's f32 master gradient, numel of the parameter, 64-byte aligned, backend memory:
- * what the step reads. NULL without masters or out of range. */
+/* Parameter i's f32 master gradient, numel of the parameter (of its piece under ZeRO), 64-byte
+ * aligned, backend memory: what the step reads. NULL without masters, out of range, or for an
+ * empty piece. */
 float *amp_optimizer_master_grad(amp_optimizer *opt, int i);
 /* Writes every parameter's data from its master: rounded to nearest even into a half parameter,
  * copied into an f32 one (after a checkpoint load into the masters, or to fill a freshly cast

@@ -139,6 +139,11 @@ static amp_status amp_ddp_check_opts(const amp_ddp_opts *o) {
     if (o->gradient_predivide_factor < 0 || o->gradient_predivide_factor != o->gradient_predivide_factor)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_ddp_create: gradient_predivide_factor %g: want "
                         "> 0 (0: 1)", (double)o->gradient_predivide_factor);
+    if (o->zero_stage < 0 || o->zero_stage > 1)
+        return amp_fail(o->zero_stage == 2 ? AMP_ERR_UNSUPPORTED : AMP_ERR_INVALID_ARG,
+                        "amp_ddp_create: zero_stage %d: want 0 (DDP) or 1 (sharded optimizer "
+                        "state)%s", o->zero_stage,
+                        o->zero_stage == 2 ? "; stage 2 (sharded gradients) is not built yet" : "");
     if (o->first_bucket_bytes > o->bucket_bytes && o->bucket_bytes)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_ddp_create: first_bucket_bytes %zu > "
                         "bucket_bytes %zu", o->first_bucket_bytes, o->bucket_bytes);
@@ -172,6 +177,7 @@ static amp_status amp_ddp_init(amp_ddp *d, const amp_ddp_opts *o) {
     if (!host && amp_comm_is_distributed(d->comm)) AMP_TRY(amp_ddp_coll_create(d));
     AMP_TRY(amp_ddp_broadcast_state(d));
     if (d->comm->size > 1) AMP_TRY(amp_ddp_buckets_create(d));
+    if (d->comm->size > 1 && o->zero_stage) AMP_TRY(amp_zero_create(d));
     d->ctx->bw_observer = &amp_ddp_observer;
     d->ctx->bw_observer_user = d;
     return AMP_OK;
@@ -188,6 +194,7 @@ static void amp_ddp_detach(amp_ddp *d) {
 /* Hears of frees on the context (core/ctx_lifetime.c): its model or optimizer. */
 static void amp_ddp_hear(void *who, const void *freed) {
     amp_ddp *d = who;
+    if (d->opt && freed == (const void *)d->opt) d->opt_gone = true;
     if (d->lost) return;
     if (freed == (const void *)d->model) d->lost = "model";
     else if (d->opt && freed == (const void *)d->opt) d->lost = "optimizer";
@@ -242,6 +249,7 @@ void amp_ddp_free(amp_ddp *d) {
     amp_ctx_unlisten(ctx, d);
     amp_ddp_detach(d);
     if (d->buckets || d->sorted) amp_ddp_buckets_free(d);
+    amp_zero_free(d);
     if (d->owns_comm) amp_comm_free(d->comm);
     free(d);
     amp_ctx_drop(ctx);
@@ -255,6 +263,7 @@ amp_status amp_ddp_set_sync(amp_ddp *d, bool sync) {
 
 amp_comm *amp_ddp_comm(const amp_ddp *d) { return d ? d->comm : NULL; }
 int amp_ddp_n_buckets(const amp_ddp *d) { return d ? d->n_buckets : 0; }
+int amp_ddp_zero_stage(const amp_ddp *d) { return d ? d->zero_stage : 0; }
 
 amp_status amp_ddp_get_stats(const amp_ddp *d, amp_ddp_stats *out) {
     AMP_CHECK_ARG(d);

@@ -287,7 +287,47 @@ static amp_status amp_ddp_agree_found_inf(void *user, float *found_inf, int n) {
     return amp_comm_wait(d->comm, 1, &r, "agreeing on the loss scaler's overflow flag");
 }
 
+/* The sum over the ranks of n f32 pairs (ZeRO's shards' sums of squares and their rounding's
+ * remainder), added in f64 in rank order on every rank from the gathered pairs and rounded
+ * once: every rank gets the same bits (a clip coefficient that differed would part the replicas
+ * for good), and nearly always those of the whole gradient's sum, which is also f64 rounded
+ * once: each pair carries its shard's f64 total to 2^-48. */
+static amp_status amp_ddp_sum_over_ranks(void *user, float *hi, const float *lo, int n) {
+    amp_ddp *d = user;
+    int size = d->comm->size;
+    if (size == 1) return AMP_OK;
+    if (d->coll)
+        return amp_fail(AMP_ERR_UNSUPPORTED, "DDP: summing over the ranks on the %s backend is "
+                        "not built", d->ctx->backend->name);
+    size_t m = 2 * (size_t)n;
+    float *mine = malloc(m * sizeof *mine), *parts = malloc((size_t)size * m * sizeof *parts);
+    amp_status s = mine && parts ? AMP_OK
+                                 : amp_fail(AMP_ERR_OOM, "DDP: out of memory summing over the "
+                                            "ranks");
+    MPI_Request r;
+    if (s == AMP_OK) {
+        memcpy(mine, hi, (size_t)n * sizeof *mine);
+        memcpy(mine + n, lo, (size_t)n * sizeof *mine);
+        int rc = MPI_Iallgather(mine, (int)m, MPI_FLOAT, parts, (int)m, MPI_FLOAT, d->comm->world,
+                                &r);
+        s = rc == MPI_SUCCESS ? amp_comm_wait(d->comm, 1, &r, "summing the ranks' gradient norms")
+                              : amp_mpi_fail(rc, "MPI_Iallgather");
+    }
+    for (int j = 0; s == AMP_OK && j < n; j++) {
+        double sum = 0;
+        for (int k = 0; k < size; k++) {
+            const float *pair = parts + (size_t)k * m;
+            sum += (double)pair[j] + (double)pair[n + j];
+        }
+        hi[j] = (float)sum;
+    }
+    free(mine);
+    free(parts);
+    return s;
+}
+
 const amp_backward_observer amp_ddp_observer = {
+    .sum_over_ranks = amp_ddp_sum_over_ranks,
     .begin = amp_ddp_begin,
     .node_done = amp_ddp_node_done,
     .end = amp_ddp_end,

@@ -119,6 +119,8 @@ amp_status amp_ddp_checkpoint_save(amp_ddp *d, const char *dir, int64_t step,
     else if (any_failed && !failed_here)
         s = amp_fail(AMP_ERR_OOM, "amp_ddp_checkpoint_save: another rank ran out of memory");
     if (s == AMP_OK) s = amp_ddp_gather_rng(d, rng);
+    amp_optimizer_pieces kept = {0}; /* ZeRO: rank 0's pieces while it holds the whole state */
+    if (s == AMP_OK && d->zero_stage) s = amp_zero_save_begin(d, &kept);
     if (s == AMP_OK && d->comm->rank == 0) {
         for (int r = 0; r < size; r++)
             snprintf(rng_text + (size_t)r * AMP_DDP_RNG_CHARS, AMP_DDP_RNG_CHARS + 1,
@@ -136,6 +138,10 @@ amp_status amp_ddp_checkpoint_save(amp_ddp *d, const char *dir, int64_t step,
         o.user_values = vals;
         o.n_user = n + 2;
         s = amp_checkpoint_save(dir, step, d->model, d->opt, &o, path_out, path_size);
+    }
+    if (d->zero_stage) {
+        amp_status e = amp_zero_save_end(d, &kept);
+        if (s == AMP_OK) s = e;
     }
     free(keys);
     free(vals);
@@ -164,7 +170,17 @@ amp_status amp_ddp_checkpoint_load(amp_ddp *d, const char *path, const amp_check
                      "has %d (resume with the same world size)", folder, world, d->comm->size);
     else if (s != AMP_OK && d->comm->size == 1)
         s = AMP_OK; /* a single-process checkpoint resumes in a world of one */
+    amp_optimizer_pieces kept = {0}; /* ZeRO: the pieces while the whole state is loaded */
+    bool unsharded = false;
+    if (s == AMP_OK && d->zero_stage) {
+        s = amp_zero_load_begin(d, &kept);
+        unsharded = s == AMP_OK;
+    }
     if (s == AMP_OK) s = amp_checkpoint_load(folder, d->model, d->opt, opts, step_out);
+    if (unsharded) {
+        amp_status e = amp_zero_load_end(d, &kept, s == AMP_OK);
+        if (s == AMP_OK) s = e;
+    }
     if (s == AMP_OK && d->comm->size > 1) s = amp_ddp_restore_rng(d, folder);
     bool any;
     AMP_TRY(amp_comm_agree_failure(d->comm, s != AMP_OK, &any));

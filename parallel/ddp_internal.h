@@ -6,6 +6,7 @@
 #include "core/ctx.h"
 #include "nn/autograd.h"
 #include "nn/model_internal.h"
+#include "optim/optimizer_internal.h"
 #include "parallel/comm_internal.h"
 
 /* One bucket: consecutive parameters (in reverse registration order) of one gradient dtype, whose
@@ -50,6 +51,12 @@ struct amp_ddp {
     int launched_early;      /* buckets launched while nodes were left: hidden behind backward */
     amp_ddp_stats stats;
     const char *lost; /* "model" or "optimizer": freed under it; it no longer watches backward */
+    /* ZeRO (parallel/zero.c): the stage in effect, and each rank's run of the parameter block
+     * in bytes, [zero_bytes[r], zero_bytes[r + 1]), which the all-gather after a step fills. */
+    int zero_stage;
+    bool opt_gone;          /* the optimizer was freed (whatever was freed first) */
+    size_t *zero_bytes;
+    void *zero_param_block; /* the model's parameter block when the shards were cut */
 };
 
 /* AMP_OK when d is there and its model and optimizer are not freed; else the error for `who`. */
@@ -61,6 +68,18 @@ amp_status amp_ddp_coll_create(amp_ddp *d);
 /* Fails when the backend's collectives queued before now are still running past the deadline
  * (a peer died or hangs): NCCL does not wait on the host, so this is where it is noticed. */
 amp_status amp_ddp_coll_watchdog(amp_ddp *d);
+
+/* parallel/zero.c: cuts the optimizer into this rank's shard (after the broadcast of rank 0's
+ * state), and frees what that made. */
+amp_status amp_zero_create(amp_ddp *d);
+void amp_zero_free(amp_ddp *d);
+/* parallel/zero_checkpoint.c: around rank 0's save, every rank's pieces gathered into whole views
+ * on rank 0 (collective; the step counts agreed on every rank), then put back; around a load,
+ * whole views on every rank, then each rank's pieces taken from them (loaded) or left (not). */
+amp_status amp_zero_save_begin(amp_ddp *d, amp_optimizer_pieces *kept);
+amp_status amp_zero_save_end(amp_ddp *d, amp_optimizer_pieces *kept);
+amp_status amp_zero_load_begin(amp_ddp *d, amp_optimizer_pieces *kept);
+amp_status amp_zero_load_end(amp_ddp *d, amp_optimizer_pieces *kept, bool loaded);
 
 /* parallel/ddp_buckets.c */
 amp_status amp_ddp_buckets_create(amp_ddp *d);

@@ -70,7 +70,7 @@ static inline amp_status one_tensor_adam(const amp_adam_desc *d, int64_t n, floa
 static inline amp_status one_tensor_sum_squares(amp_dtype dt, int64_t n, const void *x,
                                                 float *out) {
     const void *xs[1] = {x};
-    return amp_cpu_sum_squares_multi(amp_cpu_device(), dt, 1, &n, xs, out);
+    return amp_cpu_sum_squares_multi(amp_cpu_device(), dt, 1, &n, xs, out, NULL);
 }
 
 /* *found_inf = 1 when one of the n elements of x is inf or NaN; never cleared. */

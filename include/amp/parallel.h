@@ -81,6 +81,21 @@ typedef struct amp_ddp_opts {
      * from overflowing on many ranks. */
     float gradient_predivide_factor;
     bool allreduce_always_fp32; /* half gradients are all-reduced in f32 (else in their dtype) */
+    /* ZeRO (DeepSpeed's stage, PyTorch's ZeroRedundancyOptimizer): 0, DDP's replicas; 1, each
+     * rank keeps and steps only its shard of the optimizer: one contiguous run of the flattened
+     * parameters (the ranks' runs balanced to 32 elements), whose f32 masters, master gradients
+     * and optimizer state only it holds. Gradients are all-reduced as under DDP, each rank
+     * steps its run, and amp_step ends with an all-gather of the updated weights, so every rank
+     * holds the same model after each step. The loss scaler's overflow flag and the clipping
+     * norm are taken over all the ranks' shards (amp_clip_grad_norm sums their squares), so the
+     * ranks step or skip together, with the same scale. SGD and Adam/AdamW (LAMB refused: its
+     * trust ratio needs whole tensors), one loss and one optimizer, the CPU backend, in a world
+     * of more than one (a world of one keeps everything whole). amp_ddp_checkpoint_save gathers
+     * the state to rank 0 and writes DDP's files, byte for byte; amp_ddp_checkpoint_load reads
+     * whole state on every rank and keeps this rank's shard, so a checkpoint moves between
+     * stages 0 and 1 (at the same world size); amp_checkpoint_save of a sharded optimizer is
+     * refused. */
+    int zero_stage;
 } amp_ddp_opts;
 
 /* Wraps a built model and its optimizer (after amp_initialize, when amp is used: the other order
@@ -94,6 +109,8 @@ void amp_ddp_free(amp_ddp *ddp); /* NULL is a no-op */
  * the first backward with sync on again all-reduces the accumulated sum. On by default. */
 amp_status amp_ddp_set_sync(amp_ddp *ddp, bool sync);
 amp_comm *amp_ddp_comm(const amp_ddp *ddp);
+/* The ZeRO stage in effect: the option's, or 0 in a world of one. */
+int amp_ddp_zero_stage(const amp_ddp *ddp);
 int amp_ddp_n_buckets(const amp_ddp *ddp);
 
 /* What the last synchronised backward spent communicating (amp-bench, tests): seconds from the

@@ -204,13 +204,15 @@ static void mt_sumsq_launch(void *ctx, const amp_mt_launch *l, const amp_cpu_mt_
 }
 
 amp_status amp_cpu_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
-                                     const int64_t *numel, const void *const *x, float *out) {
+                                     const int64_t *numel, const void *const *x, float *out,
+                                     float *out_lo) {
     static const char fn[] = "amp_cpu_sum_squares_multi";
     AMP_TRY(mt_check_float(fn, dt));
     AMP_TRY(mt_check_list(fn, n, numel, x, "x"));
     if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", fn);
     if (n == 0) {
         *out = 0.0f; /* the sum over an empty list */
+        if (out_lo) *out_lo = 0.0f;
         return AMP_OK;
     }
     AMP_TRY(mt_check_ptrs(fn, n, numel, x, "x"));
@@ -225,5 +227,6 @@ amp_status amp_cpu_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t 
                                                .launch_done = mt_sumsq_launch, .ctx = &f});
     free(table);
     if (s == AMP_OK) *out = (float)f.total;
+    if (s == AMP_OK && out_lo) *out_lo = (float)(f.total - (double)*out);
     return s;
 }

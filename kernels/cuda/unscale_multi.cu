@@ -96,8 +96,11 @@ struct nonfinite_op {
 
 /* sum_squares_multi's second pass: the plan-order total, rounded to f32 once. */
 struct sumsq_fin {
-    float *out;
-    __device__ void operator()(double total) const { *out = (float)total; }
+    float *out, *out_lo;
+    __device__ void operator()(double total) const {
+        *out = (float)total;
+        if (out_lo) *out_lo = (float)(total - (double)*out);
+    }
 };
 
 static amp_status check_dtype(const char *fn, amp_dtype dt) {
@@ -186,7 +189,7 @@ extern "C" amp_status amp_cuda_nonfinite_multi(amp_device_ctx *dev, amp_dtype dt
 
 extern "C" amp_status amp_cuda_sum_squares_multi(amp_device_ctx *dev, amp_dtype dt, int64_t n,
                                                  const int64_t *numel, const void *const *x,
-                                                 float *out) {
+                                                 float *out, float *out_lo) {
     const char *fn = "amp_cuda_sum_squares_multi";
     AMP_TRY(check_dtype(fn, dt));
     if (!out) return amp_fail(AMP_ERR_INVALID_ARG, "%s: argument 'out' is NULL", fn);
@@ -198,6 +201,7 @@ extern "C" amp_status amp_cuda_sum_squares_multi(amp_device_ctx *dev, amp_dtype 
     cudaStream_t stream = dev->stream;
     if (!tensors) {
         AMP_CUDA_TRY(cudaMemsetAsync(out, 0, sizeof(float), stream)); /* the empty sum: +0 */
+        if (out_lo) AMP_CUDA_TRY(cudaMemsetAsync(out_lo, 0, sizeof(float), stream));
         return AMP_OK;
     }
     double *partials = NULL;
@@ -212,7 +216,8 @@ extern "C" amp_status amp_cuda_sum_squares_multi(amp_device_ctx *dev, amp_dtype 
         });
     free(tensors);
     if (s == AMP_OK) {
-        amp_mt_final_kernel<sumsq_fin><<<1, 1, 0, stream>>>(partials, chunks, sumsq_fin{out});
+        amp_mt_final_kernel<sumsq_fin><<<1, 1, 0, stream>>>(partials, chunks,
+                                                            sumsq_fin{out, out_lo});
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             s = amp_fail(AMP_ERR_BACKEND, "%s: launch of the final sum: %s (%s)", fn,

@@ -276,7 +276,7 @@ static void check_sum_squares(const char *what, const buf_list &L) {
     dev_buf out(4);
     set_scalar(out, -1.0f);
     CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), L.dt, (int64_t)L.numel.size(),
-                                        L.numel.data(), L.xp.data(), out.dev<float>()));
+                                        L.numel.data(), L.xp.data(), out.dev<float>(), NULL));
     CHECK(dev_sync());
     float got = get_scalar(out), model = sum_squares_model(L);
     long double ref = 0;
@@ -312,13 +312,13 @@ static void test_sum_squares(void) {
     S.set(2, 40000, -INFINITY);
     dev_buf out(4);
     CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F32, (int64_t)mixed.size(),
-                                        mixed.data(), S.xp.data(), out.dev<float>()));
+                                        mixed.data(), S.xp.data(), out.dev<float>(), NULL));
     CHECK(dev_sync());
     float got = get_scalar(out);
     CHECK(std::isinf(got) && got > 0);
     S.set(4, 0, NAN);
     CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F32, (int64_t)mixed.size(),
-                                        mixed.data(), S.xp.data(), out.dev<float>()));
+                                        mixed.data(), S.xp.data(), out.dev<float>(), NULL));
     CHECK(dev_sync());
     CHECK(std::isnan(get_scalar(out)));
     /* nothing to sum: 0 is written (no kernel) */
@@ -327,7 +327,7 @@ static void test_sum_squares(void) {
     for (int64_t n : {0, 2}) {
         set_scalar(out, -1.0f);
         CHECK_OK(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_BF16, n, zeros, nulls,
-                                            out.dev<float>()));
+                                            out.dev<float>(), NULL));
         CHECK(dev_sync());
         float z = get_scalar(out);
         CHECK(z == 0.0f && !std::signbit(z));
@@ -388,16 +388,18 @@ static void test_errors(void) {
                 AMP_ERR_INVALID_ARG, "x[2] is NULL (numel 70000)");
     CHECK_OK(amp_cuda_nonfinite_multi(amp_cuda_device(), AMP_F16, 0, NULL, NULL, f));
     CHECK_FAILS(
-            amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_I32, n, mixed.data(), L.xp.data(), f),
+            amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_I32, n, mixed.data(), L.xp.data(), f,
+                                       NULL),
             AMP_ERR_DTYPE, "amp_cuda_sum_squares_multi: dtype i32");
     CHECK_FAILS(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), L.xp.data(),
-                                           NULL),
+                                           NULL, NULL),
                 AMP_ERR_INVALID_ARG, "'out'");
     CHECK_FAILS(amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, -2, mixed.data(),
-                                           L.xp.data(), f),
+                                           L.xp.data(), f, NULL),
                 AMP_ERR_INVALID_ARG, "n = -2");
     CHECK_FAILS(
-            amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), xs.data(), f),
+            amp_cuda_sum_squares_multi(amp_cuda_device(), AMP_F16, n, mixed.data(), xs.data(), f,
+                                       NULL),
             AMP_ERR_INVALID_ARG, "x[2] is NULL");
     CHECK(dev_sync());
     CHECK(get_scalar(found) == 0.0f); /* no failed call launched anything */

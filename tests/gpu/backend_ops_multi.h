@@ -321,7 +321,8 @@ static amp_status run_sum_squares_multi(const op_row *r, const amp_backend *be, 
     mt_layout *L = mt_layout_make(r);
     void **x = mt_void_list(L, p[0], ek_of(r->dt));
     amp_status st =
-            be->k.sum_squares_multi(be->dev, r->dt, L->k, L->numel, (const void *const *)x, p[1]);
+            be->k.sum_squares_multi(be->dev, r->dt, L->k, L->numel, (const void *const *)x, p[1],
+                                    NULL);
     free(x);
     free(L);
     return st;

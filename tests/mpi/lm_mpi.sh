@@ -2,8 +2,8 @@
 # amp-train --model gpt or llama under mpirun -np 2 (DDP, each rank half of every global batch)
 # against one process at O0. Asserted: the weights and the printed losses after steps 1 and 2
 # within the bounds derived below, a planted control beyond them, a bit-exact resume of the
-# 2-process run, and --recompute full giving its bits. After 20 steps the difference is printed,
-# not bounded: where a gradient element is near zero, Adam's m / sqrt(v) turns its rounding
+# 2-process run, --recompute full and --zero 1 giving its bits. After 20 steps the difference is
+# printed, not bounded: where a gradient element is near zero, Adam's m / sqrt(v) turns its rounding
 # difference into one of the step's own size, and where that happens and what later steps make
 # of it is the trajectory's, not the arithmetic's.
 #   lm_mpi.sh MPIEXEC AMP_TRAIN AMP_TEXT_TOKENS ST_CLOSE WORKDIR README gpt|llama
@@ -131,6 +131,21 @@ check "the resumed run did not resume" grep -q "resumed from" "$work/resumed.err
 for f in model.safetensors state.safetensors; do
     check "$f differs after resuming the 2-process run at step 10" \
         cmp "$work/two/step-0000020/$f" "$work/resumed/step-0000020/$f"
+done
+# --zero 1: the optimizer's state sharded over the 2 processes gives DDP's run bit for bit (the
+# gradients are all-reduced alike, every element is updated alike, and the clip's norm is summed
+# to the same f32), its checkpoints are DDP's files (rank 0 gathers the state), and it resumes
+# from one at step 10.
+"${run2[@]}" "${tiny[@]}" --zero 1 --max-steps 10 --checkpoint-dir "$work/zero" >/dev/null \
+    2>"$work/zero.err"
+"${run2[@]}" "${tiny[@]}" --zero 1 --max-steps 20 --checkpoint-dir "$work/zero" --resume latest \
+    >"$work/zero.json" 2>>"$work/zero.err"
+check "--zero 1 not taken: $(grep -m1 'amp-train: ' "$work/zero.err")" \
+    grep -q "ZeRO-1" "$work/zero.err"
+check "--zero 1's summary has no zero_stage 1" grep -q '"zero_stage": 1' "$work/zero.json"
+for f in model.safetensors state.safetensors; do
+    check "$f of --zero 1 differs from DDP's after 20 steps (resumed at 10)" \
+        cmp "$work/two/step-0000020/$f" "$work/zero/step-0000020/$f"
 done
 echo "lm_mpi $model: $pass passed, $fail failed"
 ((fail == 0))

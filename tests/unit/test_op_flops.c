@@ -167,7 +167,7 @@ static void optimizers(void) {
     EXPECT(AMP_OPCAT_OPTIMIZER, 50, nonfinite_multi, AMP_F32, 2, numel, (const void *const *)grad,
            s0);
     EXPECT(AMP_OPCAT_OPTIMIZER, 2 * 50, sum_squares_multi, AMP_F32, 2, numel,
-           (const void *const *)grad, s1);
+           (const void *const *)grad, s1, NULL);
 
     amp_scaler_dev dev = {.scale = 65536.0f};
     amp_scaler_params sp = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .floor = 1.0f,

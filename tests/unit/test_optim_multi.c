@@ -518,24 +518,34 @@ static void test_sum_squares_multi(void) {
                 }
             float got = -1.0f, t1 = -1.0f;
             CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), dt, n, numel,
-                                               (const void *const *)a.grad, &got));
+                                               (const void *const *)a.grad, &got, NULL));
             double want = (double)ref;
             CHECK_MSG(fabs(got - want) <= 0x1p-24 * want * 1.0001,
                       "sum_squares_multi %s list %d: %.9g vs %.12g", amp_dtype_name(dt), list,
                       (double)got, want);
             omp_set_num_threads(1);
             CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), dt, n, numel,
-                                               (const void *const *)a.grad, &t1));
+                                               (const void *const *)a.grad, &t1, NULL));
             omp_set_num_threads(2);
             CHECK(amp_f32_bits(t1) == amp_f32_bits(got));
+            /* out_lo carries what the rounding to f32 dropped: out + out_lo is the f64 total
+             * to well within an f32 ulp of out's (to f32's rounding of the remainder). */
+            float lo = -1.0f;
+            CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), dt, n, numel,
+                                               (const void *const *)a.grad, &t1, &lo));
+            double two = (double)t1 + (double)lo;
+            CHECK_MSG(amp_f32_bits(t1) == amp_f32_bits(got) && fabs(lo) <= 0x1p-24 * want &&
+                      fabsl((long double)two - ref) <= 0x1p-44L * ref,
+                      "sum_squares_multi %s list %d: out %.9g + lo %.9g = %.17g vs %.17Lg",
+                      amp_dtype_name(dt), list, (double)t1, (double)lo, two, ref);
             bank_free(&a);
         }
     float out = -1.0f, v[3] = {1.0f, NAN, 2.0f};
     const void *x[1] = {v};
     int64_t nv[1] = {3};
-    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 1, nv, x, &out));
+    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 1, nv, x, &out, NULL));
     CHECK(isnan(out));
-    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 0, NULL, NULL, &out));
+    CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 0, NULL, NULL, &out, NULL));
     CHECK(out == 0.0f);
 }
 
@@ -554,7 +564,7 @@ static void test_empty_and_table(void) {
     CHECK_OK(amp_cpu_nonfinite_multi(amp_cpu_device(), AMP_F32, 3, zeros,
                                      (const void *const *)e.grad, &found));
     CHECK_OK(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F32, 3, zeros,
-                                       (const void *const *)e.grad, &out));
+                                       (const void *const *)e.grad, &out, NULL));
     CHECK(found == 0.0f && out == 0.0f);
     bank_free(&e);
 
@@ -670,9 +680,9 @@ static void test_errors(void) {
     const void *xs[3] = {b.grad[0], NULL, b.grad[2]};
     CHECK_FAILS(amp_cpu_nonfinite_multi(amp_cpu_device(), AMP_F16, 3, numel, xs, &found),
                 AMP_ERR_INVALID_ARG, "tensor 1 (6 elements): x[1] is NULL");
-    CHECK_FAILS(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F16, 3, numel, g, NULL),
+    CHECK_FAILS(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F16, 3, numel, g, NULL, NULL),
                 AMP_ERR_INVALID_ARG, "amp_cpu_sum_squares_multi: argument 'out'");
-    CHECK_FAILS(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F16, 3, bad_numel, g, &sum),
+    CHECK_FAILS(amp_cpu_sum_squares_multi(amp_cpu_device(), AMP_F16, 3, bad_numel, g, &sum, NULL),
                 AMP_ERR_INVALID_ARG, "tensor 1 has numel -3");
     CHECK(bank_same(&b, &orig) && found == 0.0f && sum == 0.0f);
     bank_free(&b), bank_free(&orig);
