@@ -59,6 +59,7 @@ typedef struct bench_args {
     int threads, steps, warmup, repeat;
     bool compare_torch, profile, threads_given, batch_given, quick_peak;
     amp_recompute recomputes[3]; /* --recompute LIST: the language models' */
+    int zero_stage;              /* --zero N: under mpirun, a ZeRO row after each DDP row */
     int n_recomputes;
     bench_lm_shape gpt, llama; /* the shape options set both; --kv-heads, --intermediate the Llama's */
     const char *out_path[OUT_N]; /* NULL: not asked; "-": standard output */
@@ -96,6 +97,8 @@ static void usage(FILE *f) {
             "  --json[=FILE] --csv[=FILE] --markdown[=FILE]\n"
             "                        that format to FILE, or instead of the table to stdout\n"
             "  --plot FILE.png       throughput and memory bars (gnuplot)\n"
+            "  --zero N              under mpirun: after each DDP row, one with ZeRO stage N\n"
+            "                        (the optimizer's state sharded over the ranks)\n"
             "  --recompute LIST      none,selective,full: the language models with every\n"
             "                        block's activations recomputed in backward (full), the\n"
             "                        norms' outputs (selective), or none (default); PyTorch:\n"
@@ -236,7 +239,11 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(o, "--model")) ok = parse_list(o, v, &a->n_models, one_model, a->models);
         else if (!strcmp(o, "--opt-level")) ok = parse_list(o, v, &a->n_levels, one_level, a->levels);
         else if (!strcmp(o, "--half")) ok = parse_list(o, v, &a->n_halves, one_half, a->halves);
-        else if (!strcmp(o, "--recompute"))
+        else if (!strcmp(o, "--zero")) {
+            a->zero_stage = atoi(v);
+            ok = !strcmp(v, "1") || !strcmp(v, "2"); /* the library says which it has */
+            if (!ok) fprintf(stderr, "amp-bench: --zero '%s': want 1 or 2\n", v);
+        } else if (!strcmp(o, "--recompute"))
             ok = parse_list(o, v, &a->n_recomputes, one_recompute, a->recomputes);
         else if (!strcmp(o, "--batch"))
             ok = parse_list(o, v, &a->n_batches, one_batch, a->batches), a->batch_given = true;
@@ -505,18 +512,25 @@ static int run_distributed(bench_args *a, amp_comm *comm) {
     }
     bench_cfg cfgs[MAX_ROWS];
     int n_cfg = expand_configs(a, cfgs), n_rows = 0, failures = 0;
-    static bench_row rows[MAX_ROWS];
+    static bench_row rows[MAX_ROWS * 2]; /* alone, DDP and ZeRO rows: 3 a config */
     for (int i = 0; i < n_cfg; i++) {
         char what[96];
         cfg_name(&cfgs[i], what, sizeof what);
         if (rank == 0) progress(i, n_cfg, what);
-        bench_row alone, all;
+        bench_row alone, all, zero;
         s = rank == 0 ? bench_libamp_run(&cfgs[i], &alone) : AMP_OK; /* the others wait */
         bool failed = any_rank_failed(comm, s != AMP_OK);
         if (!failed) {
             bench_cfg ddp = cfgs[i];
             ddp.comm = comm;
             s = bench_libamp_run(&ddp, &all);
+            failed = any_rank_failed(comm, s != AMP_OK);
+        }
+        if (!failed && a->zero_stage) {
+            bench_cfg z = cfgs[i];
+            z.comm = comm;
+            z.zero_stage = a->zero_stage;
+            s = bench_libamp_run(&z, &zero);
             failed = any_rank_failed(comm, s != AMP_OK);
         }
         if (failed) {
@@ -531,6 +545,11 @@ static int run_distributed(bench_args *a, amp_comm *comm) {
         all.scaling_efficiency = all.samples_per_s / (world * alone.samples_per_s);
         rows[n_rows++] = alone;
         rows[n_rows++] = all;
+        if (a->zero_stage) {
+            zero.mfu = zero.gflop_per_s / (world * peak_for(&h, &zero));
+            zero.scaling_efficiency = zero.samples_per_s / (world * alone.samples_per_s);
+            rows[n_rows++] = zero;
+        }
     }
     if (rank != 0) return failures ? 1 : 0;
     progress(n_cfg, n_cfg, "");

@@ -144,7 +144,9 @@ static amp_status state_make(const bench_cfg *c, bench_state *b) {
                                                                  .half_type = c->half,
                                                                  .quiet = true}));
     if (world_of(c) > 1)
-        BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm}, &b->ddp));
+        BENCH_TRY(amp_ddp_create(b->model, b->opt, &(amp_ddp_opts){.comm = c->comm,
+                                                                   .zero_stage = c->zero_stage},
+                                 &b->ddp));
     return b->lm ? token_batch(c, b) : image_batch(c, b);
 }
 
@@ -191,6 +193,7 @@ static void fill_config(const bench_cfg *c, bench_row *row) {
     snprintf(row->device, sizeof row->device, "%s", c->device == AMP_DEVICE_CUDA ? "cuda" : "cpu");
     row->threads = c->threads;
     row->world_size = world_of(c);
+    row->zero_stage = world_of(c) > 1 ? c->zero_stage : 0;
     row->seq_len = is_lm(c) ? c->lm.block_size : 0;
     if (is_lm(c))
         snprintf(row->recompute, sizeof row->recompute, "%s", bench_recompute_name(c->recompute));

@@ -28,6 +28,7 @@ typedef struct bench_cfg {
     bool profile;           /* also time the step's op categories (extra steps, after) */
     amp_recompute recompute; /* "gpt", "llama": every block's (amp_model_set_recompute) */
     amp_comm *comm;         /* several ranks: DDP over them (amp/parallel.h); NULL: one process */
+    int zero_stage;         /* under DDP: amp_ddp_opts.zero_stage */
 } bench_cfg;
 
 /* Trains cfg's model on one synthetic batch (fixed random images, labels i % 10), SGD with

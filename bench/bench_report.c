@@ -76,7 +76,8 @@ int bench_find_pytorch_match(const bench_row *rows, int n_rows, int i) {
         if (!strcmp(b->impl, "pytorch") && !strcmp(b->opt_level, want) &&
             !strcmp(b->model, a->model) && !strcmp(b->recompute, a->recompute) &&
             !strcmp(b->device, a->device) &&
-            b->batch == a->batch && b->threads == a->threads && b->world_size == a->world_size)
+            b->batch == a->batch && b->threads == a->threads && b->world_size == a->world_size &&
+            b->zero_stage == a->zero_stage)
             return j;
     }
     return -1;
@@ -109,12 +110,17 @@ static bench_cell bench_mib(int64_t nbytes) {
     return bench_num(nbytes < 0 ? NAN : (double)nbytes / BENCH_MIB, "%.1f");
 }
 
-/* The model as the tables name it: "gpt", "gpt/full" (every block recomputed), "gpt/sel". */
+/* The model as the tables name it: "gpt", "gpt/full" (every block recomputed), "gpt/sel", and
+ * " zero1" after it for a ZeRO row. */
 static bench_cell bench_model(const bench_row *r) {
     bench_cell c;
     if (!strcmp(r->recompute, "full")) snprintf(c.s, sizeof c.s, "%.20s/full", r->model);
     else if (!strcmp(r->recompute, "selective")) snprintf(c.s, sizeof c.s, "%.20s/sel", r->model);
-    else snprintf(c.s, sizeof c.s, "%s", r->model);
+    else snprintf(c.s, sizeof c.s, "%.20s", r->model);
+    if (r->zero_stage > 0) {
+        size_t n = strlen(c.s);
+        snprintf(c.s + n, sizeof c.s - n, " zero%d", r->zero_stage);
+    }
     return c;
 }
 
@@ -282,10 +288,11 @@ static json_t *bench_json_row_fields(const bench_row *r) {
     for (int c = 0; prof && c < BENCH_PROF_N_CATS; c++)
         json_object_set_new(prof, bench_prof_names[c], bench_json_real(r->prof_s_per_step[c]));
     return json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o, s:o, s:o, s:o, s:o, s:o}",
+        "{s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
         "impl", r->impl, "model", r->model, "recompute", r->recompute, "opt_level", r->opt_level, "half", r->half, "batch",
         r->batch, "device", r->device, "threads", r->threads, "world_size", r->world_size,
+        "zero_stage", r->zero_stage,
         "n_steps", r->n_steps, "step_ms_median", bench_json_real(r->step_ms_median), "step_ms_p10",
         bench_json_real(r->step_ms_p10), "step_ms_p90", bench_json_real(r->step_ms_p90),
         "samples_per_s", bench_json_real(r->samples_per_s), "gflop_per_step",
@@ -359,7 +366,7 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
           f);
     for (int c = 0; c < BENCH_PROF_N_CATS; c++)
         fprintf(f, ",prof_%s_s_per_step", bench_prof_names[c]);
-    fputs(",scaling_efficiency,seq_len,tokens_per_s,recompute\n", f);
+    fputs(",scaling_efficiency,seq_len,tokens_per_s,recompute,zero_stage\n", f);
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         bench_csv_str(f, r->impl, false);
@@ -390,7 +397,8 @@ amp_status bench_write_csv(FILE *f, const bench_row *rows, int n_rows) {
         fprintf(f, "%d,", r->seq_len);
         if (r->seq_len > 0) fprintf(f, "%.10g", bench_tokens_per_s(r));
         fputc(',', f);
-        bench_csv_str(f, r->recompute, true);
+        bench_csv_str(f, r->recompute, false);
+        fprintf(f, "%d\n", r->zero_stage);
     }
     return bench_check_stream(__func__, f);
 }

@@ -60,6 +60,7 @@ typedef struct bench_row {
     char device[8];     /* "cpu", "cuda" */
     int threads;
     int world_size;     /* ranks; 1 without DDP */
+    int zero_stage;     /* under DDP: ZeRO's stage (0: replicas) */
     int seq_len;        /* tokens per sample (a GPT's sequence length); 0: not a token model */
     /* metrics; doubles NaN and byte counts -1 when unknown */
     int n_steps;                                /* measured steps (after warm-up) */

@@ -158,8 +158,8 @@ static void test_csv(const bench_run_header *run, const bench_row *rows) {
         line += len + (end != NULL);
     }
     CHECK_MSG(n_lines == 5, "%d lines, want 1 + 4", n_lines);
-    CHECK(header_fields == 9 + 7 + BENCH_MEM_N_KINDS + 1 + 4 + BENCH_PROF_N_CATS + 4);
-    CHECK(strstr(text, ",scaling_efficiency,seq_len,tokens_per_s,recompute\n") != NULL);
+    CHECK(header_fields == 9 + 7 + BENCH_MEM_N_KINDS + 1 + 4 + BENCH_PROF_N_CATS + 5);
+    CHECK(strstr(text, ",scaling_efficiency,seq_len,tokens_per_s,recompute,zero_stage\n") != NULL);
     CHECK(strstr(text, "\"mlp,wide\"") != NULL);
     CHECK(strncmp(text, "impl,model,opt_level,half,batch,", 32) == 0);
     free(text);
@@ -247,7 +247,7 @@ static void test_tokens(const bench_run_header *run, const bench_row *rows) {
         free(text);
     }
     text = bench_capture(bench_csv_adapter, &h, gpt, 2, &s);
-    CHECK(s == AMP_OK && text && strstr(text, ",128,10240,-\n") != NULL);
+    CHECK(s == AMP_OK && text && strstr(text, ",128,10240,-,0\n") != NULL);
     free(text);
     /* Recomputed blocks: the row says so everywhere, and PyTorch's match must be recomputed
      * too (a checkpointed PyTorch run against a plain one would be no comparison). */
@@ -260,10 +260,25 @@ static void test_tokens(const bench_run_header *run, const bench_row *rows) {
               text ? text : "");
     free(text);
     text = bench_capture(bench_csv_adapter, &h, gpt, 2, &s);
-    CHECK(s == AMP_OK && text && strstr(text, ",128,10240,full\n") != NULL);
+    CHECK(s == AMP_OK && text && strstr(text, ",128,10240,full,0\n") != NULL);
     free(text);
     text = bench_capture(bench_write_json, &h, gpt, 2, &s);
     CHECK(s == AMP_OK && text && strstr(text, "\"recompute\": \"full\"") != NULL);
+    /* A ZeRO row: named so in the table, its stage in the CSV and the JSON, and matched only
+     * with a PyTorch row of the same stage. */
+    gpt[0].zero_stage = 1;
+    CHECK(bench_find_pytorch_match(gpt, 2, 0) == -1);
+    free(text);
+    text = bench_capture(bench_write_table, &h, gpt, 2, &s);
+    CHECK_MSG(s == AMP_OK && text && strstr(text, "libamp  gpt/full zero1 ") != NULL, "%s",
+              text ? text : "");
+    free(text);
+    text = bench_capture(bench_csv_adapter, &h, gpt, 2, &s);
+    CHECK(s == AMP_OK && text && strstr(text, ",128,10240,full,1\n") != NULL);
+    free(text);
+    text = bench_capture(bench_write_json, &h, gpt, 2, &s);
+    CHECK(s == AMP_OK && text && strstr(text, "\"zero_stage\": 1") != NULL);
+    gpt[0].zero_stage = 0;
     free(text);
     text = bench_capture(bench_write_json, &h, gpt, 2, &s);
     CHECK(s == AMP_OK && text && strstr(text, "\"tokens_per_s\": 10240") != NULL &&
