@@ -58,14 +58,16 @@ static amp_status amp_zero_gather(void *user, amp_optimizer *opt) {
     amp_model *m = d->model;
     (void)opt;
     if (m->param_block != d->zero_param_block)
-        return amp_fail(AMP_ERR_STATE, "amp_step: the model's parameters moved since "
-                        "amp_ddp_create cut them into ZeRO shards (amp_initialize or "
+        return amp_fail(AMP_ERR_STATE, "the optimizer's step (ZeRO): the model's parameters "
+                        "moved since amp_ddp_create cut them into shards (amp_initialize or "
                         "amp_deinitialize re-cast them); make a new DDP after that");
     int size = d->comm->size;
     size_t end = d->zero_bytes[size];
     int *counts = malloc((size_t)size * sizeof *counts);
     int *displs = malloc((size_t)size * sizeof *displs);
-    amp_status s = counts && displs ? AMP_OK : amp_fail(AMP_ERR_OOM, "amp_step: out of memory");
+    amp_status s = counts && displs ? AMP_OK
+                                    : amp_fail(AMP_ERR_OOM, "the optimizer's step (ZeRO): out "
+                                               "of host memory");
     for (size_t w0 = 0; s == AMP_OK && w0 < end; w0 += AMP_ZERO_WINDOW_BYTES) {
         size_t w1 = end - w0 < AMP_ZERO_WINDOW_BYTES ? end : w0 + AMP_ZERO_WINDOW_BYTES;
         for (int r = 0; r < size; r++) {
@@ -85,8 +87,8 @@ static amp_status amp_zero_gather(void *user, amp_optimizer *opt) {
     free(counts);
     free(displs);
     for (int i = 0; s == AMP_OK && i < m->n_params; i++) amp_tensor_mark_written(m->params[i].t);
-    return s == AMP_OK ? AMP_OK
-                       : amp_fail_context(s, "amp_step (rank %d of %d)", d->comm->rank, size);
+    /* amp_comm_wait's message names this rank and the silent ones. */
+    return s == AMP_OK ? AMP_OK : amp_fail_context(s, "the optimizer's step (ZeRO)");
 }
 
 static amp_status amp_zero_check(const amp_ddp *d) {

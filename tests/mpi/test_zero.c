@@ -14,9 +14,11 @@
  *    (plus at most a padding unit per piece).
  * Models: the MLP, the ConvNet with SyncBatchNorm and a GPT whose parameter count divides by
  * neither 2 nor 3; O0, O1-bf16 and O2-fp16 with an overflow forced on one rank (that step is
- * skipped everywhere). Misuse is refused with the reason. ZERO_STEPS sets the steps (20). */
+ * skipped everywhere). Misuse is refused with the reason. ZERO_STEPS sets the steps (20).
+ * `test_zero kill|hang`: a rank lost before the all-gather (tests/mpi/fault_test.sh). */
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdint.h>
@@ -471,6 +473,45 @@ static void misuse(void) {
     amp_comm_free(comm);
 }
 
+/* Fault modes for tests/mpi/fault_test.sh: the last rank kills itself (SIGKILL) or hangs after
+ * its third backward, so the others wait in the all-gather of the updated weights: they must
+ * fail with an error naming the silent rank (a hang), or the launcher ends the job (a death). */
+static int fault_mode(const char *mode) {
+    /* Without amp, so that no overflow flag is agreed between the backward and the gather. */
+    cfg c = {.name = mode, .model = MODEL_MLP};
+    run r = {0};
+    CHECK_OK(amp_ctx_create(&(amp_ctx_opts){.device = g_device, .seed = 1, .n_threads = 1},
+                            &r.ctx));
+    CHECK_OK(amp_model_mlp_mnist(r.ctx, &r.m));
+    CHECK_OK(amp_sgd_create(r.m, &(amp_sgd_opts){.lr = 0.01f, .momentum = 0.9f}, &r.opt));
+    CHECK_OK(amp_comm_create(&r.comm));
+    CHECK_OK(amp_ddp_create(r.m, r.opt, &(amp_ddp_opts){.comm = r.comm, .zero_stage = 1},
+                            &r.ddp));
+    CHECK_OK(amp_tensor_create(r.ctx, AMP_F32, 4, (int64_t[]){PER_RANK, 1, 28, 28}, &r.x));
+    CHECK_OK(amp_tensor_create(r.ctx, AMP_I32, 1, (int64_t[]){PER_RANK}, &r.y));
+    if (!r.ddp || !r.x || !r.y) return 1;
+    for (int step = 0; step < 6; step++) {
+        amp_tensor *out = NULL, *loss = NULL;
+        CHECK(load_batch(&r, &c, step));
+        CHECK_OK(amp_model_forward(r.m, r.x, &out));
+        CHECK_OK(amp_cross_entropy(out, r.y, &loss));
+        CHECK_OK(amp_backward(loss));
+        if (step == 3 && g_rank == g_size - 1) {
+            fprintf(stderr, "rank %d: %s now, before the all-gather\n", g_rank, mode);
+            if (!strcmp(mode, "kill")) raise(SIGKILL);
+            for (;;) sleep(1000);
+        }
+        amp_status st = amp_optimizer_step(r.opt);
+        if (st != AMP_OK) {
+            fprintf(stderr, "rank %d: step %d: %s\n", g_rank, step, amp_last_error());
+            amp_comm_abort(r.comm, 3); /* what a training program does */
+        }
+        CHECK_OK(amp_optimizer_zero_grad(r.opt));
+    }
+    fprintf(stderr, "rank %d: finished all steps: the fault went unnoticed\n", g_rank);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     mpi_test_init(&argc, &argv);
     const char *steps = getenv("ZERO_STEPS");
@@ -486,6 +527,7 @@ int main(int argc, char **argv) {
         {"gpt O2-fp16 adamw clip", MODEL_GPT, AMP_O2, AMP_HALF_F16, true, 1.0f, -1},
     };
     const char *only = argc > 1 ? argv[1] : NULL;
+    if (only && (!strcmp(only, "kill") || !strcmp(only, "hang"))) return fault_mode(only);
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
         if (!only || strstr(cfgs[i].name, only)) check_config(&cfgs[i]);
     if (!only || !strcmp(only, "misuse")) misuse();
