@@ -108,6 +108,16 @@ static amp_status amp_zero_check(const amp_ddp *d) {
                         d->opts.zero_stage);
     if (d->model->n_params == 0)
         return amp_fail(AMP_ERR_INVALID_ARG, "%s: the model has no parameters to shard", who);
+    /* The shards are cut over the model's parameters: the optimizer must step exactly those,
+     * in that order (one made for the model does). */
+    bool same = d->opt->n_params == d->model->n_params;
+    for (int i = 0; same && i < d->model->n_params; i++)
+        same = d->opt->params[i] == d->model->params[i].t;
+    if (!same)
+        return amp_fail(AMP_ERR_INVALID_ARG, "%s: zero_stage %d needs an optimizer over all of "
+                        "the model's parameters in its order (amp_sgd_create / amp_adam_create "
+                        "of the model); this one steps %d of its %d", who, d->opts.zero_stage,
+                        d->opt->n_params, d->model->n_params);
     return AMP_OK;
 }
 

@@ -451,6 +451,13 @@ static void misuse(void) {
     CHECK_MSG(s == AMP_ERR_UNSUPPORTED && strstr(amp_last_error(), "LAMB") && !other &&
               !amp_optimizer_sharded(opt), "LAMB: %d %s", (int)s, amp_last_error());
     amp_optimizer_free(opt);
+    /* An optimizer over some of the model's parameters: the shards are the model's. */
+    amp_tensor *two[2] = {amp_model_param(m, 0), amp_model_param(m, 1)};
+    CHECK_OK(amp_sgd_create_params(two, NULL, 2, &(amp_sgd_opts){.lr = 0.1f}, &opt));
+    s = amp_ddp_create(m, opt, &(amp_ddp_opts){.comm = comm, .zero_stage = 1}, &other);
+    CHECK_MSG(s == AMP_ERR_INVALID_ARG && strstr(amp_last_error(), "steps 2 of its") && !other,
+              "an optimizer of 2 parameters: %d %s", (int)s, amp_last_error());
+    amp_optimizer_free(opt);
     /* A piece that starts off the 32-element grid, or runs past its parameter. */
     CHECK_OK(amp_sgd_create(m, &(amp_sgd_opts){.lr = 0.1f, .momentum = 0.9f}, &opt));
     int n = amp_optimizer_n_params(opt);
