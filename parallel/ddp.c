@@ -144,6 +144,10 @@ static amp_status amp_ddp_check_opts(const amp_ddp_opts *o) {
                         "amp_ddp_create: zero_stage %d: want 0 (DDP) or 1 (sharded optimizer "
                         "state)%s", o->zero_stage,
                         o->zero_stage == 2 ? "; stage 2 (sharded gradients) is not built yet" : "");
+    if (o->zero_reduce_scatter && (o->zero_stage != 1 || o->allreduce_always_fp32))
+        return amp_fail(AMP_ERR_INVALID_ARG, "amp_ddp_create: zero_reduce_scatter is for "
+                        "zero_stage 1 without allreduce_always_fp32 (zero_stage %d%s)",
+                        o->zero_stage, o->allreduce_always_fp32 ? ", allreduce_always_fp32" : "");
     if (o->first_bucket_bytes > o->bucket_bytes && o->bucket_bytes)
         return amp_fail(AMP_ERR_INVALID_ARG, "amp_ddp_create: first_bucket_bytes %zu > "
                         "bucket_bytes %zu", o->first_bucket_bytes, o->bucket_bytes);

@@ -124,6 +124,7 @@ void amp_ddp_buckets_free(amp_ddp *d) {
     for (int k = 0; k < d->n_buckets; k++) {
         if (d->buckets[k].req != MPI_REQUEST_NULL) MPI_Request_free(&d->buckets[k].req);
         amp_ledger_free(d->ctx, d->buckets[k].f32);
+        free(d->buckets[k].rs_counts);
     }
     if (d->op_f16_sum != MPI_OP_NULL) MPI_Op_free(&d->op_f16_sum);
     if (d->op_bf16_sum != MPI_OP_NULL) MPI_Op_free(&d->op_bf16_sum);
@@ -161,8 +162,12 @@ static amp_status amp_ddp_launch(amp_ddp *d, amp_ddp_bucket *b) {
     } else {
         MPI_Datatype type = dt == AMP_F32 ? MPI_FLOAT : MPI_UINT16_T;
         MPI_Op op = dt == AMP_F32 ? MPI_SUM : dt == AMP_F16 ? d->op_f16_sum : d->op_bf16_sum;
-        AMP_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)b->numel, type, op, d->comm->world,
-                                   &b->req));
+        if (b->rs_counts) /* ZeRO-1: this rank's part lands at the bucket's start */
+            AMP_MPI_TRY(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, b->rs_counts, type, op,
+                                            d->comm->world, &b->req));
+        else
+            AMP_MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)b->numel, type, op,
+                                       d->comm->world, &b->req));
     }
     b->launched = true;
     d->launched_in_walk++;
@@ -183,7 +188,16 @@ static amp_status amp_ddp_finish_bucket(amp_ddp *d, amp_ddp_bucket *b) {
     float post = d->opts.gradient_predivide_factor / (float)d->comm->size;
     void *buf = b->f32 ? (void *)b->f32 : b->data;
     amp_dtype dt = b->f32 ? AMP_F32 : b->dtype;
-    if (post != 1.0f) AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, dt, b->numel, buf, post, buf));
+    int64_t numel = b->numel;
+    if (b->rs_counts) { /* the reduce-scatter left this rank's part at the start: move it home */
+        size_t es = amp_dtype_size(dt), off = 0;
+        for (int r = 0; r < d->comm->rank; r++) off += (size_t)b->rs_counts[r];
+        numel = b->rs_counts[d->comm->rank];
+        if (off && numel) memmove((char *)buf + off * es, buf, (size_t)numel * es);
+        buf = (char *)buf + off * es;
+    }
+    if (post != 1.0f && numel)
+        AMP_TRY(AMP_BE(be, unary, AMP_UNARY_SCALE, dt, numel, buf, post, buf));
     if (b->f32) AMP_TRY(AMP_BE(be, cast, b->data, b->dtype, b->f32, AMP_F32, b->numel));
     return AMP_OK;
 }

@@ -21,6 +21,7 @@ typedef struct amp_ddp_bucket {
     int pending;             /* parameters whose gradient is not complete yet this backward */
     bool launched;
     MPI_Request req;
+    int *rs_counts;          /* zero_reduce_scatter: each rank's elements of the bucket */
 } amp_ddp_bucket;
 
 struct amp_ddp {

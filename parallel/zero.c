@@ -121,6 +121,27 @@ static amp_status amp_zero_check(const amp_ddp *d) {
     return AMP_OK;
 }
 
+/* zero_reduce_scatter: each bucket's elements per rank, the overlap of its range of the
+ * gradient block (laid out as the parameter block) with each rank's run. */
+static amp_status amp_zero_rs_counts(amp_ddp *d) {
+    int size = d->comm->size;
+    for (int k = 0; k < d->n_buckets; k++) {
+        amp_ddp_bucket *b = &d->buckets[k];
+        size_t es = amp_dtype_size(b->dtype);
+        size_t b0 = (size_t)((char *)b->data - (char *)d->model->grad_block);
+        size_t b1 = b0 + (size_t)b->numel * es;
+        b->rs_counts = calloc((size_t)size, sizeof *b->rs_counts);
+        if (!b->rs_counts) return amp_fail(AMP_ERR_OOM, "amp_ddp_create: out of memory");
+        for (int r = 0; r < size; r++) {
+            size_t a = d->zero_bytes[r], e = d->zero_bytes[r + 1];
+            a = a < b0 ? b0 : a > b1 ? b1 : a;
+            e = e < b0 ? b0 : e > b1 ? b1 : e;
+            b->rs_counts[r] = (int)((e - a) / es);
+        }
+    }
+    return AMP_OK;
+}
+
 amp_status amp_zero_create(amp_ddp *d) {
     AMP_TRY(amp_zero_check(d));
     amp_model *m = d->model;
@@ -157,7 +178,7 @@ amp_status amp_zero_create(amp_ddp *d) {
         return amp_fail_context(s, "amp_ddp_create (zero_stage %d)", d->opts.zero_stage);
     d->zero_stage = d->opts.zero_stage;
     d->zero_param_block = m->param_block;
-    return AMP_OK;
+    return d->opts.zero_reduce_scatter ? amp_zero_rs_counts(d) : AMP_OK;
 }
 
 void amp_zero_free(amp_ddp *d) {

@@ -96,6 +96,11 @@ typedef struct amp_ddp_opts {
      * stages 0 and 1 (at the same world size); amp_checkpoint_save of a sharded optimizer is
      * refused. */
     int zero_stage;
+    /* zero_stage 1: each bucket is reduce-scattered instead of all-reduced, so that a rank
+     * receives only its shard's reduced gradients (llm.c's -z 1); the rest of its gradient block
+     * then holds its own unreduced values, which nothing reads. Not with
+     * allreduce_always_fp32. */
+    bool zero_reduce_scatter;
 } amp_ddp_opts;
 
 /* Wraps a built model and its optimizer (after amp_initialize, when amp is used: the other order
