@@ -47,8 +47,7 @@ static amp_status amp_unscale_deferred(amp_state *st, amp_opt_state *os) {
         amp_dtype g_dt = p->grad->dtype;
         /* Under ZeRO only this rank's piece: the ranks' flags are agreed after the pass. */
         int64_t n = amp_optimizer_piece_numel(opt, i);
-        void *g = (char *)p->grad->data +
-                  (size_t)amp_optimizer_piece_lo(opt, i) * amp_dtype_size(g_dt);
+        void *g = amp_optimizer_piece_ptr(opt, i, p->grad->data, g_dt);
         if (!st->masters && amp_is_half(g_dt)) os->in.half_grad_scale = inv;
         if (n == 0) continue;
         if (st->masters)

@@ -24,8 +24,7 @@ amp_grad_view amp_grad_view_of(amp_opt_state *os, int i) {
     if (os->in.grad_source && os->in.grad_source[i]) /* never sharded (amp_ddp_create) */
         return (amp_grad_view){os->in.grad_source[i], AMP_F32, 1.0f, n};
     amp_dtype dt = p->grad->dtype;
-    char *piece = (char *)p->grad->data +
-                  (size_t)amp_optimizer_piece_lo(opt, i) * amp_dtype_size(dt);
+    void *piece = amp_optimizer_piece_ptr(opt, i, p->grad->data, dt);
     return (amp_grad_view){piece, dt, amp_is_half(dt) ? os->in.half_grad_scale : 1.0f, n};
 }
 

@@ -169,14 +169,13 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs
     amp_tensor *p = opt->params[i];
     *t = (amp_optim_target){.half_dtype = AMP_F32, .grad_scale = 1.0f};
     /* Under ZeRO the update starts at this rank's piece (the state and masters hold only it). */
-    int64_t lo = amp_optimizer_piece_lo(opt, i);
-    size_t p_off = (size_t)lo * amp_dtype_size(p->dtype);
+    void *p_piece = amp_optimizer_piece_ptr(opt, i, p->data, p->dtype);
     if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT) {
         t->grad = opt->master_grads[i]->data;
         t->grad_dtype = AMP_F32;
         t->param = opt->master_views[i]->data; /* an f32 parameter gets it in update_end */
         if (amp_optim_is_half(p->dtype)) {
-            t->half_copy = (char *)p->data + p_off;
+            t->half_copy = p_piece;
             t->half_dtype = p->dtype;
         }
         return AMP_OK;
@@ -185,7 +184,7 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs
         t->grad = in->grad_source[i];
         t->grad_dtype = AMP_F32;
     } else {
-        t->grad = (char *)p->grad->data + (size_t)lo * amp_dtype_size(p->grad->dtype);
+        t->grad = amp_optimizer_piece_ptr(opt, i, p->grad->data, p->grad->dtype);
         t->grad_dtype = p->grad->dtype;
         if (amp_optim_is_half(t->grad_dtype)) {
             t->grad_scale = in->half_grad_scale;
@@ -193,11 +192,11 @@ amp_status amp_optimizer_update_begin(amp_optimizer *opt, const amp_optim_inputs
         }
     }
     if (amp_optim_is_half(p->dtype)) { /* O3: the half parameter is the only copy */
-        t->half_copy = (char *)p->data + p_off;
+        t->half_copy = p_piece;
         t->half_dtype = p->dtype;
         return AMP_OK;
     }
-    t->param = (float *)p->data + lo;
+    t->param = p_piece;
     amp_optim_keep_cast_current(opt, p, t);
     return AMP_OK;
 }
@@ -206,7 +205,7 @@ amp_status amp_optimizer_update_end(amp_optimizer *opt, int i, const amp_optim_t
     amp_tensor *p = opt->params[i];
     if (opt->masters == AMP_OPTIM_MASTERS_PERSISTENT && p->dtype == AMP_F32) {
         amp_tensor_mark_written(p);
-        float *piece = (float *)p->data + amp_optimizer_piece_lo(opt, i);
+        void *piece = amp_optimizer_piece_ptr(opt, i, p->data, AMP_F32);
         return opt->backend->copy(opt->backend->dev, piece, opt->master_views[i]->data,
                                   (size_t)amp_optimizer_piece_numel(opt, i) * sizeof(float));
     }

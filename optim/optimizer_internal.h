@@ -103,6 +103,8 @@ struct amp_optimizer {
 int64_t amp_optimizer_piece_lo(const amp_optimizer *opt, int i);
 int64_t amp_optimizer_piece_numel(const amp_optimizer *opt, int i);
 bool amp_optimizer_sharded(const amp_optimizer *opt);
+/* data (parameter i's values or gradient, elements of dt) moved on to this rank's piece. */
+void *amp_optimizer_piece_ptr(const amp_optimizer *opt, int i, void *data, amp_dtype dt);
 
 /* ZeRO (optim/shard.c): from now on this rank steps only elements [lo[i], hi[i]) of each
  * parameter i (lo[i] == hi[i]: none), and keeps only those of the optimizer state, the masters

@@ -25,6 +25,10 @@ int64_t amp_optimizer_piece_numel(const amp_optimizer *opt, int i) {
 
 bool amp_optimizer_sharded(const amp_optimizer *opt) { return opt && opt->shard_lo; }
 
+void *amp_optimizer_piece_ptr(const amp_optimizer *opt, int i, void *data, amp_dtype dt) {
+    return (char *)data + (size_t)amp_optimizer_piece_lo(opt, i) * amp_dtype_size(dt);
+}
+
 /* Copies piece i of each old (whole) view into the new (piece) view. */
 static amp_status amp_shard_copy_views(const amp_optimizer *opt, int per_param,
                                        amp_tensor *const *old, amp_tensor *const *fresh) {

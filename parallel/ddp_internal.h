@@ -57,6 +57,7 @@ struct amp_ddp {
     int zero_stage;
     bool opt_gone;          /* the optimizer was freed (whatever was freed first) */
     size_t *zero_bytes;
+    int64_t *zero_cuts;     /* the same runs in flat elements, [zero_cuts[r], zero_cuts[r + 1]) */
     void *zero_param_block; /* the model's parameter block when the shards were cut */
 };
 

@@ -173,7 +173,7 @@ amp_status amp_zero_create(amp_ddp *d) {
     free(first);
     free(lo);
     free(hi);
-    free(cut);
+    d->zero_cuts = cut;
     if (s != AMP_OK)
         return amp_fail_context(s, "amp_ddp_create (zero_stage %d)", d->opts.zero_stage);
     d->zero_stage = d->opts.zero_stage;
@@ -189,5 +189,7 @@ void amp_zero_free(amp_ddp *d) {
         d->opt->shard_gather_user = NULL;
     }
     free(d->zero_bytes);
+    free(d->zero_cuts);
     d->zero_bytes = NULL;
+    d->zero_cuts = NULL;
 }

@@ -37,19 +37,17 @@ static amp_status amp_zero_agree_steps(amp_ddp *d) {
 }
 
 /* One kind of f32 view (a state tensor, j of stride per parameter, or the masters): every rank's
- * pieces, packed in parameter order, are one run of the flattened parameters, so a gather in
- * rank order lays them end to end; rank 0 copies each parameter's run into its whole view. */
+ * pieces, packed in parameter order, are its run [zero_cuts[r], zero_cuts[r + 1]) of the
+ * flattened parameters, so a gather in rank order lays them end to end; rank 0 copies each
+ * parameter's run into its whole view. */
 static amp_status amp_zero_gather_kind(amp_ddp *d, const int64_t *lo, const int64_t *hi,
                                        amp_tensor *const *pieces, amp_tensor *const *whole,
                                        int stride, int j) {
     amp_optimizer *opt = d->opt;
     const amp_backend *be = opt->backend;
     int size = d->comm->size, rank = d->comm->rank;
-    int64_t mine = 0, total = 0;
-    for (int i = 0; i < opt->n_params; i++) {
-        mine += hi[i] - lo[i];
-        total += opt->params[i]->numel;
-    }
+    const int64_t *cut = d->zero_cuts;
+    int64_t mine = cut[rank + 1] - cut[rank], total = cut[size];
     if (total > INT32_MAX)
         return amp_fail(AMP_ERR_UNSUPPORTED, "the model has %lld parameters; the gather of ZeRO's "
                         "state counts in MPI ints (2^31 - 1)", (long long)total);
@@ -67,16 +65,13 @@ static amp_status amp_zero_gather_kind(amp_ddp *d, const int64_t *lo, const int6
                                     (size_t)n * sizeof *buf);
         off += n;
     }
-    int my_count = (int)mine;
+    for (int k = 0; s == AMP_OK && k < size; k++) {
+        counts[k] = (int)(cut[k + 1] - cut[k]);
+        displs[k] = (int)cut[k];
+    }
     MPI_Request r;
     if (s == AMP_OK) {
-        int rc = MPI_Iallgather(&my_count, 1, MPI_INT, counts, 1, MPI_INT, d->comm->world, &r);
-        s = rc == MPI_SUCCESS ? amp_comm_wait(d->comm, 1, &r, "gathering ZeRO's state")
-                              : amp_mpi_fail(rc, "MPI_Iallgather");
-    }
-    for (int k = 1; s == AMP_OK && k < size; k++) displs[k] = displs[k - 1] + counts[k - 1];
-    if (s == AMP_OK) {
-        int rc = MPI_Igatherv(buf, my_count, MPI_FLOAT, flat, counts, displs, MPI_FLOAT, 0,
+        int rc = MPI_Igatherv(buf, (int)mine, MPI_FLOAT, flat, counts, displs, MPI_FLOAT, 0,
                               d->comm->world, &r);
         s = rc == MPI_SUCCESS ? amp_comm_wait(d->comm, 1, &r, "gathering ZeRO's state")
                               : amp_mpi_fail(rc, "MPI_Igatherv");
